@@ -1,0 +1,247 @@
+#include "model/aft.h"
+
+#include <torch/torch.h>
+
+#include <limits>
+
+#include "model/kernels.h"
+
+namespace attn {
+
+// The recurrent state of a batch of rows, as in the file comment of aft.h.
+struct AftImpl::Sums {
+  torch::Tensor c, num, den;  // [B, D]
+  torch::Tensor ek, ekv;      // [B, S, D] ring, slot = position mod S
+};
+
+namespace {
+
+int64_t WindowFor(const MixerOptions& o) {
+  switch (o.kind) {
+    case MixerKind::kAftSimple:
+      return 0;
+    case MixerKind::kAftFull:
+      return o.max_context;
+    default:
+      return o.window;
+  }
+}
+
+bool AbsoluteBias(MixerKind kind) {
+  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal;
+}
+
+}  // namespace
+
+AftImpl::AftImpl(const MixerOptions& options)
+    : SequenceMixer(options),
+      window_(WindowFor(options)),
+      bias_heads_(options.kind == MixerKind::kAftConv ? options.heads : 1) {
+  const auto kind = options.kind;
+  TORCH_CHECK(kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal ||
+                  kind == MixerKind::kAftSimple || kind == MixerKind::kAftConv,
+              "Aft needs an aft-* kind");
+  TORCH_CHECK(options.d_model % bias_heads_ == 0, "d_model (", options.d_model,
+              ") must be divisible by heads (", bias_heads_, ")");
+  TORCH_CHECK(kind == MixerKind::kAftSimple || window_ > 0, "window must be positive");
+  TORCH_CHECK(!AbsoluteBias(kind) || options.max_context >= window_,
+              "max_context must be at least the window");
+  in_proj_ = register_module("in_proj", torch::nn::Linear(options.d_model, 3 * options.d_model));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(options.d_model, options.d_model));
+  if (window_ > 0) {
+    const int64_t rows = AbsoluteBias(kind) ? options.max_context : 1;
+    // Zero bias starts as AFT-simple; training moves it.
+    position_bias_ =
+        register_parameter("position_bias", torch::zeros({bias_heads_, rows, window_}));
+  }
+}
+
+int64_t AftImpl::max_context() const {
+  return AbsoluteBias(options_.kind) ? options_.max_context : -1;
+}
+
+int64_t AftImpl::state_bytes_per_sequence(int64_t context) const {
+  const int64_t ring = std::min(window_, context);
+  return (3 + 2 * ring) * options_.d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+torch::Tensor AftImpl::DenseBias(int64_t time) const {
+  auto dense = torch::zeros({bias_heads_, time, time});
+  for (int64_t t = 0; t < time; ++t) {
+    const int64_t row = position_bias_.defined() && position_bias_.size(1) > 1 ? t : 0;
+    for (int64_t delta = 0; delta < std::min(window_, t + 1); ++delta) {
+      dense.select(1, t).select(1, t - delta).copy_(position_bias_.select(1, row).select(1, delta));
+    }
+  }
+  return dense;
+}
+
+MixerState AftImpl::initial_state(int64_t rows, torch::Device device) const {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  const int64_t d = options_.d_model;
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  state.tensors = {
+      torch::full({rows, d}, -std::numeric_limits<float>::infinity(), opts),  // c
+      torch::zeros({rows, d}, opts),                                          // num
+      torch::zeros({rows, d}, opts),                                          // den
+      torch::zeros({rows, window_, d}, opts),                                 // ring exp(k-c)
+      torch::zeros({rows, window_, d}, opts),                                 // ring exp(k-c)v
+  };
+  return state;
+}
+
+torch::Tensor AftImpl::BiasFactors(int64_t start, int64_t chunk,
+                                   const torch::TensorOptions& options) const {
+  const int64_t s = window_;
+  auto long_opts = options.dtype(torch::kLong);
+  auto i = torch::arange(chunk, long_opts).unsqueeze(1);
+  auto u = torch::arange(s + chunk, long_opts).unsqueeze(0);
+  auto delta = i + s - u;  // t - t' for query i and concatenated key u
+  auto future = delta < 0;
+  auto in_window = (delta >= 0) & (delta < s);
+  auto factors = torch::ones({bias_heads_, chunk, s + chunk}, options);
+  if (s > 0) {
+    auto table = position_bias_.to(options.dtype());
+    auto rows = table.size(1) > 1 ? table.narrow(1, start, chunk)  // row(t) = t
+                                  : table.expand({bias_heads_, chunk, s});
+    auto index = delta.clamp(0, s - 1).unsqueeze(0).expand({bias_heads_, chunk, s + chunk});
+    auto bias = rows.gather(2, index);
+    factors = torch::where(in_window.unsqueeze(0), bias.exp(), factors);
+  }
+  return factors.masked_fill(future.unsqueeze(0), 0.0);
+}
+
+torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
+                             const torch::Tensor& v, int64_t start, Sums& sums) {
+  const int64_t batch = q.size(0), chunk = q.size(1), d = q.size(2), s = window_;
+  const int64_t groups = bias_heads_, width = d / groups;
+  // Each query's prefix maximum over every key it can see.
+  auto m = torch::maximum(sums.c.unsqueeze(1), std::get<0>(k.cummax(1)));  // [B, C, D]
+  auto carried_scale = torch::exp(sums.c.unsqueeze(1) - m);               // 0 when c = -inf
+  auto num = carried_scale * sums.num.unsqueeze(1);
+  auto den = carried_scale * sums.den.unsqueeze(1);
+  auto factors = BiasFactors(start, chunk, q.options());  // [G, C, S + C]
+  torch::Tensor ring_ek, ring_ekv;
+  if (s > 0) {
+    const int64_t shift = start % s;
+    ring_ek = sums.ek.roll(-shift, 1);  // chronological: positions start-S .. start-1
+    ring_ekv = sums.ekv.roll(-shift, 1);
+    auto ring_factors = factors.narrow(2, 0, s);  // [G, C, S]
+    auto grouped = [&](const torch::Tensor& ring) {
+      auto r = ring.view({batch, s, groups, width}).permute({0, 2, 1, 3});  // [B, G, S, W]
+      return torch::matmul(ring_factors.unsqueeze(0), r).permute({0, 2, 1, 3}).reshape(
+          {batch, chunk, d});
+    };
+    num = num + carried_scale * grouped(ring_ekv);
+    den = den + carried_scale * grouped(ring_ek);
+  }
+  // Keys of this block: exp(k_j - m_i) for j <= i (clamped so the masked
+  // future cannot overflow), times the bias factor of their head.
+  auto chunk_factors = factors.narrow(2, s, chunk).permute({1, 2, 0});  // [C, C, G]
+  chunk_factors = chunk_factors.unsqueeze(-1).expand({chunk, chunk, groups, width}).reshape(
+      {1, chunk, chunk, d});
+  auto weights = torch::exp((k.unsqueeze(1) - m.unsqueeze(2)).clamp_max(0.0)) * chunk_factors;
+  num = num + (weights * v.unsqueeze(1)).sum(2);
+  den = den + weights.sum(2);
+  auto y = torch::sigmoid(q) * num / den;
+
+  // Advance the state past this block, rescaled to the new running max.
+  auto c_new = m.select(1, chunk - 1);
+  auto rescale = torch::exp(sums.c - c_new).unsqueeze(1);  // [B, 1, D]
+  auto ek_chunk = torch::exp(k - c_new.unsqueeze(1));
+  auto ek_all = s > 0 ? torch::cat({ring_ek * rescale, ek_chunk}, 1) : ek_chunk;
+  auto ekv_all = s > 0 ? torch::cat({ring_ekv * rescale, ek_chunk * v}, 1) : ek_chunk * v;
+  sums.num = sums.num * rescale.squeeze(1) + ekv_all.narrow(1, 0, chunk).sum(1);
+  sums.den = sums.den * rescale.squeeze(1) + ek_all.narrow(1, 0, chunk).sum(1);
+  if (s > 0) {
+    const int64_t shift = (start + chunk) % s;
+    sums.ek = ek_all.narrow(1, chunk, s).roll(shift, 1);
+    sums.ekv = ekv_all.narrow(1, chunk, s).roll(shift, 1);
+  }
+  sums.c = c_new;
+  return y;
+}
+
+torch::Tensor AftImpl::Blocks(const torch::Tensor& x, int64_t start, Sums& sums) {
+  auto qkv = in_proj_->forward(x).chunk(3, -1);
+  const int64_t time = x.size(1);
+  std::vector<torch::Tensor> outputs;
+  for (int64_t begin = 0; begin < time; begin += options_.chunk) {
+    const int64_t len = std::min(options_.chunk, time - begin);
+    outputs.push_back(Block(qkv[0].narrow(1, begin, len), qkv[1].narrow(1, begin, len),
+                            qkv[2].narrow(1, begin, len), start + begin, sums));
+  }
+  return out_proj_->forward(torch::cat(outputs, 1));
+}
+
+torch::Tensor AftImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(max_context() < 0 || x.size(1) <= max_context(), MixerKindName(options_.kind),
+              " handles at most ", max_context(), " tokens, got ", x.size(1));
+  auto state = initial_state(x.size(0), x.device());
+  auto as_x = [&](const torch::Tensor& t) { return t.to(x.scalar_type()); };
+  Sums sums{as_x(state.tensors[0]), as_x(state.tensors[1]), as_x(state.tensors[2]),
+            as_x(state.tensors[3]), as_x(state.tensors[4])};
+  return Blocks(x, 0, sums);
+}
+
+torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
+                               const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
+              options_.d_model, "], got ", x.sizes());
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  CheckCapacity(state, rows, x.size(1));
+  const int64_t start = CommonLength(state, rows);
+  auto index = rows.to(x.device());
+  Sums sums;
+  sums.c = state.tensors[0].index_select(0, index);
+  sums.num = state.tensors[1].index_select(0, index);
+  sums.den = state.tensors[2].index_select(0, index);
+  sums.ek = state.tensors[3].index_select(0, index);
+  sums.ekv = state.tensors[4].index_select(0, index);
+  auto y = Blocks(x, start, sums);
+  const std::vector<torch::Tensor> updated = {sums.c, sums.num, sums.den, sums.ek, sums.ekv};
+  for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
+  state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
+  return y;
+}
+
+torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state,
+                            const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  const int64_t batch = x.size(0), d = options_.d_model;
+  auto rows = ResolveSlots(state, slots, batch);
+  CheckCapacity(state, rows, 1);
+  auto qkv = in_proj_->forward(x).contiguous();
+  auto out = torch::empty({batch, d}, x.options());
+  torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
+  kernels::AftStepArgs args;
+  args.batch = batch;
+  args.channels = d;
+  args.window = window_;
+  args.bias_heads = bias_heads_;
+  args.bias_rows = bias.defined() ? bias.size(1) : 1;
+  args.slots = rows.data_ptr<int64_t>();
+  args.lengths = state.length.data_ptr<int64_t>();
+  args.q = qkv.data_ptr<float>();
+  args.k = args.q + d;
+  args.v = args.q + 2 * d;
+  args.stride = 3 * d;
+  args.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  args.c = state.tensors[0].data_ptr<float>();
+  args.num = state.tensors[1].data_ptr<float>();
+  args.den = state.tensors[2].data_ptr<float>();
+  args.ring_ek = state.tensors[3].data_ptr<float>();
+  args.ring_ekv = state.tensors[4].data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  kernels::AftStep(args);
+  kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
+  return out_proj_->forward(out);
+}
+
+}  // namespace attn

@@ -1,0 +1,100 @@
+// Fused CPU loops for the one-token recurrent updates of the mixers.
+//
+// Why: a decode step at batch 1 is made of tiny tensors, and each LibTorch op
+// costs ~1.3 us of dispatch here. Done op by op, the elementwise work around
+// a step's two matrix multiplications would cost more than the
+// multiplications. Each function below does that work in one pass over the
+// channels of every sequence, in place on the state rows of a slot pool.
+//
+// All pointers are float32, contiguous, row-major. `slots[b]` is the pool row
+// of batch element b and `lengths[slot]` the number of tokens that row has
+// consumed before this step. The functions parallelise over the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// Softmax attention of one new token per sequence over a key/value cache.
+//
+//   score_j = scale * ((q + u) . k_j + (q + v) . r_{L-j}) - slope_h * (L - j),
+//   y = sum_{j=0..L} softmax(score)_j v_j
+//
+// where L is the row's length. The new key/value must already be in the cache
+// at position L (AppendToCache). u, v and r are Transformer-XL's content bias,
+// position bias and projected relative positions; with r null only the
+// content term is used (u may be null). slopes are ALiBi's, or null.
+struct CachedAttentionArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;   // [N]
+  const float* q = nullptr;           // row b at q + b * q_stride: [H, Dh]
+  int64_t q_stride = 0;
+  const float* content_bias = nullptr;   // u [H, Dh], or null
+  const float* position_bias = nullptr;  // v [H, Dh], used with r
+  const float* r = nullptr;              // [capacity, H, Dh] by distance, or null
+  const float* slopes = nullptr;         // [H], or null
+  const float* k_cache = nullptr;        // [N, H, capacity, Dh]
+  const float* v_cache = nullptr;        // [N, H, capacity, Dh]
+  float scale = 1.0f;
+  float* out = nullptr;                  // [B, H, Dh]
+};
+void CachedAttentionStep(const CachedAttentionArgs& a);
+
+// Writes each row's new key and value ([H, Dh] at k + b * stride, likewise v)
+// into cache position lengths[slots[b]].
+void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,
+                   const int64_t* slots, const int64_t* lengths, const float* k, const float* v,
+                   int64_t stride, float* k_cache, float* v_cache);
+
+// lengths[slots[b]] += 1 for every b.
+void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);
+
+// Linear attention, one token per sequence, per head h:
+//   S += phi(k) v^T,  z += phi(k),  y = phi(q)^T S / (phi(q) . z + eps)
+// phi is elu(x)+1 (exp_feature false) or exp(x - max_i x_i) (true).
+struct LinearStepArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0;
+  bool exp_feature = false;
+  float eps = 1e-6f;
+  const int64_t* slots = nullptr;
+  // Row b of q, k and v at (q|k|v) + b * stride: [H, Dh].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t stride = 0;
+  float* s = nullptr;         // [N, H, Dh, Dh]
+  float* z = nullptr;         // [N, H, Dh]
+  float* out = nullptr;       // [B, H, Dh]
+};
+void LinearAttentionStep(const LinearStepArgs& a);
+
+// AFT, one token per sequence, for the window form shared by all variants:
+//   y = sigmoid(q) * sum_{t'<=t} exp(k_t' + w(t, t-t')) v_t'
+//                  / sum_{t'<=t} exp(k_t' + w(t, t-t'))
+// with w(t, d) = bias[h][row(t)][d] for d < window and 0 beyond it. State per
+// row: c (running max of every key seen, per channel), carried sums of the
+// keys that left the window (relative to c), and a ring of the last `window`
+// keys as exp(k - c) and exp(k - c) v. The bias row is t (absolute-position
+// variants) when bias_rows > 1, else 0.
+struct AftStepArgs {
+  int64_t batch = 0, channels = 0, window = 0;
+  int64_t bias_heads = 1, bias_rows = 1;
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;   // [N]
+  // Row b of q, k and v at (q|k|v) + b * stride: [D].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t stride = 0;
+  const float* bias = nullptr;        // [bias_heads, bias_rows, window], or null if window == 0
+  float* c = nullptr;                 // [N, D]
+  float* num = nullptr;               // [N, D]
+  float* den = nullptr;               // [N, D]
+  float* ring_ek = nullptr;           // [N, window, D]
+  float* ring_ekv = nullptr;          // [N, window, D]
+  float* out = nullptr;               // [B, D]
+};
+void AftStep(const AftStepArgs& a);
+
+}  // namespace attn::kernels

@@ -1,0 +1,175 @@
+#include "model/mixer.h"
+
+#include <torch/torch.h>
+
+#include <utility>
+
+#include "model/aft.h"
+#include "model/linear_attention.h"
+#include "model/multi_head_attention.h"
+#include "model/relative_attention.h"
+
+namespace attn {
+namespace {
+
+const std::vector<std::pair<MixerKind, const char*>>& KindNames() {
+  static const auto* names = new std::vector<std::pair<MixerKind, const char*>>{
+      {MixerKind::kMha, "mha"},
+      {MixerKind::kMhaAlibi, "mha-alibi"},
+      {MixerKind::kRelative, "relative"},
+      {MixerKind::kLinearElu, "linear-elu"},
+      {MixerKind::kLinearExp, "linear-exp"},
+      {MixerKind::kAftFull, "aft-full"},
+      {MixerKind::kAftLocal, "aft-local"},
+      {MixerKind::kAftSimple, "aft-simple"},
+      {MixerKind::kAftConv, "aft-conv"},
+  };
+  return *names;
+}
+
+}  // namespace
+
+std::string MixerKindName(MixerKind kind) {
+  for (const auto& [k, name] : KindNames()) {
+    if (k == kind) return name;
+  }
+  return "unknown";
+}
+
+bool ParseMixerKind(const std::string& name, MixerKind* kind) {
+  for (const auto& [k, n] : KindNames()) {
+    if (name == n) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+const std::vector<MixerKind>& AllMixerKinds() {
+  static const auto* kinds = [] {
+    auto* all = new std::vector<MixerKind>;
+    for (const auto& entry : KindNames()) all->push_back(entry.first);
+    return all;
+  }();
+  return *kinds;
+}
+
+int64_t MixerState::bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (t.size(0) > 0) bytes += t.numel() / t.size(0) * static_cast<int64_t>(t.element_size());
+  }
+  return bytes + static_cast<int64_t>(sizeof(int64_t));  // the length
+}
+
+MixerState GatherState(const MixerState& pool, const torch::Tensor& slots) {
+  MixerState part;
+  auto index = slots.to(pool.length.device());
+  part.length = pool.length.index_select(0, index);
+  for (const auto& t : pool.tensors) part.tensors.push_back(t.index_select(0, index.to(t.device())));
+  return part;
+}
+
+void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part) {
+  TORCH_CHECK(pool.tensors.size() == part.tensors.size(), "ScatterState: states of different kinds");
+  auto index = slots.to(pool.length.device());
+  pool.length.index_copy_(0, index, part.length);
+  for (size_t i = 0; i < pool.tensors.size(); ++i) {
+    auto& t = pool.tensors[i];
+    t.index_copy_(0, index.to(t.device()), part.tensors[i]);
+  }
+}
+
+void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
+  ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
+}
+
+torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::Tensor& slots,
+                                          int64_t batch) const {
+  TORCH_CHECK(state.length.defined(), "mixer state is empty; call initial_state first");
+  if (!slots.defined()) {
+    TORCH_CHECK(batch <= state.rows(), "batch of ", batch, " sequences but the state has ",
+                state.rows(), " rows");
+    return torch::arange(batch, torch::kLong);
+  }
+  auto resolved = slots.to(torch::kCPU, torch::kLong).contiguous();
+  TORCH_CHECK(resolved.dim() == 1 && resolved.size(0) == batch, "slots must be int64 [", batch,
+              "], got ", slots.sizes());
+  if (batch > 0) {
+    TORCH_CHECK(resolved.min().item<int64_t>() >= 0 &&
+                    resolved.max().item<int64_t>() < state.rows(),
+                "slot index out of range [0, ", state.rows(), ")");
+  }
+  return resolved;
+}
+
+void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& slots,
+                                  int64_t tokens) const {
+  const int64_t limit = max_context();
+  if (limit < 0 || slots.size(0) == 0) return;
+  const auto lengths = state.length.to(torch::kCPU).index_select(0, slots);
+  const int64_t longest = lengths.max().item<int64_t>();
+  TORCH_CHECK(longest + tokens <= limit, MixerKindName(options_.kind), " mixer holds at most ",
+              limit, " tokens per sequence; a sequence at ", longest, " cannot take ", tokens,
+              " more");
+}
+
+int64_t SequenceMixer::CommonLength(const MixerState& state, const torch::Tensor& slots) const {
+  if (slots.size(0) == 0) return 0;
+  const auto lengths = state.length.to(torch::kCPU).index_select(0, slots);
+  const int64_t first = lengths[0].item<int64_t>();
+  TORCH_CHECK(lengths.eq(first).all().item<bool>(),
+              "prefill needs every sequence of the batch at the same length");
+  return first;
+}
+
+bool SequenceMixer::CanFuse(const torch::Tensor& x, const MixerState& state) const {
+  if (!options_.fused_step || !x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
+    return false;
+  }
+  if (torch::GradMode::is_enabled() && x.requires_grad()) return false;
+  for (const auto& t : state.tensors) {
+    if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous()) {
+      return false;
+    }
+  }
+  return state.length.device().is_cpu() && state.length.is_contiguous();
+}
+
+torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,
+                                           const torch::Tensor& slots) {
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(x.size(0));
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    auto y = prefill(x.narrow(0, b, 1).unsqueeze(1), state, rows.narrow(0, b, 1));
+    outputs.push_back(y.squeeze(1));
+  }
+  return torch::cat(outputs, 0);
+}
+
+std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
+  TORCH_CHECK(options.d_model > 0, "d_model must be positive");
+  TORCH_CHECK(options.heads > 0 && options.d_model % options.heads == 0, "d_model (",
+              options.d_model, ") must be divisible by heads (", options.heads, ")");
+  TORCH_CHECK(options.chunk > 0, "chunk must be positive");
+  switch (options.kind) {
+    case MixerKind::kMha:
+    case MixerKind::kMhaAlibi:
+      return std::make_shared<MultiHeadAttentionImpl>(options);
+    case MixerKind::kRelative:
+      return std::make_shared<RelativeMultiHeadAttentionImpl>(options);
+    case MixerKind::kLinearElu:
+    case MixerKind::kLinearExp:
+      return std::make_shared<LinearAttentionImpl>(options);
+    case MixerKind::kAftFull:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftConv:
+      return std::make_shared<AftImpl>(options);
+  }
+  TORCH_CHECK(false, "unknown mixer kind");
+}
+
+}  // namespace attn

@@ -1,0 +1,156 @@
+// The sequence-mixer contract shared by every token-mixing module that a
+// causal language-model layer can hold.
+//
+// A mixer maps x [batch, time, d_model] to y [batch, time, d_model] where
+// y_t depends only on x_{<=t}. It offers three equivalent ways to compute the
+// same function:
+//
+//   forward(x)                 the causal parallel form over the whole
+//                              sequence (training, scoring);
+//   prefill(x, state, slots)   a chunk of C tokens that continues the
+//                              sequences held in `state` rows `slots`;
+//   step(x, state, slots)      one new token for each sequence.
+//
+// For every mixer, running prefill on chunks and/or step token by token from
+// an initial state gives the same outputs as forward(x) to float precision.
+// tests/mixer_equivalence_test.cc proves it for every kind.
+//
+// State. A MixerState holds only tensors, and dim 0 of each of them indexes a
+// sequence ("slot"). A server therefore keeps one MixerState with N rows as a
+// pool, and steps any subset of its rows in place by passing their indices
+// as `slots`; no row that is not named is read or written. New sequences start
+// from rows reset with ResetSlots().
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+namespace attn {
+
+// The kinds of mixer a layer can be configured with. The string names are the
+// ones used in configuration files and on command lines.
+enum class MixerKind {
+  kMha,         // softmax multi-head attention with a key/value cache
+  kMhaAlibi,    // the same with ALiBi distance biases, no position embedding
+  kRelative,    // Transformer-XL relative multi-head attention
+  kLinearElu,   // linear attention, feature map elu(x) + 1
+  kLinearExp,   // linear attention, feature map exp(x - max_i x_i)
+  kAftFull,     // attention-free transformer, learned T x T bias
+  kAftLocal,    // AFT with a learned bias inside a band of width s
+  kAftSimple,   // AFT without position bias
+  kAftConv,     // AFT with a per-head bias that depends only on t - t'
+};
+
+// Returns the configuration name of `kind` ("mha", "aft-conv", ...).
+std::string MixerKindName(MixerKind kind);
+// Parses a configuration name; returns false for an unknown name.
+bool ParseMixerKind(const std::string& name, MixerKind* kind);
+// All kinds, in declaration order.
+const std::vector<MixerKind>& AllMixerKinds();
+
+// Everything needed to build any mixer. Fields a kind does not use are
+// ignored by it.
+struct MixerOptions {
+  MixerKind kind = MixerKind::kAftConv;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  // Longest sequence a mixer with a growing state (mha, relative, aft-full)
+  // or an absolute-position bias (aft-local, aft-full) can process.
+  int64_t max_context = 2048;
+  // Width s of the AFT-local / AFT-conv band: keys with t - t' < s get a
+  // learned bias, keys further back still contribute with bias 0.
+  int64_t window = 32;
+  // Transformer-XL: positions of segment memory carried between segments.
+  int64_t mem_len = 128;
+  // Whether ALiBi slopes are trained (in log space) or fixed.
+  bool learn_alibi_slopes = false;
+  // Denominator guard of linear attention.
+  double linear_eps = 1e-6;
+  // Tokens per block of the chunked parallel forms.
+  int64_t chunk = 64;
+  // Whether step() uses the fused CPU loops (model/kernels.h) when it can.
+  // Off, step() runs prefill() one row at a time: slower, same numbers; the
+  // path any non-CPU device takes.
+  bool fused_step = true;
+};
+
+// Per-sequence state of a mixer. See the file comment.
+struct MixerState {
+  // Number of tokens each sequence has consumed: int64 [N].
+  torch::Tensor length;
+  // Kind-specific tensors, each with dim 0 of size N.
+  std::vector<torch::Tensor> tensors;
+
+  int64_t rows() const { return length.defined() ? length.size(0) : 0; }
+  // Bytes held per row, summed over all tensors.
+  int64_t bytes_per_row() const;
+};
+
+// Copies rows `slots` (int64 [B]) of `pool` into a new state with B rows.
+MixerState GatherState(const MixerState& pool, const torch::Tensor& slots);
+// Writes the B rows of `part` into rows `slots` of `pool`.
+void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part);
+
+class SequenceMixer : public torch::nn::Module {
+ public:
+  explicit SequenceMixer(MixerOptions options) : options_(std::move(options)) {}
+  ~SequenceMixer() override = default;
+
+  const MixerOptions& options() const { return options_; }
+
+  // Causal parallel form. x: [B, T, d_model] -> [B, T, d_model].
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+
+  // A state with `rows` empty sequences on `device`.
+  virtual MixerState initial_state(int64_t rows, torch::Device device) const = 0;
+
+  // Continues the sequences in rows `slots` (int64 [B]; undefined means rows
+  // 0..B-1) with the chunk x: [B, C, d_model]; returns [B, C, d_model] and
+  // advances those rows by C tokens. All B sequences must be at the same
+  // length (a server prefills each prompt on its own).
+  virtual torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
+                                const torch::Tensor& slots = {}) = 0;
+
+  // One token for each sequence: x [B, d_model] -> [B, d_model]. The rows may
+  // be at different lengths.
+  virtual torch::Tensor step(const torch::Tensor& x, MixerState& state,
+                             const torch::Tensor& slots = {}) = 0;
+
+  // Longest sequence this mixer can process; -1 when unbounded.
+  virtual int64_t max_context() const = 0;
+
+  // Bytes of state one sequence needs once it has seen `context` tokens. A
+  // pool preallocates rows at the maximum; this is what a row really needs.
+  virtual int64_t state_bytes_per_sequence(int64_t context) const = 0;
+
+  // Resets rows `slots` of `state` to the empty sequence.
+  void ResetSlots(MixerState& state, const torch::Tensor& slots) const;
+
+ protected:
+  // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
+  torch::Tensor ResolveSlots(const MixerState& state, const torch::Tensor& slots,
+                             int64_t batch) const;
+  // Throws unless the rows `slots` can take `tokens` more tokens.
+  void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
+  // The common length of rows `slots`; throws if they differ.
+  int64_t CommonLength(const MixerState& state, const torch::Tensor& slots) const;
+  // Whether step() may take the fused CPU path for input x and `state`.
+  bool CanFuse(const torch::Tensor& x, const MixerState& state) const;
+  // The generic step: prefill() of one token, one row at a time.
+  torch::Tensor StepByPrefill(const torch::Tensor& x, MixerState& state,
+                              const torch::Tensor& slots);
+
+  MixerOptions options_;
+};
+
+// Builds the mixer `options.kind` describes. Throws c10::Error on invalid
+// options (for example d_model not divisible by heads).
+std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options);
+
+}  // namespace attn

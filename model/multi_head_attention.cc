@@ -1,0 +1,173 @@
+#include "model/multi_head_attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/heads.h"
+#include "model/kernels.h"
+
+namespace attn {
+
+using torch::indexing::Slice;
+
+torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
+                                        const torch::Tensor& v, const torch::Tensor& bias) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  if (!bias.defined()) return torch::matmul(torch::softmax(scores, -1), v);
+  auto weights = torch::softmax(scores + bias, -1);
+  // A row whose keys are all masked is 0/0 = NaN after softmax: it attends to
+  // nothing, so its output is zero.
+  weights = weights.masked_fill(weights.isnan(), 0.0);
+  return torch::matmul(weights, v);
+}
+
+torch::Tensor AlibiSlopes(int64_t heads) {
+  auto h = torch::arange(1, heads + 1, torch::kDouble);
+  return torch::pow(2.0, -8.0 * h / static_cast<double>(heads)).to(torch::kFloat);
+}
+
+torch::Tensor AlibiBias(const torch::Tensor& slopes, int64_t tq, int64_t tk, int64_t query_offset) {
+  auto opts = slopes.options();
+  auto i = torch::arange(query_offset, query_offset + tq, opts).unsqueeze(1);
+  auto j = torch::arange(tk, opts).unsqueeze(0);
+  auto distance = (i - j).abs();                        // [Tq, Tk]
+  return -slopes.view({-1, 1, 1}) * distance.unsqueeze(0);  // [H, Tq, Tk]
+}
+
+torch::Tensor CausalBias(int64_t tq, int64_t tk, int64_t query_offset,
+                         const torch::TensorOptions& options) {
+  auto i = torch::arange(query_offset, query_offset + tq, options.dtype(torch::kLong)).unsqueeze(1);
+  auto j = torch::arange(tk, options.dtype(torch::kLong)).unsqueeze(0);
+  auto zeros = torch::zeros({tq, tk}, options);
+  return zeros.masked_fill(j > i, -std::numeric_limits<double>::infinity());
+}
+
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MixerOptions& options)
+    : SequenceMixer(options), head_dim_(options.d_model / options.heads) {
+  TORCH_CHECK(options.d_model % options.heads == 0, "d_model (", options.d_model,
+              ") must be divisible by heads (", options.heads, ")");
+  in_proj_ = register_module("in_proj", torch::nn::Linear(options.d_model, 3 * options.d_model));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(options.d_model, options.d_model));
+  if (uses_alibi()) {
+    auto log_slopes = AlibiSlopes(options.heads).log();
+    log_slopes_ = options.learn_alibi_slopes ? register_parameter("log_alibi_slopes", log_slopes)
+                                             : register_buffer("log_alibi_slopes", log_slopes);
+  }
+}
+
+torch::Tensor MultiHeadAttentionImpl::alibi_slopes() const {
+  return log_slopes_.defined() ? log_slopes_.exp() : torch::Tensor();
+}
+
+torch::Tensor MultiHeadAttentionImpl::AttendHeads(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v,
+                                                  const torch::Tensor& key_padding_mask,
+                                                  bool causal, int64_t query_offset) {
+  const int64_t tq = q.size(2), tk = k.size(2);
+  torch::Tensor bias;
+  if (causal) bias = CausalBias(tq, tk, query_offset, q.options());
+  if (uses_alibi()) {
+    auto alibi = AlibiBias(alibi_slopes().to(q.options()), tq, tk, query_offset);
+    bias = bias.defined() ? bias + alibi : alibi;
+  }
+  if (key_padding_mask.defined()) {
+    TORCH_CHECK(key_padding_mask.sizes() == torch::IntArrayRef({q.size(0), tk}),
+                "key_padding_mask must be [batch, key_time]");
+    auto pad = torch::zeros(key_padding_mask.sizes(), q.options())
+                   .masked_fill(key_padding_mask, -std::numeric_limits<double>::infinity())
+                   .view({q.size(0), 1, 1, tk});
+    bias = bias.defined() ? bias + pad : pad;
+  }
+  return out_proj_->forward(MergeHeads(ScaledDotProductAttention(q, k, v, bias)));
+}
+
+torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& query, const torch::Tensor& key,
+                                             const torch::Tensor& value,
+                                             const torch::Tensor& key_padding_mask, bool causal) {
+  auto qkv = ProjectToHeads(in_proj_, query, key, value, options_.heads);
+  const int64_t offset = causal ? key.size(1) - query.size(1) : 0;
+  return AttendHeads(qkv[0], qkv[1], qkv[2], key_padding_mask, causal, offset);
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  return attend(x, x, x, {}, /*causal=*/true);
+}
+
+MixerState MultiHeadAttentionImpl::initial_state(int64_t rows, torch::Device device) const {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  const std::vector<int64_t> shape = {rows, options_.heads, options_.max_context, head_dim_};
+  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
+  return state;
+}
+
+torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
+                                              const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
+              options_.d_model, "], got ", x.sizes());
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  const int64_t chunk = x.size(1);
+  CheckCapacity(state, rows, chunk);
+  const int64_t start = CommonLength(state, rows);
+  auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
+  auto index = rows.to(x.device());
+  auto& k_cache = state.tensors[0];
+  auto& v_cache = state.tensors[1];
+  k_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[1]);
+  v_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[2]);
+  auto keys = k_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto values = v_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto y = AttendHeads(qkv[0], keys, values, {}, /*causal=*/true, start);
+  state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
+  return y;
+}
+
+torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& state,
+                                           const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  const int64_t batch = x.size(0), d = options_.d_model;
+  auto rows = ResolveSlots(state, slots, batch);
+  CheckCapacity(state, rows, 1);
+  auto qkv = in_proj_->forward(x).contiguous();
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  const auto* slot_ids = rows.data_ptr<int64_t>();
+  kernels::AppendToCache(batch, options_.heads, head_dim_, options_.max_context, slot_ids, lengths,
+                         qkv_data + d, qkv_data + 2 * d, 3 * d,
+                         state.tensors[0].data_ptr<float>(), state.tensors[1].data_ptr<float>());
+  auto out = torch::empty({batch, d}, x.options());
+  torch::Tensor slopes = uses_alibi() ? alibi_slopes().contiguous() : torch::Tensor();
+  kernels::CachedAttentionArgs args;
+  args.batch = batch;
+  args.heads = options_.heads;
+  args.head_dim = head_dim_;
+  args.capacity = options_.max_context;
+  args.slots = slot_ids;
+  args.lengths = lengths;
+  args.q = qkv_data;
+  args.q_stride = 3 * d;
+  args.slopes = slopes.defined() ? slopes.data_ptr<float>() : nullptr;
+  args.k_cache = state.tensors[0].data_ptr<float>();
+  args.v_cache = state.tensors[1].data_ptr<float>();
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  args.out = out.data_ptr<float>();
+  kernels::CachedAttentionStep(args);
+  kernels::AdvanceLengths(batch, slot_ids, lengths);
+  return out_proj_->forward(out);
+}
+
+int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
+  const int64_t cached = std::min(context, options_.max_context);
+  return 2 * cached * options_.d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+}  // namespace attn

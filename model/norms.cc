@@ -1,0 +1,58 @@
+#include "model/norms.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace attn {
+
+std::string NormKindName(NormKind kind) {
+  switch (kind) {
+    case NormKind::kLayerNorm:
+      return "layernorm";
+    case NormKind::kScaleNorm:
+      return "scalenorm";
+    case NormKind::kRmsNorm:
+      return "rmsnorm";
+  }
+  return "unknown";
+}
+
+bool ParseNormKind(const std::string& name, NormKind* kind) {
+  for (auto k : {NormKind::kLayerNorm, NormKind::kScaleNorm, NormKind::kRmsNorm}) {
+    if (NormKindName(k) == name) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+NormImpl::NormImpl(NormKind kind, int64_t d_model, double eps) : kind_(kind), eps_(eps) {
+  switch (kind) {
+    case NormKind::kLayerNorm:
+      gain_ = register_parameter("gain", torch::ones({d_model}));
+      bias_ = register_parameter("bias", torch::zeros({d_model}));
+      break;
+    case NormKind::kScaleNorm:
+      gain_ = register_parameter("gain", torch::full({1}, std::sqrt(static_cast<double>(d_model))));
+      break;
+    case NormKind::kRmsNorm:
+      gain_ = register_parameter("gain", torch::ones({d_model}));
+      break;
+  }
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  switch (kind_) {
+    case NormKind::kLayerNorm:
+      return torch::layer_norm(x, {x.size(-1)}, gain_, bias_, eps_);
+    case NormKind::kScaleNorm:
+      return gain_ * x / x.norm(2, -1, /*keepdim=*/true).clamp_min(eps_);
+    case NormKind::kRmsNorm:
+      return gain_ * x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  }
+  return x;
+}
+
+}  // namespace attn

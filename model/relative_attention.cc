@@ -1,0 +1,173 @@
+#include "model/relative_attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/heads.h"
+#include "model/kernels.h"
+#include "model/positions.h"
+
+namespace attn {
+
+using torch::indexing::Slice;
+
+RelativeMultiHeadAttentionImpl::RelativeMultiHeadAttentionImpl(const MixerOptions& options)
+    : SequenceMixer(options), head_dim_(options.d_model / options.heads) {
+  TORCH_CHECK(options.d_model % options.heads == 0, "d_model (", options.d_model,
+              ") must be divisible by heads (", options.heads, ")");
+  const int64_t d = options.d_model;
+  in_proj_ = register_module("in_proj", torch::nn::Linear(d, 3 * d));
+  r_proj_ = register_module("r_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(d, d));
+  u_ = register_parameter("u", torch::zeros({options.heads, head_dim_}));
+  v_ = register_parameter("v", torch::zeros({options.heads, head_dim_}));
+  distances_ = register_buffer(
+      "distances", SinusoidalEmbedding(torch::arange(options.max_context, torch::kLong), d));
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) {
+  TORCH_CHECK(count <= options_.max_context, "relative attention covers distances below ",
+              options_.max_context);
+  const auto& w = r_proj_->weight;
+  if (torch::GradMode::is_enabled()) {
+    return r_proj_->forward(distances_.narrow(0, 0, count))
+        .view({count, options_.heads, head_dim_});
+  }
+  // Without autograd, W_r R is computed once for every distance and reused
+  // until W_r changes, so a decode step does not pay O(L d^2) for it.
+  if (!projected_cache_.defined() || projected_version_ != w._version() ||
+      projected_data_ != w.data_ptr() || projected_cache_.device() != w.device()) {
+    projected_cache_ = r_proj_->forward(distances_)
+                           .view({options_.max_context, options_.heads, head_dim_})
+                           .contiguous();
+    projected_version_ = w._version();
+    projected_data_ = w.data_ptr();
+  }
+  return projected_cache_.narrow(0, 0, count);
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q,
+                                                     const torch::Tensor& k,
+                                                     const torch::Tensor& v, int64_t offset) {
+  const int64_t tq = q.size(2), tk = k.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  auto content = torch::matmul(q + u_.view({1, -1, 1, head_dim_}), k.transpose(-2, -1));
+  auto r = ProjectedDistances(tk).permute({1, 2, 0});  // [H, Dh, distance]
+  auto by_distance = torch::matmul(q + v_.view({1, -1, 1, head_dim_}), r);  // [B, H, Tq, Tk]
+  // Relative shift: entry (i, j) takes distance offset + i - j.
+  auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kLong);
+  auto distance = torch::arange(offset, offset + tq, opts).unsqueeze(1) -
+                  torch::arange(tk, opts).unsqueeze(0);  // [Tq, Tk]
+  auto future = distance < 0;
+  auto index = distance.clamp(0, tk - 1).expand({q.size(0), q.size(1), tq, tk});
+  auto position = by_distance.gather(3, index);
+  auto scores = ((content + position) * scale)
+                    .masked_fill(future, -std::numeric_limits<double>::infinity());
+  auto y = torch::matmul(torch::softmax(scores, -1), v);
+  return out_proj_->forward(MergeHeads(y));
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::forward(const torch::Tensor& x) {
+  return forward_with_memory(x, {}).first;
+}
+
+std::pair<torch::Tensor, torch::Tensor> RelativeMultiHeadAttentionImpl::forward_with_memory(
+    const torch::Tensor& x, const torch::Tensor& memory) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  const bool has_memory = memory.defined() && memory.size(1) > 0;
+  auto context = has_memory ? torch::cat({memory.detach(), x}, 1) : x;
+  TORCH_CHECK(context.size(1) <= options_.max_context, "memory plus segment (", context.size(1),
+              ") exceeds max_context ", options_.max_context);
+  auto q = SplitHeads(torch::nn::functional::linear(
+                          x, in_proj_->weight.narrow(0, 0, options_.d_model),
+                          in_proj_->bias.narrow(0, 0, options_.d_model)),
+                      options_.heads);
+  auto kv = ProjectToHeads(in_proj_, context, context, context, options_.heads);
+  const int64_t offset = context.size(1) - x.size(1);
+  auto y = Attend(q, kv[1], kv[2], offset);
+  const int64_t keep = std::min(options_.mem_len, context.size(1));
+  auto next_memory = context.narrow(1, context.size(1) - keep, keep).detach();
+  return {y, next_memory};
+}
+
+MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows,
+                                                         torch::Device device) const {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  const std::vector<int64_t> shape = {rows, options_.heads, options_.max_context, head_dim_};
+  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
+  return state;
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
+                                                      const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
+              options_.d_model, "], got ", x.sizes());
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  const int64_t chunk = x.size(1);
+  CheckCapacity(state, rows, chunk);
+  const int64_t start = CommonLength(state, rows);
+  auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
+  auto index = rows.to(x.device());
+  auto& k_cache = state.tensors[0];
+  auto& v_cache = state.tensors[1];
+  k_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[1]);
+  v_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[2]);
+  auto keys = k_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto values = v_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto y = Attend(qkv[0], keys, values, start);
+  state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
+  return y;
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& state,
+                                                   const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  const int64_t batch = x.size(0), d = options_.d_model;
+  auto rows = ResolveSlots(state, slots, batch);
+  CheckCapacity(state, rows, 1);
+  auto qkv = in_proj_->forward(x).contiguous();
+  auto r = ProjectedDistances(options_.max_context);
+  auto u = u_.contiguous();
+  auto v = v_.contiguous();
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  const auto* slot_ids = rows.data_ptr<int64_t>();
+  kernels::AppendToCache(batch, options_.heads, head_dim_, options_.max_context, slot_ids, lengths,
+                         qkv_data + d, qkv_data + 2 * d, 3 * d,
+                         state.tensors[0].data_ptr<float>(), state.tensors[1].data_ptr<float>());
+  auto out = torch::empty({batch, d}, x.options());
+  kernels::CachedAttentionArgs args;
+  args.batch = batch;
+  args.heads = options_.heads;
+  args.head_dim = head_dim_;
+  args.capacity = options_.max_context;
+  args.slots = slot_ids;
+  args.lengths = lengths;
+  args.q = qkv_data;
+  args.q_stride = 3 * d;
+  args.content_bias = u.data_ptr<float>();
+  args.position_bias = v.data_ptr<float>();
+  args.r = r.data_ptr<float>();
+  args.k_cache = state.tensors[0].data_ptr<float>();
+  args.v_cache = state.tensors[1].data_ptr<float>();
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  args.out = out.data_ptr<float>();
+  kernels::CachedAttentionStep(args);
+  kernels::AdvanceLengths(batch, slot_ids, lengths);
+  return out_proj_->forward(out);
+}
+
+int64_t RelativeMultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
+  const int64_t cached = std::min(context, options_.max_context);
+  return 2 * cached * options_.d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+}  // namespace attn

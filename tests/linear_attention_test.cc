@@ -1,0 +1,103 @@
+#include "model/linear_attention.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tests/reference.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using testing::MaxAbsDiff;
+using testing::SmallOptions;
+
+class LinearAttentionTest : public ::testing::TestWithParam<MixerKind> {
+ protected:
+  bool exp_feature() const { return GetParam() == MixerKind::kLinearExp; }
+};
+
+TEST_P(LinearAttentionTest, CausalForwardMatchesNestedLoopsInFloat64) {
+  torch::manual_seed(11);
+  auto options = SmallOptions(GetParam());
+  LinearAttention attention(options);
+  attention->to(torch::kDouble);
+  auto x = torch::randn({2, 45, options.d_model}, torch::kDouble);
+  auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
+  auto expected = reference::ApplyLinear(
+      attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
+                                                        exp_feature(), true, options.linear_eps));
+  EXPECT_LT(MaxAbsDiff(attention->forward(x), expected), 1e-10);
+}
+
+TEST_P(LinearAttentionTest, FusedStepsMatchNestedLoops) {
+  torch::manual_seed(12);
+  auto options = SmallOptions(GetParam());
+  LinearAttention attention(options);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({2, 30, options.d_model});
+  auto state = attention->initial_state(2, torch::kCPU);
+  std::vector<torch::Tensor> steps;
+  for (int64_t t = 0; t < 30; ++t) steps.push_back(attention->step(x.select(1, t), state));
+  auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
+  auto expected = reference::ApplyLinear(
+      attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
+                                                        exp_feature(), true, options.linear_eps));
+  EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), expected), 1e-5);
+}
+
+TEST_P(LinearAttentionTest, NonCausalMatchesNestedLoopsAndIgnoresPadding) {
+  torch::manual_seed(13);
+  auto options = SmallOptions(GetParam());
+  LinearAttention attention(options);
+  attention->to(torch::kDouble);
+  auto query = torch::randn({2, 6, options.d_model}, torch::kDouble);
+  auto memory = torch::randn({2, 11, options.d_model}, torch::kDouble);
+  auto qkv = reference::ProjectQkv(attention->in_proj(), query, memory);
+  auto expected = reference::ApplyLinear(
+      attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
+                                                        exp_feature(), false, options.linear_eps));
+  EXPECT_LT(MaxAbsDiff(attention->attend(query, memory, memory), expected), 1e-10);
+
+  auto mask = torch::zeros({2, 11}, torch::kBool);
+  mask.narrow(1, 8, 3).fill_(true);
+  auto padded = attention->attend(query, memory, memory, mask);
+  auto prefix = memory.narrow(1, 0, 8);
+  EXPECT_LT(MaxAbsDiff(padded, attention->attend(query, prefix, prefix)), 1e-12);
+}
+
+TEST_P(LinearAttentionTest, NonCausalIsPermutationEquivariant) {
+  torch::manual_seed(14);
+  LinearAttention attention(SmallOptions(GetParam()));
+  attention->to(torch::kDouble);
+  auto x = torch::randn({2, 12, 32}, torch::kDouble);
+  auto perm = torch::randperm(12);
+  auto xp = x.index_select(1, perm);
+  EXPECT_LT(MaxAbsDiff(attention->attend(xp, xp, xp), attention->attend(x, x, x).index_select(1, perm)),
+            1e-12);
+}
+
+TEST_P(LinearAttentionTest, BlockSizeDoesNotChangeTheCausalForm) {
+  torch::manual_seed(15);
+  auto options = SmallOptions(GetParam());
+  LinearAttention reference_module(options);
+  reference_module->to(torch::kDouble);
+  auto x = torch::randn({1, 50, options.d_model}, torch::kDouble);
+  auto expected = reference_module->forward(x);
+  for (int64_t chunk : {1, 7, 1000}) {
+    options.chunk = chunk;
+    LinearAttention other(options);
+    other->to(torch::kDouble);
+    torch::NoGradGuard no_grad;
+    auto src = reference_module->parameters();
+    auto dst = other->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    EXPECT_LT(MaxAbsDiff(other->forward(x), expected), 1e-12) << "chunk " << chunk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FeatureMaps, LinearAttentionTest,
+                         ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp));
+
+}  // namespace
+}  // namespace attn

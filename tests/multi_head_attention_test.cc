@@ -1,0 +1,134 @@
+#include "model/multi_head_attention.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "tests/reference.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using testing::MaxAbsDiff;
+using testing::SmallOptions;
+
+std::vector<double> ToVector(const torch::Tensor& t) {
+  auto d = t.detach().to(torch::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+TEST(ScaledDotProductAttention, MatchesNestedLoops) {
+  torch::manual_seed(1);
+  auto q = torch::randn({2, 9, 16}, torch::kDouble);
+  auto k = torch::randn({2, 13, 16}, torch::kDouble);
+  auto v = torch::randn({2, 13, 16}, torch::kDouble);
+  auto split = [](const torch::Tensor& x) { return x.view({2, -1, 2, 8}).transpose(1, 2); };
+  auto bias = CausalBias(9, 13, 4, q.options());
+  auto y = ScaledDotProductAttention(split(q), split(k), split(v), bias);
+  y = y.transpose(1, 2).reshape({2, 9, 16});
+  auto expected = reference::SoftmaxAttention(q, k, v, 2, /*causal=*/true, /*offset=*/4, {});
+  EXPECT_LT(MaxAbsDiff(y, expected), 1e-12);
+}
+
+TEST(Alibi, GeometricSlopesFromThePaper) {
+  auto slopes = AlibiSlopes(8);
+  for (int h = 0; h < 8; ++h) EXPECT_FLOAT_EQ(slopes[h].item<float>(), std::pow(2.0f, -(h + 1)));
+}
+
+class MhaReferenceTest : public ::testing::TestWithParam<MixerKind> {};
+
+TEST_P(MhaReferenceTest, CausalForwardMatchesNestedLoopsInFloat64) {
+  torch::manual_seed(2);
+  auto options = SmallOptions(GetParam());
+  options.learn_alibi_slopes = true;
+  MultiHeadAttention mha(options);
+  {
+    torch::NoGradGuard no_grad;  // slopes away from the default, still positive
+    for (auto& p : mha->named_parameters()) {
+      if (p.key().find("alibi") != std::string::npos) p.value().add_(0.3);
+    }
+  }
+  mha->to(torch::kDouble);
+  auto x = torch::randn({2, 37, options.d_model}, torch::kDouble);
+  auto y = mha->forward(x);
+  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
+  std::vector<double> slopes;
+  if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
+  auto expected = reference::ApplyLinear(
+      mha->out_proj(), reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads,
+                                                   /*causal=*/true, 0, slopes));
+  EXPECT_LT(MaxAbsDiff(y, expected), 1e-10);
+}
+
+TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
+  torch::manual_seed(3);
+  auto options = SmallOptions(GetParam());
+  MultiHeadAttention mha(options);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({2, 40, options.d_model});
+  auto state = mha->initial_state(2, torch::kCPU);
+  std::vector<torch::Tensor> steps;
+  for (int64_t t = 0; t < 40; ++t) steps.push_back(mha->step(x.select(1, t), state));
+  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
+  std::vector<double> slopes;
+  if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
+  auto expected = reference::ApplyLinear(
+      mha->out_proj(),
+      reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads, true, 0, slopes));
+  EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), expected), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(MhaKinds, MhaReferenceTest,
+                         ::testing::Values(MixerKind::kMha, MixerKind::kMhaAlibi));
+
+TEST(MultiHeadAttention, PaddedKeysAreIgnored) {
+  torch::manual_seed(4);
+  auto options = SmallOptions(MixerKind::kMhaAlibi);
+  MultiHeadAttention mha(options);
+  mha->to(torch::kDouble);
+  auto x = torch::randn({2, 10, options.d_model}, torch::kDouble);
+  auto mask = torch::zeros({2, 10}, torch::kBool);
+  mask[0].narrow(0, 7, 3).fill_(true);
+  auto y = mha->attend(x, x, x, mask);
+  auto noisy = x.clone();
+  noisy[0].narrow(0, 7, 3).normal_();  // what the padding holds must not matter
+  auto y_noisy = mha->attend(noisy, noisy, noisy, mask);
+  EXPECT_LT(MaxAbsDiff(y[0].narrow(0, 0, 7), y_noisy[0].narrow(0, 0, 7)), 1e-12);
+  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
+  std::vector<std::vector<bool>> padding(2, std::vector<bool>(10, false));
+  for (int j = 7; j < 10; ++j) padding[0][j] = true;
+  auto expected = reference::ApplyLinear(
+      mha->out_proj(), reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads, false, 0,
+                                                   ToVector(mha->alibi_slopes()), padding));
+  EXPECT_LT(MaxAbsDiff(y, expected), 1e-10);
+}
+
+TEST(MultiHeadAttention, NonCausalIsPermutationEquivariant) {
+  torch::manual_seed(5);
+  MultiHeadAttention mha(SmallOptions(MixerKind::kMha));
+  mha->to(torch::kDouble);
+  auto x = torch::randn({2, 12, 32}, torch::kDouble);
+  auto perm = torch::randperm(12);
+  auto y = mha->attend(x, x, x);
+  auto xp = x.index_select(1, perm);
+  EXPECT_LT(MaxAbsDiff(mha->attend(xp, xp, xp), y.index_select(1, perm)), 1e-12);
+}
+
+TEST(MultiHeadAttention, LearnedAlibiSlopesReceiveGradients) {
+  auto options = SmallOptions(MixerKind::kMhaAlibi);
+  options.learn_alibi_slopes = true;
+  MultiHeadAttention mha(options);
+  mha->forward(torch::randn({1, 9, 32})).pow(2).sum().backward();
+  bool found = false;
+  for (auto& p : mha->named_parameters()) {
+    if (p.key().find("alibi") == std::string::npos) continue;
+    found = true;
+    EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0);
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace attn

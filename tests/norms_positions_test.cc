@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/norms.h"
+#include "model/positions.h"
+#include "tests/reference.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using testing::MaxAbsDiff;
+
+TEST(Norms, MatchTheirFormulas) {
+  torch::manual_seed(61);
+  auto x = torch::randn({3, 5, 16}, torch::kDouble);
+  for (auto kind : {NormKind::kLayerNorm, NormKind::kScaleNorm, NormKind::kRmsNorm}) {
+    Norm norm(kind, 16);
+    norm->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : norm->parameters()) p.uniform_(0.5, 1.5);
+    }
+    auto y = norm->forward(x);
+    auto params = norm->named_parameters();
+    auto g = params["gain"];
+    torch::Tensor expected;
+    const double eps = 1e-5;
+    switch (kind) {
+      case NormKind::kLayerNorm: {
+        auto mean = x.mean(-1, true);
+        auto var = (x - mean).pow(2).mean(-1, true);
+        expected = g * (x - mean) / torch::sqrt(var + eps) + params["bias"];
+        break;
+      }
+      case NormKind::kScaleNorm:
+        expected = g * x / x.pow(2).sum(-1, true).sqrt();
+        break;
+      case NormKind::kRmsNorm:
+        expected = g * x / torch::sqrt(x.pow(2).mean(-1, true) + eps);
+        break;
+    }
+    EXPECT_LT(MaxAbsDiff(y, expected), 1e-10) << NormKindName(kind);
+    NormKind parsed;
+    ASSERT_TRUE(ParseNormKind(NormKindName(kind), &parsed));
+    EXPECT_EQ(parsed, kind);
+  }
+}
+
+TEST(Positions, SinusoidMatchesTheFormula) {
+  auto table = SinusoidalEmbedding(torch::arange(50), 24);
+  for (int64_t p : {0, 1, 17, 49}) {
+    auto expected = reference::Sinusoid(p, 24);
+    for (int64_t c = 0; c < 24; ++c) {
+      EXPECT_NEAR(table[p][c].item<double>(), expected[c], 1e-6) << "p=" << p << " c=" << c;
+    }
+  }
+  SinusoidalPositions module(24);
+  EXPECT_TRUE(module->forward(torch::arange(50)).equal(table));
+}
+
+TEST(Positions, LearnedTableIsTrainedAndBounded) {
+  LearnedPositions positions(10, 8);
+  auto y = positions->forward(torch::tensor({{0, 3, 9}}));
+  EXPECT_EQ(y.sizes(), torch::IntArrayRef({1, 3, 8}));
+  y.sum().backward();
+  EXPECT_EQ(positions->table().grad().abs().sum(1).gt(0).sum().item<int64_t>(), 3);
+  EXPECT_THROW(positions->forward(torch::tensor({10})), c10::Error);
+}
+
+}  // namespace
+}  // namespace attn

@@ -1,0 +1,62 @@
+// Helpers shared by the model tests.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "model/aft.h"
+#include "model/mixer.h"
+
+namespace attn::testing {
+
+// Small but non-trivial sizes: several heads, a window shorter than the
+// sequences, chunks that do not divide them.
+inline MixerOptions SmallOptions(MixerKind kind) {
+  MixerOptions o;
+  o.kind = kind;
+  o.d_model = 32;
+  o.heads = 4;
+  o.max_context = 256;
+  o.window = 8;
+  o.chunk = 16;
+  o.mem_len = 64;
+  return o;
+}
+
+// Gives every position parameter (AFT bias, XL u and v) random values, so a
+// test cannot pass because they sit at their zero initialisation.
+inline void RandomizePositionParameters(torch::nn::Module& module, double stddev = 0.5) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters()) {
+    const auto& name = p.key();
+    if (name.find("proj") == std::string::npos) p.value().normal_(0.0, stddev);
+  }
+}
+
+inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// w_{t,t'} of an AFT module as a dense [G, T, T] tensor, built from the bias
+// table by the definition in model/aft.h (0 outside the window).
+inline torch::Tensor AftBiasMatrix(const AftImpl& aft, int64_t time) {
+  const int64_t window = aft.window();
+  const auto table = aft.position_bias();
+  const int64_t groups = table.defined() ? table.size(0) : 1;
+  auto w = torch::zeros({groups, time, time}, torch::kDouble);
+  if (!table.defined()) return w;
+  auto t_acc = table.detach().to(torch::kDouble).contiguous();
+  auto ta = t_acc.accessor<double, 3>();
+  auto wa = w.accessor<double, 3>();
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t t = 0; t < time; ++t) {
+      for (int64_t s = 0; s <= t; ++s) {
+        if (t - s < window) wa[g][t][s] = ta[g][table.size(1) > 1 ? t : 0][t - s];
+      }
+    }
+  }
+  return w;
+}
+
+}  // namespace attn::testing
