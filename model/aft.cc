@@ -215,8 +215,8 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state,
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   const int64_t batch = x.size(0), d = options_.d_model;
-  auto rows = ResolveSlots(state, slots, batch);
-  CheckCapacity(state, rows, 1);
+  torch::Tensor slot_holder;
+  const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
   auto out = torch::empty({batch, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
@@ -226,7 +226,7 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state,
   args.window = window_;
   args.bias_heads = bias_heads_;
   args.bias_rows = bias.defined() ? bias.size(1) : 1;
-  args.slots = rows.data_ptr<int64_t>();
+  args.slots = slot_ids;
   args.lengths = state.length.data_ptr<int64_t>();
   args.q = qkv.data_ptr<float>();
   args.k = args.q + d;

@@ -4,8 +4,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
+
+// Each hot per-row function is compiled for AVX-512, AVX2+FMA and baseline
+// x86-64; the loader picks the best the CPU has, so one binary serves any
+// x86-64 machine. The file is built with reassociation allowed (see
+// model/CMakeLists.txt) so that the dot products and sums vectorise.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTN_HOT
+#endif
 
 namespace attn::kernels {
 namespace {
@@ -18,28 +29,54 @@ int64_t GrainFor(int64_t work_per_task) {
   return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_task));
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
+inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
+
+inline float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
 
-float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// exp(x) within 2 ulp for x in [-87, 88], 0 below, +inf above; free of
+// branches and calls so that loops over it vectorise (std::exp does not).
+// Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
+// for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
+// bits.
+inline float Exp(float x) {
+  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  float r = clamped - n * 0.693359375f;
+  r -= n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const float y = er * scale;
+  return x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
+}
+
+inline float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
 
 // phi of linear attention, written to `out`.
-void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
+inline void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
   if (exp_feature) {
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
-    for (int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i] - max);
+    for (int64_t i = 0; i < n; ++i) out[i] = Exp(x[i] - max);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : std::exp(x[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : Exp(x[i]);
   }
 }
 
-void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
+ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
   const int64_t dh = a.head_dim;
-  const int64_t slot = a.slots[b];
+  const int64_t slot = SlotOf(a.slots, b);
   const int64_t length = a.lengths[slot];
   const int64_t row = (slot * a.heads + h) * a.capacity * dh;
   const float* keys = a.k_cache + row;
@@ -65,7 +102,7 @@ void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, std::vect
   }
   float total = 0.0f;
   for (int64_t j = 0; j <= length; ++j) {
-    scores[j] = std::exp(scores[j] - max);
+    scores[j] = Exp(scores[j] - max);
     total += scores[j];
   }
   float* out = a.out + (b * a.heads + h) * dh;
@@ -78,9 +115,9 @@ void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, std::vect
   }
 }
 
-void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
+ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
   const int64_t dh = a.head_dim;
-  const int64_t slot = a.slots[b];
+  const int64_t slot = SlotOf(a.slots, b);
   const int64_t in = b * a.stride + h * dh;
   scratch.resize(2 * dh);
   float* phi_q = scratch.data();
@@ -110,29 +147,27 @@ void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h, std::vector<fl
   for (int64_t j = 0; j < dh; ++j) out[j] *= inv;
 }
 
-// Raises the running max c to include k; rescales the sums kept relative to
-// it. Returns true if any channel's max grew.
-bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* num, float* den,
-                     float* scale) {
-  bool grew = false;
+// Raises the running max c to include k and rescales the sums kept relative
+// to it; scale[d] is exp(c_old - c_new), exactly 1 where c did not move.
+// Returns true if any channel's max grew.
+inline bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* num, float* den,
+                            float* scale) {
+  int grew = 0;
   for (int64_t d = 0; d < d_model; ++d) {
-    if (k[d] > c[d]) {
-      scale[d] = std::exp(c[d] - k[d]);  // exp(-inf) = 0 for the first key
-      c[d] = k[d];
-      num[d] *= scale[d];
-      den[d] *= scale[d];
-      grew = true;
-    } else {
-      scale[d] = 1.0f;
-    }
+    const float raised = std::max(c[d], k[d]);
+    grew |= raised > c[d];
+    scale[d] = Exp(c[d] - raised);  // exp(-inf) = 0 before the first key
+    c[d] = raised;
+    num[d] *= scale[d];
+    den[d] *= scale[d];
   }
-  return grew;
+  return grew != 0;
 }
 
-void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch) {
+ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch) {
   const int64_t dm = a.channels;
   const int64_t w = a.window;
-  const int64_t slot = a.slots[b];
+  const int64_t slot = SlotOf(a.slots, b);
   const int64_t t = a.lengths[slot];
   const float* q = a.q + b * a.stride;
   const float* k = a.k + b * a.stride;
@@ -171,7 +206,7 @@ void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch
   }
   if (w == 0) {
     for (int64_t d = 0; d < dm; ++d) {
-      const float e = std::exp(k[d] - c[d]);
+      const float e = Exp(k[d] - c[d]);
       num[d] += e * v[d];
       den[d] += e;
       a.out[b * dm + d] = Sigmoid(q[d]) * num[d] / den[d];
@@ -181,7 +216,7 @@ void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch
   float* ek_new = ring_ek + (t % w) * dm;
   float* ekv_new = ring_ekv + (t % w) * dm;
   for (int64_t d = 0; d < dm; ++d) {
-    ek_new[d] = std::exp(k[d] - c[d]);
+    ek_new[d] = Exp(k[d] - c[d]);
     ekv_new[d] = ek_new[d] * v[d];
   }
   const int64_t visible = std::min(t + 1, w);
@@ -189,7 +224,7 @@ void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch
   for (int64_t h = 0; h < a.bias_heads; ++h) {
     const float* bias = a.bias + (h * a.bias_rows + bias_row) * w;
     for (int64_t delta = 0; delta < visible; ++delta) {
-      exp_bias[h * w + delta] = std::exp(bias[delta]);
+      exp_bias[h * w + delta] = Exp(bias[delta]);
     }
   }
   std::copy(num, num + dm, acc_num);
@@ -217,7 +252,7 @@ void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch
 void CachedAttentionStep(const CachedAttentionArgs& a) {
   const int64_t tasks = a.batch * a.heads;
   int64_t longest = 1;
-  for (int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.lengths[a.slots[b]] + 1);
+  for (int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
   const int64_t work = longest * a.head_dim * (a.r ? 3 : 2);
   at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
     std::vector<float> scratch;
@@ -231,7 +266,7 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
                    const int64_t* slots, const int64_t* lengths, const float* k, const float* v,
                    int64_t stride, float* k_cache, float* v_cache) {
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t slot = slots[b];
+    const int64_t slot = SlotOf(slots, b);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t at = ((slot * heads + h) * capacity + lengths[slot]) * head_dim;
       std::copy_n(k + b * stride + h * head_dim, head_dim, k_cache + at);
@@ -241,7 +276,7 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
 }
 
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths) {
-  for (int64_t b = 0; b < batch; ++b) ++lengths[slots[b]];
+  for (int64_t b = 0; b < batch; ++b) ++lengths[SlotOf(slots, b)];
 }
 
 void LinearAttentionStep(const LinearStepArgs& a) {

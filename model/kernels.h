@@ -7,8 +7,9 @@
 // channels of every sequence, in place on the state rows of a slot pool.
 //
 // All pointers are float32, contiguous, row-major. `slots[b]` is the pool row
-// of batch element b and `lengths[slot]` the number of tokens that row has
-// consumed before this step. The functions parallelise over the batch.
+// of batch element b (slots null: row b) and `lengths[slot]` the number of
+// tokens that row has consumed before this step. The functions parallelise
+// over the batch.
 #pragma once
 
 #include <cstdint>

@@ -109,7 +109,8 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   const int64_t batch = x.size(0), d = options_.d_model;
-  auto rows = ResolveSlots(state, slots, batch);
+  torch::Tensor slot_holder;
+  const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
   auto out = torch::empty({batch, d}, x.options());
   kernels::LinearStepArgs args;
@@ -118,7 +119,7 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   args.head_dim = head_dim_;
   args.exp_feature = exp_feature();
   args.eps = static_cast<float>(options_.linear_eps);
-  args.slots = rows.data_ptr<int64_t>();
+  args.slots = slot_ids;
   args.q = qkv.data_ptr<float>();
   args.k = args.q + d;
   args.v = args.q + 2 * d;

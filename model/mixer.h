@@ -138,6 +138,11 @@ class SequenceMixer : public torch::nn::Module {
                              int64_t batch) const;
   // Throws unless the rows `slots` can take `tokens` more tokens.
   void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
+  // The checks of a fused step: validates `slots` and that each row can take
+  // one more token. Returns the rows' ids, or null for rows 0..B-1;
+  // `holder` keeps converted ids alive.
+  const int64_t* PrepareFusedStep(const MixerState& state, const torch::Tensor& slots,
+                                  int64_t batch, torch::Tensor* holder) const;
   // The common length of rows `slots`; throws if they differ.
   int64_t CommonLength(const MixerState& state, const torch::Tensor& slots) const;
   // Whether step() may take the fused CPU path for input x and `state`.

@@ -134,12 +134,11 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   const int64_t batch = x.size(0), d = options_.d_model;
-  auto rows = ResolveSlots(state, slots, batch);
-  CheckCapacity(state, rows, 1);
+  torch::Tensor slot_holder;
+  const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
   const float* qkv_data = qkv.data_ptr<float>();
   auto* lengths = state.length.data_ptr<int64_t>();
-  const auto* slot_ids = rows.data_ptr<int64_t>();
   kernels::AppendToCache(batch, options_.heads, head_dim_, options_.max_context, slot_ids, lengths,
                          qkv_data + d, qkv_data + 2 * d, 3 * d,
                          state.tensors[0].data_ptr<float>(), state.tensors[1].data_ptr<float>());
