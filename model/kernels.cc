@@ -10,8 +10,9 @@
 
 // Each hot per-row function is compiled for AVX-512, AVX2+FMA and baseline
 // x86-64; the loader picks the best the CPU has, so one binary serves any
-// x86-64 machine. The file is built with reassociation allowed (see
-// model/CMakeLists.txt) so that the dot products and sums vectorise.
+// x86-64 machine. The reductions that may be reordered to vectorise say so
+// with `omp simd reduction` (-fopenmp-simd: no OpenMP runtime); elsewhere
+// float arithmetic keeps its order.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define ATTN_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -33,6 +34,7 @@ inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b]
 
 inline float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -42,7 +44,7 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 // Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
 // for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
 // bits.
-inline float Exp(float x) {
+inline float FastExp(float x) {
   const float clamped = std::min(std::max(x, -87.0f), 88.0f);
   const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
   float r = clamped - n * 0.693359375f;
@@ -61,16 +63,17 @@ inline float Exp(float x) {
   return x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
 }
 
-inline float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
+inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 
 // phi of linear attention, written to `out`.
 inline void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
   if (exp_feature) {
     float max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max)
     for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
-    for (int64_t i = 0; i < n; ++i) out[i] = Exp(x[i] - max);
+    for (int64_t i = 0; i < n; ++i) out[i] = FastExp(x[i] - max);
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : Exp(x[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : FastExp(x[i]);
   }
 }
 
@@ -101,8 +104,9 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, 
     max = std::max(max, s);
   }
   float total = 0.0f;
+#pragma omp simd reduction(+ : total)
   for (int64_t j = 0; j <= length; ++j) {
-    scores[j] = Exp(scores[j] - max);
+    scores[j] = FastExp(scores[j] - max);
     total += scores[j];
   }
   float* out = a.out + (b * a.heads + h) * dh;
@@ -153,10 +157,11 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h, std::
 inline bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* num, float* den,
                             float* scale) {
   int grew = 0;
+#pragma omp simd reduction(| : grew)
   for (int64_t d = 0; d < d_model; ++d) {
     const float raised = std::max(c[d], k[d]);
     grew |= raised > c[d];
-    scale[d] = Exp(c[d] - raised);  // exp(-inf) = 0 before the first key
+    scale[d] = FastExp(c[d] - raised);  // exp(-inf) = 0 before the first key
     c[d] = raised;
     num[d] *= scale[d];
     den[d] *= scale[d];
@@ -206,7 +211,7 @@ ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>
   }
   if (w == 0) {
     for (int64_t d = 0; d < dm; ++d) {
-      const float e = Exp(k[d] - c[d]);
+      const float e = FastExp(k[d] - c[d]);
       num[d] += e * v[d];
       den[d] += e;
       a.out[b * dm + d] = Sigmoid(q[d]) * num[d] / den[d];
@@ -216,7 +221,7 @@ ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>
   float* ek_new = ring_ek + (t % w) * dm;
   float* ekv_new = ring_ekv + (t % w) * dm;
   for (int64_t d = 0; d < dm; ++d) {
-    ek_new[d] = Exp(k[d] - c[d]);
+    ek_new[d] = FastExp(k[d] - c[d]);
     ekv_new[d] = ek_new[d] * v[d];
   }
   const int64_t visible = std::min(t + 1, w);
@@ -224,7 +229,7 @@ ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>
   for (int64_t h = 0; h < a.bias_heads; ++h) {
     const float* bias = a.bias + (h * a.bias_rows + bias_row) * w;
     for (int64_t delta = 0; delta < visible; ++delta) {
-      exp_bias[h * w + delta] = Exp(bias[delta]);
+      exp_bias[h * w + delta] = FastExp(bias[delta]);
     }
   }
   std::copy(num, num + dm, acc_num);
@@ -274,6 +279,8 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
     }
   }
 }
+
+float Exp(float x) { return FastExp(x); }
 
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths) {
   for (int64_t b = 0; b < batch; ++b) ++lengths[SlotOf(slots, b)];

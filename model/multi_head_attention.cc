@@ -6,11 +6,10 @@
 #include <limits>
 
 #include "model/heads.h"
-#include "model/kernels.h"
+#include "model/kv_cache.h"
 
 namespace attn {
 
-using torch::indexing::Slice;
 
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& bias) {
@@ -99,12 +98,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 MixerState MultiHeadAttentionImpl::initial_state(int64_t rows, torch::Device device) const {
-  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
-  MixerState state;
-  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
-  const std::vector<int64_t> shape = {rows, options_.heads, options_.max_context, head_dim_};
-  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
-  return state;
+  return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 
 torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
@@ -116,13 +110,7 @@ torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState
   CheckCapacity(state, rows, chunk);
   const int64_t start = CommonLength(state, rows);
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
-  auto index = rows.to(x.device());
-  auto& k_cache = state.tensors[0];
-  auto& v_cache = state.tensors[1];
-  k_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[1]);
-  v_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[2]);
-  auto keys = k_cache.narrow(2, 0, start + chunk).index_select(0, index);
-  auto values = v_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
   auto y = AttendHeads(qkv[0], keys, values, {}, /*causal=*/true, start);
   state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
   return y;
@@ -133,40 +121,17 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
-  const int64_t batch = x.size(0), d = options_.d_model;
   torch::Tensor slot_holder;
-  const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
+  const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
-  const float* qkv_data = qkv.data_ptr<float>();
-  auto* lengths = state.length.data_ptr<int64_t>();
-  kernels::AppendToCache(batch, options_.heads, head_dim_, options_.max_context, slot_ids, lengths,
-                         qkv_data + d, qkv_data + 2 * d, 3 * d,
-                         state.tensors[0].data_ptr<float>(), state.tensors[1].data_ptr<float>());
-  auto out = torch::empty({batch, d}, x.options());
+  CachedStepTerms terms;
   torch::Tensor slopes = uses_alibi() ? alibi_slopes().contiguous() : torch::Tensor();
-  kernels::CachedAttentionArgs args;
-  args.batch = batch;
-  args.heads = options_.heads;
-  args.head_dim = head_dim_;
-  args.capacity = options_.max_context;
-  args.slots = slot_ids;
-  args.lengths = lengths;
-  args.q = qkv_data;
-  args.q_stride = 3 * d;
-  args.slopes = slopes.defined() ? slopes.data_ptr<float>() : nullptr;
-  args.k_cache = state.tensors[0].data_ptr<float>();
-  args.v_cache = state.tensors[1].data_ptr<float>();
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  args.out = out.data_ptr<float>();
-  kernels::CachedAttentionStep(args);
-  kernels::AdvanceLengths(batch, slot_ids, lengths);
-  return out_proj_->forward(out);
+  if (slopes.defined()) terms.slopes = slopes.data_ptr<float>();
+  return out_proj_->forward(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms));
 }
 
 int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
-  const int64_t cached = std::min(context, options_.max_context);
-  return 2 * cached * options_.d_model * static_cast<int64_t>(sizeof(float)) +
-         static_cast<int64_t>(sizeof(int64_t));
+  return KvCacheBytes(context, options_.max_context, options_.d_model);
 }
 
 }  // namespace attn

@@ -6,12 +6,11 @@
 #include <limits>
 
 #include "model/heads.h"
-#include "model/kernels.h"
+#include "model/kv_cache.h"
 #include "model/positions.h"
 
 namespace attn {
 
-using torch::indexing::Slice;
 
 RelativeMultiHeadAttentionImpl::RelativeMultiHeadAttentionImpl(const MixerOptions& options)
     : SequenceMixer(options), head_dim_(options.d_model / options.heads) {
@@ -95,12 +94,7 @@ std::pair<torch::Tensor, torch::Tensor> RelativeMultiHeadAttentionImpl::forward_
 
 MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows,
                                                          torch::Device device) const {
-  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
-  MixerState state;
-  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
-  const std::vector<int64_t> shape = {rows, options_.heads, options_.max_context, head_dim_};
-  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
-  return state;
+  return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 
 torch::Tensor RelativeMultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
@@ -112,13 +106,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::prefill(const torch::Tensor& x, Mi
   CheckCapacity(state, rows, chunk);
   const int64_t start = CommonLength(state, rows);
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
-  auto index = rows.to(x.device());
-  auto& k_cache = state.tensors[0];
-  auto& v_cache = state.tensors[1];
-  k_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[1]);
-  v_cache.index_put_({index, Slice(), Slice(start, start + chunk)}, qkv[2]);
-  auto keys = k_cache.narrow(2, 0, start + chunk).index_select(0, index);
-  auto values = v_cache.narrow(2, 0, start + chunk).index_select(0, index);
+  auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
   auto y = Attend(qkv[0], keys, values, start);
   state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
   return y;
@@ -129,44 +117,21 @@ torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, Mixer
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
-  const int64_t batch = x.size(0), d = options_.d_model;
   torch::Tensor slot_holder;
-  const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
+  const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
   auto r = ProjectedDistances(options_.max_context);
   auto u = u_.contiguous();
   auto v = v_.contiguous();
-  const float* qkv_data = qkv.data_ptr<float>();
-  auto* lengths = state.length.data_ptr<int64_t>();
-  kernels::AppendToCache(batch, options_.heads, head_dim_, options_.max_context, slot_ids, lengths,
-                         qkv_data + d, qkv_data + 2 * d, 3 * d,
-                         state.tensors[0].data_ptr<float>(), state.tensors[1].data_ptr<float>());
-  auto out = torch::empty({batch, d}, x.options());
-  kernels::CachedAttentionArgs args;
-  args.batch = batch;
-  args.heads = options_.heads;
-  args.head_dim = head_dim_;
-  args.capacity = options_.max_context;
-  args.slots = slot_ids;
-  args.lengths = lengths;
-  args.q = qkv_data;
-  args.q_stride = 3 * d;
-  args.content_bias = u.data_ptr<float>();
-  args.position_bias = v.data_ptr<float>();
-  args.r = r.data_ptr<float>();
-  args.k_cache = state.tensors[0].data_ptr<float>();
-  args.v_cache = state.tensors[1].data_ptr<float>();
-  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  args.out = out.data_ptr<float>();
-  kernels::CachedAttentionStep(args);
-  kernels::AdvanceLengths(batch, slot_ids, lengths);
-  return out_proj_->forward(out);
+  CachedStepTerms terms;
+  terms.content_bias = u.data_ptr<float>();
+  terms.position_bias = v.data_ptr<float>();
+  terms.r = r.data_ptr<float>();
+  return out_proj_->forward(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms));
 }
 
 int64_t RelativeMultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
-  const int64_t cached = std::min(context, options_.max_context);
-  return 2 * cached * options_.d_model * static_cast<int64_t>(sizeof(float)) +
-         static_cast<int64_t>(sizeof(int64_t));
+  return KvCacheBytes(context, options_.max_context, options_.d_model);
 }
 
 }  // namespace attn

@@ -49,6 +49,18 @@ TEST(Norms, MatchTheirFormulas) {
   }
 }
 
+TEST(Norms, BackwardGivesFiniteGradients) {
+  for (auto kind : {NormKind::kLayerNorm, NormKind::kScaleNorm, NormKind::kRmsNorm}) {
+    Norm norm(kind, 16);
+    auto x = torch::randn({2, 3, 16}, torch::requires_grad());
+    norm->forward(x).pow(2).sum().backward();
+    EXPECT_TRUE(torch::isfinite(x.grad()).all().item<bool>()) << NormKindName(kind);
+    for (auto& p : norm->parameters()) {
+      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << NormKindName(kind);
+    }
+  }
+}
+
 TEST(Positions, SinusoidMatchesTheFormula) {
   auto table = SinusoidalEmbedding(torch::arange(50), 24);
   for (int64_t p : {0, 1, 17, 49}) {

@@ -1,0 +1,75 @@
+#include "model/kv_cache.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/kernels.h"
+
+namespace attn {
+
+using torch::indexing::Slice;
+
+MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
+                            torch::Device device) {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  const std::vector<int64_t> shape = {rows, heads, capacity, head_dim};
+  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
+  return state;
+}
+
+std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
+                                                           const torch::Tensor& index,
+                                                           int64_t start, const torch::Tensor& k,
+                                                           const torch::Tensor& v) {
+  const int64_t end = start + k.size(2);
+  auto& k_cache = state.tensors[0];
+  auto& v_cache = state.tensors[1];
+  k_cache.index_put_({index, Slice(), Slice(start, end)}, k);
+  v_cache.index_put_({index, Slice(), Slice(start, end)}, v);
+  return {k_cache.narrow(2, 0, end).index_select(0, index),
+          v_cache.narrow(2, 0, end).index_select(0, index)};
+}
+
+torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state,
+                                  const int64_t* slots, int64_t heads,
+                                  const CachedStepTerms& terms) {
+  const int64_t batch = qkv.size(0), d = qkv.size(1) / 3, head_dim = d / heads;
+  const int64_t capacity = state.tensors[0].size(2);
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  float* k_cache = state.tensors[0].data_ptr<float>();
+  float* v_cache = state.tensors[1].data_ptr<float>();
+  kernels::AppendToCache(batch, heads, head_dim, capacity, slots, lengths, qkv_data + d,
+                         qkv_data + 2 * d, 3 * d, k_cache, v_cache);
+  auto out = torch::empty({batch, d}, qkv.options());
+  kernels::CachedAttentionArgs args;
+  args.batch = batch;
+  args.heads = heads;
+  args.head_dim = head_dim;
+  args.capacity = capacity;
+  args.slots = slots;
+  args.lengths = lengths;
+  args.q = qkv_data;
+  args.q_stride = 3 * d;
+  args.content_bias = terms.content_bias;
+  args.position_bias = terms.position_bias;
+  args.r = terms.r;
+  args.slopes = terms.slopes;
+  args.k_cache = k_cache;
+  args.v_cache = v_cache;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  args.out = out.data_ptr<float>();
+  kernels::CachedAttentionStep(args);
+  kernels::AdvanceLengths(batch, slots, lengths);
+  return out;
+}
+
+int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model) {
+  return 2 * std::min(context, capacity) * d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+}  // namespace attn
