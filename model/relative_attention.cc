@@ -35,13 +35,17 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
         .view({count, options_.heads, head_dim_});
   }
   // Without autograd, W_r R is computed once for every distance and reused
-  // until W_r changes, so a decode step does not pay O(L d^2) for it.
-  if (!projected_cache_.defined() || projected_version_ != w._version() ||
+  // until W_r changes (another tensor, or an in-place write that bumps its
+  // version), so a decode step does not pay O(L d^2) for it. Tensors made
+  // under InferenceMode keep no version; such weights are not rewritten in
+  // place once serving.
+  const int64_t version = w.is_inference() ? 0 : static_cast<int64_t>(w._version());
+  if (!projected_cache_.defined() || projected_version_ != version ||
       projected_data_ != w.data_ptr() || projected_cache_.device() != w.device()) {
     projected_cache_ = r_proj_->forward(distances_)
                            .view({options_.max_context, options_.heads, head_dim_})
                            .contiguous();
-    projected_version_ = w._version();
+    projected_version_ = version;
     projected_data_ = w.data_ptr();
   }
   return projected_cache_.narrow(0, 0, count);

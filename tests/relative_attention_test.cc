@@ -80,5 +80,35 @@ TEST_F(RelativeAttentionTest, LaterTokensNeverLeakIntoEarlierOutputs) {
   EXPECT_LT(MaxAbsDiff(y[0].narrow(0, 0, 10), xl_->forward(changed)[0].narrow(0, 0, 10)), 1e-12);
 }
 
+torch::Tensor StepThrough(RelativeMultiHeadAttention& xl, const torch::Tensor& x) {
+  auto state = xl->initial_state(x.size(0), torch::kCPU);
+  std::vector<torch::Tensor> steps;
+  for (int64_t t = 0; t < x.size(1); ++t) steps.push_back(xl->step(x.select(1, t), state));
+  return torch::stack(steps, 1);
+}
+
+// A server builds and runs its model under InferenceMode, whose tensors keep
+// no version counter: the cached W_r R must not need one.
+TEST(RelativeAttentionSteps, WorkForAModuleBuiltUnderInferenceMode) {
+  c10::InferenceMode inference;
+  torch::manual_seed(32);
+  RelativeMultiHeadAttention xl(SmallOptions(MixerKind::kRelative));
+  testing::RandomizePositionParameters(*xl);
+  auto x = torch::randn({2, 30, 32});
+  EXPECT_LT(MaxAbsDiff(StepThrough(xl, x), xl->forward(x)), 1e-5);
+}
+
+// The cached W_r R follows an in-place change of W_r.
+TEST(RelativeAttentionSteps, FollowAnInPlaceChangeOfThePositionProjection) {
+  torch::manual_seed(33);
+  RelativeMultiHeadAttention xl(SmallOptions(MixerKind::kRelative));
+  testing::RandomizePositionParameters(*xl);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({1, 20, 32});
+  StepThrough(xl, x);  // fills the cache
+  xl->position_proj()->weight.mul_(-2.0);
+  EXPECT_LT(MaxAbsDiff(StepThrough(xl, x), xl->forward(x)), 1e-5);
+}
+
 }  // namespace
 }  // namespace attn
