@@ -52,6 +52,10 @@ bool HasCache(MixerKind kind) {
 bool IsLinear(MixerKind kind) {
   return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp;
 }
+bool HasWindow(MixerKind kind) {
+  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal ||
+         kind == MixerKind::kAftConv;
+}
 
 // One mixer and one state pool at a time: an MHA pool of 64 sequences at
 // 8192 tokens is a gigabyte.
@@ -96,8 +100,10 @@ void BM_Step(benchmark::State& bench, MixerKind kind, int64_t batch, int64_t con
 
 // The step's matrix multiplications alone, on the mixer's own weights and
 // state (so both share the caches): the in/out projections; for softmax
-// attention q.K^T and p.V over row 0's cache; for linear attention
-// phi(k) v^T and phi(q)^T S per head.
+// attention q.K^T and p.V over row 0's cache, and for Transformer-XL also q
+// against the projected distances; for linear attention phi(k) v^T and
+// phi(q)^T S per head; for windowed AFT the bias-factor row times the ring of
+// exp(k - c) and of exp(k - c) v.
 class StepMatmuls {
  public:
   StepMatmuls(const Fixture& f, int64_t batch, int64_t context) : kind_(f.kind) {
@@ -115,11 +121,18 @@ class StepMatmuls {
       keys_ = k_cache.narrow(0, 0, batch).narrow(2, 0, context + 1).flatten(0, 1).transpose(1, 2);
       values_ = v_cache.narrow(0, 0, batch).narrow(2, 0, context + 1).flatten(0, 1);
       p_ = torch::randn({rows, 1, context + 1});
+      if (kind_ == MixerKind::kRelative) distances_ = torch::randn({rows, dh, context + 1});
     }
     if (IsLinear(kind_)) {
       s_ = f.state.tensors[0].narrow(0, 0, batch).flatten(0, 1);  // [B H, Dh, Dh]
       k_col_ = torch::randn({rows, dh, 1});
       v_row_ = torch::randn({rows, 1, dh});
+    }
+    if (HasWindow(kind_)) {
+      const int64_t visible = std::min(f.state.tensors[3].size(1), context + 1);
+      ring_ek_ = f.state.tensors[3].narrow(0, 0, batch).narrow(1, 0, visible);  // [B, S, D]
+      ring_ekv_ = f.state.tensors[4].narrow(0, 0, batch).narrow(1, 0, visible);
+      factors_ = torch::rand({batch, 1, visible});
     }
   }
 
@@ -129,9 +142,14 @@ class StepMatmuls {
       benchmark::DoNotOptimize(torch::bmm(q_, keys_));
       benchmark::DoNotOptimize(torch::bmm(p_, values_));
     }
+    if (distances_.defined()) benchmark::DoNotOptimize(torch::bmm(q_, distances_));
     if (IsLinear(kind_)) {
       benchmark::DoNotOptimize(torch::bmm(k_col_, v_row_));
       benchmark::DoNotOptimize(torch::bmm(q_, s_));
+    }
+    if (HasWindow(kind_)) {
+      benchmark::DoNotOptimize(torch::bmm(factors_, ring_ek_));
+      benchmark::DoNotOptimize(torch::bmm(factors_, ring_ekv_));
     }
     benchmark::DoNotOptimize(torch::addmm(b_out_, x_, w_out_.t()));
   }
@@ -139,6 +157,7 @@ class StepMatmuls {
  private:
   MixerKind kind_;
   torch::Tensor x_, w_in_, b_in_, w_out_, b_out_, q_, keys_, values_, p_, s_, k_col_, v_row_;
+  torch::Tensor distances_, ring_ek_, ring_ekv_, factors_;
 };
 
 using Clock = std::chrono::steady_clock;

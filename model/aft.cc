@@ -8,10 +8,14 @@
 
 namespace attn {
 
-// The recurrent state of a batch of rows, as in the file comment of aft.h.
+// The recurrent state of a batch of rows during the parallel form. Unlike
+// the slot layout of MixerState (ring slot = position mod S), the ring here
+// holds only the keys that exist, in order: positions start-R .. start-1 with
+// R = min(S, start). A sequence far shorter than S (aft-full) then costs what
+// its length needs, not what max_context allows.
 struct AftImpl::Sums {
   torch::Tensor c, num, den;  // [B, D]
-  torch::Tensor ek, ekv;      // [B, S, D] ring, slot = position mod S
+  torch::Tensor ek, ekv;      // [B, R, D]
 };
 
 namespace {
@@ -66,17 +70,6 @@ int64_t AftImpl::state_bytes_per_sequence(int64_t context) const {
          static_cast<int64_t>(sizeof(int64_t));
 }
 
-torch::Tensor AftImpl::DenseBias(int64_t time) const {
-  auto dense = torch::zeros({bias_heads_, time, time});
-  for (int64_t t = 0; t < time; ++t) {
-    const int64_t row = position_bias_.defined() && position_bias_.size(1) > 1 ? t : 0;
-    for (int64_t delta = 0; delta < std::min(window_, t + 1); ++delta) {
-      dense.select(1, t).select(1, t - delta).copy_(position_bias_.select(1, row).select(1, delta));
-    }
-  }
-  return dense;
-}
-
 MixerState AftImpl::initial_state(int64_t rows, torch::Device device) const {
   auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
   const int64_t d = options_.d_model;
@@ -92,21 +85,21 @@ MixerState AftImpl::initial_state(int64_t rows, torch::Device device) const {
   return state;
 }
 
-torch::Tensor AftImpl::BiasFactors(int64_t start, int64_t chunk,
+torch::Tensor AftImpl::BiasFactors(int64_t start, int64_t chunk, int64_t ring,
                                    const torch::TensorOptions& options) const {
   const int64_t s = window_;
   auto long_opts = options.dtype(torch::kLong);
   auto i = torch::arange(chunk, long_opts).unsqueeze(1);
-  auto u = torch::arange(s + chunk, long_opts).unsqueeze(0);
-  auto delta = i + s - u;  // t - t' for query i and concatenated key u
+  auto u = torch::arange(ring + chunk, long_opts).unsqueeze(0);
+  auto delta = i + ring - u;  // t - t' for query i and key u (position start - ring + u)
   auto future = delta < 0;
   auto in_window = (delta >= 0) & (delta < s);
-  auto factors = torch::ones({bias_heads_, chunk, s + chunk}, options);
+  auto factors = torch::ones({bias_heads_, chunk, ring + chunk}, options);
   if (s > 0) {
     auto table = position_bias_.to(options.dtype());
     auto rows = table.size(1) > 1 ? table.narrow(1, start, chunk)  // row(t) = t
                                   : table.expand({bias_heads_, chunk, s});
-    auto index = delta.clamp(0, s - 1).unsqueeze(0).expand({bias_heads_, chunk, s + chunk});
+    auto index = delta.clamp(0, s - 1).unsqueeze(0).expand({bias_heads_, chunk, ring + chunk});
     auto bias = rows.gather(2, index);
     factors = torch::where(in_window.unsqueeze(0), bias.exp(), factors);
   }
@@ -115,31 +108,27 @@ torch::Tensor AftImpl::BiasFactors(int64_t start, int64_t chunk,
 
 torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, int64_t start, Sums& sums) {
-  const int64_t batch = q.size(0), chunk = q.size(1), d = q.size(2), s = window_;
+  const int64_t batch = q.size(0), chunk = q.size(1), d = q.size(2);
+  const int64_t ring = sums.ek.size(1);
   const int64_t groups = bias_heads_, width = d / groups;
   // Each query's prefix maximum over every key it can see.
   auto m = torch::maximum(sums.c.unsqueeze(1), std::get<0>(k.cummax(1)));  // [B, C, D]
   auto carried_scale = torch::exp(sums.c.unsqueeze(1) - m);               // 0 when c = -inf
   auto num = carried_scale * sums.num.unsqueeze(1);
   auto den = carried_scale * sums.den.unsqueeze(1);
-  auto factors = BiasFactors(start, chunk, q.options());  // [G, C, S + C]
-  torch::Tensor ring_ek, ring_ekv;
-  if (s > 0) {
-    const int64_t shift = start % s;
-    ring_ek = sums.ek.roll(-shift, 1);  // chronological: positions start-S .. start-1
-    ring_ekv = sums.ekv.roll(-shift, 1);
-    auto ring_factors = factors.narrow(2, 0, s);  // [G, C, S]
-    auto grouped = [&](const torch::Tensor& ring) {
-      auto r = ring.view({batch, s, groups, width}).permute({0, 2, 1, 3});  // [B, G, S, W]
-      return torch::matmul(ring_factors.unsqueeze(0), r).permute({0, 2, 1, 3}).reshape(
-          {batch, chunk, d});
+  auto factors = BiasFactors(start, chunk, ring, q.options());  // [G, C, R + C]
+  if (ring > 0) {
+    auto ring_factors = factors.narrow(2, 0, ring).unsqueeze(0);  // [1, G, C, R]
+    auto grouped = [&](const torch::Tensor& keys) {
+      auto r = keys.view({batch, ring, groups, width}).permute({0, 2, 1, 3});  // [B, G, R, W]
+      return torch::matmul(ring_factors, r).permute({0, 2, 1, 3}).reshape({batch, chunk, d});
     };
-    num = num + carried_scale * grouped(ring_ekv);
-    den = den + carried_scale * grouped(ring_ek);
+    num = num + carried_scale * grouped(sums.ekv);
+    den = den + carried_scale * grouped(sums.ek);
   }
   // Keys of this block: exp(k_j - m_i) for j <= i (clamped so the masked
   // future cannot overflow), times the bias factor of their head.
-  auto chunk_factors = factors.narrow(2, s, chunk).permute({1, 2, 0});  // [C, C, G]
+  auto chunk_factors = factors.narrow(2, ring, chunk).permute({1, 2, 0});  // [C, C, G]
   chunk_factors = chunk_factors.unsqueeze(-1).expand({chunk, chunk, groups, width}).reshape(
       {1, chunk, chunk, d});
   auto weights = torch::exp((k.unsqueeze(1) - m.unsqueeze(2)).clamp_max(0.0)) * chunk_factors;
@@ -147,19 +136,19 @@ torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
   den = den + weights.sum(2);
   auto y = torch::sigmoid(q) * num / den;
 
-  // Advance the state past this block, rescaled to the new running max.
+  // Advance the state past this block, rescaled to the new running max: the
+  // oldest keys beyond the window join the carried sums, the last S stay.
   auto c_new = m.select(1, chunk - 1);
   auto rescale = torch::exp(sums.c - c_new).unsqueeze(1);  // [B, 1, D]
   auto ek_chunk = torch::exp(k - c_new.unsqueeze(1));
-  auto ek_all = s > 0 ? torch::cat({ring_ek * rescale, ek_chunk}, 1) : ek_chunk;
-  auto ekv_all = s > 0 ? torch::cat({ring_ekv * rescale, ek_chunk * v}, 1) : ek_chunk * v;
-  sums.num = sums.num * rescale.squeeze(1) + ekv_all.narrow(1, 0, chunk).sum(1);
-  sums.den = sums.den * rescale.squeeze(1) + ek_all.narrow(1, 0, chunk).sum(1);
-  if (s > 0) {
-    const int64_t shift = (start + chunk) % s;
-    sums.ek = ek_all.narrow(1, chunk, s).roll(shift, 1);
-    sums.ekv = ekv_all.narrow(1, chunk, s).roll(shift, 1);
-  }
+  auto ek_all = torch::cat({sums.ek * rescale, ek_chunk}, 1);
+  auto ekv_all = torch::cat({sums.ekv * rescale, ek_chunk * v}, 1);
+  const int64_t keep = std::min(window_, ring + chunk);
+  const int64_t evicted = ring + chunk - keep;
+  sums.num = sums.num * rescale.squeeze(1) + ekv_all.narrow(1, 0, evicted).sum(1);
+  sums.den = sums.den * rescale.squeeze(1) + ek_all.narrow(1, 0, evicted).sum(1);
+  sums.ek = ek_all.narrow(1, evicted, keep);
+  sums.ekv = ekv_all.narrow(1, evicted, keep);
   sums.c = c_new;
   return y;
 }
@@ -181,10 +170,11 @@ torch::Tensor AftImpl::forward(const torch::Tensor& x) {
               options_.d_model, "], got ", x.sizes());
   TORCH_CHECK(max_context() < 0 || x.size(1) <= max_context(), MixerKindName(options_.kind),
               " handles at most ", max_context(), " tokens, got ", x.size(1));
-  auto state = initial_state(x.size(0), x.device());
-  auto as_x = [&](const torch::Tensor& t) { return t.to(x.scalar_type()); };
-  Sums sums{as_x(state.tensors[0]), as_x(state.tensors[1]), as_x(state.tensors[2]),
-            as_x(state.tensors[3]), as_x(state.tensors[4])};
+  const int64_t batch = x.size(0), d = options_.d_model;
+  auto opts = x.options();
+  Sums sums{torch::full({batch, d}, -std::numeric_limits<double>::infinity(), opts),
+            torch::zeros({batch, d}, opts), torch::zeros({batch, d}, opts),
+            torch::zeros({batch, 0, d}, opts), torch::zeros({batch, 0, d}, opts)};
   return Blocks(x, 0, sums);
 }
 
@@ -196,14 +186,25 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   CheckCapacity(state, rows, x.size(1));
   const int64_t start = CommonLength(state, rows);
   auto index = rows.to(x.device());
+  // Ring slots of the keys before and after this prompt, oldest first.
+  auto ring_slots = [&](int64_t end) {
+    const int64_t count = std::min(window_, end);
+    return torch::arange(end - count, end, index.options()).remainder(std::max<int64_t>(window_, 1));
+  };
+  auto before = ring_slots(start);
   Sums sums;
   sums.c = state.tensors[0].index_select(0, index);
   sums.num = state.tensors[1].index_select(0, index);
   sums.den = state.tensors[2].index_select(0, index);
-  sums.ek = state.tensors[3].index_select(0, index);
-  sums.ekv = state.tensors[4].index_select(0, index);
+  auto ring_ek = state.tensors[3].index_select(0, index);
+  auto ring_ekv = state.tensors[4].index_select(0, index);
+  sums.ek = ring_ek.index_select(1, before);
+  sums.ekv = ring_ekv.index_select(1, before);
   auto y = Blocks(x, start, sums);
-  const std::vector<torch::Tensor> updated = {sums.c, sums.num, sums.den, sums.ek, sums.ekv};
+  auto after = ring_slots(start + x.size(1));
+  ring_ek.index_copy_(1, after, sums.ek);
+  ring_ekv.index_copy_(1, after, sums.ekv);
+  const std::vector<torch::Tensor> updated = {sums.c, sums.num, sums.den, ring_ek, ring_ekv};
   for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
   state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
   return y;

@@ -57,9 +57,6 @@ class AftImpl : public SequenceMixer {
   int64_t window() const { return window_; }
   // The learned bias table [bias_heads, rows, S]; undefined for aft-simple.
   torch::Tensor position_bias() const { return position_bias_; }
-  // w_{t,t'} as the dense [bias_heads, T, T] matrix (0 above the diagonal
-  // too): for tests and inspection.
-  torch::Tensor DenseBias(int64_t time) const;
 
   torch::nn::Linear in_proj() const { return in_proj_; }
   torch::nn::Linear out_proj() const { return out_proj_; }
@@ -67,10 +64,11 @@ class AftImpl : public SequenceMixer {
  private:
   struct Sums;  // the gathered recurrent state of a batch of rows
 
-  // exp(w) factors of the C queries at positions start.. over the S ring
-  // keys and the C chunk keys: [bias_heads, C, S + C], 0 for future keys and
-  // 1 for keys outside the window.
-  torch::Tensor BiasFactors(int64_t start, int64_t chunk, const torch::TensorOptions& options) const;
+  // exp(w) factors of the C queries at positions start.. over the `ring`
+  // keys before them and the C keys of the block: [bias_heads, C, ring + C],
+  // 0 for future keys and 1 for keys outside the window.
+  torch::Tensor BiasFactors(int64_t start, int64_t chunk, int64_t ring,
+                            const torch::TensorOptions& options) const;
   // One block: q, k, v [B, C, D] continuing `sums` at position `start`.
   torch::Tensor Block(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                       int64_t start, Sums& sums);

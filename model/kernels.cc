@@ -26,6 +26,9 @@ namespace {
 // OpenMP fork/join costs several microseconds, more than a small step.
 constexpr int64_t kParallelWork = 1 << 15;
 
+// Channels per task of the AFT window sums.
+constexpr int64_t kChannelBlock = 64;
+
 int64_t GrainFor(int64_t work_per_task) {
   return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_task));
 }
@@ -98,7 +101,7 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, 
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j <= length; ++j) {
     float s = Dot(qc, keys + j * dh, dh);
-    if (a.r) s += Dot(qp, a.r + ((length - j) * a.heads + h) * dh, dh);
+    if (a.r) s += Dot(qp, a.r + (h * a.capacity + length - j) * dh, dh);
     s = s * a.scale - slope * static_cast<float>(length - j);
     scores[j] = s;
     max = std::max(max, s);
@@ -169,57 +172,45 @@ inline bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* nu
   return grew != 0;
 }
 
-ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>& scratch) {
-  const int64_t dm = a.channels;
-  const int64_t w = a.window;
+// Per-step scratch of the AFT kernel, one row per batch element.
+struct AftScratch {
+  std::vector<float> scale;     // [B, D] exp(c_old - c_new)
+  std::vector<float> exp_bias;  // [B, bias_heads, window] exp(w(t, delta))
+  std::vector<char> grew;       // [B] whether any channel's max rose
+};
+
+// Phase 1 for one sequence, O(D + window * bias_heads): the key leaving the
+// window joins the carried sums, the running max takes the new key (carried
+// sums rescaled; the ring is rescaled in phase 2), the new key enters the
+// ring, and exp(w) of every visible offset is computed.
+ATTN_HOT void AftAdvance(const AftStepArgs& a, int64_t b, AftScratch& scratch) {
+  const int64_t dm = a.channels, w = a.window;
   const int64_t slot = SlotOf(a.slots, b);
   const int64_t t = a.lengths[slot];
-  const float* q = a.q + b * a.stride;
   const float* k = a.k + b * a.stride;
   const float* v = a.v + b * a.stride;
   float* c = a.c + slot * dm;
   float* num = a.num + slot * dm;
   float* den = a.den + slot * dm;
-  float* ring_ek = w > 0 ? a.ring_ek + slot * w * dm : nullptr;
-  float* ring_ekv = w > 0 ? a.ring_ekv + slot * w * dm : nullptr;
-
-  scratch.resize(3 * dm + a.bias_heads * std::max<int64_t>(w, 1));
-  float* scale = scratch.data();
-  float* acc_num = scale + dm;
-  float* acc_den = acc_num + dm;
-  float* exp_bias = acc_den + dm;
-
-  // The key at t - w leaves the window now: it joins the carried sums with
-  // bias 0. It sits in the ring slot the new key takes.
-  if (w > 0 && t >= w) {
-    const float* ek = ring_ek + (t % w) * dm;
-    const float* ekv = ring_ekv + (t % w) * dm;
+  if (w > 0 && t >= w) {  // the key at t - w sits in the slot the new key takes
+    const float* ek = a.ring_ek + (slot * w + t % w) * dm;
+    const float* ekv = a.ring_ekv + (slot * w + t % w) * dm;
     for (int64_t d = 0; d < dm; ++d) {
       num[d] += ekv[d];
       den[d] += ek[d];
     }
   }
-  if (RaiseRunningMax(k, dm, c, num, den, scale) && w > 0) {
-    for (int64_t r = 0; r < w; ++r) {
-      float* ek = ring_ek + r * dm;
-      float* ekv = ring_ekv + r * dm;
-      for (int64_t d = 0; d < dm; ++d) {
-        ek[d] *= scale[d];
-        ekv[d] *= scale[d];
-      }
-    }
-  }
-  if (w == 0) {
+  scratch.grew[b] = RaiseRunningMax(k, dm, c, num, den, scratch.scale.data() + b * dm);
+  if (w == 0) {  // aft-simple: the new key goes straight into the sums
     for (int64_t d = 0; d < dm; ++d) {
       const float e = FastExp(k[d] - c[d]);
       num[d] += e * v[d];
       den[d] += e;
-      a.out[b * dm + d] = Sigmoid(q[d]) * num[d] / den[d];
     }
     return;
   }
-  float* ek_new = ring_ek + (t % w) * dm;
-  float* ekv_new = ring_ekv + (t % w) * dm;
+  float* ek_new = a.ring_ek + (slot * w + t % w) * dm;
+  float* ekv_new = a.ring_ekv + (slot * w + t % w) * dm;
   for (int64_t d = 0; d < dm; ++d) {
     ek_new[d] = FastExp(k[d] - c[d]);
     ekv_new[d] = ek_new[d] * v[d];
@@ -228,27 +219,60 @@ ATTN_HOT void AftOneSequence(const AftStepArgs& a, int64_t b, std::vector<float>
   const int64_t bias_row = a.bias_rows > 1 ? t : 0;
   for (int64_t h = 0; h < a.bias_heads; ++h) {
     const float* bias = a.bias + (h * a.bias_rows + bias_row) * w;
-    for (int64_t delta = 0; delta < visible; ++delta) {
-      exp_bias[h * w + delta] = FastExp(bias[delta]);
-    }
+    float* out = scratch.exp_bias.data() + (b * a.bias_heads + h) * w;
+    for (int64_t delta = 0; delta < visible; ++delta) out[delta] = FastExp(bias[delta]);
   }
-  std::copy(num, num + dm, acc_num);
-  std::copy(den, den + dm, acc_den);
+}
+
+// Phase 2 for channels [begin, end) of one sequence, O(window * width): the
+// ring entries older than the new key are rescaled if the max rose, in the
+// same pass that sums them with their bias factors; then the output.
+ATTN_HOT void AftWindowSums(const AftStepArgs& a, int64_t b, int64_t begin, int64_t end,
+                            const AftScratch& scratch) {
+  const int64_t dm = a.channels, w = a.window;
+  const int64_t slot = SlotOf(a.slots, b);
+  const int64_t t = a.lengths[slot];
+  const float* q = a.q + b * a.stride;
+  const float* num = a.num + slot * dm;
+  const float* den = a.den + slot * dm;
+  float* out = a.out + b * dm;
+  if (w == 0) {
+    for (int64_t d = begin; d < end; ++d) out[d] = Sigmoid(q[d]) * num[d] / den[d];
+    return;
+  }
+  const float* scale = scratch.scale.data() + b * dm;
+  const bool rescale = scratch.grew[b] != 0;
+  const int64_t visible = std::min(t + 1, w);
   const int64_t group = dm / a.bias_heads;
+  float acc_num[kChannelBlock];
+  float acc_den[kChannelBlock];
+  for (int64_t d = begin; d < end; ++d) {
+    acc_num[d - begin] = num[d];
+    acc_den[d - begin] = den[d];
+  }
   for (int64_t delta = 0; delta < visible; ++delta) {
     const int64_t r = (t - delta) % w;
-    const float* ek = ring_ek + r * dm;
-    const float* ekv = ring_ekv + r * dm;
-    for (int64_t h = 0; h < a.bias_heads; ++h) {
-      const float e = exp_bias[h * w + delta];
-      for (int64_t d = h * group; d < (h + 1) * group; ++d) {
-        acc_num[d] += e * ekv[d];
-        acc_den[d] += e * ek[d];
+    float* ek = a.ring_ek + (slot * w + r) * dm;
+    float* ekv = a.ring_ekv + (slot * w + r) * dm;
+    if (rescale && delta > 0) {  // delta 0 is the new key, already at the new max
+      for (int64_t d = begin; d < end; ++d) {
+        ek[d] *= scale[d];
+        ekv[d] *= scale[d];
       }
     }
+    for (int64_t d = begin; d < end;) {  // one run per bias head inside the block
+      const int64_t h = d / group;
+      const int64_t run_end = std::min(end, (h + 1) * group);
+      const float e = scratch.exp_bias[(b * a.bias_heads + h) * w + delta];
+      for (int64_t i = d; i < run_end; ++i) {
+        acc_num[i - begin] += e * ekv[i];
+        acc_den[i - begin] += e * ek[i];
+      }
+      d = run_end;
+    }
   }
-  for (int64_t d = 0; d < dm; ++d) {
-    a.out[b * dm + d] = Sigmoid(q[d]) * acc_num[d] / acc_den[d];
+  for (int64_t d = begin; d < end; ++d) {
+    out[d] = Sigmoid(q[d]) * acc_num[d - begin] / acc_den[d - begin];
   }
 }
 
@@ -298,10 +322,27 @@ void LinearAttentionStep(const LinearStepArgs& a) {
 }
 
 void AftStep(const AftStepArgs& a) {
-  const int64_t work = (2 * a.window + 4) * a.channels;
-  at::parallel_for(0, a.batch, GrainFor(work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    for (int64_t b = begin; b < end; ++b) AftOneSequence(a, b, scratch);
+  AftScratch scratch;
+  scratch.scale.resize(a.batch * a.channels);
+  scratch.exp_bias.resize(a.batch * a.bias_heads * std::max<int64_t>(a.window, 1));
+  scratch.grew.resize(a.batch);
+  const int64_t advance_work = 4 * a.channels + a.bias_heads * a.window;
+  at::parallel_for(0, a.batch, GrainFor(advance_work), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) AftAdvance(a, b, scratch);
+  });
+  // Phase 2 splits each sequence's channels into blocks, so that one long
+  // sequence (aft-full) still uses every thread.
+  int64_t longest = 1;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    longest = std::max(longest, std::min(a.lengths[SlotOf(a.slots, b)] + 1, a.window));
+  }
+  const int64_t blocks = (a.channels + kChannelBlock - 1) / kChannelBlock;
+  const int64_t block_work = 2 * longest * std::min(a.channels, kChannelBlock);
+  at::parallel_for(0, a.batch * blocks, GrainFor(block_work), [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / blocks, first = (task % blocks) * kChannelBlock;
+      AftWindowSums(a, b, first, std::min(a.channels, first + kChannelBlock), scratch);
+    }
   });
 }
 

@@ -33,7 +33,7 @@ struct CachedAttentionArgs {
   int64_t q_stride = 0;
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
-  const float* r = nullptr;              // [capacity, H, Dh] by distance, or null
+  const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
   const float* slopes = nullptr;         // [H], or null
   const float* k_cache = nullptr;        // [N, H, capacity, Dh]
   const float* v_cache = nullptr;        // [N, H, capacity, Dh]

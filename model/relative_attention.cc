@@ -32,7 +32,8 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
   const auto& w = r_proj_->weight;
   if (torch::GradMode::is_enabled()) {
     return r_proj_->forward(distances_.narrow(0, 0, count))
-        .view({count, options_.heads, head_dim_});
+        .view({count, options_.heads, head_dim_})
+        .permute({1, 0, 2});
   }
   // Without autograd, W_r R is computed once for every distance and reused
   // until W_r changes (another tensor, or an in-place write that bumps its
@@ -44,11 +45,12 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
       projected_data_ != w.data_ptr() || projected_cache_.device() != w.device()) {
     projected_cache_ = r_proj_->forward(distances_)
                            .view({options_.max_context, options_.heads, head_dim_})
+                           .permute({1, 0, 2})
                            .contiguous();
     projected_version_ = version;
     projected_data_ = w.data_ptr();
   }
-  return projected_cache_.narrow(0, 0, count);
+  return projected_cache_.narrow(1, 0, count);
 }
 
 torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q,
@@ -57,7 +59,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q,
   const int64_t tq = q.size(2), tk = k.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto content = torch::matmul(q + u_.view({1, -1, 1, head_dim_}), k.transpose(-2, -1));
-  auto r = ProjectedDistances(tk).permute({1, 2, 0});  // [H, Dh, distance]
+  auto r = ProjectedDistances(tk).transpose(1, 2);  // [H, Dh, distance]
   auto by_distance = torch::matmul(q + v_.view({1, -1, 1, head_dim_}), r);  // [B, H, Tq, Tk]
   // Relative shift: entry (i, j) takes distance offset + i - j.
   auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kLong);

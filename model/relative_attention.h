@@ -58,7 +58,7 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
   const torch::Tensor& distance_embeddings() const { return distances_; }
 
  private:
-  // W_r R for distances 0..count-1, as [count, H, Dh].
+  // W_r R for distances 0..count-1, head-major: [H, count, Dh].
   torch::Tensor ProjectedDistances(int64_t count);
   // Attention of q [B, H, Tq, Dh] at positions offset.. over k, v
   // [B, H, Tk, Dh] at positions 0..Tk-1; returns [B, T, D] after W_o.
