@@ -53,8 +53,7 @@ bool IsLinear(MixerKind kind) {
   return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp;
 }
 bool HasWindow(MixerKind kind) {
-  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal ||
-         kind == MixerKind::kAftConv;
+  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal || kind == MixerKind::kAftConv;
 }
 
 // One mixer and one state pool at a time: an MHA pool of 64 sequences at
@@ -234,8 +233,8 @@ void RegisterAll() {
       }
     }
     for (int64_t context : {64, 8192}) {
-      const std::string name = "Ratio/" + Name(kind) + "/batch:1/context:" +
-                               std::to_string(context);
+      const std::string name =
+          "Ratio/" + Name(kind) + "/batch:1/context:" + std::to_string(context);
       benchmark::RegisterBenchmark(name.c_str(), BM_Ratio, kind, 1, context)
           ->Unit(benchmark::kMicrosecond);
     }

@@ -106,14 +106,14 @@ torch::Tensor AftImpl::BiasFactors(int64_t start, int64_t chunk, int64_t ring,
   return factors.masked_fill(future.unsqueeze(0), 0.0);
 }
 
-torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
-                             const torch::Tensor& v, int64_t start, Sums& sums) {
+torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             int64_t start, Sums& sums) {
   const int64_t batch = q.size(0), chunk = q.size(1), d = q.size(2);
   const int64_t ring = sums.ek.size(1);
   const int64_t groups = bias_heads_, width = d / groups;
   // Each query's prefix maximum over every key it can see.
   auto m = torch::maximum(sums.c.unsqueeze(1), std::get<0>(k.cummax(1)));  // [B, C, D]
-  auto carried_scale = torch::exp(sums.c.unsqueeze(1) - m);               // 0 when c = -inf
+  auto carried_scale = torch::exp(sums.c.unsqueeze(1) - m);                // 0 when c = -inf
   auto num = carried_scale * sums.num.unsqueeze(1);
   auto den = carried_scale * sums.den.unsqueeze(1);
   auto factors = BiasFactors(start, chunk, ring, q.options());  // [G, C, R + C]
@@ -129,8 +129,9 @@ torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
   // Keys of this block: exp(k_j - m_i) for j <= i (clamped so the masked
   // future cannot overflow), times the bias factor of their head.
   auto chunk_factors = factors.narrow(2, ring, chunk).permute({1, 2, 0});  // [C, C, G]
-  chunk_factors = chunk_factors.unsqueeze(-1).expand({chunk, chunk, groups, width}).reshape(
-      {1, chunk, chunk, d});
+  chunk_factors = chunk_factors.unsqueeze(-1)
+                      .expand({chunk, chunk, groups, width})
+                      .reshape({1, chunk, chunk, d});
   auto weights = torch::exp((k.unsqueeze(1) - m.unsqueeze(2)).clamp_max(0.0)) * chunk_factors;
   num = num + (weights * v.unsqueeze(1)).sum(2);
   den = den + weights.sum(2);
@@ -166,8 +167,8 @@ torch::Tensor AftImpl::Blocks(const torch::Tensor& x, int64_t start, Sums& sums)
 }
 
 torch::Tensor AftImpl::forward(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ", options_.d_model,
+              "], got ", x.sizes());
   TORCH_CHECK(max_context() < 0 || x.size(1) <= max_context(), MixerKindName(options_.kind),
               " handles at most ", max_context(), " tokens, got ", x.size(1));
   const int64_t batch = x.size(0), d = options_.d_model;
@@ -189,7 +190,8 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   // Ring slots of the keys before and after this prompt, oldest first.
   auto ring_slots = [&](int64_t end) {
     const int64_t count = std::min(window_, end);
-    return torch::arange(end - count, end, index.options()).remainder(std::max<int64_t>(window_, 1));
+    return torch::arange(end - count, end, index.options())
+        .remainder(std::max<int64_t>(window_, 1));
   };
   auto before = ring_slots(start);
   Sums sums;
@@ -210,8 +212,7 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   return y;
 }
 
-torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state,
-                            const torch::Tensor& slots) {
+torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);

@@ -4,9 +4,9 @@
 
 namespace attn {
 
-std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj,
-                                          const torch::Tensor& query, const torch::Tensor& key,
-                                          const torch::Tensor& value, int64_t heads) {
+std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj, const torch::Tensor& query,
+                                          const torch::Tensor& key, const torch::Tensor& value,
+                                          int64_t heads) {
   namespace F = torch::nn::functional;
   if (query.is_same(key) && key.is_same(value)) {
     auto qkv = in_proj->forward(query).chunk(3, -1);

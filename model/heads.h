@@ -24,8 +24,8 @@ inline torch::Tensor MergeHeads(const torch::Tensor& x) {
 // q, k, v as [B, H, T, Dh] from one d -> 3d projection whose weight rows are
 // [W_q; W_k; W_v]. Self-attention (query, key and value the same tensor)
 // takes one matrix multiplication.
-std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj,
-                                          const torch::Tensor& query, const torch::Tensor& key,
-                                          const torch::Tensor& value, int64_t heads);
+std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj, const torch::Tensor& query,
+                                          const torch::Tensor& key, const torch::Tensor& value,
+                                          int64_t heads);
 
 }  // namespace attn

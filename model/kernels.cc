@@ -80,7 +80,8 @@ inline void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) 
   }
 }
 
-ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
+ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
+                            std::vector<float>& scratch) {
   const int64_t dh = a.head_dim;
   const int64_t slot = SlotOf(a.slots, b);
   const int64_t length = a.lengths[slot];
@@ -122,7 +123,8 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h, 
   }
 }
 
-ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h, std::vector<float>& scratch) {
+ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
+                            std::vector<float>& scratch) {
   const int64_t dh = a.head_dim;
   const int64_t slot = SlotOf(a.slots, b);
   const int64_t in = b * a.stride + h * dh;
@@ -281,7 +283,8 @@ ATTN_HOT void AftWindowSums(const AftStepArgs& a, int64_t b, int64_t begin, int6
 void CachedAttentionStep(const CachedAttentionArgs& a) {
   const int64_t tasks = a.batch * a.heads;
   int64_t longest = 1;
-  for (int64_t b = 0; b < a.batch; ++b) longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
+  for (int64_t b = 0; b < a.batch; ++b)
+    longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
   const int64_t work = longest * a.head_dim * (a.r ? 3 : 2);
   at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
     std::vector<float> scratch;

@@ -28,8 +28,8 @@ namespace attn::kernels {
 struct CachedAttentionArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
   const int64_t* slots = nullptr;
-  const int64_t* lengths = nullptr;   // [N]
-  const float* q = nullptr;           // row b at q + b * q_stride: [H, Dh]
+  const int64_t* lengths = nullptr;  // [N]
+  const float* q = nullptr;          // row b at q + b * q_stride: [H, Dh]
   int64_t q_stride = 0;
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
@@ -38,7 +38,7 @@ struct CachedAttentionArgs {
   const float* k_cache = nullptr;        // [N, H, capacity, Dh]
   const float* v_cache = nullptr;        // [N, H, capacity, Dh]
   float scale = 1.0f;
-  float* out = nullptr;                  // [B, H, Dh]
+  float* out = nullptr;  // [B, H, Dh]
 };
 void CachedAttentionStep(const CachedAttentionArgs& a);
 
@@ -68,9 +68,9 @@ struct LinearStepArgs {
   const float* k = nullptr;
   const float* v = nullptr;
   int64_t stride = 0;
-  float* s = nullptr;         // [N, H, Dh, Dh]
-  float* z = nullptr;         // [N, H, Dh]
-  float* out = nullptr;       // [B, H, Dh]
+  float* s = nullptr;    // [N, H, Dh, Dh]
+  float* z = nullptr;    // [N, H, Dh]
+  float* out = nullptr;  // [B, H, Dh]
 };
 void LinearAttentionStep(const LinearStepArgs& a);
 
@@ -86,19 +86,19 @@ struct AftStepArgs {
   int64_t batch = 0, channels = 0, window = 0;
   int64_t bias_heads = 1, bias_rows = 1;
   const int64_t* slots = nullptr;
-  const int64_t* lengths = nullptr;   // [N]
+  const int64_t* lengths = nullptr;  // [N]
   // Row b of q, k and v at (q|k|v) + b * stride: [D].
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
   int64_t stride = 0;
-  const float* bias = nullptr;        // [bias_heads, bias_rows, window], or null if window == 0
-  float* c = nullptr;                 // [N, D]
-  float* num = nullptr;               // [N, D]
-  float* den = nullptr;               // [N, D]
-  float* ring_ek = nullptr;           // [N, window, D]
-  float* ring_ekv = nullptr;          // [N, window, D]
-  float* out = nullptr;               // [B, D]
+  const float* bias = nullptr;  // [bias_heads, bias_rows, window], or null if window == 0
+  float* c = nullptr;           // [N, D]
+  float* num = nullptr;         // [N, D]
+  float* den = nullptr;         // [N, D]
+  float* ring_ek = nullptr;     // [N, window, D]
+  float* ring_ekv = nullptr;    // [N, window, D]
+  float* out = nullptr;         // [B, D]
 };
 void AftStep(const AftStepArgs& a);
 

@@ -33,9 +33,8 @@ std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
           v_cache.narrow(2, 0, end).index_select(0, index)};
 }
 
-torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state,
-                                  const int64_t* slots, int64_t heads,
-                                  const CachedStepTerms& terms) {
+torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
+                                  int64_t heads, const CachedStepTerms& terms) {
   const int64_t batch = qkv.size(0), d = qkv.size(1) / 3, head_dim = d / heads;
   const int64_t capacity = state.tensors[0].size(2);
   const float* qkv_data = qkv.data_ptr<float>();

@@ -34,9 +34,8 @@ struct CachedStepTerms {
 // CPU) holds each row's new q, k and v. Appends k and v at each row's length,
 // attends, advances the lengths; returns the heads' output [B, D] before the
 // output projection. slots as in kernels.h (null: rows 0..B-1).
-torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state,
-                                  const int64_t* slots, int64_t heads,
-                                  const CachedStepTerms& terms);
+torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
+                                  int64_t heads, const CachedStepTerms& terms);
 
 // Bytes a sequence's cache holds at `context` tokens.
 int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model);

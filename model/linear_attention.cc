@@ -71,8 +71,8 @@ torch::Tensor LinearAttentionImpl::attend(const torch::Tensor& query, const torc
 }
 
 torch::Tensor LinearAttentionImpl::forward(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ", options_.d_model,
+              "], got ", x.sizes());
   return attend(x, x, x, {}, /*causal=*/true);
 }
 

@@ -63,8 +63,8 @@ class LinearAttentionImpl : public SequenceMixer {
   // Causal linear attention of q, k, v [B, H, T, Dh] continuing the running
   // sums s [B, H, Dh, Dh] and z [B, H, Dh], which are advanced. Returns
   // [B, H, T, Dh].
-  torch::Tensor CausalBlocks(const torch::Tensor& q, const torch::Tensor& k,
-                             const torch::Tensor& v, torch::Tensor& s, torch::Tensor& z) const;
+  torch::Tensor CausalBlocks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             torch::Tensor& s, torch::Tensor& z) const;
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};

@@ -67,12 +67,14 @@ MixerState GatherState(const MixerState& pool, const torch::Tensor& slots) {
   MixerState part;
   auto index = slots.to(pool.length.device());
   part.length = pool.length.index_select(0, index);
-  for (const auto& t : pool.tensors) part.tensors.push_back(t.index_select(0, index.to(t.device())));
+  for (const auto& t : pool.tensors)
+    part.tensors.push_back(t.index_select(0, index.to(t.device())));
   return part;
 }
 
 void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part) {
-  TORCH_CHECK(pool.tensors.size() == part.tensors.size(), "ScatterState: states of different kinds");
+  TORCH_CHECK(pool.tensors.size() == part.tensors.size(),
+              "ScatterState: states of different kinds");
   auto index = slots.to(pool.length.device());
   pool.length.index_copy_(0, index, part.length);
   for (size_t i = 0; i < pool.tensors.size(); ++i) {
@@ -125,8 +127,8 @@ void CheckRowCapacity(const MixerOptions& options, int64_t limit, const int64_t*
 void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& slots,
                                   int64_t tokens) const {
   const auto lengths = state.length.to(torch::kCPU).contiguous();
-  CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(),
-                   slots.data_ptr<int64_t>(), slots.size(0), tokens);
+  CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+                   slots.size(0), tokens);
 }
 
 const int64_t* SequenceMixer::PrepareFusedStep(const MixerState& state, const torch::Tensor& slots,

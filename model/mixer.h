@@ -22,6 +22,7 @@
 // from rows reset with ResetSlots().
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -29,22 +30,20 @@
 #include <string>
 #include <vector>
 
-#include <torch/nn/module.h>
-
 namespace attn {
 
 // The kinds of mixer a layer can be configured with. The string names are the
 // ones used in configuration files and on command lines.
 enum class MixerKind {
-  kMha,         // softmax multi-head attention with a key/value cache
-  kMhaAlibi,    // the same with ALiBi distance biases, no position embedding
-  kRelative,    // Transformer-XL relative multi-head attention
-  kLinearElu,   // linear attention, feature map elu(x) + 1
-  kLinearExp,   // linear attention, feature map exp(x - max_i x_i)
-  kAftFull,     // attention-free transformer, learned T x T bias
-  kAftLocal,    // AFT with a learned bias inside a band of width s
-  kAftSimple,   // AFT without position bias
-  kAftConv,     // AFT with a per-head bias that depends only on t - t'
+  kMha,        // softmax multi-head attention with a key/value cache
+  kMhaAlibi,   // the same with ALiBi distance biases, no position embedding
+  kRelative,   // Transformer-XL relative multi-head attention
+  kLinearElu,  // linear attention, feature map elu(x) + 1
+  kLinearExp,  // linear attention, feature map exp(x - max_i x_i)
+  kAftFull,    // attention-free transformer, learned T x T bias
+  kAftLocal,   // AFT with a learned bias inside a band of width s
+  kAftSimple,  // AFT without position bias
+  kAftConv,    // AFT with a per-head bias that depends only on t - t'
 };
 
 // Returns the configuration name of `kind` ("mha", "aft-conv", ...).

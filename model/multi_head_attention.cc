@@ -10,7 +10,6 @@
 
 namespace attn {
 
-
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& bias) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -32,7 +31,7 @@ torch::Tensor AlibiBias(const torch::Tensor& slopes, int64_t tq, int64_t tk, int
   auto opts = slopes.options();
   auto i = torch::arange(query_offset, query_offset + tq, opts).unsqueeze(1);
   auto j = torch::arange(tk, opts).unsqueeze(0);
-  auto distance = (i - j).abs();                        // [Tq, Tk]
+  auto distance = (i - j).abs();                            // [Tq, Tk]
   return -slopes.view({-1, 1, 1}) * distance.unsqueeze(0);  // [H, Tq, Tk]
 }
 
@@ -92,8 +91,8 @@ torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& query, const t
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ", options_.d_model,
+              "], got ", x.sizes());
   return attend(x, x, x, {}, /*causal=*/true);
 }
 

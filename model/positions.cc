@@ -9,7 +9,7 @@ namespace attn {
 torch::Tensor SinusoidalEmbedding(const torch::Tensor& positions, int64_t d_model) {
   TORCH_CHECK(d_model % 2 == 0, "sinusoidal positions need an even d_model, got ", d_model);
   auto opts = torch::TensorOptions().device(positions.device()).dtype(torch::kDouble);
-  auto i = torch::arange(0, d_model, 2, opts);                 // 2i
+  auto i = torch::arange(0, d_model, 2, opts);  // 2i
   auto inv_freq = torch::exp(-std::log(10000.0) * i / static_cast<double>(d_model));
   auto angles = positions.to(torch::kDouble).unsqueeze(-1) * inv_freq;  // [.., d/2]
   // Interleave: even channels sin, odd channels cos.

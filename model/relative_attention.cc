@@ -11,14 +11,14 @@
 
 namespace attn {
 
-
 RelativeMultiHeadAttentionImpl::RelativeMultiHeadAttentionImpl(const MixerOptions& options)
     : SequenceMixer(options), head_dim_(options.d_model / options.heads) {
   TORCH_CHECK(options.d_model % options.heads == 0, "d_model (", options.d_model,
               ") must be divisible by heads (", options.heads, ")");
   const int64_t d = options.d_model;
   in_proj_ = register_module("in_proj", torch::nn::Linear(d, 3 * d));
-  r_proj_ = register_module("r_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
+  r_proj_ =
+      register_module("r_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
   out_proj_ = register_module("out_proj", torch::nn::Linear(d, d));
   u_ = register_parameter("u", torch::zeros({options.heads, head_dim_}));
   v_ = register_parameter("v", torch::zeros({options.heads, head_dim_}));
@@ -53,13 +53,12 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
   return projected_cache_.narrow(1, 0, count);
 }
 
-torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q,
-                                                     const torch::Tensor& k,
+torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q, const torch::Tensor& k,
                                                      const torch::Tensor& v, int64_t offset) {
   const int64_t tq = q.size(2), tk = k.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   auto content = torch::matmul(q + u_.view({1, -1, 1, head_dim_}), k.transpose(-2, -1));
-  auto r = ProjectedDistances(tk).transpose(1, 2);  // [H, Dh, distance]
+  auto r = ProjectedDistances(tk).transpose(1, 2);                          // [H, Dh, distance]
   auto by_distance = torch::matmul(q + v_.view({1, -1, 1, head_dim_}), r);  // [B, H, Tq, Tk]
   // Relative shift: entry (i, j) takes distance offset + i - j.
   auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kLong);
@@ -68,8 +67,8 @@ torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q,
   auto future = distance < 0;
   auto index = distance.clamp(0, tk - 1).expand({q.size(0), q.size(1), tq, tk});
   auto position = by_distance.gather(3, index);
-  auto scores = ((content + position) * scale)
-                    .masked_fill(future, -std::numeric_limits<double>::infinity());
+  auto scores =
+      ((content + position) * scale).masked_fill(future, -std::numeric_limits<double>::infinity());
   auto y = torch::matmul(torch::softmax(scores, -1), v);
   return out_proj_->forward(MergeHeads(y));
 }
@@ -80,16 +79,16 @@ torch::Tensor RelativeMultiHeadAttentionImpl::forward(const torch::Tensor& x) {
 
 std::pair<torch::Tensor, torch::Tensor> RelativeMultiHeadAttentionImpl::forward_with_memory(
     const torch::Tensor& x, const torch::Tensor& memory) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ", options_.d_model,
+              "], got ", x.sizes());
   const bool has_memory = memory.defined() && memory.size(1) > 0;
   auto context = has_memory ? torch::cat({memory.detach(), x}, 1) : x;
   TORCH_CHECK(context.size(1) <= options_.max_context, "memory plus segment (", context.size(1),
               ") exceeds max_context ", options_.max_context);
-  auto q = SplitHeads(torch::nn::functional::linear(
-                          x, in_proj_->weight.narrow(0, 0, options_.d_model),
-                          in_proj_->bias.narrow(0, 0, options_.d_model)),
-                      options_.heads);
+  auto q =
+      SplitHeads(torch::nn::functional::linear(x, in_proj_->weight.narrow(0, 0, options_.d_model),
+                                               in_proj_->bias.narrow(0, 0, options_.d_model)),
+                 options_.heads);
   auto kv = ProjectToHeads(in_proj_, context, context, context, options_.heads);
   const int64_t offset = context.size(1) - x.size(1);
   auto y = Attend(q, kv[1], kv[2], offset);
@@ -98,8 +97,7 @@ std::pair<torch::Tensor, torch::Tensor> RelativeMultiHeadAttentionImpl::forward_
   return {y, next_memory};
 }
 
-MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows,
-                                                         torch::Device device) const {
+MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows, torch::Device device) const {
   return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 

@@ -31,9 +31,9 @@ TEST_P(BlockTest, EncoderIsPermutationEquivariant) {
   block->to(torch::kDouble);
   auto x = torch::randn({2, 15, 32}, torch::kDouble);
   auto perm = torch::randperm(15);
-  EXPECT_LT(MaxAbsDiff(block->forward(x.index_select(1, perm)),
-                       block->forward(x).index_select(1, perm)),
-            1e-10);
+  EXPECT_LT(
+      MaxAbsDiff(block->forward(x.index_select(1, perm)), block->forward(x).index_select(1, perm)),
+      1e-10);
 }
 
 TEST_P(BlockTest, EncoderIgnoresPaddedPositions) {
@@ -103,8 +103,8 @@ TEST_P(BlockTest, BackwardGivesFiniteGradients) {
               perceiver->forward(x).sum() + induced->forward(x).sum();
   loss.backward();
   EXPECT_TRUE(torch::isfinite(x.grad()).all().item<bool>());
-  for (torch::nn::Module* m : std::vector<torch::nn::Module*>{
-           encoder.get(), decoder.get(), perceiver.get(), induced.get()}) {
+  for (torch::nn::Module* m : std::vector<torch::nn::Module*>{encoder.get(), decoder.get(),
+                                                              perceiver.get(), induced.get()}) {
     for (auto& p : m->named_parameters()) {
       ASSERT_TRUE(p.value().grad().defined()) << p.key();
       EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();

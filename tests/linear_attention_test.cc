@@ -73,8 +73,9 @@ TEST_P(LinearAttentionTest, NonCausalIsPermutationEquivariant) {
   auto x = torch::randn({2, 12, 32}, torch::kDouble);
   auto perm = torch::randperm(12);
   auto xp = x.index_select(1, perm);
-  EXPECT_LT(MaxAbsDiff(attention->attend(xp, xp, xp), attention->attend(x, x, x).index_select(1, perm)),
-            1e-12);
+  EXPECT_LT(
+      MaxAbsDiff(attention->attend(xp, xp, xp), attention->attend(x, x, x).index_select(1, perm)),
+      1e-12);
 }
 
 TEST_P(LinearAttentionTest, BlockSizeDoesNotChangeTheCausalForm) {

@@ -15,7 +15,7 @@ using testing::SmallOptions;
 
 constexpr double kTolerance = 1e-5;  // float32, as the product promises
 constexpr int64_t kBatch = 3;
-constexpr int64_t kTime = 101;       // > 100, odd, not a multiple of the chunk
+constexpr int64_t kTime = 101;  // > 100, odd, not a multiple of the chunk
 
 struct Case {
   MixerKind kind;

@@ -24,8 +24,8 @@ void FeatureMap(const double* x, int64_t n, bool exp_feature, double* out) {
 }
 
 // Softmax-weighted sum of value rows: out[c] = sum_j p_j v[j][c].
-void WeightedSum(const std::vector<double>& logits, const std::vector<int64_t>& keys,
-                 const Acc3& v, int64_t b, int64_t c0, int64_t width, double* out) {
+void WeightedSum(const std::vector<double>& logits, const std::vector<int64_t>& keys, const Acc3& v,
+                 int64_t b, int64_t c0, int64_t width, double* out) {
   double max = -std::numeric_limits<double>::infinity();
   for (double l : logits) max = std::max(max, l);
   double total = 0;

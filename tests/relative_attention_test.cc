@@ -31,10 +31,9 @@ class RelativeAttentionTest : public ::testing::Test {
                           int64_t offset) {
     auto qkv = reference::ProjectQkv(xl_->in_proj(), segment, context);
     return reference::ApplyLinear(
-        xl_->out_proj(),
-        reference::RelativeAttention(qkv[0], qkv[1], qkv[2], xl_->content_bias(),
-                                     xl_->position_bias(), xl_->position_proj()->weight,
-                                     xl_->options().heads, offset));
+        xl_->out_proj(), reference::RelativeAttention(
+                             qkv[0], qkv[1], qkv[2], xl_->content_bias(), xl_->position_bias(),
+                             xl_->position_proj()->weight, xl_->options().heads, offset));
   }
 
   RelativeMultiHeadAttention xl_{nullptr};

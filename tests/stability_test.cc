@@ -56,8 +56,7 @@ TEST_P(AftStabilityTest, HugeKeysStayFiniteAndExact) {
   auto x = torch::randn({2, kTime, 32});
   auto qkv = ScaleKeys(aft->in_proj(), x);
   auto expected = reference::ApplyLinear(
-      aft->out_proj(),
-      reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kTime)));
+      aft->out_proj(), reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kTime)));
   torch::NoGradGuard no_grad;
   ExpectFiniteAndClose(aft->forward(x), expected, "parallel");
   ExpectFiniteAndClose(Steps(*aft, x), expected, "step");

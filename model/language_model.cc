@@ -1,0 +1,320 @@
+#include "model/language_model.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/flat_json.h"
+
+namespace attn {
+
+std::string PositionKindName(PositionKind kind) {
+  switch (kind) {
+    case PositionKind::kNone:
+      return "none";
+    case PositionKind::kSinusoidal:
+      return "sinusoidal";
+    case PositionKind::kLearned:
+      return "learned";
+  }
+  return "unknown";
+}
+
+bool ParsePositionKind(const std::string& name, PositionKind* kind) {
+  for (auto k : {PositionKind::kNone, PositionKind::kSinusoidal, PositionKind::kLearned}) {
+    if (PositionKindName(k) == name) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+MixerOptions LmConfig::mixer_options() const {
+  MixerOptions o;
+  o.kind = mixer;
+  o.d_model = d_model;
+  o.heads = heads;
+  o.max_context = max_context;
+  o.window = window;
+  o.chunk = chunk;
+  return o;
+}
+
+absl::Status LmConfig::Validate() const {
+  auto positive = [](const char* name, int64_t value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be positive, got ", value));
+  };
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
+                             {"d_model", d_model},
+                             {"layers", layers},
+                             {"heads", heads},
+                             {"ff_hidden", ff_hidden},
+                             {"window", window},
+                             {"max_context", max_context},
+                             {"chunk", chunk}}) {
+    if (auto status = positive(name, value); !status.ok()) return status;
+  }
+  if (d_model % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("d_model (", d_model, ") must be divisible by heads (", heads, ")"));
+  }
+  if (d_model % 2 != 0 && positions == PositionKind::kSinusoidal) {
+    return absl::InvalidArgumentError("sinusoidal positions need an even d_model");
+  }
+  if (mixer == MixerKind::kAftLocal && window > max_context) {
+    return absl::InvalidArgumentError("window must not exceed max_context");
+  }
+  return absl::OkStatus();
+}
+
+std::string LmConfig::ToJson() const {
+  FlatJson json;
+  json.SetInt("vocab_size", vocab_size);
+  json.SetInt("d_model", d_model);
+  json.SetInt("layers", layers);
+  json.SetInt("heads", heads);
+  json.SetInt("ff_hidden", ff_hidden);
+  json.SetString("mixer", MixerKindName(mixer));
+  json.SetString("norm", NormKindName(norm));
+  json.SetString("positions", PositionKindName(positions));
+  json.SetInt("window", window);
+  json.SetInt("max_context", max_context);
+  json.SetInt("chunk", chunk);
+  return json.Serialize();
+}
+
+absl::StatusOr<LmConfig> LmConfig::FromJson(const std::string& text) {
+  auto parsed = FlatJson::Parse(text);
+  if (!parsed.ok()) return parsed.status();
+  const FlatJson& json = *parsed;
+  LmConfig config;
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"vocab_size", &config.vocab_size},   {"d_model", &config.d_model},
+      {"layers", &config.layers},           {"heads", &config.heads},
+      {"ff_hidden", &config.ff_hidden},     {"window", &config.window},
+      {"max_context", &config.max_context}, {"chunk", &config.chunk}};
+  std::set<std::string> known;
+  for (auto [key, field] : ints) {
+    known.insert(key);
+    auto value = json.GetInt(key);
+    if (!value.ok()) return value.status();
+    *field = *value;
+  }
+  auto mixer = json.GetString("mixer");
+  auto norm = json.GetString("norm");
+  auto positions = json.GetString("positions");
+  for (const auto* s : {&mixer, &norm, &positions}) {
+    if (!s->ok()) return s->status();
+  }
+  if (!ParseMixerKind(*mixer, &config.mixer)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown mixer \"", *mixer, "\""));
+  }
+  if (!ParseNormKind(*norm, &config.norm)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown norm \"", *norm, "\""));
+  }
+  if (!ParsePositionKind(*positions, &config.positions)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown positions \"", *positions, "\""));
+  }
+  known.insert({"mixer", "norm", "positions"});
+  for (const auto& key : json.Keys()) {
+    if (!known.count(key)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown config key \"", key, "\""));
+    }
+  }
+  if (auto status = config.Validate(); !status.ok()) return status;
+  return config;
+}
+
+// One pre-norm layer: h + Mixer(Norm(h)), then h + FF(Norm(h)).
+class LmLayer : public torch::nn::Module {
+ public:
+  explicit LmLayer(const LmConfig& config) {
+    mix_norm = register_module("mix_norm", Norm(config.norm, config.d_model));
+    mixer = register_module("mixer", MakeMixer(config.mixer_options()));
+    ff_norm = register_module("ff_norm", Norm(config.norm, config.d_model));
+    ff = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
+  }
+
+  // `mix` applies the mixer in the form the caller needs.
+  template <typename Mix>
+  torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
+    auto y = h + mix(mix_norm->forward(h));
+    return y + ff->forward(ff_norm->forward(y));
+  }
+
+  Norm mix_norm{nullptr};
+  std::shared_ptr<SequenceMixer> mixer;
+  Norm ff_norm{nullptr};
+  FeedForward ff{nullptr};
+};
+
+int64_t LmState::bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const auto& layer : layers) bytes += layer.bytes_per_row();
+  return bytes;
+}
+
+CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
+  const auto status = config.Validate();
+  TORCH_CHECK(status.ok(), "invalid model config: ", status.message());
+  embedding_ =
+      register_module("embedding", torch::nn::Embedding(config.vocab_size, config.d_model));
+  {
+    torch::NoGradGuard no_grad;
+    embedding_->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(config.d_model)));
+  }
+  if (config.positions == PositionKind::kLearned) {
+    learned_positions_ =
+        register_module("positions", LearnedPositions(config.max_context, config.d_model));
+  }
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < config.layers; ++l) {
+    layers_.push_back(std::make_shared<LmLayer>(config));
+    list->push_back(layers_.back());
+  }
+  final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
+}
+
+void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
+  TORCH_CHECK(tokens.scalar_type() == torch::kLong, "tokens must be int64");
+  if (tokens.numel() == 0) return;
+  auto cpu = tokens.to(torch::kCPU).contiguous();
+  const int64_t* ids = cpu.data_ptr<int64_t>();
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    TORCH_CHECK(ids[i] >= 0 && ids[i] < config_.vocab_size, "token id ", ids[i],
+                " outside the vocabulary [0, ", config_.vocab_size, ")");
+  }
+}
+
+torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  auto h = embedding_->forward(tokens);
+  switch (config_.positions) {
+    case PositionKind::kNone:
+      return h;
+    case PositionKind::kSinusoidal:
+      return h + SinusoidalEmbedding(positions, config_.d_model).to(h.options());
+    case PositionKind::kLearned:
+      return h + learned_positions_->forward(positions);
+  }
+  return h;
+}
+
+torch::Tensor CausalLmImpl::Head(const torch::Tensor& hidden) {
+  return torch::matmul(final_norm_->forward(hidden), embedding_->weight.t());
+}
+
+torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, time], got ", tokens.sizes());
+  CheckTokens(tokens);
+  auto positions = torch::arange(tokens.size(1), tokens.options()).expand_as(tokens);
+  auto h = Embed(tokens, positions);
+  for (auto& layer : layers_) {
+    h = layer->Apply(h, [&](const torch::Tensor& x) { return layer->mixer->forward(x); });
+  }
+  return Head(h);
+}
+
+LmState CausalLmImpl::initial_state(int64_t rows, torch::Device device) const {
+  LmState state;
+  for (const auto& layer : layers_)
+    state.layers.push_back(layer->mixer->initial_state(rows, device));
+  return state;
+}
+
+void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const {
+  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->mixer->ResetSlots(state.layers[l], slots);
+}
+
+torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
+                                    const torch::Tensor& slots) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
+  CheckTokens(tokens);
+  auto rows =
+      slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
+  auto start = state.length().index_select(0, rows.to(state.length().device()));
+  auto positions = start.to(tokens.device()).unsqueeze(1) +
+                   torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
+  auto h = Embed(tokens, positions);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& mixer = *layers_[l]->mixer;
+    h = layers_[l]->Apply(
+        h, [&](const torch::Tensor& x) { return mixer.prefill(x, state.layers[l], rows); });
+  }
+  return Head(h);
+}
+
+torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,
+                                 LmState& state) {
+  TORCH_CHECK(tokens.dim() == 1, "tokens must be [batch], got ", tokens.sizes());
+  CheckTokens(tokens);
+  torch::Tensor positions;
+  if (config_.positions != PositionKind::kNone) {
+    auto rows =
+        slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
+    positions =
+        state.length().index_select(0, rows.to(state.length().device())).to(tokens.device());
+  }
+  auto h = Embed(tokens, positions);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& mixer = *layers_[l]->mixer;
+    h = layers_[l]->Apply(
+        h, [&](const torch::Tensor& x) { return mixer.step(x, state.layers[l], slots); });
+  }
+  return Head(h);
+}
+
+int64_t CausalLmImpl::max_context() const {
+  int64_t limit = config_.positions == PositionKind::kLearned ? config_.max_context : -1;
+  for (const auto& layer : layers_) {
+    const int64_t m = layer->mixer->max_context();
+    if (m >= 0) limit = limit < 0 ? m : std::min(limit, m);
+  }
+  return limit;
+}
+
+int64_t CausalLmImpl::state_bytes_per_sequence(int64_t context) const {
+  int64_t bytes = 0;
+  for (const auto& layer : layers_) bytes += layer->mixer->state_bytes_per_sequence(context);
+  return bytes;
+}
+
+int64_t CausalLmImpl::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+StatePool::StatePool(const CausalLm& model, int64_t capacity, torch::Device device)
+    : model_(model), state_(model->initial_state(capacity, device)), in_use_(capacity, false) {
+  for (int64_t slot = capacity - 1; slot >= 0; --slot) free_.push_back(slot);
+}
+
+absl::StatusOr<int64_t> StatePool::Acquire() {
+  if (free_.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", capacity(), " sequence slots are in use"));
+  }
+  const int64_t slot = free_.back();
+  free_.pop_back();
+  model_->ResetSlots(state_, torch::tensor({slot}, torch::kLong));
+  in_use_[slot] = true;
+  ++in_use_count_;
+  return slot;
+}
+
+absl::Status StatePool::Release(int64_t slot) {
+  if (slot < 0 || slot >= capacity() || !in_use_[slot]) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
+  }
+  in_use_[slot] = false;
+  --in_use_count_;
+  free_.push_back(slot);
+  return absl::OkStatus();
+}
+
+}  // namespace attn

@@ -1,0 +1,199 @@
+#include "model/language_model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using testing::MaxAbsDiff;
+
+constexpr double kTolerance = 1e-5;
+
+LmConfig TinyConfig(MixerKind kind) {
+  LmConfig c;
+  c.vocab_size = 61;
+  c.d_model = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.ff_hidden = 48;
+  c.mixer = kind;
+  c.window = 8;
+  c.max_context = 128;
+  c.chunk = 16;
+  // Exercise every position kind somewhere.
+  switch (kind) {
+    case MixerKind::kMha:
+      c.positions = PositionKind::kSinusoidal;
+      break;
+    case MixerKind::kLinearElu:
+      c.positions = PositionKind::kLearned;
+      break;
+    default:
+      c.positions = PositionKind::kNone;
+  }
+  return c;
+}
+
+std::string KindName(const ::testing::TestParamInfo<MixerKind>& info) {
+  std::string name = MixerKindName(info.param);
+  for (auto& ch : name) {
+    if (ch == '-') ch = '_';
+  }
+  return name;
+}
+
+class LanguageModelTest : public ::testing::TestWithParam<MixerKind> {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(71);
+    model_ = CausalLm(TinyConfig(GetParam()));
+    testing::RandomizePositionParameters(*model_, 0.3);
+    model_->eval();
+    tokens_ = torch::randint(0, 61, {3, 59}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    logits_ = model_->forward(tokens_);
+  }
+
+  CausalLm model_{nullptr};
+  torch::Tensor tokens_, logits_;
+};
+
+TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
+  torch::NoGradGuard no_grad;
+  auto state = model_->initial_state(3, torch::kCPU);
+  std::vector<torch::Tensor> outputs;
+  outputs.push_back(model_->prefill(tokens_.narrow(1, 0, 17), state));
+  outputs.push_back(model_->prefill(tokens_.narrow(1, 17, 1), state));
+  outputs.push_back(model_->prefill(tokens_.narrow(1, 18, 20), state));
+  for (int64_t t = 38; t < 59; ++t) {
+    outputs.push_back(model_->step(tokens_.select(1, t), {}, state).unsqueeze(1));
+  }
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), logits_), kTolerance);
+  EXPECT_TRUE(state.length().eq(59).all().item<bool>());
+}
+
+// Sequences at different positions share one batched step through a pool;
+// each equals the model run on it alone, and one leaving changes no other.
+TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
+  torch::NoGradGuard no_grad;
+  StatePool pool(model_, 5, torch::kCPU);
+  std::vector<int64_t> slot(3);
+  std::vector<std::vector<torch::Tensor>> outputs(3);
+  const std::vector<int64_t> prompt = {5, 11, 1};
+  for (int64_t b = 0; b < 3; ++b) {
+    auto acquired = pool.Acquire();
+    ASSERT_TRUE(acquired.ok());
+    slot[b] = *acquired;
+    auto rows = torch::tensor({slot[b]}, torch::kLong);
+    auto logits =
+        model_->prefill(tokens_[b].narrow(0, 0, prompt[b]).unsqueeze(0), pool.state(), rows);
+    outputs[b].push_back(logits[0]);
+  }
+  std::vector<int64_t> next = prompt;
+  std::vector<bool> active = {true, true, true};
+  for (int step = 0; step < 40; ++step) {
+    if (step == 20) {  // sequence 1 leaves mid-way
+      ASSERT_TRUE(pool.Release(slot[1]).ok());
+      active[1] = false;
+    }
+    std::vector<int64_t> batch, rows, ids;
+    for (int64_t b = 0; b < 3; ++b) {
+      if (!active[b] || next[b] >= 59) continue;
+      batch.push_back(b);
+      rows.push_back(slot[b]);
+      ids.push_back(tokens_[b][next[b]].item<int64_t>());
+    }
+    auto logits = model_->step(torch::tensor(ids, torch::kLong), torch::tensor(rows, torch::kLong),
+                               pool.state());
+    for (size_t n = 0; n < batch.size(); ++n) {
+      outputs[batch[n]].push_back(logits[n].unsqueeze(0));
+      ++next[batch[n]];
+    }
+  }
+  for (int64_t b : {0, 2}) {
+    auto got = torch::cat(outputs[b], 0);
+    EXPECT_LT(MaxAbsDiff(got, logits_[b].narrow(0, 0, got.size(0))), kTolerance) << "seq " << b;
+  }
+  EXPECT_EQ(pool.in_use(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),
+                         KindName);
+
+TEST(LmConfig, JsonRoundTrips) {
+  auto config = TinyConfig(MixerKind::kAftLocal);
+  config.norm = NormKind::kScaleNorm;
+  config.positions = PositionKind::kLearned;
+  auto parsed = LmConfig::FromJson(config.ToJson());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->ToJson(), config.ToJson());
+  EXPECT_EQ(parsed->mixer, MixerKind::kAftLocal);
+  EXPECT_EQ(parsed->norm, NormKind::kScaleNorm);
+  EXPECT_EQ(parsed->positions, PositionKind::kLearned);
+}
+
+TEST(LmConfig, ErrorsNameTheField) {
+  const std::string good = TinyConfig(MixerKind::kAftConv).ToJson();
+  struct Case {
+    std::string from, to, message;
+  };
+  const std::vector<Case> cases = {
+      {"\"heads\": 4", "\"heads\": 5", "divisible by heads"},
+      {"\"d_model\": 32", "\"d_model\": -32", "d_model must be positive"},
+      {"\"mixer\": \"aft-conv\"", "\"mixer\": \"rnn\"", "unknown mixer \"rnn\""},
+      {"\"layers\": 2", "\"layers\": \"2\"", "\"layers\" must be a number"},
+      {"\"layers\": 2", "\"layerz\": 2", "missing \"layers\""},
+      {"\"chunk\": 16", "\"chunk\": 16, \"dropout\": 0.1", "unknown config key \"dropout\""},
+      {"}", "", "invalid JSON"},
+  };
+  for (const auto& c : cases) {
+    std::string json = good;
+    const auto at = json.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    json.replace(at, c.from.size(), c.to);
+    auto parsed = LmConfig::FromJson(json);
+    ASSERT_FALSE(parsed.ok()) << json;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(parsed.status().message()).find(c.message), std::string::npos)
+        << parsed.status();
+  }
+}
+
+TEST(StatePool, HandsOutEveryRowOnceThenRefuses) {
+  CausalLm model(TinyConfig(MixerKind::kAftSimple));
+  StatePool pool(model, 2, torch::kCPU);
+  auto a = pool.Acquire(), b = pool.Acquire(), c = pool.Acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(pool.Release(*a).ok());
+  EXPECT_EQ(pool.Release(*a).code(), absl::StatusCode::kInvalidArgument);  // twice
+  EXPECT_EQ(pool.Release(7).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(pool.Acquire().ok());
+}
+
+TEST(CausalLm, ReportsStateSizeByKind) {
+  // aft-simple: 3 vectors of d_model per layer, whatever the context.
+  CausalLm simple(TinyConfig(MixerKind::kAftSimple));
+  EXPECT_EQ(simple->state_bytes_per_sequence(4096), simple->state_bytes_per_sequence(64));
+  EXPECT_EQ(simple->max_context(), -1);
+  CausalLm mha(TinyConfig(MixerKind::kMha));
+  EXPECT_GT(mha->state_bytes_per_sequence(100), mha->state_bytes_per_sequence(10));
+  EXPECT_EQ(mha->max_context(), 128);
+}
+
+TEST(CausalLm, RefusesTokensOutsideTheVocabulary) {
+  CausalLm model(TinyConfig(MixerKind::kAftConv));
+  try {
+    model->forward(torch::tensor({{1, 61}}, torch::kLong));
+    FAIL() << "a token id of vocab_size must be refused";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 61 outside the vocabulary"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace attn

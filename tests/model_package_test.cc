@@ -1,0 +1,141 @@
+#include "model/model_package.h"
+
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+LmConfig SmallConfig(MixerKind kind) {
+  LmConfig c;
+  c.vocab_size = 40;
+  c.d_model = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.ff_hidden = 48;
+  c.mixer = kind;
+  c.window = 4;
+  c.max_context = 64;
+  c.positions = PositionKind::kLearned;
+  return c;
+}
+
+class ModelPackageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("attn_package_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Saves a model and returns its path; `model` receives the saved model.
+  std::string SaveModel(MixerKind kind, CausalLm* model, const std::string& tokenizer = "") {
+    torch::manual_seed(81);
+    *model = CausalLm(SmallConfig(kind));
+    testing::RandomizePositionParameters(**model, 0.3);
+    const std::string path = Path(MixerKindName(kind) + ".pt");
+    EXPECT_TRUE(SavePackage(path, *model, tokenizer).ok());
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelPackageTest, LoadReproducesLogitsExactly) {
+  const std::string tokenizer("sp\0model\xff bytes", 15);  // binary, with NUL and 0xff
+  for (auto kind : {MixerKind::kAftConv, MixerKind::kMhaAlibi, MixerKind::kRelative}) {
+    CausalLm saved{nullptr};
+    const auto path = SaveModel(kind, &saved, tokenizer);
+    auto loaded = LoadPackage(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    saved->eval();
+    torch::NoGradGuard no_grad;
+    auto tokens = torch::randint(0, 40, {2, 30}, torch::kLong);
+    EXPECT_TRUE(loaded->model->forward(tokens).equal(saved->forward(tokens))) << path;
+    EXPECT_EQ(loaded->tokenizer_model, tokenizer);
+    EXPECT_EQ(loaded->model->config().ToJson(), saved->config().ToJson());
+  }
+}
+
+TEST_F(ModelPackageTest, MissingFileIsNotFound) {
+  auto loaded = LoadPackage(Path("absent.pt"));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(std::string(loaded.status().message()).find("absent.pt"), std::string::npos);
+}
+
+TEST_F(ModelPackageTest, TruncatedOrCorruptFileIsDataLoss) {
+  CausalLm model{nullptr};
+  const auto path = SaveModel(MixerKind::kAftSimple, &model);
+  const auto size = fs::file_size(path);
+  fs::copy_file(path, Path("truncated.pt"));
+  fs::resize_file(Path("truncated.pt"), size / 2);
+  {
+    std::ofstream garbage(Path("garbage.pt"), std::ios::binary);
+    for (int i = 0; i < 5000; ++i) garbage.put(static_cast<char>((i * 7919) % 251));
+  }
+  for (const auto& name : {"truncated.pt", "garbage.pt"}) {
+    auto loaded = LoadPackage(Path(name));
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << name;
+    EXPECT_NE(std::string(loaded.status().message()).find(name), std::string::npos)
+        << loaded.status();
+  }
+}
+
+// Rewrites one attribute of a saved package, as a stale or hand-edited file would.
+void Rewrite(const std::string& path, const std::function<void(torch::jit::Module&)>& edit) {
+  auto archive = torch::jit::load(path);
+  edit(archive);
+  archive.save(path);
+}
+
+TEST_F(ModelPackageTest, ConfigAndWeightsThatDisagreeAreNamed) {
+  CausalLm model{nullptr};
+  const auto path = SaveModel(MixerKind::kAftConv, &model);
+  auto wider = SmallConfig(MixerKind::kAftConv);
+  wider.ff_hidden = 64;
+  Rewrite(path, [&](torch::jit::Module& m) { m.setattr("config", wider.ToJson()); });
+  auto loaded = LoadPackage(path);
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(loaded.status().message());
+  EXPECT_NE(message.find("tensor layers.0.ff.down.weight has shape [32, 48], the config needs "
+                         "[32, 64]"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
+  struct Case {
+    std::function<void(torch::jit::Module&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& m) { m.setattr("format_version", int64_t{99}); }, "format version 99"},
+      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); }, "config: missing"},
+      {[](auto& m) { m.register_buffer("extra.weight", torch::zeros({2})); },
+       "tensor extra.weight is not part of a model"},
+  };
+  for (const auto& c : cases) {
+    CausalLm model{nullptr};
+    const auto path = SaveModel(MixerKind::kAftLocal, &model);
+    Rewrite(path, c.edit);
+    auto loaded = LoadPackage(path);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(std::string(loaded.status().message()).find(c.message), std::string::npos)
+        << loaded.status();
+  }
+}
+
+}  // namespace
+}  // namespace attn
