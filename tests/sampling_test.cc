@@ -1,0 +1,82 @@
+#include "model/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace attn {
+namespace {
+
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, -1.0f, 2.5f};
+
+TEST(Sampler, GreedyTakesTheArgMaxAndReportsItsLogprob) {
+  Sampler sampler({/*temperature=*/0.0});
+  auto token = sampler.Next(kLogits.data(), 5, {});
+  EXPECT_EQ(token.id, 1);
+  double total = 0;
+  for (float l : kLogits) total += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(token.logprob, 3.0 - std::log(total), 1e-9);
+}
+
+TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
+  SamplingOptions k1;
+  k1.top_k = 1;
+  SamplingOptions p_small;
+  p_small.top_p = 1e-6;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    k1.seed = p_small.seed = seed;
+    EXPECT_EQ(Sampler(k1).Next(kLogits.data(), 5, {}).id, 1);
+    EXPECT_EQ(Sampler(p_small).Next(kLogits.data(), 5, {}).id, 1);
+  }
+}
+
+TEST(Sampler, SameSeedSameDraws) {
+  SamplingOptions options;
+  options.seed = 1234;
+  Sampler a(options), b(options);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(a.Next(kLogits.data(), 5, {}).id, b.Next(kLogits.data(), 5, {}).id);
+  }
+}
+
+TEST(Sampler, DrawsFollowTheSoftmaxAndRespectTopK) {
+  SamplingOptions options;
+  options.seed = 7;
+  options.top_k = 3;  // keeps ids 1, 4, 2
+  Sampler sampler(options);
+  std::map<int64_t, int> counts;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++counts[sampler.Next(kLogits.data(), 5, {}).id];
+  EXPECT_EQ(counts.count(0) + counts.count(3), 0u);
+  const double z = std::exp(3.0) + std::exp(2.5) + std::exp(2.0);
+  EXPECT_NEAR(counts[1] / double(draws), std::exp(3.0) / z, 0.015);
+  EXPECT_NEAR(counts[4] / double(draws), std::exp(2.5) / z, 0.015);
+  EXPECT_NEAR(counts[2] / double(draws), std::exp(2.0) / z, 0.015);
+}
+
+TEST(Sampler, RepetitionPenaltyMovesAwayFromSeenTokens) {
+  SamplingOptions options;
+  options.temperature = 0.0;
+  options.repetition_penalty = 2.0;  // 3.0 -> 1.5, below 2.5
+  EXPECT_EQ(Sampler(options).Next(kLogits.data(), 5, {1}).id, 4);
+}
+
+TEST(SamplingOptions, InvalidValuesNameTheField) {
+  SamplingOptions o;
+  o.temperature = -1;
+  EXPECT_NE(std::string(o.Validate().message()).find("temperature"), std::string::npos);
+  o = {};
+  o.top_p = 0;
+  EXPECT_NE(std::string(o.Validate().message()).find("top_p"), std::string::npos);
+  o.top_p = 1.5;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kInvalidArgument);
+  o = {};
+  o.top_k = -2;
+  EXPECT_NE(std::string(o.Validate().message()).find("top_k"), std::string::npos);
+  o = {};
+  EXPECT_TRUE(o.Validate().ok());
+}
+
+}  // namespace
+}  // namespace attn
