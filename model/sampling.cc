@@ -12,8 +12,7 @@ namespace attn {
 
 absl::Status SamplingOptions::Validate() const {
   if (!(temperature >= 0.0) || !std::isfinite(temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be >= 0, got ", temperature));
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
   }
   if (!(top_p > 0.0 && top_p <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));

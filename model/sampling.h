@@ -23,9 +23,9 @@
 namespace attn {
 
 struct SamplingOptions {
-  double temperature = 1.0;  // 0: greedy
-  int64_t top_k = 0;         // 0: no limit
-  double top_p = 1.0;        // (0, 1]
+  double temperature = 1.0;         // 0: greedy
+  int64_t top_k = 0;                // 0: no limit
+  double top_p = 1.0;               // (0, 1]
   double repetition_penalty = 1.0;  // >= 1 discourages repeats; 1: off
   uint64_t seed = 0;
 
@@ -50,8 +50,8 @@ class Sampler {
  private:
   SamplingOptions options_;
   std::mt19937_64 rng_;
-  std::vector<float> work_;           // processed logits
-  std::vector<int64_t> candidates_;   // token ids, most likely first
+  std::vector<float> work_;          // processed logits
+  std::vector<int64_t> candidates_;  // token ids, most likely first
 };
 
 // log softmax(logits)[id], computed stably.

@@ -1,0 +1,160 @@
+// attn-train: text files in, a model package out.
+//
+//   attn-train --corpus=a.txt,b.txt --output=model.pt --mixer=aft-conv
+//       --d_model=256 --layers=4 --steps=2000 --checkpoint_dir=ckpt
+//   attn-train --corpus=... --output=model.pt --checkpoint_dir=ckpt --resume
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "model/mixer.h"
+#include "train/trainer.h"
+
+ABSL_FLAG(std::string, corpus, "", "comma-separated plain-text files to train on");
+ABSL_FLAG(std::string, output, "model.pt", "where to write the model package");
+ABSL_FLAG(std::string, mixer, "aft-conv",
+          "mha, mha-alibi, relative, linear-elu, linear-exp, aft-full, aft-local, aft-simple, "
+          "aft-conv");
+ABSL_FLAG(std::string, norm, "rmsnorm", "layernorm, scalenorm or rmsnorm");
+ABSL_FLAG(std::string, positions, "none", "none, sinusoidal or learned");
+ABSL_FLAG(int64_t, d_model, 256, "model width");
+ABSL_FLAG(int64_t, layers, 4, "number of layers");
+ABSL_FLAG(int64_t, heads, 4, "attention heads (AFT-conv: bias heads)");
+ABSL_FLAG(int64_t, ff_hidden, 1024, "feed-forward hidden width");
+ABSL_FLAG(int64_t, window, 32, "AFT-local / AFT-conv window");
+ABSL_FLAG(int64_t, max_context, 2048, "longest sequence for bounded mixers");
+ABSL_FLAG(int64_t, vocab_size, 4096, "SentencePiece vocabulary size");
+ABSL_FLAG(int64_t, seq_len, 256, "training sequence length");
+ABSL_FLAG(int64_t, batch, 16, "sequences per step");
+ABSL_FLAG(int64_t, steps, 1000, "optimizer steps");
+ABSL_FLAG(double, lr, 3e-3, "peak learning rate");
+ABSL_FLAG(double, min_lr_ratio, 0.1, "final learning rate as a fraction of --lr (cosine)");
+ABSL_FLAG(int64_t, warmup, 100, "linear warm-up steps");
+ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
+ABSL_FLAG(uint64_t, seed, 1, "seed: the same seed and threads give the same model");
+ABSL_FLAG(int, threads, 0, "intra-op threads (0: all CPUs)");
+ABSL_FLAG(int64_t, eval_every, 200, "steps between held-out evaluations");
+ABSL_FLAG(std::string, checkpoint_dir, "", "directory for checkpoints (empty: none)");
+ABSL_FLAG(int64_t, checkpoint_every, 500, "steps between checkpoints");
+ABSL_FLAG(bool, resume, false, "continue from --checkpoint_dir");
+
+namespace {
+
+std::string Duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds);
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%ldm%02lds", s / 60, s % 60);
+  }
+  return buffer;
+}
+
+// One progress line, redrawn in place on a terminal.
+void ShowProgress(const attn::StepReport& r, double smoothed_tps, int64_t tokens_per_step) {
+  constexpr int kWidth = 24;
+  const int filled = static_cast<int>(kWidth * r.step / r.steps);
+  std::string bar(filled, '#');
+  bar.resize(kWidth, '.');
+  const double eta = smoothed_tps > 0 ? (r.steps - r.step) * tokens_per_step / smoothed_tps : 0;
+  std::fprintf(stderr, "%s[%s] step %ld/%ld  loss %.3f  %.0f tok/s  lr %.2e  eta %s",
+               isatty(2) ? "\r" : "", bar.c_str(), r.step, r.steps, r.loss, smoothed_tps, r.lr,
+               Duration(eta).c_str());
+  if (!isatty(2)) std::fprintf(stderr, "\n");
+  if (r.heldout_loss) {
+    std::fprintf(stderr, "%sstep %ld: held-out loss %.4f, perplexity %.2f\n", isatty(2) ? "\n" : "",
+                 r.step, *r.heldout_loss, std::exp(*r.heldout_loss));
+  }
+}
+
+bool ParseConfig(attn::LmConfig* config) {
+  if (!attn::ParseMixerKind(absl::GetFlag(FLAGS_mixer), &config->mixer)) {
+    std::cerr << "unknown --mixer " << absl::GetFlag(FLAGS_mixer) << "\n";
+    return false;
+  }
+  if (!attn::ParseNormKind(absl::GetFlag(FLAGS_norm), &config->norm)) {
+    std::cerr << "unknown --norm " << absl::GetFlag(FLAGS_norm) << "\n";
+    return false;
+  }
+  if (!attn::ParsePositionKind(absl::GetFlag(FLAGS_positions), &config->positions)) {
+    std::cerr << "unknown --positions " << absl::GetFlag(FLAGS_positions) << "\n";
+    return false;
+  }
+  config->d_model = absl::GetFlag(FLAGS_d_model);
+  config->layers = absl::GetFlag(FLAGS_layers);
+  config->heads = absl::GetFlag(FLAGS_heads);
+  config->ff_hidden = absl::GetFlag(FLAGS_ff_hidden);
+  config->window = absl::GetFlag(FLAGS_window);
+  config->max_context = absl::GetFlag(FLAGS_max_context);
+  config->vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Trains a language model on text files and writes a model package.");
+  absl::ParseCommandLine(argc, argv);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  at::set_num_threads(threads > 0 ? threads
+                                  : static_cast<int>(std::thread::hardware_concurrency()));
+
+  attn::TrainOptions options;
+  for (auto file : absl::StrSplit(absl::GetFlag(FLAGS_corpus), ',', absl::SkipEmpty())) {
+    options.corpus_files.emplace_back(file);
+  }
+  if (!ParseConfig(&options.model)) return 2;
+  options.seq_len = absl::GetFlag(FLAGS_seq_len);
+  options.batch = absl::GetFlag(FLAGS_batch);
+  options.steps = absl::GetFlag(FLAGS_steps);
+  options.lr = absl::GetFlag(FLAGS_lr);
+  options.min_lr_ratio = absl::GetFlag(FLAGS_min_lr_ratio);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.eval_every = absl::GetFlag(FLAGS_eval_every);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+
+  std::cerr << (absl::GetFlag(FLAGS_resume) ? "resuming from " + options.checkpoint_dir
+                                            : std::string("training the tokenizer and reading "
+                                                          "the corpus"))
+            << "...\n";
+  auto trainer =
+      absl::GetFlag(FLAGS_resume) ? attn::Trainer::Resume(options) : attn::Trainer::Create(options);
+  if (!trainer.ok()) {
+    std::cerr << "attn-train: " << trainer.status().message() << "\n";
+    return 1;
+  }
+  auto& t = **trainer;
+  std::cerr << "model: " << t.model()->parameter_count() << " parameters, "
+            << attn::MixerKindName(t.model()->config().mixer) << "; corpus: " << t.train_tokens()
+            << " training and " << t.heldout_tokens() << " held-out tokens; starting at step "
+            << t.step() << "\n";
+  double smoothed = 0.0;
+  const auto status = t.Run([&](const attn::StepReport& r) {
+    smoothed = smoothed == 0.0 ? r.tokens_per_second : 0.9 * smoothed + 0.1 * r.tokens_per_second;
+    ShowProgress(r, smoothed, options.batch * options.seq_len);
+  });
+  if (isatty(2)) std::cerr << "\n";
+  if (!status.ok()) {
+    std::cerr << "attn-train: " << status.message() << "\n";
+    return 1;
+  }
+  if (auto saved = t.SavePackage(absl::GetFlag(FLAGS_output)); !saved.ok()) {
+    std::cerr << "attn-train: " << saved.message() << "\n";
+    return 1;
+  }
+  std::cerr << "wrote " << absl::GetFlag(FLAGS_output) << "\n";
+  return 0;
+}
