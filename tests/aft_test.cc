@@ -65,11 +65,7 @@ TEST_P(AftVariantTest, BlockSizeDoesNotChangeTheResult) {
 INSTANTIATE_TEST_SUITE_P(Variants, AftVariantTest,
                          ::testing::Values(MixerKind::kAftFull, MixerKind::kAftLocal,
                                            MixerKind::kAftSimple, MixerKind::kAftConv),
-                         [](const auto& info) {
-                           std::string name = MixerKindName(info.param);
-                           name.replace(name.find('-'), 1, "_");
-                           return name;
-                         });
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 // AFT-local's bias is zero outside the band, not minus infinity: a key far
 // outside the window still moves the output.

@@ -136,13 +136,7 @@ TEST_P(MixerGradientTest, BackwardGivesFiniteGradientsForEveryParameter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllMixers, MixerGradientTest, ::testing::ValuesIn(AllMixerKinds()),
-                         [](const auto& info) {
-                           std::string name = MixerKindName(info.param);
-                           for (auto& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
-                         });
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 TEST(RelativeAttentionGradient, FlowsThroughASegmentWithMemory) {
   RelativeMultiHeadAttention xl(testing::SmallOptions(MixerKind::kRelative));

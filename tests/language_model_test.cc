@@ -37,14 +37,6 @@ LmConfig TinyConfig(MixerKind kind) {
   return c;
 }
 
-std::string KindName(const ::testing::TestParamInfo<MixerKind>& info) {
-  std::string name = MixerKindName(info.param);
-  for (auto& ch : name) {
-    if (ch == '-') ch = '_';
-  }
-  return name;
-}
-
 class LanguageModelTest : public ::testing::TestWithParam<MixerKind> {
  protected:
   void SetUp() override {
@@ -121,7 +113,7 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),
-                         KindName);
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 TEST(LmConfig, JsonRoundTrips) {
   auto config = TinyConfig(MixerKind::kAftLocal);

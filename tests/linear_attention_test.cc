@@ -98,7 +98,8 @@ TEST_P(LinearAttentionTest, BlockSizeDoesNotChangeTheCausalForm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FeatureMaps, LinearAttentionTest,
-                         ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp));
+                         ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 }  // namespace
 }  // namespace attn

@@ -23,11 +23,7 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  std::string name = MixerKindName(info.param.kind) + (info.param.fused ? "_fused" : "_generic");
-  for (auto& c : name) {
-    if (c == '-') c = '_';
-  }
-  return name;
+  return testing::TestName(info.param.kind) + (info.param.fused ? "_fused" : "_generic");
 }
 
 class MixerEquivalenceTest : public ::testing::TestWithParam<Case> {

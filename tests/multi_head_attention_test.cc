@@ -81,7 +81,8 @@ TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MhaKinds, MhaReferenceTest,
-                         ::testing::Values(MixerKind::kMha, MixerKind::kMhaAlibi));
+                         ::testing::Values(MixerKind::kMha, MixerKind::kMhaAlibi),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 TEST(MultiHeadAttention, PaddedKeysAreIgnored) {
   torch::manual_seed(4);

@@ -64,7 +64,8 @@ TEST_P(AftStabilityTest, HugeKeysStayFiniteAndExact) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, AftStabilityTest,
                          ::testing::Values(MixerKind::kAftFull, MixerKind::kAftLocal,
-                                           MixerKind::kAftSimple, MixerKind::kAftConv));
+                                           MixerKind::kAftSimple, MixerKind::kAftConv),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 // The early prefixes are the trap: a key of -1000 followed by one of +1000.
 // With one maximum over the whole sequence the first outputs are 0/0.
@@ -108,7 +109,8 @@ TEST_P(LinearStabilityTest, HugeKeysStayFiniteAndExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FeatureMaps, LinearStabilityTest,
-                         ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp));
+                         ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
 TEST(SoftmaxStability, HugeKeysStayFiniteAndExact) {
   torch::manual_seed(43);

@@ -34,6 +34,21 @@ inline void RandomizePositionParameters(torch::nn::Module& module, double stddev
   }
 }
 
+// A gtest-safe name for a mixer kind: "aft-conv" -> "aft_conv".
+inline std::string TestName(MixerKind kind) {
+  std::string name = MixerKindName(kind);
+  for (auto& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+// For INSTANTIATE_TEST_SUITE_P over MixerKind values.
+template <typename Info>
+std::string KindTestName(const Info& info) {
+  return TestName(info.param);
+}
+
 inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
