@@ -42,7 +42,7 @@ absl::StatusOr<GenerationResult> Generate(
     logits = model->prefill(prompt_tensor.narrow(1, start, length), state)[0][length - 1];
   }
   Sampler sampler(options.sampling);
-  IncrementalDecoder decoder(tokenizer);
+  IncrementalDecoder decoder(tokenizer, /*continues_text=*/true);
   std::vector<int64_t> history = prompt;
   GenerationResult result;
   for (int64_t n = 0; n < options.max_tokens; ++n) {

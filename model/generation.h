@@ -32,7 +32,7 @@ enum class FinishReason { kLength, kEos };
 
 struct GenerationResult {
   std::vector<int64_t> tokens;
-  std::string text;
+  std::string text;  // Decode(prompt + tokens) minus Decode(prompt)
   FinishReason finish_reason = FinishReason::kLength;
 };
 

@@ -61,7 +61,11 @@ class Tokenizer {
 
 class IncrementalDecoder {
  public:
-  explicit IncrementalDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  // continues_text: the ids continue a text already shown (a prompt), so
+  // the space before their first word is kept; a new text drops it, as
+  // Decode does.
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool continues_text = false)
+      : tokenizer_(&tokenizer), at_start_(!continues_text) {}
 
   // Adds one id; returns the text it completes (possibly empty).
   std::string Push(int64_t id);
@@ -71,7 +75,7 @@ class IncrementalDecoder {
  private:
   const Tokenizer* tokenizer_;
   std::string pending_;  // bytes not yet emitted: at most an unfinished character
-  bool at_start_ = true;
+  bool at_start_;
 };
 
 // Length of the longest prefix of `bytes` made of whole UTF-8 characters,

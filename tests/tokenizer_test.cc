@@ -125,6 +125,16 @@ TEST_F(TokenizerTest, UnfinishedCharacterAtTheEndBecomesReplacement) {
   EXPECT_EQ(decoder.Finish(), "\xef\xbf\xbd");
 }
 
+TEST_F(TokenizerTest, AContinuationKeepsTheSpaceBeforeItsFirstWord) {
+  const auto prompt = tokenizer_->Encode("the stream");
+  const auto more = tokenizer_->Encode("the stream keeps a state");
+  ASSERT_GT(more.size(), prompt.size());
+  IncrementalDecoder decoder(*tokenizer_, /*continues_text=*/true);
+  std::string streamed;
+  for (size_t i = prompt.size(); i < more.size(); ++i) streamed += decoder.Push(more[i]);
+  EXPECT_EQ(tokenizer_->Decode(prompt) + streamed + decoder.Finish(), tokenizer_->Decode(more));
+}
+
 TEST_F(TokenizerTest, SerializedModelReloads) {
   auto reloaded = Tokenizer::FromSerialized(tokenizer_->Serialized());
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
