@@ -48,7 +48,9 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 // for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
 // bits.
 inline float FastExp(float x) {
-  const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+  // fmax/fmin take a NaN to a bound, so the integer conversion below is
+  // always defined; the NaN itself is returned at the end.
+  const float clamped = std::fmin(std::fmax(x, -87.0f), 88.0f);
   const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
   float r = clamped - n * 0.693359375f;
   r -= n * -2.12194440e-4f;
@@ -59,10 +61,11 @@ inline float FastExp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float er = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const float y = er * scale;
+  if (x != x) return x;  // NaN
   return x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
 }
 
