@@ -41,7 +41,9 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
       archive.register_buffer(name, tensor.detach().to(torch::kCPU).contiguous());
     }
     auto bytes = torch::empty({static_cast<int64_t>(tokenizer_model.size())}, torch::kUInt8);
-    std::memcpy(bytes.data_ptr<uint8_t>(), tokenizer_model.data(), tokenizer_model.size());
+    if (!tokenizer_model.empty()) {  // an empty tensor has no data to copy into
+      std::memcpy(bytes.data_ptr<uint8_t>(), tokenizer_model.data(), tokenizer_model.size());
+    }
     archive.register_buffer("tokenizer", bytes);
     archive.register_attribute("config", c10::StringType::get(), model->config().ToJson());
     archive.register_attribute("format_version", c10::IntType::get(), kPackageFormatVersion);
@@ -88,8 +90,10 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     return Invalid(path, "no tokenizer buffer");
   }
   const auto& bytes = tokenizer->second;
-  package.tokenizer_model.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
-                                 bytes.numel());
+  if (bytes.numel() > 0) {
+    package.tokenizer_model.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                                   bytes.numel());
+  }
   stored.erase(tokenizer);
 
   try {
