@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev
+  python3-torch
 )
 
 missing=()
