@@ -25,6 +25,7 @@
 #include <string>
 #include <thread>
 
+#include "model/cpus.h"
 #include "model/mixer.h"
 
 namespace attn {
@@ -254,8 +255,8 @@ void RegisterAll() {
 }
 
 int ThreadsFromEnvironment() {
-  if (const char* env = std::getenv("ATTN_THREADS")) return std::max(1, std::atoi(env));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* env = std::getenv("ATTN_THREADS");
+  return env ? std::atoi(env) : 0;  // 0: every usable CPU
 }
 
 }  // namespace
@@ -263,7 +264,7 @@ int ThreadsFromEnvironment() {
 
 int main(int argc, char** argv) {
   // Debian's LibTorch starts with one intra-op thread.
-  at::set_num_threads(attn::ThreadsFromEnvironment());
+  attn::ConfigureThreads(attn::ThreadsFromEnvironment());
   attn::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

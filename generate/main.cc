@@ -2,14 +2,13 @@
 // the terminal, using prefill and step.
 //
 //   attn-generate --model=models/aft-conv.pt --prompt="The river" --max_tokens=100
-#include <ATen/Parallel.h>
 
 #include <iostream>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "model/cpus.h"
 #include "model/generation.h"
 #include "model/model_package.h"
 
@@ -21,14 +20,13 @@ ABSL_FLAG(int64_t, top_k, 0, "keep the k most likely tokens (0: all)");
 ABSL_FLAG(double, top_p, 0.95, "keep the most likely tokens up to this probability");
 ABSL_FLAG(double, repetition_penalty, 1.0, "penalty for tokens already present (1: none)");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
-ABSL_FLAG(int, threads, 0, "intra-op threads (0: all CPUs)");
+ABSL_FLAG(int, threads, 0,
+          "intra-op threads (0: the CPUs this process may use, cgroup quota included)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Streams a completion of --prompt from a model package.");
   absl::ParseCommandLine(argc, argv);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  at::set_num_threads(threads > 0 ? threads
-                                  : static_cast<int>(std::thread::hardware_concurrency()));
+  attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   auto package = attn::LoadPackage(absl::GetFlag(FLAGS_model));
   if (!package.ok()) {
     std::cerr << "attn-generate: " << package.status().message() << "\n";

@@ -3,19 +3,18 @@
 //   attn-train --corpus=a.txt,b.txt --output=model.pt --mixer=aft-conv
 //       --d_model=256 --layers=4 --steps=2000 --checkpoint_dir=ckpt
 //   attn-train --corpus=... --output=model.pt --checkpoint_dir=ckpt --resume
-#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "model/cpus.h"
 #include "model/mixer.h"
 #include "train/trainer.h"
 
@@ -44,7 +43,8 @@ ABSL_FLAG(double, min_lr_ratio, 0.1, "final learning rate as a fraction of --lr 
 ABSL_FLAG(int64_t, warmup, 100, "linear warm-up steps");
 ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
 ABSL_FLAG(uint64_t, seed, 1, "seed: the same seed and threads give the same model");
-ABSL_FLAG(int, threads, 0, "intra-op threads (0: all CPUs)");
+ABSL_FLAG(int, threads, 0,
+          "intra-op threads (0: the CPUs this process may use, cgroup quota included)");
 ABSL_FLAG(int64_t, eval_every, 200, "steps between held-out evaluations");
 ABSL_FLAG(std::string, checkpoint_dir, "", "directory for checkpoints (empty: none)");
 ABSL_FLAG(int64_t, checkpoint_every, 500, "steps between checkpoints");
@@ -113,9 +113,7 @@ bool ParseConfig(attn::LmConfig* config) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Trains a language model on text files and writes a model package.");
   absl::ParseCommandLine(argc, argv);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  at::set_num_threads(threads > 0 ? threads
-                                  : static_cast<int>(std::thread::hardware_concurrency()));
+  attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
 
   attn::TrainOptions options;
   for (auto file : absl::StrSplit(absl::GetFlag(FLAGS_corpus), ',', absl::SkipEmpty())) {
