@@ -41,20 +41,18 @@ absl::StatusOr<GenerationResult> Generate(
     const int64_t length = std::min(options.prefill_chunk, prompt_tensor.size(1) - start);
     logits = model->prefill(prompt_tensor.narrow(1, start, length), state)[0][length - 1];
   }
-  Sampler sampler(options.sampling);
+  Sampler sampler(options.sampling, prompt);
   IncrementalDecoder decoder(tokenizer, /*continues_text=*/true);
-  std::vector<int64_t> history = prompt;
   GenerationResult result;
   for (int64_t n = 0; n < options.max_tokens; ++n) {
     auto row = logits.to(torch::kFloat).contiguous();
     GeneratedPiece piece;
-    piece.token = sampler.Next(row.data_ptr<float>(), row.numel(), history);
+    piece.token = sampler.Next(row.data_ptr<float>(), row.numel());
     if (options.stop_at_eos && piece.token.id == tokenizer.eos_id()) {
       result.finish_reason = FinishReason::kEos;
       break;
     }
     piece.text = decoder.Push(piece.token.id);
-    history.push_back(piece.token.id);
     result.tokens.push_back(piece.token.id);
     result.text += piece.text;
     if (on_piece) on_piece(piece);

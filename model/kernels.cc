@@ -92,7 +92,7 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   const float* keys = a.k_cache + row;
   const float* values = a.v_cache + row;
   const float* q = a.q + b * a.q_stride + h * dh;
-  const float slope = a.slopes ? a.slopes[h] : 0.0f;
+  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
 
   scratch.resize(length + 1 + 2 * dh);
   float* scores = scratch.data();

@@ -24,7 +24,8 @@ namespace attn::kernels {
 // where L is the row's length. The new key/value must already be in the cache
 // at position L (AppendToCache). u, v and r are Transformer-XL's content bias,
 // position bias and projected relative positions; with r null only the
-// content term is used (u may be null). slopes are ALiBi's, or null.
+// content term is used (u may be null). ALiBi's slopes m_h arrive as
+// log m_h (the module's parameter), or null.
 struct CachedAttentionArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
   const int64_t* slots = nullptr;
@@ -34,7 +35,7 @@ struct CachedAttentionArgs {
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
-  const float* slopes = nullptr;         // [H], or null
+  const float* log_slopes = nullptr;     // [H] log m_h, or null
   const float* k_cache = nullptr;        // [N, H, capacity, Dh]
   const float* v_cache = nullptr;        // [N, H, capacity, Dh]
   float scale = 1.0f;

@@ -56,7 +56,7 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
   args.content_bias = terms.content_bias;
   args.position_bias = terms.position_bias;
   args.r = terms.r;
-  args.slopes = terms.slopes;
+  args.log_slopes = terms.log_slopes;
   args.k_cache = k_cache;
   args.v_cache = v_cache;
   args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));

@@ -24,7 +24,7 @@ std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
 
 // Optional terms of the fused cached step (see kernels::CachedAttentionArgs).
 struct CachedStepTerms {
-  const float* slopes = nullptr;         // ALiBi
+  const float* log_slopes = nullptr;     // ALiBi, log m_h
   const float* content_bias = nullptr;   // Transformer-XL u
   const float* position_bias = nullptr;  // Transformer-XL v
   const float* r = nullptr;              // Transformer-XL W_r R by distance

@@ -7,30 +7,25 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "model/enum_names.h"
 #include "model/flat_json.h"
 
 namespace attn {
 
-std::string PositionKindName(PositionKind kind) {
-  switch (kind) {
-    case PositionKind::kNone:
-      return "none";
-    case PositionKind::kSinusoidal:
-      return "sinusoidal";
-    case PositionKind::kLearned:
-      return "learned";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr std::pair<PositionKind, const char*> kPositionNames[] = {
+    {PositionKind::kNone, "none"},
+    {PositionKind::kSinusoidal, "sinusoidal"},
+    {PositionKind::kLearned, "learned"},
+};
+
+}  // namespace
+
+std::string PositionKindName(PositionKind kind) { return EnumName(kPositionNames, kind); }
 
 bool ParsePositionKind(const std::string& name, PositionKind* kind) {
-  for (auto k : {PositionKind::kNone, PositionKind::kSinusoidal, PositionKind::kLearned}) {
-    if (PositionKindName(k) == name) {
-      *kind = k;
-      return true;
-    }
-  }
-  return false;
+  return ParseEnumName(kPositionNames, name, kind);
 }
 
 MixerOptions LmConfig::mixer_options() const {
@@ -40,7 +35,7 @@ MixerOptions LmConfig::mixer_options() const {
   o.heads = heads;
   o.max_context = max_context;
   o.window = window;
-  o.chunk = chunk;
+  o.chunk = chunk > 0 ? chunk : DefaultChunk(mixer);
   return o;
 }
 
@@ -55,9 +50,12 @@ absl::Status LmConfig::Validate() const {
                              {"heads", heads},
                              {"ff_hidden", ff_hidden},
                              {"window", window},
-                             {"max_context", max_context},
-                             {"chunk", chunk}}) {
+                             {"max_context", max_context}}) {
     if (auto status = positive(name, value); !status.ok()) return status;
+  }
+  if (chunk < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk must be >= 0 (0: per mixer), got ", chunk));
   }
   if (d_model % heads != 0) {
     return absl::InvalidArgumentError(

@@ -49,7 +49,7 @@ struct LmConfig {
   PositionKind positions = PositionKind::kNone;
   int64_t window = 32;         // aft-local, aft-conv
   int64_t max_context = 2048;  // mixers with a cache or absolute bias; learned positions
-  int64_t chunk = 64;          // blocks of the parallel forms
+  int64_t chunk = 0;           // blocks of the parallel forms; 0: DefaultChunk(mixer)
 
   // The options every layer's mixer is built with.
   MixerOptions mixer_options() const;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "model/aft.h"
+#include "model/enum_names.h"
 #include "model/linear_attention.h"
 #include "model/multi_head_attention.h"
 #include "model/relative_attention.h"
@@ -12,47 +13,45 @@
 namespace attn {
 namespace {
 
-const std::vector<std::pair<MixerKind, const char*>>& KindNames() {
-  static const auto* names = new std::vector<std::pair<MixerKind, const char*>>{
-      {MixerKind::kMha, "mha"},
-      {MixerKind::kMhaAlibi, "mha-alibi"},
-      {MixerKind::kRelative, "relative"},
-      {MixerKind::kLinearElu, "linear-elu"},
-      {MixerKind::kLinearExp, "linear-exp"},
-      {MixerKind::kAftFull, "aft-full"},
-      {MixerKind::kAftLocal, "aft-local"},
-      {MixerKind::kAftSimple, "aft-simple"},
-      {MixerKind::kAftConv, "aft-conv"},
-  };
-  return *names;
-}
+constexpr std::pair<MixerKind, const char*> kKindNames[] = {
+    {MixerKind::kMha, "mha"},
+    {MixerKind::kMhaAlibi, "mha-alibi"},
+    {MixerKind::kRelative, "relative"},
+    {MixerKind::kLinearElu, "linear-elu"},
+    {MixerKind::kLinearExp, "linear-exp"},
+    {MixerKind::kAftFull, "aft-full"},
+    {MixerKind::kAftLocal, "aft-local"},
+    {MixerKind::kAftSimple, "aft-simple"},
+    {MixerKind::kAftConv, "aft-conv"},
+};
 
 }  // namespace
 
-std::string MixerKindName(MixerKind kind) {
-  for (const auto& [k, name] : KindNames()) {
-    if (k == kind) return name;
-  }
-  return "unknown";
-}
+std::string MixerKindName(MixerKind kind) { return EnumName(kKindNames, kind); }
 
 bool ParseMixerKind(const std::string& name, MixerKind* kind) {
-  for (const auto& [k, n] : KindNames()) {
-    if (name == n) {
-      *kind = k;
-      return true;
-    }
-  }
-  return false;
+  return ParseEnumName(kKindNames, name, kind);
 }
 
 const std::vector<MixerKind>& AllMixerKinds() {
   static const auto* kinds = [] {
     auto* all = new std::vector<MixerKind>;
-    for (const auto& entry : KindNames()) all->push_back(entry.first);
+    for (const auto& entry : kKindNames) all->push_back(entry.first);
     return all;
   }();
   return *kinds;
+}
+
+int64_t DefaultChunk(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kAftFull:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftConv:
+      return 16;
+    default:
+      return 64;
+  }
 }
 
 int64_t MixerState::bytes_per_row() const {

@@ -53,6 +53,12 @@ bool ParseMixerKind(const std::string& name, MixerKind* kind);
 // All kinds, in declaration order.
 const std::vector<MixerKind>& AllMixerKinds();
 
+// The fastest block size of a kind's parallel form on CPU: 16 for AFT, whose
+// blocks are elementwise [batch, C, C, d] work (3.7x faster to train than 64
+// at d=160), 64 for the rest, whose blocks are matrix products. The block size
+// never changes the result.
+int64_t DefaultChunk(MixerKind kind);
+
 // Everything needed to build any mixer. Fields a kind does not use are
 // ignored by it.
 struct MixerOptions {

@@ -124,8 +124,9 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
   const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   auto qkv = in_proj_->forward(x).contiguous();
   CachedStepTerms terms;
-  torch::Tensor slopes = uses_alibi() ? alibi_slopes().contiguous() : torch::Tensor();
-  if (slopes.defined()) terms.slopes = slopes.data_ptr<float>();
+  // The kernel exponentiates the log-slopes itself: no tensor op per step.
+  torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
+  if (log_slopes.defined()) terms.log_slopes = log_slopes.data_ptr<float>();
   return out_proj_->forward(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms));
 }
 

@@ -4,28 +4,24 @@
 
 #include <cmath>
 
+#include "model/enum_names.h"
+
 namespace attn {
 
-std::string NormKindName(NormKind kind) {
-  switch (kind) {
-    case NormKind::kLayerNorm:
-      return "layernorm";
-    case NormKind::kScaleNorm:
-      return "scalenorm";
-    case NormKind::kRmsNorm:
-      return "rmsnorm";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr std::pair<NormKind, const char*> kNormNames[] = {
+    {NormKind::kLayerNorm, "layernorm"},
+    {NormKind::kScaleNorm, "scalenorm"},
+    {NormKind::kRmsNorm, "rmsnorm"},
+};
+
+}  // namespace
+
+std::string NormKindName(NormKind kind) { return EnumName(kNormNames, kind); }
 
 bool ParseNormKind(const std::string& name, NormKind* kind) {
-  for (auto k : {NormKind::kLayerNorm, NormKind::kScaleNorm, NormKind::kRmsNorm}) {
-    if (NormKindName(k) == name) {
-      *kind = k;
-      return true;
-    }
-  }
-  return false;
+  return ParseEnumName(kNormNames, name, kind);
 }
 
 NormImpl::NormImpl(NormKind kind, int64_t d_model, double eps) : kind_(kind), eps_(eps) {

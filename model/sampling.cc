@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,15 +31,14 @@ double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id) {
   return static_cast<double>(logits[id]) - max - std::log(total);
 }
 
-Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(options.seed) {}
+Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt)
+    : options_(options), rng_(options.seed), seen_(prompt.begin(), prompt.end()) {}
 
-SampledToken Sampler::Next(const float* logits, int64_t vocab,
-                           const std::vector<int64_t>& history) {
+SampledToken Sampler::Next(const float* logits, int64_t vocab) {
   work_.assign(logits, logits + vocab);
   if (options_.repetition_penalty != 1.0) {
     const auto penalty = static_cast<float>(options_.repetition_penalty);
-    std::unordered_set<int64_t> seen(history.begin(), history.end());
-    for (int64_t id : seen) {
+    for (int64_t id : seen_) {
       if (id < 0 || id >= vocab) continue;
       work_[id] = work_[id] > 0 ? work_[id] / penalty : work_[id] * penalty;
     }
@@ -64,13 +62,13 @@ SampledToken Sampler::Next(const float* logits, int64_t vocab,
     }
     std::sort(candidates_.begin(), candidates_.begin() + keep, more_likely);
     const float max = work_[candidates_[0]];
-    std::vector<double> probs(keep);
+    probs_.resize(keep);
     double total = 0.0;
-    for (int64_t i = 0; i < keep; ++i) total += probs[i] = std::exp(work_[candidates_[i]] - max);
+    for (int64_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(work_[candidates_[i]] - max);
     if (options_.top_p < 1.0) {  // the smallest prefix reaching top_p
       double cumulative = 0.0;
       int64_t n = 0;
-      while (n < keep && cumulative < options_.top_p * total) cumulative += probs[n++];
+      while (n < keep && cumulative < options_.top_p * total) cumulative += probs_[n++];
       keep = std::max<int64_t>(n, 1);
       total = cumulative;
     }
@@ -78,13 +76,14 @@ SampledToken Sampler::Next(const float* logits, int64_t vocab,
     double r = uniform(rng_);
     chosen = candidates_[keep - 1];
     for (int64_t i = 0; i < keep; ++i) {
-      r -= probs[i];
+      r -= probs_[i];
       if (r < 0) {
         chosen = candidates_[i];
         break;
       }
     }
   }
+  seen_.insert(chosen);
   return {chosen, LogSoftmaxAt(logits, vocab, chosen)};
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,17 +42,20 @@ struct SampledToken {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingOptions& options);
+  // `prompt`: the tokens the sequence starts with, for the repetition
+  // penalty; every token Next() chooses joins them.
+  explicit Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt = {});
 
-  // logits: the model's [vocab] scores for the next token; history: the
-  // sequence so far (prompt and generated), for the repetition penalty.
-  SampledToken Next(const float* logits, int64_t vocab, const std::vector<int64_t>& history);
+  // logits: the model's [vocab] scores for the next token.
+  SampledToken Next(const float* logits, int64_t vocab);
 
  private:
   SamplingOptions options_;
   std::mt19937_64 rng_;
-  std::vector<float> work_;          // processed logits
-  std::vector<int64_t> candidates_;  // token ids, most likely first
+  std::unordered_set<int64_t> seen_;  // distinct tokens of the sequence so far
+  std::vector<float> work_;           // processed logits
+  std::vector<int64_t> candidates_;   // token ids, most likely first
+  std::vector<double> probs_;         // unnormalised probabilities of the candidates
 };
 
 // log softmax(logits)[id], computed stably.

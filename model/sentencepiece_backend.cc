@@ -108,9 +108,7 @@ int Processor::unk_id() const { return api_->special_id(handle_, 0); }
 int Processor::bos_id() const { return api_->special_id(handle_, 1); }
 int Processor::eos_id() const { return api_->special_id(handle_, 2); }
 std::string Processor::Piece(int id) const { return api_->piece(handle_, id); }
-bool Processor::IsByte(int id) const { return api_->kind(handle_, id) == kByte; }
-bool Processor::IsControl(int id) const { return api_->kind(handle_, id) == kControl; }
-bool Processor::IsUnknown(int id) const { return api_->kind(handle_, id) == kUnknown; }
+int Processor::Kind(int id) const { return api_->kind(handle_, id); }
 std::string Processor::Serialized() const { return api_->serialized(handle_); }
 
 }  // namespace attn::spm

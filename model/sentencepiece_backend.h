@@ -82,9 +82,8 @@ class Processor {
   int unk_id() const;
   // The piece of `id` as stored ("\xe2\x96\x81the" for " the", "<0x0A>" for a byte).
   std::string Piece(int id) const;
-  bool IsByte(int id) const;
-  bool IsControl(int id) const;  // <s>, </s>
-  bool IsUnknown(int id) const;
+  // kByte, kControl (<s>, </s>), kUnknown, or 0 for an ordinary piece.
+  int Kind(int id) const;
   std::string Serialized() const;
 
  private:

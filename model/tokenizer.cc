@@ -103,15 +103,15 @@ std::string Tokenizer::Serialized() const { return processor_->Serialized(); }
 std::string Tokenizer::TokenBytes(int64_t id) const {
   if (!IsValidId(id)) return "";
   const int i = static_cast<int>(id);
-  if (processor_->IsControl(i)) return "";
-  // The processor decodes a lone byte or unknown token exactly as it would
-  // inside a text; pieces are the word mark turned back into a space.
-  if (processor_->IsByte(i) || processor_->IsUnknown(i)) {
-    const std::string piece = processor_->Piece(i);
-    if (processor_->IsUnknown(i)) return processor_->Decode({i});
+  const int kind = processor_->Kind(i);
+  if (kind == spm::kControl) return "";
+  // An unknown token decodes as the processor shows it inside a text; a
+  // byte token <0xAB> is that byte; a piece has its word marks as spaces.
+  if (kind == spm::kUnknown) return processor_->Decode({i});
+  const std::string piece = processor_->Piece(i);
+  if (kind == spm::kByte) {
     return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
   }
-  std::string piece = processor_->Piece(i);
   std::string out;
   for (size_t at = 0; at < piece.size();) {
     if (piece.compare(at, 3, kWordMark) == 0) {

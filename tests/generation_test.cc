@@ -11,16 +11,12 @@
 namespace attn {
 namespace {
 
-namespace fs = std::filesystem;
-
 class GenerationTest : public ::testing::TestWithParam<MixerKind> {
  protected:
   static void SetUpTestSuite() {
-    const fs::path dir =
-        fs::temp_directory_path() / ("attn_generation_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    testing::ScopedTempDir dir("generation_test");
     {
-      std::ofstream out(dir / "corpus.txt");
+      std::ofstream out(dir.File("corpus.txt"));
       static const char* kWords[] = {"a",     "quiet", "river", "keeps", "its",   "small",
                                      "state", "light", "falls", "over",  "stone", "and",
                                      "water", "night", "finds", "the",   "garden"};
@@ -30,10 +26,9 @@ class GenerationTest : public ::testing::TestWithParam<MixerKind> {
       }
     }
     TokenizerTrainOptions options;
-    options.input_files = {(dir / "corpus.txt").string()};
+    options.input_files = {dir.File("corpus.txt")};
     options.vocab_size = 300;
     auto trained = Tokenizer::Train(options);
-    fs::remove_all(dir);
     ASSERT_TRUE(trained.ok()) << trained.status();
     tokenizer_ = new Tokenizer(std::move(*trained));
   }

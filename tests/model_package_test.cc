@@ -30,15 +30,7 @@ LmConfig SmallConfig(MixerKind kind) {
 
 class ModelPackageTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attn_package_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const { return dir_.File(name); }
 
   // Saves a model and returns its path; `model` receives the saved model.
   std::string SaveModel(MixerKind kind, CausalLm* model, const std::string& tokenizer = "") {
@@ -50,7 +42,7 @@ class ModelPackageTest : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
+  testing::ScopedTempDir dir_{"package_test"};
 };
 
 TEST_F(ModelPackageTest, LoadReproducesLogitsExactly) {

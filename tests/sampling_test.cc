@@ -12,7 +12,7 @@ const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, -1.0f, 2.5f};
 
 TEST(Sampler, GreedyTakesTheArgMaxAndReportsItsLogprob) {
   Sampler sampler({/*temperature=*/0.0});
-  auto token = sampler.Next(kLogits.data(), 5, {});
+  auto token = sampler.Next(kLogits.data(), 5);
   EXPECT_EQ(token.id, 1);
   double total = 0;
   for (float l : kLogits) total += std::exp(static_cast<double>(l));
@@ -26,8 +26,8 @@ TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
   p_small.top_p = 1e-6;
   for (uint64_t seed = 0; seed < 20; ++seed) {
     k1.seed = p_small.seed = seed;
-    EXPECT_EQ(Sampler(k1).Next(kLogits.data(), 5, {}).id, 1);
-    EXPECT_EQ(Sampler(p_small).Next(kLogits.data(), 5, {}).id, 1);
+    EXPECT_EQ(Sampler(k1).Next(kLogits.data(), 5).id, 1);
+    EXPECT_EQ(Sampler(p_small).Next(kLogits.data(), 5).id, 1);
   }
 }
 
@@ -36,7 +36,7 @@ TEST(Sampler, SameSeedSameDraws) {
   options.seed = 1234;
   Sampler a(options), b(options);
   for (int i = 0; i < 50; ++i) {
-    EXPECT_EQ(a.Next(kLogits.data(), 5, {}).id, b.Next(kLogits.data(), 5, {}).id);
+    EXPECT_EQ(a.Next(kLogits.data(), 5).id, b.Next(kLogits.data(), 5).id);
   }
 }
 
@@ -47,7 +47,7 @@ TEST(Sampler, DrawsFollowTheSoftmaxAndRespectTopK) {
   Sampler sampler(options);
   std::map<int64_t, int> counts;
   const int draws = 20000;
-  for (int i = 0; i < draws; ++i) ++counts[sampler.Next(kLogits.data(), 5, {}).id];
+  for (int i = 0; i < draws; ++i) ++counts[sampler.Next(kLogits.data(), 5).id];
   EXPECT_EQ(counts.count(0) + counts.count(3), 0u);
   const double z = std::exp(3.0) + std::exp(2.5) + std::exp(2.0);
   EXPECT_NEAR(counts[1] / double(draws), std::exp(3.0) / z, 0.015);
@@ -59,7 +59,16 @@ TEST(Sampler, RepetitionPenaltyMovesAwayFromSeenTokens) {
   SamplingOptions options;
   options.temperature = 0.0;
   options.repetition_penalty = 2.0;  // 3.0 -> 1.5, below 2.5
-  EXPECT_EQ(Sampler(options).Next(kLogits.data(), 5, {1}).id, 4);
+  EXPECT_EQ(Sampler(options, /*prompt=*/{1}).Next(kLogits.data(), 5).id, 4);
+}
+
+TEST(Sampler, ChosenTokensJoinThePenalisedHistory) {
+  SamplingOptions options;
+  options.temperature = 0.0;
+  options.repetition_penalty = 2.0;
+  Sampler sampler(options);
+  EXPECT_EQ(sampler.Next(kLogits.data(), 5).id, 1);  // nothing seen yet
+  EXPECT_EQ(sampler.Next(kLogits.data(), 5).id, 4);  // 1 is penalised now
 }
 
 TEST(SamplingOptions, InvalidValuesNameTheField) {

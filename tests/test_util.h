@@ -2,13 +2,41 @@
 #pragma once
 
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <string>
 
 #include "model/aft.h"
 #include "model/mixer.h"
 
 namespace attn::testing {
+
+// A fresh directory under the system's temporary directory, removed with the
+// object. Names are unique per process and object, so parallel CTest runs
+// (one process per test) never share one.
+class ScopedTempDir {
+ public:
+  explicit ScopedTempDir(const std::string& label) {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("attn_" + label + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path_);
+  }
+  ~ScopedTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // Small but non-trivial sizes: several heads, a window shorter than the
 // sequences, chunks that do not divide them.

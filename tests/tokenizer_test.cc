@@ -6,6 +6,8 @@
 #include <fstream>
 #include <random>
 
+#include "tests/test_util.h"
+
 namespace attn {
 namespace {
 
@@ -34,11 +36,9 @@ std::string WriteCorpus(const fs::path& dir) {
 class TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        ("attn_tokenizer_test_" + std::to_string(::getpid())));
-    fs::create_directories(*dir_);
+    dir_ = new testing::ScopedTempDir("tokenizer_test");
     TokenizerTrainOptions options;
-    options.input_files = {WriteCorpus(*dir_)};
+    options.input_files = {WriteCorpus(dir_->path())};
     options.vocab_size = 300;  // byte fallback alone takes 256 + 3 specials
     auto trained = Tokenizer::Train(options);
     ASSERT_TRUE(trained.ok()) << trained.status();
@@ -46,15 +46,14 @@ class TokenizerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete tokenizer_;
-    fs::remove_all(*dir_);
     delete dir_;
   }
 
-  static fs::path* dir_;
+  static testing::ScopedTempDir* dir_;
   static Tokenizer* tokenizer_;
 };
 
-fs::path* TokenizerTest::dir_ = nullptr;
+testing::ScopedTempDir* TokenizerTest::dir_ = nullptr;
 Tokenizer* TokenizerTest::tokenizer_ = nullptr;
 
 const std::vector<std::string>& Texts() {

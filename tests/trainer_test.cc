@@ -5,33 +5,28 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/test_util.h"
+
 namespace attn {
 namespace {
-
-namespace fs = std::filesystem;
 
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attn_trainer_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
     // A predictable corpus: counting in words, so a small model can learn it.
     static const char* kNumbers[] = {"one", "two",   "three", "four", "five",
                                      "six", "seven", "eight", "nine", "ten"};
-    std::ofstream out(dir_ / "corpus.txt");
+    std::ofstream out(dir_.File("corpus.txt"));
     for (int line = 0; line < 1500; ++line) {
       const int start = line % 5;
       for (int i = start; i < start + 6; ++i)
         out << kNumbers[i] << (i + 1 < start + 6 ? " " : ".\n");
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   TrainOptions Options() const {
     TrainOptions o;
-    o.corpus_files = {(dir_ / "corpus.txt").string()};
+    o.corpus_files = {dir_.File("corpus.txt")};
     o.model.vocab_size = 280;  // the byte pieces plus a few words: all this text supports
     o.model.d_model = 32;
     o.model.layers = 2;
@@ -57,7 +52,7 @@ class TrainerTest : public ::testing::Test {
     return losses;
   }
 
-  fs::path dir_;
+  testing::ScopedTempDir dir_{"trainer_test"};
 };
 
 TEST_F(TrainerTest, LearnsTheCorpus) {
@@ -97,7 +92,7 @@ TEST_F(TrainerTest, ResumeContinuesWithIdenticalLosses) {
 
   auto first_half = options;
   first_half.steps = 5;
-  first_half.checkpoint_dir = (dir_ / "ckpt").string();
+  first_half.checkpoint_dir = dir_.File("ckpt");
   auto part = Trainer::Create(first_half);
   ASSERT_TRUE(part.ok());
   Losses(**part);  // checkpoints at its last step, 5
