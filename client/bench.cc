@@ -1,0 +1,302 @@
+#include "client/bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "attn/v1/text_generation.grpc.pb.h"
+
+namespace attn::client {
+namespace {
+
+using attn::v1::GenerateRequest;
+using attn::v1::GenerateResponse;
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const auto index = static_cast<size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+// Calls functions at given times, for delayed reads (a reaction must not sleep).
+class Timer {
+ public:
+  Timer() : thread_([this] { Run(); }) {}
+  ~Timer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void At(absl::Time when, std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push({when, seq_++, std::move(fn)});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  struct Item {
+    absl::Time when;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Item& other) const {
+      return when != other.when ? when > other.when : seq > other.seq;
+    }
+  };
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (queue_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const absl::Time next = queue_.top().when;
+      if (absl::Now() < next) {
+        cv_.wait_for(lock, absl::ToChronoNanoseconds(next - absl::Now()));
+        continue;
+      }
+      Item item = queue_.top();
+      queue_.pop();
+      lock.unlock();
+      item.fn();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
+  uint64_t seq_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct Results {
+  std::mutex mu;
+  std::vector<double> ttft;         // seconds
+  std::vector<double> inter_token;  // seconds
+  int64_t tokens = 0;
+  int64_t completed = 0;
+  std::map<std::string, int64_t> errors;  // by status code
+};
+
+class Bench;
+
+class BenchStream : public grpc::ClientReadReactor<GenerateResponse> {
+ public:
+  BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub, const GenerateRequest& request);
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  Bench* bench_;
+  grpc::ClientContext context_;
+  GenerateResponse response_;
+  absl::Time started_;
+  absl::Time last_;
+  bool first_ = true;
+  std::vector<double> gaps_;
+  double ttft_ = 0;
+  int64_t tokens_ = 0;
+};
+
+class Bench {
+ public:
+  Bench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& options)
+      : stub_(attn::v1::TextGeneration::NewStub(channel)), options_(options) {}
+
+  int Run(const std::vector<int64_t>& prompt);
+  void Finished(BenchStream* stream, const grpc::Status& status, double ttft,
+                const std::vector<double>& gaps, int64_t tokens);
+  Timer& timer() { return timer_; }
+  absl::Duration read_delay() const { return options_.read_delay; }
+
+ private:
+  bool MoreToStart() const {
+    if (options_.total_streams > 0) return started_ < options_.total_streams;
+    return absl::Now() < end_;
+  }
+  void Launch();
+  void Report(absl::Duration elapsed) const;
+  void Progress(absl::Duration elapsed);
+
+  std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
+  BenchOptions options_;
+  GenerateRequest request_;
+  Timer timer_;
+  Results results_;
+  absl::Time begin_;
+  absl::Time end_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t started_ = 0;
+  int64_t in_flight_ = 0;
+};
+
+BenchStream::BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub,
+                         const GenerateRequest& request)
+    : bench_(bench), started_(absl::Now()), last_(started_) {
+  stub->async()->GenerateStream(&context_, &request, this);
+  StartRead(&response_);
+  StartCall();
+}
+
+void BenchStream::OnReadDone(bool ok) {
+  if (!ok) return;  // OnDone follows
+  const absl::Time now = absl::Now();
+  if (first_) {
+    ttft_ = absl::ToDoubleSeconds(now - started_);
+    first_ = false;
+  } else {
+    gaps_.push_back(absl::ToDoubleSeconds(now - last_));
+  }
+  last_ = now;
+  tokens_ += response_.token_ids_size();
+  if (bench_->read_delay() > absl::ZeroDuration()) {
+    bench_->timer().At(now + bench_->read_delay(), [this] { StartRead(&response_); });
+  } else {
+    StartRead(&response_);
+  }
+}
+
+void BenchStream::OnDone(const grpc::Status& status) {
+  bench_->Finished(this, status, ttft_, gaps_, tokens_);
+}
+
+void Bench::Launch() {
+  ++started_;
+  ++in_flight_;
+  new BenchStream(this, stub_.get(), request_);  // deletes itself via Finished
+}
+
+void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttft,
+                     const std::vector<double>& gaps, int64_t tokens) {
+  {
+    std::lock_guard<std::mutex> lock(results_.mu);
+    results_.tokens += tokens;
+    if (status.ok()) {
+      ++results_.completed;
+      results_.ttft.push_back(ttft);
+      results_.inter_token.insert(results_.inter_token.end(), gaps.begin(), gaps.end());
+    } else {
+      ++results_.errors[absl::StrCat(status.error_code(), " ", status.error_message())];
+    }
+  }
+  delete stream;
+  std::lock_guard<std::mutex> lock(mu_);
+  --in_flight_;
+  if (MoreToStart()) Launch();
+  cv_.notify_all();
+}
+
+int Bench::Run(const std::vector<int64_t>& prompt) {
+  request_.set_model(options_.model);
+  for (int64_t id : prompt) request_.add_prompt_token_ids(id);
+  request_.set_max_tokens(static_cast<int32_t>(options_.max_tokens));
+  request_.set_temperature(0.0f);
+  request_.set_ignore_eos(true);
+  begin_ = absl::Now();
+  end_ = begin_ + options_.duration;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (int i = 0; i < options_.concurrency && MoreToStart(); ++i) Launch();
+    while (in_flight_ > 0) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      if (options_.progress) {
+        lock.unlock();
+        Progress(absl::Now() - begin_);
+        lock.lock();
+      }
+    }
+  }
+  const absl::Duration elapsed = absl::Now() - begin_;
+  if (options_.progress) std::fprintf(stderr, "\n");
+  Report(elapsed);
+  return results_.completed == 0 ? 1 : 0;
+}
+
+void Bench::Progress(absl::Duration elapsed) {
+  std::lock_guard<std::mutex> lock(results_.mu);
+  int64_t errors = 0;
+  for (const auto& [code, count] : results_.errors) errors += count;
+  std::fprintf(stderr, "\r%6.1fs  streams done %-7ld open %-6ld tokens %-9ld errors %-5ld",
+               absl::ToDoubleSeconds(elapsed), static_cast<long>(results_.completed),
+               static_cast<long>(in_flight_), static_cast<long>(results_.tokens),
+               static_cast<long>(errors));
+}
+
+void Bench::Report(absl::Duration elapsed) const {
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  const auto& r = results_;
+  int64_t errors = 0;
+  for (const auto& [code, count] : r.errors) errors += count;
+  const double ms = 1000.0;
+  if (options_.json) {
+    std::printf(
+        "{\"concurrency\": %d, \"prompt_tokens\": %ld, \"max_tokens\": %ld, \"seconds\": %.3f, "
+        "\"streams\": %ld, \"errors\": %ld, \"tokens\": %ld, \"tokens_per_s\": %.2f, "
+        "\"ttft_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f}, "
+        "\"itl_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f}}\n",
+        options_.concurrency, static_cast<long>(options_.prompt_tokens),
+        static_cast<long>(options_.max_tokens), seconds, static_cast<long>(r.completed),
+        static_cast<long>(errors), static_cast<long>(r.tokens), r.tokens / seconds,
+        Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms,
+        Percentile(r.ttft, 0.99) * ms, Percentile(r.inter_token, 0.5) * ms,
+        Percentile(r.inter_token, 0.95) * ms, Percentile(r.inter_token, 0.99) * ms);
+    return;
+  }
+  std::printf("streams %ld ok, %ld failed in %.1f s; %ld tokens, %.1f tokens/s\n",
+              static_cast<long>(r.completed), static_cast<long>(errors), seconds,
+              static_cast<long>(r.tokens), r.tokens / seconds);
+  std::printf("time to first token  p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms\n",
+              Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms,
+              Percentile(r.ttft, 0.99) * ms);
+  std::printf("inter-token latency  p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms\n",
+              Percentile(r.inter_token, 0.5) * ms, Percentile(r.inter_token, 0.95) * ms,
+              Percentile(r.inter_token, 0.99) * ms);
+  for (const auto& [code, count] : r.errors) {
+    std::printf("error x%ld: %s\n", static_cast<long>(count), code.c_str());
+  }
+}
+
+}  // namespace
+
+int RunBench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& options) {
+  // A prompt of the requested length, from ids the model knows.
+  auto stub = attn::v1::TextGeneration::NewStub(channel);
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse models;
+  grpc::Status status = stub->ListModels(&context, attn::v1::ListModelsRequest(), &models);
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: ListModels: %s\n", status.error_message().c_str());
+    return 1;
+  }
+  int64_t vocab = 0;
+  for (const auto& model : models.models()) {
+    if (model.name() == options.model || (options.model.empty() && model.is_default())) {
+      vocab = model.vocab_size();
+    }
+  }
+  if (vocab == 0) {
+    std::fprintf(stderr, "error: --model=%s is not hosted by the server\n", options.model.c_str());
+    return 1;
+  }
+  std::vector<int64_t> prompt(options.prompt_tokens);
+  for (int64_t i = 0; i < options.prompt_tokens; ++i) prompt[i] = 3 + (i * 7919) % (vocab - 3);
+  Bench bench(channel, options);
+  return bench.Run(prompt);
+}
+
+}  // namespace attn::client

@@ -1,0 +1,33 @@
+// attnctl bench: a load generator. Keeps `concurrency` GenerateStream calls
+// open for `duration` (each finished stream is replaced by a new one), and
+// reports time to first token and inter-token latency percentiles, tokens/s
+// and errors. Streams can read slowly (`read_delay`) to hold many open
+// streams at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+
+namespace attn::client {
+
+struct BenchOptions {
+  std::string model;
+  int concurrency = 8;
+  int64_t prompt_tokens = 128;
+  int64_t max_tokens = 64;
+  absl::Duration duration = absl::Seconds(10);
+  absl::Duration read_delay = absl::ZeroDuration();  // between reads of one stream
+  int64_t total_streams = 0;  // > 0: stop after this many streams instead of `duration`
+  bool progress = true;
+  bool json = false;  // the report as one JSON object
+};
+
+// Runs the benchmark and prints the report; returns the process exit code
+// (1 when every stream failed).
+int RunBench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& options);
+
+}  // namespace attn::client

@@ -1,0 +1,280 @@
+// attnctl: command-line client of attn-server.
+//
+//   attnctl models
+//   attnctl generate --prompt="Once upon a time" --max_tokens=40 [--temperature=0]
+//   attnctl stream   --prompt="Once upon a time" --max_tokens=40
+//   attnctl score    --text="The cat sat on the mat."
+//   attnctl tokenize --text="hello"      attnctl detokenize --ids=1,2,3
+//   attnctl health   [--service=aft-conv]
+//   attnctl bench    --concurrency=64 --prompt_tokens=128 --max_tokens=64 --duration_s=20
+//
+// --json prints responses as JSON (one object per line for stream).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "attn/v1/text_generation.grpc.pb.h"
+#include "client/bench.h"
+#include "client/health.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
+ABSL_FLAG(std::string, model, "", "Model name; empty: the server's default.");
+ABSL_FLAG(std::string, prompt, "", "Prompt text (generate, stream).");
+ABSL_FLAG(std::string, text, "", "Text (score, tokenize).");
+ABSL_FLAG(std::string, ids, "", "Comma-separated token ids (prompt, score, detokenize).");
+ABSL_FLAG(int, max_tokens, 64, "Tokens to generate.");
+ABSL_FLAG(double, temperature, 1.0, "0: greedy.");
+ABSL_FLAG(int, top_k, 0, "0: no limit.");
+ABSL_FLAG(double, top_p, 1.0, "Nucleus sampling in (0, 1].");
+ABSL_FLAG(double, repetition_penalty, 1.0, "1: off.");
+ABSL_FLAG(int64_t, seed, -1, "Sampling seed; -1: the server picks one.");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma-separated.");
+ABSL_FLAG(bool, logprobs, false, "Ask for each token's log-probability.");
+ABSL_FLAG(bool, json, false, "Print responses as JSON.");
+ABSL_FLAG(double, timeout_s, 0, "Deadline of the call in seconds; 0: none.");
+ABSL_FLAG(std::string, service, "", "health: the service or model to check; empty: overall.");
+ABSL_FLAG(int, concurrency, 8, "bench: streams open at once.");
+ABSL_FLAG(int64_t, prompt_tokens, 128, "bench: prompt length in tokens.");
+ABSL_FLAG(double, duration_s, 10, "bench: how long to keep starting streams.");
+ABSL_FLAG(int64_t, streams, 0, "bench: stop after this many streams (overrides duration).");
+ABSL_FLAG(double, read_delay_ms, 0, "bench: pause between reads of one stream (slow readers).");
+ABSL_FLAG(bool, progress, true, "bench: show progress on stderr.");
+
+namespace {
+
+using attn::v1::TextGeneration;
+
+int Fail(const grpc::Status& status) {
+  std::fprintf(stderr, "error: %s: %s\n", attn::client::StatusCodeName(status.error_code()),
+               status.error_message().c_str());
+  return 1;
+}
+
+void PrintJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  std::printf("%s\n", json.c_str());
+  std::fflush(stdout);
+}
+
+bool ParseIds(const std::string& text, std::vector<int64_t>* ids) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(part, &id)) return false;
+    ids->push_back(id);
+  }
+  return true;
+}
+
+void SetDeadline(grpc::ClientContext* context) {
+  const double timeout = absl::GetFlag(FLAGS_timeout_s);
+  if (timeout > 0) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
+  }
+}
+
+bool BuildGenerateRequest(attn::v1::GenerateRequest* request) {
+  request->set_model(absl::GetFlag(FLAGS_model));
+  std::vector<int64_t> ids;
+  if (!ParseIds(absl::GetFlag(FLAGS_ids), &ids)) {
+    std::fprintf(stderr, "error: --ids: not a comma-separated list of integers\n");
+    return false;
+  }
+  if (ids.empty()) request->set_prompt(absl::GetFlag(FLAGS_prompt));
+  for (int64_t id : ids) request->add_prompt_token_ids(id);
+  request->set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  request->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  request->set_top_k(absl::GetFlag(FLAGS_top_k));
+  request->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  request->set_repetition_penalty(static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty)));
+  if (absl::GetFlag(FLAGS_seed) >= 0) request->set_seed(absl::GetFlag(FLAGS_seed));
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request->add_stop(stop);
+  request->set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  return true;
+}
+
+void PrintFinish(const attn::v1::GenerateResponse& last) {
+  std::fprintf(stderr, "\n[finish_reason=%s prompt_tokens=%ld completion_tokens=%ld]\n",
+               attn::v1::FinishReason_Name(last.finish_reason()).c_str(),
+               static_cast<long>(last.usage().prompt_tokens()),
+               static_cast<long>(last.usage().completion_tokens()));
+}
+
+int Models(TextGeneration::Stub& stub) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::ListModelsResponse response;
+  grpc::Status status = stub.ListModels(&context, attn::v1::ListModelsRequest(), &response);
+  if (!status.ok()) return Fail(status);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(response);
+    return 0;
+  }
+  std::printf("%-14s %-11s %10s %6s %12s %14s %6s %s\n", "NAME", "MIXER", "PARAMS", "VOCAB",
+              "MAX_CONTEXT", "STATE_BYTES", "DEVICE", "DEFAULT");
+  for (const auto& m : response.models()) {
+    std::printf("%-14s %-11s %10ld %6ld %12s %14ld %6s %s\n", m.name().c_str(), m.mixer().c_str(),
+                static_cast<long>(m.parameters()), static_cast<long>(m.vocab_size()),
+                m.max_context() == 0 ? "unbounded" : std::to_string(m.max_context()).c_str(),
+                static_cast<long>(m.state_bytes_per_sequence()), m.device().c_str(),
+                m.is_default() ? "yes" : "");
+  }
+  return 0;
+}
+
+int Generate(TextGeneration::Stub& stub) {
+  attn::v1::GenerateRequest request;
+  if (!BuildGenerateRequest(&request)) return 2;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::GenerateResponse response;
+  grpc::Status status = stub.Generate(&context, request, &response);
+  if (!status.ok()) return Fail(status);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(response);
+    return 0;
+  }
+  std::printf("%s", response.text().c_str());
+  PrintFinish(response);
+  return 0;
+}
+
+int Stream(TextGeneration::Stub& stub) {
+  attn::v1::GenerateRequest request;
+  if (!BuildGenerateRequest(&request)) return 2;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto reader = stub.GenerateStream(&context, request);
+  attn::v1::GenerateResponse response;
+  attn::v1::GenerateResponse last;
+  const bool json = absl::GetFlag(FLAGS_json);
+  while (reader->Read(&response)) {
+    if (json) {
+      PrintJson(response);
+    } else {
+      std::printf("%s", response.text().c_str());
+      std::fflush(stdout);
+    }
+    last = response;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Fail(status);
+  if (!json) PrintFinish(last);
+  return 0;
+}
+
+int Score(TextGeneration::Stub& stub) {
+  attn::v1::ScoreRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  std::vector<int64_t> ids;
+  if (!ParseIds(absl::GetFlag(FLAGS_ids), &ids)) return 2;
+  if (ids.empty()) request.set_text(absl::GetFlag(FLAGS_text));
+  for (int64_t id : ids) request.add_token_ids(id);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::ScoreResponse response;
+  grpc::Status status = stub.Score(&context, request, &response);
+  if (!status.ok()) return Fail(status);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(response);
+    return 0;
+  }
+  for (int i = 0; i < response.token_ids_size(); ++i) {
+    std::printf("%6ld %10.4f\n", static_cast<long>(response.token_ids(i)), response.logprobs(i));
+  }
+  std::printf("total_logprob %.4f  perplexity %.3f\n", response.total_logprob(),
+              response.perplexity());
+  return 0;
+}
+
+int Tokenize(TextGeneration::Stub& stub) {
+  attn::v1::TokenizeRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_text(absl::GetFlag(FLAGS_text));
+  grpc::ClientContext context;
+  attn::v1::TokenizeResponse response;
+  grpc::Status status = stub.Tokenize(&context, request, &response);
+  if (!status.ok()) return Fail(status);
+  PrintJson(response);
+  return 0;
+}
+
+int Detokenize(TextGeneration::Stub& stub) {
+  attn::v1::DetokenizeRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  std::vector<int64_t> ids;
+  if (!ParseIds(absl::GetFlag(FLAGS_ids), &ids)) return 2;
+  for (int64_t id : ids) request.add_token_ids(id);
+  grpc::ClientContext context;
+  attn::v1::DetokenizeResponse response;
+  grpc::Status status = stub.Detokenize(&context, request, &response);
+  if (!status.ok()) return Fail(status);
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(response);
+  } else {
+    std::printf("%s\n", response.text().c_str());
+  }
+  return 0;
+}
+
+int Bench(const std::shared_ptr<grpc::Channel>& channel) {
+  attn::client::BenchOptions options;
+  options.model = absl::GetFlag(FLAGS_model);
+  options.concurrency = absl::GetFlag(FLAGS_concurrency);
+  options.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  options.duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
+  options.total_streams = absl::GetFlag(FLAGS_streams);
+  options.read_delay = absl::Milliseconds(absl::GetFlag(FLAGS_read_delay_ms));
+  options.progress = absl::GetFlag(FLAGS_progress);
+  options.json = absl::GetFlag(FLAGS_json);
+  if (options.concurrency < 1 || options.prompt_tokens < 1 || options.max_tokens < 1) {
+    std::fprintf(stderr, "error: --concurrency, --prompt_tokens and --max_tokens must be >= 1\n");
+    return 2;
+  }
+  return attn::client::RunBench(channel, options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "attnctl <models|generate|stream|score|tokenize|detokenize|health|bench> [flags]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
+    return 2;
+  }
+  const std::string command = args[1];
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
+                                           grpc::InsecureChannelCredentials(), channel_args);
+  auto stub = TextGeneration::NewStub(channel);
+  if (command == "models") return Models(*stub);
+  if (command == "generate") return Generate(*stub);
+  if (command == "stream") return Stream(*stub);
+  if (command == "score") return Score(*stub);
+  if (command == "tokenize") return Tokenize(*stub);
+  if (command == "detokenize") return Detokenize(*stub);
+  if (command == "health") {
+    return attn::client::CheckHealth(channel, absl::GetFlag(FLAGS_service),
+                                     absl::GetFlag(FLAGS_timeout_s));
+  }
+  if (command == "bench") return Bench(channel);
+  std::fprintf(stderr, "unknown command \"%s\"; usage: %s\n", command.c_str(),
+               absl::ProgramUsageMessage().data());
+  return 2;
+}

@@ -1,0 +1,459 @@
+#include "server/engine.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/language_model.h"
+#include "model/tokenizer.h"
+#include "server/text_assembler.h"
+
+namespace attn::serving {
+namespace {
+
+class SystemClock : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+};
+
+// Wakes the engine thread; shared with the streams, which may outlive it.
+struct Signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool woken = false;
+  bool stopping = false;
+  void Wake() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      woken = true;
+    }
+    cv.notify_one();
+  }
+};
+
+std::vector<float> RowToVector(const torch::Tensor& row) {
+  torch::Tensor cpu = row.to(torch::kCPU, torch::kFloat).contiguous();
+  return std::vector<float>(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
+}
+
+struct Sequence {
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  absl::Time arrival;
+  absl::Time last_token;
+  int64_t slot = -1;
+  int64_t prefilled = 0;          // prompt tokens in the state
+  std::vector<float> last_logits;  // after the last token in the state
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextAssembler> text;
+  int64_t generated = 0;
+  int64_t next_token = -1;  // fed to the next decode step
+
+  bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
+  bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
+};
+
+}  // namespace
+
+Clock& RealClock() {
+  static SystemClock clock;
+  return clock;
+}
+
+class Engine::Impl {
+ public:
+  Impl(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
+       const Clock& clock, EngineObserver* observer)
+      : model_(std::move(model)),
+        tokenizer_(tokenizer),
+        options_(options),
+        clock_(clock),
+        observer_(observer ? observer : &no_observer_),
+        device_(model_->parameters().front().device()),
+        pool_(model_, options.max_active, device_),
+        free_slots_(options.max_active) {}
+
+  absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
+  bool RunOnce();
+  void Loop();
+  void Start() { thread_ = std::thread([this] { Loop(); }); }
+  void Drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  void Stop(const absl::Status& status);
+  EngineLoad load() const {
+    return {running_.load(), waiting_count_.load(), running_.load() * pool_.bytes_per_slot()};
+  }
+  int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
+
+ private:
+  bool EndAbandoned(absl::Time now);
+  bool Admit(absl::Time now);
+  bool PrefillChunk();
+  bool DecodeStep();
+  // Handles a token chosen for `seq`; ends the sequence when it finishes.
+  void Emit(Sequence& seq, const SampledToken& token);
+  // Pushes the last event (with usage for a success) and frees the slot.
+  void End(Sequence& seq, StreamEvent last);
+  void EndWithError(Sequence& seq, const absl::Status& status) {
+    StreamEvent last;
+    last.status = status;
+    End(seq, std::move(last));
+  }
+  void RemoveEnded();
+  void PublishLoad();
+  int64_t ContextLimit() const { return model_->max_context(); }
+
+  CausalLm model_;
+  const Tokenizer& tokenizer_;
+  const EngineOptions options_;
+  const Clock& clock_;
+  EngineObserver no_observer_;
+  EngineObserver* observer_;
+  torch::Device device_;
+  StatePool pool_;  // engine thread only
+  std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
+  std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+  std::thread thread_;
+
+  mutable std::mutex mu_;  // guards waiting_ and draining_
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  bool draining_ = false;
+
+  std::atomic<int64_t> free_slots_;
+  std::atomic<int64_t> running_{0};
+  std::atomic<int64_t> waiting_count_{0};
+};
+
+absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
+  const auto prompt_size = static_cast<int64_t>(request.prompt.size());
+  if (prompt_size == 0 || prompt_size > options_.max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt: ", prompt_size, " tokens, expected 1 to ",
+                                                   options_.max_prompt_tokens));
+  }
+  if (request.kind == EngineRequest::Kind::kGenerate &&
+      (request.max_tokens < 1 || request.max_tokens > options_.max_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens: ", request.max_tokens,
+                                                   ", expected 1 to ", options_.max_tokens));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::move(request);
+  seq->stream = std::move(stream);
+  seq->arrival = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+    const int64_t room = options_.max_waiting + free_slots_.load();
+    if (static_cast<int64_t>(waiting_.size()) >= room) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model's queue is full (", options_.max_active, " running, ", options_.max_waiting,
+          " waiting); retry later"));
+    }
+    std::weak_ptr<Signal> signal = signal_;
+    seq->stream->SetWake([signal] {
+      if (auto s = signal.lock()) s->Wake();
+    });
+    waiting_.push_back(std::move(seq));
+    waiting_count_ = static_cast<int64_t>(waiting_.size());
+  }
+  signal_->Wake();
+  return absl::OkStatus();
+}
+
+bool Engine::Impl::RunOnce() {
+  torch::InferenceMode inference;
+  const absl::Time now = clock_.Now();
+  bool worked = EndAbandoned(now);
+  worked |= Admit(now);
+  worked |= PrefillChunk();
+  worked |= DecodeStep();
+  RemoveEnded();
+  PublishLoad();
+  return worked;
+}
+
+bool Engine::Impl::EndAbandoned(absl::Time now) {
+  bool ended = false;
+  for (auto& seq : active_) {
+    if (!seq->stream) continue;
+    if (seq->stream->cancelled()) {
+      EndWithError(*seq, absl::CancelledError("the client cancelled the request"));
+      ended = true;
+    } else if (now >= seq->request.deadline) {
+      EndWithError(*seq, absl::DeadlineExceededError("the request's deadline passed"));
+      ended = true;
+    }
+  }
+  return ended;
+}
+
+bool Engine::Impl::Admit(absl::Time now) {
+  std::vector<std::unique_ptr<Sequence>> admitted;
+  std::vector<std::unique_ptr<Sequence>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      Sequence& seq = **it;
+      if (seq.stream->cancelled() || now >= seq.request.deadline) {
+        dropped.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (!waiting_.empty() && pool_.in_use() < pool_.capacity()) {
+      admitted.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      free_slots_ = pool_.capacity() - pool_.in_use() - static_cast<int64_t>(admitted.size());
+      if (free_slots_ == 0) break;
+    }
+    waiting_count_ = static_cast<int64_t>(waiting_.size());
+  }
+  for (auto& seq : dropped) {
+    if (seq->stream->cancelled()) {
+      EndWithError(*seq, absl::CancelledError("the client cancelled the request"));
+    } else {
+      EndWithError(*seq, absl::DeadlineExceededError("the request's deadline passed while queued"));
+    }
+  }
+  for (auto& seq : admitted) {
+    seq->slot = pool_.Acquire().value();  // free_slots_ said there is one
+    seq->sampler = std::make_unique<Sampler>(seq->request.sampling, seq->request.prompt);
+    seq->text = std::make_unique<TextAssembler>(tokenizer_, seq->request.stop);
+    observer_->OnAdmitted(now - seq->arrival);
+    active_.push_back(std::move(seq));
+  }
+  free_slots_ = pool_.capacity() - pool_.in_use();
+  return !admitted.empty() || !dropped.empty();
+}
+
+bool Engine::Impl::PrefillChunk() {
+  Sequence* seq = nullptr;
+  for (auto& candidate : active_) {
+    if (candidate->stream && candidate->prefilling()) {
+      seq = candidate.get();
+      break;
+    }
+  }
+  if (seq == nullptr) return false;
+  const auto& prompt = seq->request.prompt;
+  const int64_t begin = seq->prefilled;
+  const int64_t count =
+      std::min<int64_t>(options_.prefill_chunk, static_cast<int64_t>(prompt.size()) - begin);
+  const absl::Time started = clock_.Now();
+  try {
+    torch::Tensor tokens =
+        torch::tensor(std::vector<int64_t>(prompt.begin() + begin, prompt.begin() + begin + count),
+                      torch::dtype(torch::kLong))
+            .view({1, count})
+            .to(device_);
+    torch::Tensor slots = torch::tensor({seq->slot}, torch::dtype(torch::kLong)).to(device_);
+    torch::Tensor logits = model_->prefill(tokens, pool_.state(), slots)[0];  // [C, V]
+    if (seq->scoring()) {
+      torch::Tensor log_probs = torch::log_softmax(logits.to(torch::kFloat), -1).to(torch::kCPU);
+      StreamEvent event;
+      event.token_ids.assign(prompt.begin() + begin, prompt.begin() + begin + count);
+      event.logprobs.resize(count);
+      const auto& last = seq->last_logits;  // the previous chunk's prediction
+      event.logprobs[0] = begin == 0 ? 0.0f
+                                     : static_cast<float>(LogSoftmaxAt(
+                                           last.data(), static_cast<int64_t>(last.size()),
+                                           prompt[begin]));
+      auto rows = log_probs.accessor<float, 2>();
+      for (int64_t j = 0; j + 1 < count; ++j) event.logprobs[j + 1] = rows[j][prompt[begin + j + 1]];
+      seq->stream->Push(std::move(event));
+    }
+    seq->last_logits = RowToVector(logits[count - 1]);
+  } catch (const c10::Error& error) {
+    EndWithError(*seq, absl::InternalError(absl::StrCat("prefill failed: ", error.what_without_backtrace())));
+    return true;
+  }
+  seq->prefilled += count;
+  observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, 1, count);
+  if (!seq->prefilling()) {
+    if (seq->scoring()) {
+      End(*seq, StreamEvent{});
+    } else {
+      const auto& logits = seq->last_logits;
+      Emit(*seq, seq->sampler->Next(logits.data(), static_cast<int64_t>(logits.size())));
+    }
+  }
+  return true;
+}
+
+bool Engine::Impl::DecodeStep() {
+  std::vector<Sequence*> batch;
+  for (auto& seq : active_) {
+    if (seq->stream && !seq->prefilling() && seq->next_token >= 0 && !seq->stream->full()) {
+      batch.push_back(seq.get());
+    }
+  }
+  if (batch.empty()) return false;
+  const auto rows = static_cast<int64_t>(batch.size());
+  std::vector<int64_t> tokens(rows), slots(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    tokens[i] = batch[i]->next_token;
+    slots[i] = batch[i]->slot;
+  }
+  const absl::Time started = clock_.Now();
+  torch::Tensor logits;
+  try {
+    logits = model_
+                 ->step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
+                        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_),
+                        pool_.state())
+                 .to(torch::kCPU, torch::kFloat)
+                 .contiguous();
+  } catch (const c10::Error& error) {
+    for (Sequence* seq : batch) {
+      EndWithError(*seq, absl::InternalError(absl::StrCat("decode step failed: ",
+                                                          error.what_without_backtrace())));
+    }
+    return true;
+  }
+  observer_->OnStep(EngineObserver::Phase::kDecode, clock_.Now() - started, rows, rows);
+  const int64_t vocab = logits.size(1);
+  const float* data = logits.data_ptr<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    Emit(*batch[i], batch[i]->sampler->Next(data + i * vocab, vocab));
+  }
+  return true;
+}
+
+void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
+  const absl::Time now = clock_.Now();
+  ++seq.generated;
+  if (seq.generated == 1) {
+    observer_->OnFirstToken(now - seq.arrival);
+  } else {
+    observer_->OnNextToken(now - seq.last_token);
+  }
+  seq.last_token = now;
+  StreamEvent event;
+  event.token_ids.push_back(token.id);
+  if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
+  const bool eos = !seq.request.ignore_eos && token.id == tokenizer_.eos_id();
+  if (token.id != tokenizer_.eos_id()) event.text = seq.text->Push(token.id);
+  const int64_t length = static_cast<int64_t>(seq.request.prompt.size()) + seq.generated;
+  const int64_t limit = ContextLimit();
+  if (seq.text->stopped()) {
+    event.finish_reason = FinishReason::kStop;
+  } else if (eos) {
+    event.finish_reason = FinishReason::kEos;
+  } else if (seq.generated >= seq.request.max_tokens || (limit > 0 && length >= limit)) {
+    event.finish_reason = FinishReason::kLength;
+  }
+  if (event.finish_reason == FinishReason::kUnspecified) {
+    seq.next_token = token.id;
+    seq.stream->Push(std::move(event));
+    return;
+  }
+  if (event.finish_reason != FinishReason::kStop) event.text += seq.text->Finish();
+  End(seq, std::move(event));
+}
+
+void Engine::Impl::End(Sequence& seq, StreamEvent last) {
+  last.last = true;
+  if (last.status.ok()) {
+    last.prompt_tokens = static_cast<int64_t>(seq.request.prompt.size());
+    last.completion_tokens = seq.generated;
+  }
+  if (seq.slot >= 0) {
+    pool_.Release(seq.slot).IgnoreError();  // the slot is ours: cannot fail
+    seq.slot = -1;
+  }
+  observer_->OnFinished(last, clock_.Now() - seq.arrival);
+  seq.stream->Push(std::move(last));
+  seq.stream.reset();  // marks the sequence ended
+}
+
+void Engine::Impl::RemoveEnded() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const std::unique_ptr<Sequence>& seq) { return !seq->stream; }),
+                active_.end());
+  free_slots_ = pool_.capacity() - pool_.in_use();
+}
+
+void Engine::Impl::PublishLoad() {
+  running_ = static_cast<int64_t>(active_.size());
+  observer_->OnLoad(running_, waiting_count_, running_ * pool_.bytes_per_slot());
+}
+
+void Engine::Impl::Loop() {
+  while (true) {
+    bool worked = false;
+    try {
+      worked = RunOnce();
+    } catch (const std::exception& error) {
+      // Nothing in an iteration should throw past the model calls; if it
+      // does, fail the running requests instead of the process.
+      for (auto& seq : active_) {
+        if (seq->stream) EndWithError(*seq, absl::InternalError(error.what()));
+      }
+      RemoveEnded();
+    }
+    std::unique_lock<std::mutex> lock(signal_->mu);
+    if (signal_->stopping) return;
+    if (!worked && !signal_->woken) {
+      // The timeout bounds how late a deadline is noticed while idle.
+      signal_->cv.wait_for(lock, std::chrono::milliseconds(20),
+                           [this] { return signal_->woken || signal_->stopping; });
+    }
+    signal_->woken = false;
+  }
+}
+
+void Engine::Impl::Stop(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(signal_->mu);
+    signal_->stopping = true;
+  }
+  signal_->cv.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::deque<std::unique_ptr<Sequence>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    waiting.swap(waiting_);
+    waiting_count_ = 0;
+  }
+  for (auto& seq : waiting) EndWithError(*seq, status);
+  for (auto& seq : active_) {
+    if (seq->stream) EndWithError(*seq, status);
+  }
+  RemoveEnded();
+  PublishLoad();
+}
+
+Engine::Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
+               const Clock& clock, EngineObserver* observer)
+    : options_(options),
+      impl_(std::make_unique<Impl>(std::move(model), tokenizer, options, clock, observer)) {}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
+  return impl_->Submit(std::move(request), std::move(stream));
+}
+void Engine::Start() { impl_->Start(); }
+void Engine::Drain() { impl_->Drain(); }
+void Engine::Stop(const absl::Status& status) { impl_->Stop(status); }
+bool Engine::RunOnce() { return impl_->RunOnce(); }
+EngineLoad Engine::load() const { return impl_->load(); }
+int64_t Engine::state_bytes_per_slot() const { return impl_->bytes_per_slot(); }
+
+bool Engine::WaitIdle(absl::Time deadline) {
+  while (true) {
+    const EngineLoad now = load();
+    if (now.running == 0 && now.waiting == 0) return true;
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+}  // namespace attn::serving

@@ -1,0 +1,128 @@
+// The continuous-batching engine of one model.
+//
+// One thread per model runs iterations. Each iteration:
+//   1. ends requests that were cancelled or passed their deadline, freeing
+//      their state slots;
+//   2. admits waiting requests into free slots (first come, first served);
+//   3. prefills ONE chunk of the oldest prompt still being read (the parallel
+//      form), so a long prompt delays running streams by one chunk at most;
+//   4. decodes one token for every running sequence together: one step() on
+//      their state slots, each sequence at its own position, each sampled by
+//      its own seeded Sampler (so its output does not depend on its batch).
+// A sequence whose output queue is full (a slow reader) sits out decode steps
+// while keeping its slot. Scoring runs the same prefill path over the text
+// and reports each token's log-probability.
+//
+// All model work happens on the engine thread; callers only queue requests
+// and read RequestStreams. Thread-safe.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "model/sampling.h"
+#include "server/request_stream.h"
+
+namespace attn {
+class Tokenizer;
+class CausalLm;
+}  // namespace attn
+
+namespace attn::serving {
+
+struct EngineOptions {
+  int64_t max_active = 256;          // state slots: sequences running at once
+  int64_t max_waiting = 1024;        // queued beyond them; more: RESOURCE_EXHAUSTED
+  int64_t max_prompt_tokens = 4096;  // per request
+  int64_t max_tokens = 4096;         // per request
+  int64_t prefill_chunk = 256;       // prompt tokens per iteration
+  int64_t stream_buffer = 16;        // events queued per stream before it pauses
+};
+
+struct EngineRequest {
+  enum class Kind { kGenerate, kScore };
+  Kind kind = Kind::kGenerate;
+  std::vector<int64_t> prompt;  // valid ids; scoring: the text to score
+  int64_t max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  bool ignore_eos = false;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// Time source: real for the server, fake in tests.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() const = 0;
+};
+Clock& RealClock();
+
+// Hooks for metrics; every method runs on the engine thread.
+class EngineObserver {
+ public:
+  enum class Phase { kPrefill, kDecode };
+  virtual ~EngineObserver() = default;
+  virtual void OnAdmitted(absl::Duration /*queue_time*/) {}
+  virtual void OnFirstToken(absl::Duration /*since_arrival*/) {}
+  virtual void OnNextToken(absl::Duration /*since_previous*/) {}
+  virtual void OnFinished(const StreamEvent& /*last*/, absl::Duration /*since_arrival*/) {}
+  virtual void OnStep(Phase /*phase*/, absl::Duration /*took*/, int64_t /*rows*/,
+                      int64_t /*tokens*/) {}
+  virtual void OnLoad(int64_t /*running*/, int64_t /*waiting*/, int64_t /*state_bytes*/) {}
+};
+
+struct EngineLoad {
+  int64_t running = 0;  // holding a state slot
+  int64_t waiting = 0;  // queued for one
+  int64_t state_bytes_in_use = 0;
+};
+
+class Engine {
+ public:
+  // `model` and `tokenizer` must outlive the engine. The observer may be
+  // null. Preallocates options.max_active state slots on `device`.
+  Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
+         const Clock& clock = RealClock(), EngineObserver* observer = nullptr);
+  ~Engine();  // Stop()s
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a validated request. Events arrive on `stream`; the last one
+  // carries the outcome. kResourceExhausted when the waiting queue is full,
+  // kUnavailable once draining; nothing is queued then.
+  absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
+
+  // Runs iterations on an own thread until Stop().
+  void Start();
+  // Refuses new work; running and waiting requests go on.
+  void Drain();
+  // Waits until no request is left or `deadline` passes; true when idle.
+  bool WaitIdle(absl::Time deadline);
+  // Ends every request left with `status` and joins the thread.
+  void Stop(const absl::Status& status = absl::UnavailableError("the server is shutting down"));
+
+  // One iteration, for tests that drive the engine without its thread.
+  // Returns whether it did any work.
+  bool RunOnce();
+
+  EngineLoad load() const;
+  const EngineOptions& options() const { return options_; }
+  int64_t state_bytes_per_slot() const;
+
+ private:
+  class Impl;
+  EngineOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attn::serving

@@ -1,0 +1,170 @@
+// attn-server: serves model packages over gRPC (attn.v1.TextGeneration) with
+// continuous batching, and Prometheus metrics over HTTP.
+//
+// Every flag can also come from the environment as ATTN_<FLAG> (ATTN_PORT,
+// ATTN_MODELS, ...); a command-line flag wins over the environment.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "model/cpus.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, models, "models",
+          "Comma-separated model package files (*.pt) or directories of them.");
+ABSL_FLAG(std::string, default_model, "aft-conv",
+          "Model used when a request names none; empty: the first one loaded.");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");
+ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0: any; -1: off).");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the CPUs this process may use (cgroup quota).");
+ABSL_FLAG(int64_t, max_active, 256, "Sequences running at once per model (state slots).");
+ABSL_FLAG(int64_t, max_waiting, 1024,
+          "Requests queued per model beyond the running ones; more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_prompt_tokens, 4096, "Longest prompt (and scored text) in tokens.");
+ABSL_FLAG(int64_t, max_tokens, 4096, "Largest max_tokens a request may ask for.");
+ABSL_FLAG(int64_t, default_max_tokens, 128, "max_tokens when a request leaves it unset.");
+ABSL_FLAG(int64_t, prefill_chunk, 256,
+          "Prompt tokens prefilled per engine iteration: bounds how long a prompt delays "
+          "running streams.");
+ABSL_FLAG(int64_t, stream_buffer, 16,
+          "Messages queued per stream for a slow reader before its sequence pauses.");
+ABSL_FLAG(int, shutdown_grace_seconds, 30,
+          "On SIGTERM/SIGINT, how long running requests may take to finish.");
+
+namespace {
+
+const char* const kFlagNames[] = {
+    "models",    "default_model",     "host",       "port",
+    "metrics_port", "device",         "threads",    "max_active",
+    "max_waiting", "max_prompt_tokens", "max_tokens", "default_max_tokens",
+    "prefill_chunk", "stream_buffer", "shutdown_grace_seconds"};
+
+// ATTN_<FLAG> environment variables become flag values before the command
+// line is parsed, so the command line wins.
+void ApplyEnvironment() {
+  for (const char* name : kFlagNames) {
+    const std::string variable = "ATTN_" + absl::AsciiStrToUpper(name);
+    const char* value = std::getenv(variable.c_str());
+    if (value == nullptr) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    std::string error;
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      std::fprintf(stderr, "error: %s=%s: %s\n", variable.c_str(), value, error.c_str());
+      std::exit(2);
+    }
+  }
+}
+
+attn::serving::ServerOptions OptionsFromFlags() {
+  attn::serving::ServerOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.registry.paths =
+      absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
+  options.registry.default_model = absl::GetFlag(FLAGS_default_model);
+  options.registry.device = absl::GetFlag(FLAGS_device);
+  attn::serving::EngineOptions& engine = options.registry.engine;
+  engine.max_active = absl::GetFlag(FLAGS_max_active);
+  engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  engine.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
+  options.limits.max_prompt_tokens = engine.max_prompt_tokens;
+  options.limits.max_tokens = engine.max_tokens;
+  options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  options.limits.stream_buffer = engine.stream_buffer;
+  options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  return options;
+}
+
+// A bound out of range is a startup error naming the flag.
+bool CheckBounds(const attn::serving::ServerOptions& options) {
+  const attn::serving::EngineOptions& e = options.registry.engine;
+  struct Bound {
+    const char* flag;
+    int64_t value;
+    int64_t min;
+  } bounds[] = {{"--max_active", e.max_active, 1},
+                {"--max_waiting", e.max_waiting, 0},
+                {"--max_prompt_tokens", e.max_prompt_tokens, 1},
+                {"--max_tokens", e.max_tokens, 1},
+                {"--default_max_tokens", options.limits.default_max_tokens, 1},
+                {"--prefill_chunk", e.prefill_chunk, 1},
+                {"--stream_buffer", e.stream_buffer, 1}};
+  for (const Bound& bound : bounds) {
+    if (bound.value < bound.min) {
+      std::fprintf(stderr, "error: %s=%ld must be at least %ld\n", bound.flag,
+                   static_cast<long>(bound.value), static_cast<long>(bound.min));
+      return false;
+    }
+  }
+  if (options.limits.default_max_tokens > e.max_tokens) {
+    std::fprintf(stderr, "error: --default_max_tokens exceeds --max_tokens\n");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves language-model packages over gRPC.\n  attn-server --models=models "
+      "--port=50051 --metrics_port=9090");
+  ApplyEnvironment();
+  absl::ParseCommandLine(argc, argv);
+  const attn::serving::ServerOptions options = OptionsFromFlags();
+  if (!CheckBounds(options)) return 2;
+
+  // Signals are taken by sigwait below; every thread started from here on
+  // inherits the blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
+  auto server = attn::serving::InferenceServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  for (const auto& model : (*server)->registry().models()) {
+    const auto& d = model->description;
+    std::printf("model %s: %s, %ld parameters, %ld state bytes per sequence, %s%s\n",
+                d.name.c_str(), d.mixer.c_str(), static_cast<long>(d.parameters),
+                static_cast<long>(d.state_bytes_per_sequence), d.device.c_str(),
+                d.name == (*server)->registry().default_model() ? " (default)" : "");
+  }
+  std::printf("serving attn.v1.TextGeneration on %s:%d (%d intra-op threads)\n",
+              options.host.c_str(), (*server)->port(), threads);
+  if (options.metrics_port >= 0) {
+    std::printf("metrics on http://%s:%d/metrics\n", options.host.c_str(),
+                (*server)->metrics_port());
+  }
+  std::fflush(stdout);
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::printf("received %s: draining (grace %d s)\n", received == SIGTERM ? "SIGTERM" : "SIGINT",
+              absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  std::fflush(stdout);
+  (*server)->Shutdown();
+  std::printf("stopped\n");
+  return 0;
+}

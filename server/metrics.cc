@@ -1,0 +1,227 @@
+#include "server/metrics.h"
+
+#include "server/metrics_http.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+
+#include "absl/strings/str_cat.h"
+
+namespace attn::serving {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const Histogram::BucketBoundaries buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                   0.05,   0.1,   0.25,   0.5,   1,    2.5,
+                                                   5,      10,    30,     60,    120,  300};
+  return buckets;
+}
+
+}  // namespace
+
+std::string StatusCodeName(absl::StatusCode code) {
+  return code == absl::StatusCode::kOk ? "OK" : absl::StatusCodeToString(code);
+}
+
+struct Metrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : requests(BuildCounter()
+                     .Name("attn_requests_total")
+                     .Help("RPCs finished, by method and gRPC status code.")
+                     .Register(r)),
+        success(BuildCounter()
+                    .Name("attn_request_success_total")
+                    .Help("Generations finished, by finish reason.")
+                    .Register(r)),
+        prompt_tokens(BuildCounter()
+                          .Name("attn_prompt_tokens_total")
+                          .Help("Prompt tokens prefilled (generation and scoring).")
+                          .Register(r)),
+        generation_tokens(BuildCounter()
+                              .Name("attn_generation_tokens_total")
+                              .Help("Tokens generated.")
+                              .Register(r)),
+        ttft(BuildHistogram()
+                 .Name("attn_time_to_first_token_seconds")
+                 .Help("Time from arrival to the first generated token.")
+                 .Register(r)),
+        inter_token(BuildHistogram()
+                        .Name("attn_inter_token_latency_seconds")
+                        .Help("Time between consecutive tokens of a sequence.")
+                        .Register(r)),
+        e2e(BuildHistogram()
+                .Name("attn_e2e_request_latency_seconds")
+                .Help("Time from arrival to the last event of a request.")
+                .Register(r)),
+        queue(BuildHistogram()
+                  .Name("attn_request_queue_time_seconds")
+                  .Help("Time a request waited for a state slot.")
+                  .Register(r)),
+        running(BuildGauge()
+                    .Name("attn_num_requests_running")
+                    .Help("Requests holding a state slot.")
+                    .Register(r)),
+        waiting(BuildGauge()
+                    .Name("attn_num_requests_waiting")
+                    .Help("Requests queued for a state slot.")
+                    .Register(r)),
+        batch_size(BuildHistogram()
+                       .Name("attn_batch_size")
+                       .Help("Sequences stepped together per decode step.")
+                       .Register(r)),
+        step_duration(BuildHistogram()
+                          .Name("attn_step_duration_seconds")
+                          .Help("Duration of an engine step, by phase (prefill or decode).")
+                          .Register(r)),
+        state_memory(BuildGauge()
+                         .Name("attn_state_memory_bytes")
+                         .Help("Recurrent state (or cache) bytes held by running sequences.")
+                         .Register(r)),
+        state_capacity(BuildGauge()
+                           .Name("attn_state_memory_capacity_bytes")
+                           .Help("State bytes preallocated for all slots.")
+                           .Register(r)),
+        info(BuildGauge()
+                 .Name("attn_model_info")
+                 .Help("A hosted model; the value is always 1.")
+                 .Register(r)) {}
+
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Counter>& success;
+  prometheus::Family<prometheus::Counter>& prompt_tokens;
+  prometheus::Family<prometheus::Counter>& generation_tokens;
+  prometheus::Family<Histogram>& ttft;
+  prometheus::Family<Histogram>& inter_token;
+  prometheus::Family<Histogram>& e2e;
+  prometheus::Family<Histogram>& queue;
+  prometheus::Family<prometheus::Gauge>& running;
+  prometheus::Family<prometheus::Gauge>& waiting;
+  prometheus::Family<Histogram>& batch_size;
+  prometheus::Family<Histogram>& step_duration;
+  prometheus::Family<prometheus::Gauge>& state_memory;
+  prometheus::Family<prometheus::Gauge>& state_capacity;
+  prometheus::Family<prometheus::Gauge>& info;
+};
+
+class Metrics::ModelObserver : public EngineObserver {
+ public:
+  ModelObserver(Families& f, const ModelLabels& labels)
+      : families_(f),
+        model_(labels.model),
+        prompt_tokens_(f.prompt_tokens.Add({{"model", model_}})),
+        generation_tokens_(f.generation_tokens.Add({{"model", model_}})),
+        ttft_(f.ttft.Add({{"model", model_}}, LatencyBuckets())),
+        inter_token_(f.inter_token.Add({{"model", model_}}, LatencyBuckets())),
+        e2e_(f.e2e.Add({{"model", model_}}, LatencyBuckets())),
+        queue_(f.queue.Add({{"model", model_}}, LatencyBuckets())),
+        running_(f.running.Add({{"model", model_}})),
+        waiting_(f.waiting.Add({{"model", model_}})),
+        batch_size_(f.batch_size.Add(
+            {{"model", model_}},
+            Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})),
+        prefill_(f.step_duration.Add({{"model", model_}, {"phase", "prefill"}}, LatencyBuckets())),
+        decode_(f.step_duration.Add({{"model", model_}, {"phase", "decode"}}, LatencyBuckets())),
+        state_memory_(f.state_memory.Add({{"model", model_}})) {
+    f.state_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_capacity_bytes));
+    f.info
+        .Add({{"model", model_},
+              {"mixer", labels.mixer},
+              {"architecture", labels.architecture},
+              {"device", labels.device}})
+        .Set(1);
+    // Every finish reason from the start, so rate() sees the first one.
+    for (const char* reason : {"length", "stop", "eos"}) {
+      f.success.Add({{"model", model_}, {"finish_reason", reason}});
+    }
+  }
+
+  void OnAdmitted(absl::Duration queue_time) override { queue_.Observe(Seconds(queue_time)); }
+  void OnFirstToken(absl::Duration since_arrival) override {
+    ttft_.Observe(Seconds(since_arrival));
+    generation_tokens_.Increment();
+  }
+  void OnNextToken(absl::Duration since_previous) override {
+    inter_token_.Observe(Seconds(since_previous));
+    generation_tokens_.Increment();
+  }
+  void OnFinished(const StreamEvent& last, absl::Duration since_arrival) override {
+    e2e_.Observe(Seconds(since_arrival));
+    if (last.status.ok() && last.finish_reason != FinishReason::kUnspecified) {
+      families_.success
+          .Add({{"model", model_}, {"finish_reason", FinishReasonName(last.finish_reason)}})
+          .Increment();
+    }
+  }
+  void OnStep(Phase phase, absl::Duration took, int64_t rows, int64_t tokens) override {
+    if (phase == Phase::kPrefill) {
+      prefill_.Observe(Seconds(took));
+      prompt_tokens_.Increment(static_cast<double>(tokens));
+    } else {
+      decode_.Observe(Seconds(took));
+      batch_size_.Observe(static_cast<double>(rows));
+    }
+  }
+  void OnLoad(int64_t running, int64_t waiting, int64_t state_bytes) override {
+    running_.Set(static_cast<double>(running));
+    waiting_.Set(static_cast<double>(waiting));
+    state_memory_.Set(static_cast<double>(state_bytes));
+  }
+
+ private:
+  Families& families_;
+  std::string model_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generation_tokens_;
+  Histogram& ttft_;
+  Histogram& inter_token_;
+  Histogram& e2e_;
+  Histogram& queue_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& waiting_;
+  Histogram& batch_size_;
+  Histogram& prefill_;
+  Histogram& decode_;
+  prometheus::Gauge& state_memory_;
+};
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      families_(std::make_unique<Families>(*registry_)) {}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::Serve(const std::string& host, int port) {
+  http_ = std::make_unique<MetricsHttpServer>([this] { return Exposition(); });
+  auto bound = http_->Start(host, port);
+  if (!bound.ok()) return bound.status();
+  port_ = *bound;
+  return absl::OkStatus();
+}
+
+EngineObserver* Metrics::AddModel(const ModelLabels& labels) {
+  observers_.push_back(std::make_unique<ModelObserver>(*families_, labels));
+  return observers_.back().get();
+}
+
+void Metrics::CountRequest(const std::string& model, const std::string& method,
+                           const std::string& code) {
+  families_->requests.Add({{"model", model}, {"method", method}, {"code", code}}).Increment();
+}
+
+std::string Metrics::Exposition() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace attn::serving

@@ -1,0 +1,73 @@
+// Prometheus metrics of the server, vLLM-style names with the attn_ prefix
+// and a `model` label, served as text on their own HTTP port (/metrics).
+//
+//   attn_requests_total{model,method,code}          RPCs by gRPC status code
+//   attn_request_success_total{model,finish_reason} finished generations
+//   attn_prompt_tokens_total{model}                  prompt tokens prefilled
+//   attn_generation_tokens_total{model}              tokens generated
+//   attn_time_to_first_token_seconds{model}          histogram
+//   attn_inter_token_latency_seconds{model}          histogram
+//   attn_e2e_request_latency_seconds{model}          histogram
+//   attn_request_queue_time_seconds{model}           histogram
+//   attn_num_requests_running{model}                 gauge (holding a state slot)
+//   attn_num_requests_waiting{model}                 gauge
+//   attn_batch_size{model}                           histogram, rows per decode step
+//   attn_step_duration_seconds{model,phase}          histogram, phase prefill|decode
+//   attn_state_memory_bytes{model}                   gauge, state of running sequences
+//   attn_state_memory_capacity_bytes{model}          gauge, preallocated state
+//   attn_model_info{model,mixer,architecture,device} gauge, always 1
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/engine.h"
+
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
+
+namespace attn::serving {
+
+class MetricsHttpServer;
+
+struct ModelLabels {
+  std::string model;
+  std::string mixer;
+  std::string architecture;
+  std::string device;
+  int64_t state_capacity_bytes = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+
+  // Serves /metrics on host:port (port 0 picks one). kUnavailable naming
+  // the address when it cannot be bound.
+  absl::Status Serve(const std::string& host, int port);
+  int port() const { return port_; }  // after Serve
+
+  // The observer to give the model's engine; owned by this object.
+  EngineObserver* AddModel(const ModelLabels& labels);
+  // One finished RPC; `code` is the gRPC status code name ("OK", ...).
+  void CountRequest(const std::string& model, const std::string& method, const std::string& code);
+  // The exposition in the Prometheus text format.
+  std::string Exposition() const;
+
+ private:
+  struct Families;
+  class ModelObserver;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
+  std::vector<std::unique_ptr<ModelObserver>> observers_;
+  std::unique_ptr<MetricsHttpServer> http_;
+  int port_ = 0;
+};
+
+// The gRPC name of an absl status code, "OK", "INVALID_ARGUMENT", ...
+std::string StatusCodeName(absl::StatusCode code);
+
+}  // namespace attn::serving

@@ -1,0 +1,166 @@
+#include "server/model_registry.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/language_model.h"
+#include "model/model_package.h"
+#include "model/tokenizer.h"
+#include "server/metrics.h"
+
+namespace attn::serving {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Expands directories into their *.pt files (sorted, for a stable order).
+absl::StatusOr<std::vector<std::string>> PackageFiles(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code error;
+    if (fs::is_directory(path, error)) {
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(path, error)) {
+        if (entry.path().extension() == ".pt") found.push_back(entry.path().string());
+      }
+      std::sort(found.begin(), found.end());
+      if (found.empty()) {
+        return absl::NotFoundError(absl::StrCat("no *.pt model packages in directory ", path));
+      }
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(path);
+    }
+  }
+  if (files.empty()) return absl::InvalidArgumentError("--models: no model given");
+  return files;
+}
+
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
+                                                       const torch::Device& device,
+                                                       const EngineOptions& engine_options,
+                                                       Metrics* metrics) {
+  auto package = LoadPackage(path, device);
+  if (!package.ok()) return package.status();
+  if (package->tokenizer_model.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the package holds no tokenizer; export it with attn-train"));
+  }
+  auto tokenizer = Tokenizer::FromSerialized(package->tokenizer_model);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": its tokenizer does not load: ", tokenizer.status().message()));
+  }
+  auto hosted = std::make_unique<HostedModel>();
+  hosted->package = std::make_unique<ModelPackage>(std::move(*package));
+  CausalLm& model = hosted->package->model;
+  const LmConfig& config = model->config();
+  ModelDescription& d = hosted->description;
+  d.name = fs::path(path).stem().string();
+  d.path = path;
+  d.mixer = MixerKindName(config.mixer);
+  d.parameters = model->parameter_count();
+  d.vocab_size = config.vocab_size;
+  d.max_context = std::max<int64_t>(model->max_context(), 0);
+  d.layers = config.layers;
+  d.d_model = config.d_model;
+  d.device = device.str();
+  hosted->tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
+  // Constant for the recurrent mixers; the cache at its longest otherwise.
+  d.state_bytes_per_sequence =
+      model->state_bytes_per_sequence(d.max_context > 0 ? d.max_context : 4096);
+  EngineObserver* observer = nullptr;
+  if (metrics != nullptr) {
+    observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
+                                  d.state_bytes_per_sequence * engine_options.max_active});
+  }
+  hosted->engine = std::make_unique<Engine>(hosted->package->model, *hosted->tokenizer,
+                                            engine_options, RealClock(), observer);
+  return hosted;
+}
+
+}  // namespace
+
+HostedModel::HostedModel() = default;
+HostedModel::~HostedModel() = default;
+
+absl::StatusOr<std::string> CheckDevice(const std::string& device) {
+  torch::Device parsed(torch::kCPU);
+  try {
+    parsed = torch::Device(device);
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: \"", device, "\" is not a device; use cpu, cuda or cuda:N"));
+  }
+  if (parsed.is_cuda() && !torch::cuda::is_available()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device: ", device,
+        " asked for, but this build of LibTorch has no CUDA support or sees no GPU; "
+        "use --device=cpu, or build against a CUDA LibTorch"));
+  }
+  if (!parsed.is_cpu() && !parsed.is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: ", device, " is not supported; use cpu or cuda[:N]"));
+  }
+  return parsed.str();
+}
+
+absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const RegistryOptions& options,
+                                                                   Metrics* metrics) {
+  auto device_name = CheckDevice(options.device);
+  if (!device_name.ok()) return device_name.status();
+  auto files = PackageFiles(options.paths);
+  if (!files.ok()) return files.status();
+  std::unique_ptr<ModelRegistry> registry(new ModelRegistry());
+  for (const std::string& file : *files) {
+    auto hosted = LoadModel(file, torch::Device(*device_name), options.engine, metrics);
+    if (!hosted.ok()) return hosted.status();
+    const std::string& name = (*hosted)->description.name;
+    if (registry->Find(name).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two packages are named ", name, " (", file, "); rename one"));
+    }
+    registry->models_.push_back(std::move(*hosted));
+  }
+  registry->default_model_ =
+      options.default_model.empty() ? registry->models_.front()->description.name
+                                    : options.default_model;
+  if (!registry->Find(registry->default_model_).ok()) {
+    return registry->Find(registry->default_model_).status();
+  }
+  for (auto& model : registry->models_) model->engine->Start();
+  return registry;
+}
+
+ModelRegistry::~ModelRegistry() { StopAll(absl::UnavailableError("the server is shutting down")); }
+
+absl::StatusOr<HostedModel*> ModelRegistry::Find(const std::string& name) const {
+  const std::string& wanted = name.empty() ? default_model_ : name;
+  std::vector<std::string> names;
+  for (const auto& model : models_) {
+    if (model->description.name == wanted) return model.get();
+    names.push_back(model->description.name);
+  }
+  return absl::NotFoundError(absl::StrCat("model: \"", wanted, "\" is not hosted here; hosted: ",
+                                          absl::StrJoin(names, ", ")));
+}
+
+void ModelRegistry::DrainAll() {
+  for (auto& model : models_) model->engine->Drain();
+}
+
+bool ModelRegistry::WaitIdleAll(absl::Time deadline) {
+  bool idle = true;
+  for (auto& model : models_) idle &= model->engine->WaitIdle(deadline);
+  return idle;
+}
+
+void ModelRegistry::StopAll(const absl::Status& status) {
+  for (auto& model : models_) model->engine->Stop(status);
+}
+
+}  // namespace attn::serving

@@ -1,0 +1,81 @@
+// The models a server hosts: each loaded from its package file, with its
+// tokenizer and its own engine (thread, state pool).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine.h"
+
+namespace attn {
+struct ModelPackage;
+class Tokenizer;
+}  // namespace attn
+
+namespace attn::serving {
+
+class Metrics;
+
+struct ModelDescription {
+  std::string name;  // the package's file name without ".pt"
+  std::string path;
+  std::string architecture = "causal-lm";
+  std::string mixer;
+  int64_t parameters = 0;
+  int64_t vocab_size = 0;
+  int64_t max_context = 0;  // 0: unbounded
+  int64_t state_bytes_per_sequence = 0;
+  int64_t layers = 0;
+  int64_t d_model = 0;
+  std::string device;
+};
+
+struct HostedModel {
+  HostedModel();
+  ~HostedModel();
+  ModelDescription description;
+  std::unique_ptr<ModelPackage> package;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+};
+
+struct RegistryOptions {
+  // Package files, or directories whose *.pt files are all loaded.
+  std::vector<std::string> paths;
+  std::string default_model;  // empty: the first model loaded
+  std::string device = "cpu";
+  EngineOptions engine;
+};
+
+// "cpu", "cuda", "cuda:N". kInvalidArgument naming --device for anything
+// else, kFailedPrecondition when CUDA is asked of a build without it.
+absl::StatusOr<std::string> CheckDevice(const std::string& device);
+
+class ModelRegistry {
+ public:
+  // Loads every package and starts its engine. Any failure (a missing or
+  // corrupt file, a package without a tokenizer, two models with one name,
+  // an unknown default) is an error naming the file or model.
+  static absl::StatusOr<std::unique_ptr<ModelRegistry>> Load(const RegistryOptions& options,
+                                                             Metrics* metrics);
+  ~ModelRegistry();  // stops the engines
+
+  // Empty name: the default model. kNotFound naming the model and listing
+  // the hosted ones.
+  absl::StatusOr<HostedModel*> Find(const std::string& name) const;
+  const std::vector<std::unique_ptr<HostedModel>>& models() const { return models_; }
+  const std::string& default_model() const { return default_model_; }
+
+  void DrainAll();
+  bool WaitIdleAll(absl::Time deadline);
+  void StopAll(const absl::Status& status);
+
+ private:
+  ModelRegistry() = default;
+  std::vector<std::unique_ptr<HostedModel>> models_;
+  std::string default_model_;
+};
+
+}  // namespace attn::serving

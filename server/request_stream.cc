@@ -1,0 +1,82 @@
+#include "server/request_stream.h"
+
+#include <utility>
+
+namespace attn::serving {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kUnspecified:
+      break;
+  }
+  return "";
+}
+
+RequestStream::RequestStream(size_t capacity) : capacity_(capacity < 1 ? 1 : capacity) {}
+
+void RequestStream::SetListener(std::function<void()> on_event) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  listener_ = std::move(on_event);
+}
+
+void RequestStream::ClearListener() {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  listener_ = nullptr;
+}
+
+std::optional<StreamEvent> RequestStream::Pop() {
+  WakeFn wake;
+  std::optional<StreamEvent> event;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (events_.empty()) return std::nullopt;
+    const bool was_full = events_.size() >= capacity_;
+    event = std::move(events_.front());
+    events_.pop_front();
+    if (was_full) wake = wake_;
+  }
+  if (wake) wake();  // the engine may resume this sequence
+  return event;
+}
+
+void RequestStream::Cancel() {
+  WakeFn wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    wake = wake_;
+  }
+  if (wake) wake();  // free the slot now, not at the next unrelated step
+}
+
+bool RequestStream::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+bool RequestStream::full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size() >= capacity_;
+}
+
+void RequestStream::Push(StreamEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (listener_) listener_();
+}
+
+void RequestStream::SetWake(WakeFn wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = std::move(wake);
+}
+
+}  // namespace attn::serving

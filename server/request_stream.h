@@ -1,0 +1,71 @@
+// What the engine hands back for one request, and the bounded queue that
+// carries it from the engine thread to the RPC that reads it.
+//
+// The queue is the backpressure point: the engine skips a sequence whose
+// queue is full (it keeps its state slot and resumes when the reader catches
+// up), so a slow reader costs one state slot and `capacity` events, never
+// unbounded memory.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace attn::serving {
+
+enum class FinishReason { kUnspecified, kLength, kStop, kEos };
+const char* FinishReasonName(FinishReason reason);  // "length", "stop", "eos", ""
+
+struct StreamEvent {
+  std::string text;                // new text (whole UTF-8 characters)
+  std::vector<int64_t> token_ids;  // new tokens
+  std::vector<float> logprobs;     // one per token when asked for (always for scoring)
+  // The last event of a request: finish reason and usage, or an error.
+  bool last = false;
+  absl::Status status;  // non-OK: the request failed (last is true)
+  FinishReason finish_reason = FinishReason::kUnspecified;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// Wakes whoever waits for space: the engine, when a full queue drains.
+using WakeFn = std::function<void()>;
+
+class RequestStream {
+ public:
+  explicit RequestStream(size_t capacity);
+
+  // --- Reader side (the RPC) ---
+  // Called on the engine thread after each Push; may call Pop. ClearListener
+  // returns once no call is running and none will start.
+  void SetListener(std::function<void()> on_event);
+  void ClearListener();
+  std::optional<StreamEvent> Pop();
+  // The reader is gone (cancelled, disconnected): the engine frees the slot
+  // at its next step and pushes nothing more.
+  void Cancel();
+
+  // --- Engine side ---
+  bool cancelled() const;
+  // A full queue pauses the sequence. The last event is always accepted.
+  bool full() const;
+  void Push(StreamEvent event);
+  void SetWake(WakeFn wake);
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::deque<StreamEvent> events_;
+  bool cancelled_ = false;
+  WakeFn wake_;
+  std::mutex listener_mu_;  // held while the listener runs
+  std::function<void()> listener_;
+};
+
+}  // namespace attn::serving

@@ -1,0 +1,68 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics.h"
+
+namespace attn::serving {
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
+    const ServerOptions& options) {
+  std::unique_ptr<InferenceServer> server(new InferenceServer());
+  server->options_ = options;
+  server->metrics_ = std::make_unique<Metrics>();
+  if (options.metrics_port >= 0) {
+    absl::Status serving = server->metrics_->Serve(options.host, options.metrics_port);
+    if (!serving.ok()) return serving;
+  }
+  auto registry = ModelRegistry::Load(options.registry, server->metrics_.get());
+  if (!registry.ok()) return registry.status();
+  server->registry_ = std::move(*registry);
+  server->service_ = std::make_unique<TextGenerationService>(*server->registry_,
+                                                            server->metrics_.get(), options.limits);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || server->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve gRPC on ", address, "; is the port taken? choose another --port"));
+  }
+  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  health->SetServingStatus(true);  // "" and every registered service
+  health->SetServingStatus("attn.v1.TextGeneration", true);
+  for (const auto& model : server->registry_->models()) {
+    health->SetServingStatus(model->description.name, true);
+  }
+  return server;
+}
+
+int InferenceServer::metrics_port() const { return metrics_->port(); }
+
+void InferenceServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Health first, so load balancers stop sending work while streams finish.
+  server_->GetHealthCheckService()->Shutdown();
+  service_->StopAccepting();
+  registry_->DrainAll();
+  registry_->WaitIdleAll(absl::Now() + options_.shutdown_grace);
+  registry_->StopAll(absl::UnavailableError(
+      "the server shut down before this request finished; retry it elsewhere"));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+}
+
+InferenceServer::~InferenceServer() {
+  if (server_) Shutdown();
+}
+
+}  // namespace attn::serving

@@ -1,0 +1,57 @@
+// The whole server: models and their engines, the gRPC service with health
+// checking and reflection, and the metrics endpoint.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/model_registry.h"
+#include "server/service.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace attn::serving {
+
+class Metrics;
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 50051;          // 0: any free port
+  int metrics_port = 9090;   // 0: any free port; -1: no metrics endpoint
+  RegistryOptions registry;  // models, device, engine bounds
+  ServiceLimits limits;
+  absl::Duration shutdown_grace = absl::Seconds(30);
+};
+
+class InferenceServer {
+ public:
+  // Loads the models and starts serving; errors name what to fix (a model
+  // file, a taken port, a device).
+  static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const ServerOptions& options);
+  ~InferenceServer();  // Shutdown()s
+
+  int port() const { return port_; }
+  int metrics_port() const;
+  const ModelRegistry& registry() const { return *registry_; }
+  Metrics& metrics() { return *metrics_; }
+
+  // Graceful shutdown: health turns NOT_SERVING, new requests get
+  // UNAVAILABLE, running ones get `shutdown_grace` to finish, the rest end
+  // with UNAVAILABLE. Idempotent.
+  void Shutdown();
+
+ private:
+  InferenceServer() = default;
+  ServerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<TextGenerationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace attn::serving

@@ -1,0 +1,379 @@
+#include "server/service.h"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer.h"
+#include "server/metrics.h"
+
+namespace attn::serving {
+namespace {
+
+using attn::v1::GenerateRequest;
+using attn::v1::GenerateResponse;
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  // No deadline arrives as the largest time point.
+  if (deadline > std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+std::string CodeName(const grpc::Status& status) {
+  return StatusCodeName(static_cast<absl::StatusCode>(status.error_code()));
+}
+
+attn::v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return attn::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return attn::v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return attn::v1::FINISH_REASON_EOS;
+    case FinishReason::kUnspecified:
+      break;
+  }
+  return attn::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Adds an event to a response: one event per streamed message, all of them
+// for a unary one.
+void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* response) {
+  response->mutable_text()->append(event.text);
+  for (int64_t id : event.token_ids) response->add_token_ids(id);
+  if (logprobs) {
+    for (float logprob : event.logprobs) response->add_logprobs(logprob);
+  }
+  if (event.last) {
+    response->set_finish_reason(ToProto(event.finish_reason));
+    response->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
+    response->mutable_usage()->set_completion_tokens(event.completion_tokens);
+  }
+}
+
+// Writes a request's events as stream messages, one write at a time; a
+// write completing pulls the next event, so the RequestStream's bound is the
+// only buffer.
+class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  StreamReactor(Metrics* metrics, std::string model, std::shared_ptr<RequestStream> stream,
+                bool logprobs)
+      : metrics_(metrics), model_(std::move(model)), stream_(std::move(stream)),
+        logprobs_(logprobs) {}
+
+  void Begin() {
+    stream_->SetListener([this] { Pump(); });
+  }
+  void Fail(const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(ToGrpcStatus(status));
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      stream_->Cancel();
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading"));
+      return;
+    }
+    PumpLocked();
+  }
+  void OnCancel() override {
+    stream_->Cancel();  // the engine frees the slot at its next iteration
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  void OnDone() override {
+    stream_->ClearListener();
+    if (metrics_ != nullptr) metrics_->CountRequest(model_, "GenerateStream", code_);
+    delete this;
+  }
+
+ private:
+  void Pump() {
+    std::lock_guard<std::mutex> lock(mu_);
+    PumpLocked();
+  }
+  void PumpLocked() {
+    if (writing_ || finished_) return;
+    if (cancelled_) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    std::optional<StreamEvent> event = stream_->Pop();
+    if (!event) return;
+    if (!event->status.ok()) {
+      FinishLocked(ToGrpcStatus(event->status));
+      return;
+    }
+    response_.Clear();
+    response_.set_model(model_);
+    AppendEvent(*event, logprobs_, &response_);
+    writing_ = true;
+    if (event->last) {
+      finished_ = true;
+      code_ = "OK";
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    } else {
+      StartWrite(&response_);
+    }
+  }
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    code_ = CodeName(status);
+    Finish(status);
+  }
+
+  Metrics* const metrics_;
+  const std::string model_;
+  const std::shared_ptr<RequestStream> stream_;
+  const bool logprobs_;
+  std::mutex mu_;
+  GenerateResponse response_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool cancelled_ = false;
+  std::string code_ = "UNKNOWN";
+};
+
+// Gathers all of a request's events into one unary response.
+class CollectReactor : public grpc::ServerUnaryReactor {
+ public:
+  CollectReactor(Metrics* metrics, std::string model, std::string method,
+                 std::shared_ptr<RequestStream> stream,
+                 std::function<void(const StreamEvent&)> on_event,
+                 std::function<void()> on_success)
+      : metrics_(metrics), model_(std::move(model)), method_(std::move(method)),
+        stream_(std::move(stream)), on_event_(std::move(on_event)),
+        on_success_(std::move(on_success)) {}
+
+  void Begin() {
+    stream_->SetListener([this] { Collect(); });
+  }
+  void Fail(const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(ToGrpcStatus(status));
+  }
+  // The engine ends the request at its next iteration and pushes the last
+  // event, which finishes the call.
+  void OnCancel() override { stream_->Cancel(); }
+  void OnDone() override {
+    stream_->ClearListener();
+    if (metrics_ != nullptr) metrics_->CountRequest(model_, method_, code_);
+    delete this;
+  }
+
+ private:
+  void Collect() {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (std::optional<StreamEvent> event = stream_->Pop()) {
+      if (finished_) continue;
+      if (!event->status.ok()) {
+        FinishLocked(ToGrpcStatus(event->status));
+        continue;
+      }
+      on_event_(*event);
+      if (event->last) {
+        on_success_();
+        FinishLocked(grpc::Status::OK);
+      }
+    }
+  }
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    code_ = CodeName(status);
+    Finish(status);
+  }
+
+  Metrics* const metrics_;
+  const std::string model_;
+  const std::string method_;
+  const std::shared_ptr<RequestStream> stream_;
+  std::function<void(const StreamEvent&)> on_event_;
+  std::function<void()> on_success_;
+  std::mutex mu_;
+  bool finished_ = false;
+  std::string code_ = "UNKNOWN";
+};
+
+// A stream rejected before it started.
+class RejectedStream : public grpc::ServerWriteReactor<GenerateResponse> {
+ public:
+  explicit RejectedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
+                                             const ServiceLimits& limits)
+    : registry_(registry), metrics_(metrics), limits_(limits) {}
+
+absl::StatusOr<HostedModel*> TextGenerationService::Resolve(const std::string& name) const {
+  if (!accepting_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+  return registry_.Find(name);
+}
+
+RequestLimits TextGenerationService::LimitsFor(const HostedModel& model) const {
+  RequestLimits limits;
+  limits.max_prompt_tokens = limits_.max_prompt_tokens;
+  limits.max_tokens = limits_.max_tokens;
+  limits.default_max_tokens = limits_.default_max_tokens;
+  limits.max_context = model.description.max_context;
+  return limits;
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContext* context,
+                                                      const std::string& model,
+                                                      const std::string& method,
+                                                      const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->CountRequest(model, method, StatusCodeName(status.code()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerContext* context,
+                                                          const GenerateRequest* request,
+                                                          GenerateResponse* response) {
+  auto model = Resolve(request->model());
+  if (!model.ok()) return Done(context, request->model(), "Generate", model.status());
+  HostedModel& hosted = **model;
+  const std::string& name = hosted.description.name;
+  auto engine_request =
+      ToEngineRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
+  if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
+  const bool logprobs = engine_request->logprobs;
+  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  response->set_model(name);
+  auto* reactor = new CollectReactor(
+      metrics_, name, "Generate", stream,
+      [response, logprobs](const StreamEvent& event) { AppendEvent(event, logprobs, response); },
+      [] {});
+  reactor->Begin();
+  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
+  if (!queued.ok()) reactor->Fail(queued);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStream(
+    grpc::CallbackServerContext* context, const GenerateRequest* request) {
+  auto model = Resolve(request->model());
+  absl::StatusOr<EngineRequest> engine_request =
+      model.ok() ? ToEngineRequest(*request, *(*model)->tokenizer, LimitsFor(**model),
+                                   DeadlineOf(context))
+                 : absl::StatusOr<EngineRequest>(model.status());
+  if (!engine_request.ok()) {
+    const std::string name = model.ok() ? (*model)->description.name : request->model();
+    if (metrics_ != nullptr) {
+      metrics_->CountRequest(name, "GenerateStream", StatusCodeName(engine_request.status().code()));
+    }
+    return new RejectedStream(ToGrpcStatus(engine_request.status()));
+  }
+  HostedModel& hosted = **model;
+  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  auto* reactor =
+      new StreamReactor(metrics_, hosted.description.name, stream, engine_request->logprobs);
+  reactor->Begin();
+  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
+  if (!queued.ok()) reactor->Fail(queued);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerContext* context,
+                                                       const attn::v1::ScoreRequest* request,
+                                                       attn::v1::ScoreResponse* response) {
+  auto model = Resolve(request->model());
+  if (!model.ok()) return Done(context, request->model(), "Score", model.status());
+  HostedModel& hosted = **model;
+  const std::string& name = hosted.description.name;
+  auto engine_request =
+      ToScoreRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
+  if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
+  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  response->set_model(name);
+  auto* reactor = new CollectReactor(
+      metrics_, name, "Score", stream,
+      [response](const StreamEvent& event) {
+        for (int64_t id : event.token_ids) response->add_token_ids(id);
+        for (float logprob : event.logprobs) response->add_logprobs(logprob);
+      },
+      [response] {
+        double total = 0.0;
+        for (int i = 1; i < response->logprobs_size(); ++i) total += response->logprobs(i);
+        response->set_total_logprob(total);
+        response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
+      });
+  reactor->Begin();
+  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
+  if (!queued.ok()) reactor->Fail(queued);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::Tokenize(
+    grpc::CallbackServerContext* context, const attn::v1::TokenizeRequest* request,
+    attn::v1::TokenizeResponse* response) {
+  auto model = Resolve(request->model());
+  if (!model.ok()) return Done(context, request->model(), "Tokenize", model.status());
+  const std::string& name = (*model)->description.name;
+  if (!IsValidUtf8(request->text())) {
+    return Done(context, name, "Tokenize", absl::InvalidArgumentError("text: is not valid UTF-8"));
+  }
+  response->set_model(name);
+  for (int64_t id : (*model)->tokenizer->Encode(request->text())) response->add_token_ids(id);
+  return Done(context, name, "Tokenize", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
+    grpc::CallbackServerContext* context, const attn::v1::DetokenizeRequest* request,
+    attn::v1::DetokenizeResponse* response) {
+  auto model = Resolve(request->model());
+  if (!model.ok()) return Done(context, request->model(), "Detokenize", model.status());
+  const std::string& name = (*model)->description.name;
+  std::vector<int64_t> ids(request->token_ids().begin(), request->token_ids().end());
+  absl::Status valid = CheckTokenIds(*(*model)->tokenizer, ids, "token_ids");
+  if (!valid.ok()) return Done(context, name, "Detokenize", valid);
+  response->set_model(name);
+  response->set_text((*model)->tokenizer->Decode(ids));
+  return Done(context, name, "Detokenize", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* TextGenerationService::ListModels(
+    grpc::CallbackServerContext* context, const attn::v1::ListModelsRequest* /*request*/,
+    attn::v1::ListModelsResponse* response) {
+  for (const auto& model : registry_.models()) {
+    const ModelDescription& d = model->description;
+    attn::v1::ModelInfo* info = response->add_models();
+    info->set_name(d.name);
+    info->set_architecture(d.architecture);
+    info->set_mixer(d.mixer);
+    info->set_parameters(d.parameters);
+    info->set_vocab_size(d.vocab_size);
+    info->set_max_context(d.max_context);
+    info->set_state_bytes_per_sequence(d.state_bytes_per_sequence);
+    info->set_device(d.device);
+    info->set_is_default(d.name == registry_.default_model());
+    info->set_layers(d.layers);
+    info->set_d_model(d.d_model);
+    info->set_max_active_sequences(model->engine->options().max_active);
+  }
+  return Done(context, "", "ListModels", absl::OkStatus());
+}
+
+}  // namespace attn::serving

@@ -1,0 +1,70 @@
+// The attn.v1.TextGeneration service on the gRPC callback API. Handlers
+// validate, queue work on the model's engine and return at once; results
+// flow back through RequestStreams, written by reactors as they arrive. No
+// model work runs on a gRPC thread.
+#pragma once
+#include <atomic>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "attn/v1/text_generation.grpc.pb.h"
+#include "server/model_registry.h"
+#include "server/validation.h"
+
+namespace attn::serving {
+
+class Metrics;
+
+// The one place absl statuses become gRPC statuses.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+struct ServiceLimits {
+  int64_t max_prompt_tokens = 4096;
+  int64_t max_tokens = 4096;
+  int64_t default_max_tokens = 128;
+  int64_t stream_buffer = 16;
+};
+
+class TextGenerationService final : public attn::v1::TextGeneration::CallbackService {
+ public:
+  TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
+                        const ServiceLimits& limits);
+
+  // New requests get UNAVAILABLE from now on (shutdown has begun).
+  void StopAccepting() { accepting_ = false; }
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const attn::v1::GenerateRequest* request,
+                                     attn::v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<attn::v1::GenerateResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const attn::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context,
+                                  const attn::v1::ScoreRequest* request,
+                                  attn::v1::ScoreResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const attn::v1::TokenizeRequest* request,
+                                     attn::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const attn::v1::DetokenizeRequest* request,
+                                       attn::v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const attn::v1::ListModelsRequest* request,
+                                       attn::v1::ListModelsResponse* response) override;
+
+ private:
+  // The model a request names, or why it cannot run now.
+  absl::StatusOr<HostedModel*> Resolve(const std::string& name) const;
+  RequestLimits LimitsFor(const HostedModel& model) const;
+  // Finishes a unary call at once and counts it.
+  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
+                                 const std::string& method, const absl::Status& status);
+
+  const ModelRegistry& registry_;
+  Metrics* metrics_;
+  ServiceLimits limits_;
+  std::atomic<bool> accepting_{true};
+};
+
+}  // namespace attn::serving
