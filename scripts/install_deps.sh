@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian packages. Idempotent:
-# a second run only checks that everything is present.
+# a second run only checks that everything is present. python3-grpcio,
+# python3-grpc-tools and prometheus (promtool) serve the end-to-end tests.
 set -euo pipefail
 
 PACKAGES=(
@@ -10,7 +11,8 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev
-  python3-torch
+  python3-torch python3-grpcio python3-grpc-tools
+  prometheus curl
 )
 
 missing=()

@@ -90,6 +90,7 @@ class Engine::Impl {
     return {running_.load(), waiting_count_.load(), running_.load() * pool_.bytes_per_slot()};
   }
   int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
+  int64_t unfinished() const { return unfinished_.load(); }
 
  private:
   bool EndAbandoned(absl::Time now);
@@ -128,6 +129,7 @@ class Engine::Impl {
   std::atomic<int64_t> free_slots_;
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};
+  std::atomic<int64_t> unfinished_{0};  // submitted, last event not yet pushed
 };
 
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
@@ -160,6 +162,7 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
     });
     waiting_.push_back(std::move(seq));
     waiting_count_ = static_cast<int64_t>(waiting_.size());
+    ++unfinished_;
   }
   signal_->Wake();
   return absl::OkStatus();
@@ -229,6 +232,7 @@ bool Engine::Impl::Admit(absl::Time now) {
     active_.push_back(std::move(seq));
   }
   free_slots_ = pool_.capacity() - pool_.in_use();
+  running_ = static_cast<int64_t>(active_.size());
   return !admitted.empty() || !dropped.empty();
 }
 
@@ -370,6 +374,7 @@ void Engine::Impl::End(Sequence& seq, StreamEvent last) {
   observer_->OnFinished(last, clock_.Now() - seq.arrival);
   seq.stream->Push(std::move(last));
   seq.stream.reset();  // marks the sequence ended
+  --unfinished_;
 }
 
 void Engine::Impl::RemoveEnded() {
@@ -449,8 +454,7 @@ int64_t Engine::state_bytes_per_slot() const { return impl_->bytes_per_slot(); }
 
 bool Engine::WaitIdle(absl::Time deadline) {
   while (true) {
-    const EngineLoad now = load();
-    if (now.running == 0 && now.waiting == 0) return true;
+    if (impl_->unfinished() == 0) return true;
     if (absl::Now() >= deadline) return false;
     absl::SleepFor(absl::Milliseconds(10));
   }

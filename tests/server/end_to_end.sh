@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# End to end: trains two tiny models with attn-train, starts the real
+# attn-server on 127.0.0.1, and drives it with attnctl (and the generic
+# reflection client): greedy stream == unary, stream logprobs == Score, bad
+# inputs get their codes, the exposition passes promtool, and SIGTERM drains
+# a running stream before the server exits 0.
+#   end_to_end.sh ATTN_SERVER ATTNCTL ATTN_TRAIN
+set -euo pipefail
+server_bin=$1 ctl_bin=$2 train_bin=$3
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+py=/usr/bin/python3
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
+
+echo "== training two tiny models"
+$py - "$work/corpus.txt" <<'PY'
+import sys
+words = "the river keeps its small state and light falls over stone water night".split()
+with open(sys.argv[1], "w") as f:
+    for i in range(4000):
+        f.write(" ".join(words[(i * 7 + w * 5 + i // 13) % len(words)] for w in range(9)) + ".\n")
+PY
+mkdir -p "$work/models"
+common=(--corpus="$work/corpus.txt" --d_model=32 --layers=2 --heads=2 --ff_hidden=64
+        --vocab_size=300 --seq_len=64 --batch=8 --steps=40 --eval_every=0 --threads=1)
+"$train_bin" "${common[@]}" --mixer=aft-conv --window=4 --output="$work/models/e2e-aft.pt" \
+  > "$work/train.log" 2>&1 || fail "attn-train aft-conv"
+"$train_bin" "${common[@]}" --mixer=linear-elu --output="$work/models/e2e-linear.pt" \
+  >> "$work/train.log" 2>&1 || fail "attn-train linear-elu"
+
+read -r port metrics_port < <($py -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+ctl=("$ctl_bin" --server="127.0.0.1:$port")
+
+echo "== starting attn-server on 127.0.0.1:$port (metrics $metrics_port)"
+"$server_bin" --models="$work/models" --default_model=e2e-aft --host=127.0.0.1 --port="$port" \
+  --metrics_port="$metrics_port" --threads=1 --shutdown_grace_seconds=20 > "$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do
+  "${ctl[@]}" health > /dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server exited at start"
+  sleep 0.2
+done
+[ "$("${ctl[@]}" health)" = SERVING ] || fail "overall health"
+[ "$("${ctl[@]}" health --service=e2e-linear)" = SERVING ] || fail "model health"
+
+echo "== models"
+"${ctl[@]}" models --json > "$work/models.json"
+$py - "$work/models.json" <<'PY' || fail "ListModels"
+import json, sys
+models = {m["name"]: m for m in json.load(open(sys.argv[1]))["models"]}
+assert set(models) == {"e2e-aft", "e2e-linear"}, models
+assert models["e2e-aft"].get("is_default") and not models["e2e-linear"].get("is_default")
+assert models["e2e-aft"]["mixer"] == "aft-conv" and int(models["e2e-aft"]["state_bytes_per_sequence"]) > 0
+PY
+
+echo "== greedy: stream == unary, stream logprobs == Score"
+for model in e2e-aft e2e-linear; do
+  args=(--model=$model --prompt="the river keeps" --max_tokens=30 --temperature=0 --logprobs --json)
+  "${ctl[@]}" generate "${args[@]}" > "$work/unary.json" || fail "generate $model"
+  "${ctl[@]}" stream "${args[@]}" > "$work/stream.jsonl" || fail "stream $model"
+  "${ctl[@]}" tokenize --model=$model --text="the river keeps" > "$work/prompt.json"
+  ids=$($py - "$work/prompt.json" "$work/stream.jsonl" <<'PY'
+import json, sys
+prompt = json.load(open(sys.argv[1]))["token_ids"]
+stream = [json.loads(l) for l in open(sys.argv[2])]
+print(",".join(str(i) for i in prompt + [t for m in stream for t in m.get("token_ids", [])]))
+PY
+)
+  "${ctl[@]}" score --model=$model --ids="$ids" --json > "$work/score.json" || fail "score $model"
+  $py - "$work/unary.json" "$work/stream.jsonl" "$work/score.json" "$work/prompt.json" <<'PY' || fail "greedy equivalence ($model)"
+import json, sys
+unary = json.load(open(sys.argv[1]))
+stream = [json.loads(l) for l in open(sys.argv[2])]
+score = json.load(open(sys.argv[3]))
+n_prompt = len(json.load(open(sys.argv[4]))["token_ids"])
+text = "".join(m.get("text", "") for m in stream)
+assert text == unary.get("text", ""), (text, unary.get("text"))
+logprobs = [x for m in stream for x in m.get("logprobs", [])]
+assert len(logprobs) == len(stream) == 30, len(logprobs)
+assert stream[-1]["finish_reason"] in ("FINISH_REASON_LENGTH", "FINISH_REASON_EOS")
+scored = score["logprobs"][n_prompt:]
+worst = max(abs(a - b) for a, b in zip(logprobs, scored))
+assert worst < 1e-4, worst
+print(f"   {len(logprobs)} tokens, max |stream - score| = {worst:.2e}")
+PY
+done
+
+echo "== bad inputs"
+expect_error() {  # expect_error CODE FIELD attnctl-args...
+  local code=$1 field=$2; shift 2
+  if "${ctl[@]}" "$@" > /dev/null 2> "$work/err.txt"; then fail "$* succeeded"; fi
+  grep -q "error: $code: $field" "$work/err.txt" || fail "$*: $(cat "$work/err.txt")"
+}
+expect_error NOT_FOUND "model:" generate --model=nope --prompt=hi
+expect_error INVALID_ARGUMENT "prompt:" generate --prompt=
+expect_error INVALID_ARGUMENT "top_p" stream --prompt=hi --top_p=1.5
+expect_error INVALID_ARGUMENT "temperature" generate --prompt=hi --temperature=-1
+expect_error INVALID_ARGUMENT "max_tokens:" stream --prompt=hi --max_tokens=0
+expect_error INVALID_ARGUMENT "prompt_token_ids\[1\]:" generate --ids=5,99999
+expect_error DEADLINE_EXCEEDED "" generate --prompt=hi --max_tokens=4000 --timeout_s=0.05
+
+echo "== reflection (no .proto files on the client side)"
+$py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" > "$work/reflection.txt" || fail "reflection"
+grep -q "attn.v1.TextGeneration" "$work/reflection.txt" || fail "reflection lists no TextGeneration"
+$py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/ListModels '{}' \
+  | grep -q '"e2e-linear"' || fail "a reflection-built call"
+
+echo "== load and metrics"
+"${ctl[@]}" bench --concurrency=8 --streams=24 --prompt_tokens=16 --max_tokens=8 --json \
+  --progress=false > "$work/bench.json" || fail "bench"
+$py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["errors"]==0 and r["streams"]==24 and r["tokens"]==24*8, r' \
+  "$work/bench.json" || fail "bench report: $(cat "$work/bench.json")"
+curl -sf "http://127.0.0.1:$metrics_port/metrics" > "$work/metrics.txt" || fail "GET /metrics"
+promtool check metrics < "$work/metrics.txt" > "$work/promtool.txt" 2>&1 \
+  || fail "promtool: $(cat "$work/promtool.txt")"
+[ ! -s "$work/promtool.txt" ] || fail "promtool lint: $(cat "$work/promtool.txt")"
+grep -q '^attn_requests_total{code="OK",method="GenerateStream",model="e2e-aft"} 2[0-9]' "$work/metrics.txt" \
+  || fail "stream counter: $(grep attn_requests_total "$work/metrics.txt")"
+grep -q '^attn_requests_total{code="NOT_FOUND",method="Generate",model="nope"} 1' "$work/metrics.txt" \
+  || fail "NOT_FOUND counter"
+grep -q '^attn_generation_tokens_total{model="e2e-aft"}' "$work/metrics.txt" || fail "token counter"
+
+echo "== SIGTERM drains a running stream, then the server exits 0"
+"${ctl[@]}" stream --prompt="the river" --max_tokens=600 --temperature=0 --json \
+  > "$work/drain.jsonl" 2> "$work/drain.err" &
+stream_pid=$!
+for _ in $(seq 100); do [ -s "$work/drain.jsonl" ] && break; sleep 0.05; done
+kill -TERM "$server_pid"
+sleep 0.2
+if "${ctl[@]}" generate --prompt=hi --max_tokens=2 > /dev/null 2> "$work/late.err"; then
+  fail "a request after SIGTERM was accepted"
+fi
+grep -q -E "UNAVAILABLE" "$work/late.err" || fail "late request: $(cat "$work/late.err")"
+wait "$stream_pid" || fail "the running stream did not finish: $(cat "$work/drain.err")"
+[ "$(wc -l < "$work/drain.jsonl")" -ge 1 ] && grep -q finish_reason "$work/drain.jsonl" \
+  || fail "the drained stream has no final message"
+status=0
+wait "$server_pid" || status=$?
+server_pid=""
+[ "$status" -eq 0 ] || fail "server exit status $status"
+grep -q "received SIGTERM" "$work/server.log" || fail "no drain message"
+echo "PASS"

@@ -1,0 +1,320 @@
+// The continuous-batching engine, driven one iteration at a time with a fake
+// clock and tiny random models.
+#include "server/engine.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tests/server/tiny_model.h"
+
+namespace attn::serving {
+namespace {
+
+using attn::testing::TinyModel;
+using attn::testing::TinyTokenizer;
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
+};
+
+// Counts decode rows per step.
+class StepLog : public EngineObserver {
+ public:
+  void OnStep(Phase phase, absl::Duration, int64_t rows, int64_t) override {
+    if (phase == Phase::kDecode) decode_rows.push_back(rows);
+  }
+  std::vector<int64_t> decode_rows;
+};
+
+struct Output {
+  std::vector<int64_t> ids;
+  std::vector<float> logprobs;
+  std::string text;
+  bool done = false;
+  StreamEvent last;
+};
+
+// Reads everything queued on `stream` into `out`.
+void Read(RequestStream& stream, Output* out) {
+  while (auto event = stream.Pop()) {
+    out->ids.insert(out->ids.end(), event->token_ids.begin(), event->token_ids.end());
+    out->logprobs.insert(out->logprobs.end(), event->logprobs.begin(), event->logprobs.end());
+    out->text += event->text;
+    if (event->last) {
+      out->done = true;
+      out->last = *event;
+    }
+  }
+}
+
+EngineRequest Greedy(std::vector<int64_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0;
+  r.ignore_eos = true;
+  r.logprobs = true;
+  return r;
+}
+
+std::vector<int64_t> Prompt(int64_t length, int64_t offset) {
+  std::vector<int64_t> ids(length);
+  for (int64_t i = 0; i < length; ++i) ids[i] = 3 + (offset + i * 37) % 290;
+  return ids;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> MakeEngine(EngineOptions options = {}, EngineObserver* observer = nullptr,
+                                     MixerKind kind = MixerKind::kAftConv) {
+    model_ = TinyModel(kind);
+    return std::make_unique<Engine>(model_, TinyTokenizer(), options, clock_, observer);
+  }
+  // Runs iterations until every output is done (at most `limit`).
+  void RunUntilDone(Engine& engine, std::vector<std::pair<RequestStream*, Output*>> streams,
+                    int limit = 2000) {
+    for (int i = 0; i < limit; ++i) {
+      engine.RunOnce();
+      bool all_done = true;
+      for (auto& [stream, out] : streams) {
+        Read(*stream, out);
+        all_done &= out->done;
+      }
+      if (all_done) return;
+    }
+    FAIL() << "requests did not finish in " << limit << " iterations";
+  }
+  Output RunAlone(const EngineRequest& request) {
+    auto engine = MakeEngine();
+    auto stream = std::make_shared<RequestStream>(1000);
+    EXPECT_TRUE(engine->Submit(request, stream).ok());
+    Output out;
+    RunUntilDone(*engine, {{stream.get(), &out}});
+    return out;
+  }
+
+  FakeClock clock_;
+  CausalLm model_{nullptr};
+};
+
+TEST_F(EngineTest, RequestsJoinAndLeaveMidBatchWithoutChangingEachOther) {
+  const EngineRequest a = Greedy(Prompt(5, 0), 12);
+  const EngineRequest b = Greedy(Prompt(9, 11), 5);
+  const Output a_alone = RunAlone(a);
+  const Output b_alone = RunAlone(b);
+
+  StepLog log;
+  auto engine = MakeEngine({}, &log);
+  auto stream_a = std::make_shared<RequestStream>(1000);
+  auto stream_b = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(a, stream_a).ok());
+  Output out_a, out_b;
+  for (int i = 0; i < 3; ++i) engine->RunOnce();
+  Read(*stream_a, &out_a);
+  ASSERT_FALSE(out_a.ids.empty());
+  ASSERT_TRUE(engine->Submit(b, stream_b).ok());  // joins a running batch
+  RunUntilDone(*engine, {{stream_a.get(), &out_a}, {stream_b.get(), &out_b}});
+
+  EXPECT_EQ(out_a.ids, a_alone.ids);
+  EXPECT_EQ(out_b.ids, b_alone.ids);
+  EXPECT_EQ(out_a.text, a_alone.text);
+  for (size_t i = 0; i < out_a.logprobs.size(); ++i) {
+    EXPECT_NEAR(out_a.logprobs[i], a_alone.logprobs[i], 1e-5);
+  }
+  EXPECT_EQ(out_b.last.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out_b.last.completion_tokens, 5);
+  EXPECT_EQ(out_a.last.completion_tokens, 12);
+  // Both decoded together, then a alone after b left.
+  EXPECT_NE(std::find(log.decode_rows.begin(), log.decode_rows.end(), 2), log.decode_rows.end());
+  EXPECT_EQ(log.decode_rows.back(), 1);
+  EXPECT_EQ(engine->load().running, 0);
+}
+
+TEST_F(EngineTest, CancelledRequestFreesItsSlotAtTheNextIteration) {
+  EngineOptions options;
+  options.max_active = 1;
+  auto engine = MakeEngine(options);
+  auto first = std::make_shared<RequestStream>(1000);
+  auto second = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(4, 0), 1000), first).ok());
+  for (int i = 0; i < 3; ++i) engine->RunOnce();
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(4, 5), 3), second).ok());
+  engine->RunOnce();
+  EXPECT_EQ(engine->load().waiting, 1);  // the only slot is taken
+
+  first->Cancel();
+  engine->RunOnce();
+  Output out_first;
+  Read(*first, &out_first);
+  ASSERT_TRUE(out_first.done);
+  EXPECT_EQ(out_first.last.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(engine->load().waiting, 0);  // the freed slot went to the next request
+  EXPECT_EQ(engine->load().running, 1);
+  Output out_second;
+  RunUntilDone(*engine, {{second.get(), &out_second}});
+  EXPECT_TRUE(out_second.last.status.ok());
+}
+
+TEST_F(EngineTest, FullQueueIsResourceExhaustedAndQueuesNothing) {
+  EngineOptions options;
+  options.max_active = 1;
+  options.max_waiting = 1;
+  auto engine = MakeEngine(options);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.push_back(std::make_shared<RequestStream>(1000));
+    ASSERT_TRUE(engine->Submit(Greedy(Prompt(3, i), 50), streams.back()).ok());
+  }
+  engine->RunOnce();  // one runs, one waits
+  auto rejected = std::make_shared<RequestStream>(1000);
+  absl::Status status = engine->Submit(Greedy(Prompt(3, 9), 50), rejected);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine->load().running + engine->load().waiting, 2);
+  EXPECT_FALSE(rejected->Pop().has_value());
+}
+
+TEST_F(EngineTest, PassedDeadlineEndsRunningAndWaitingRequests) {
+  EngineOptions options;
+  options.max_active = 1;
+  auto engine = MakeEngine(options);
+  auto running = std::make_shared<RequestStream>(1000);
+  auto waiting = std::make_shared<RequestStream>(1000);
+  EngineRequest r1 = Greedy(Prompt(4, 0), 1000);
+  r1.deadline = clock_.Now() + absl::Seconds(1);
+  EngineRequest r2 = Greedy(Prompt(4, 1), 10);
+  r2.deadline = clock_.Now() + absl::Seconds(1);
+  ASSERT_TRUE(engine->Submit(r1, running).ok());
+  ASSERT_TRUE(engine->Submit(r2, waiting).ok());
+  for (int i = 0; i < 3; ++i) engine->RunOnce();
+  clock_.Advance(absl::Seconds(2));
+  engine->RunOnce();
+  Output out_running, out_waiting;
+  Read(*running, &out_running);
+  Read(*waiting, &out_waiting);
+  ASSERT_TRUE(out_running.done);
+  ASSERT_TRUE(out_waiting.done);
+  EXPECT_EQ(out_running.last.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(out_waiting.last.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GT(out_running.ids.size(), 0u);
+  EXPECT_EQ(engine->load().running, 0);
+}
+
+TEST_F(EngineTest, SlowReaderPausesItsSequenceOnlyAndResumesWhereItWas) {
+  const EngineRequest slow_request = Greedy(Prompt(6, 2), 20);
+  const EngineRequest fast_request = Greedy(Prompt(6, 7), 20);
+  const Output slow_alone = RunAlone(slow_request);
+  EngineOptions options;
+  options.stream_buffer = 3;
+  auto engine = MakeEngine(options);
+  auto slow = std::make_shared<RequestStream>(3);
+  auto fast = std::make_shared<RequestStream>(3);
+  ASSERT_TRUE(engine->Submit(slow_request, slow).ok());
+  ASSERT_TRUE(engine->Submit(fast_request, fast).ok());
+  Output out_fast;
+  RunUntilDone(*engine, {{fast.get(), &out_fast}});  // never reads `slow`
+  EXPECT_EQ(out_fast.ids.size(), 20u);
+  EXPECT_EQ(engine->load().running, 1);  // the slow one keeps its slot...
+  EXPECT_TRUE(slow->full());             // ...with no more than its buffer queued
+  Output out_slow;
+  RunUntilDone(*engine, {{slow.get(), &out_slow}});
+  EXPECT_EQ(out_slow.ids, slow_alone.ids);
+}
+
+TEST_F(EngineTest, LongPromptDelaysRunningStreamsByOneChunkPerIteration) {
+  EngineOptions options;
+  options.prefill_chunk = 8;
+  auto engine = MakeEngine(options);
+  auto running = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(3, 0), 200), running).ok());
+  for (int i = 0; i < 2; ++i) engine->RunOnce();
+  Output out_running;
+  Read(*running, &out_running);
+  auto long_prompt = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(64, 3), 4), long_prompt).ok());
+  Output out_long;
+  for (int i = 0; i < 8; ++i) {  // 64 prompt tokens in chunks of 8
+    const size_t before = out_running.ids.size();
+    engine->RunOnce();
+    Read(*running, &out_running);
+    Read(*long_prompt, &out_long);
+    EXPECT_EQ(out_running.ids.size(), before + 1) << "iteration " << i;
+  }
+  EXPECT_EQ(out_long.ids.size(), 2u);  // first token after the last chunk, then a decode step
+}
+
+TEST_F(EngineTest, ScoreEqualsTheParallelForm) {
+  for (MixerKind kind : {MixerKind::kAftConv, MixerKind::kLinearElu, MixerKind::kMha}) {
+    SCOPED_TRACE(MixerKindName(kind));
+    EngineOptions options;
+    options.prefill_chunk = 16;  // several chunks, the last one partial
+    auto engine = MakeEngine(options, nullptr, kind);
+    const std::vector<int64_t> text = Prompt(41, 4);
+    EngineRequest request;
+    request.kind = EngineRequest::Kind::kScore;
+    request.prompt = text;
+    auto stream = std::make_shared<RequestStream>(1000);
+    ASSERT_TRUE(engine->Submit(request, stream).ok());
+    Output out;
+    RunUntilDone(*engine, {{stream.get(), &out}});
+    ASSERT_EQ(out.logprobs.size(), text.size());
+    EXPECT_EQ(out.ids, text);
+    torch::InferenceMode guard;
+    torch::Tensor logits = model_->forward(torch::tensor(text).view({1, -1}))[0];
+    torch::Tensor log_probs = torch::log_softmax(logits, -1);
+    EXPECT_EQ(out.logprobs[0], 0.0f);
+    for (size_t i = 1; i < text.size(); ++i) {
+      EXPECT_NEAR(out.logprobs[i], log_probs[i - 1][text[i]].item<float>(), 1e-5) << i;
+    }
+  }
+}
+
+TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
+  EngineRequest sampled = Greedy(Prompt(5, 1), 16);
+  sampled.sampling.temperature = 0.9;
+  sampled.sampling.top_k = 50;
+  sampled.sampling.seed = 1234;
+  const Output alone = RunAlone(sampled);
+
+  auto engine = MakeEngine();
+  std::vector<std::shared_ptr<RequestStream>> others;
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest other = sampled;
+    other.prompt = Prompt(3 + i, 20 + i);
+    other.sampling.seed = 99 + i;
+    others.push_back(std::make_shared<RequestStream>(1000));
+    ASSERT_TRUE(engine->Submit(other, others.back()).ok());
+  }
+  engine->RunOnce();
+  auto stream = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(sampled, stream).ok());
+  Output out;
+  RunUntilDone(*engine, {{stream.get(), &out}});
+  EXPECT_EQ(out.ids, alone.ids);
+}
+
+TEST_F(EngineTest, DrainRefusesNewWorkAndStopEndsWhatIsLeft) {
+  auto engine = MakeEngine();
+  auto running = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(3, 0), 1000), running).ok());
+  engine->RunOnce();
+  engine->Drain();
+  auto late = std::make_shared<RequestStream>(1000);
+  EXPECT_EQ(engine->Submit(Greedy(Prompt(3, 0), 5), late).code(), absl::StatusCode::kUnavailable);
+  engine->Stop(absl::UnavailableError("stopping"));
+  Output out;
+  Read(*running, &out);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.last.status.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace attn::serving

@@ -1,0 +1,411 @@
+// The gRPC service in process: a real server on 127.0.0.1 (any free port)
+// hosting tiny models, real channels and stubs.
+#include "server/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "tests/server/tiny_model.h"
+#include "tests/test_util.h"
+
+namespace attn::serving {
+namespace {
+
+using attn::v1::GenerateRequest;
+using attn::v1::GenerateResponse;
+using grpc::health::v1::HealthCheckResponse;
+
+const char* const kModels[] = {"tiny-aft", "tiny-linear", "tiny-mha"};
+
+std::unique_ptr<InferenceServer> StartServer(const std::string& dir, EngineOptions engine = {},
+                                             ServiceLimits limits = {}) {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.registry.paths = {dir};
+  options.registry.default_model = "tiny-aft";
+  options.registry.engine = engine;
+  options.limits = limits;
+  options.shutdown_grace = absl::Seconds(10);
+  auto server = InferenceServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new attn::testing::ScopedTempDir("service_test");
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-aft", MixerKind::kAftConv);
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-linear", MixerKind::kLinearElu);
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-mha", MixerKind::kMha);
+    server_ = StartServer(dir_->path().string()).release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = attn::v1::TextGeneration::NewStub(channel_);
+  }
+
+  static GenerateRequest Greedy(const std::string& model, const std::string& prompt,
+                                int max_tokens) {
+    GenerateRequest r;
+    r.set_model(model);
+    r.set_prompt(prompt);
+    r.set_max_tokens(max_tokens);
+    r.set_temperature(0);
+    r.set_ignore_eos(true);
+    r.set_logprobs(true);
+    return r;
+  }
+  // All messages of a stream merged, and its final status.
+  grpc::Status Stream(const GenerateRequest& request, GenerateResponse* merged,
+                      int* messages = nullptr) {
+    grpc::ClientContext context;
+    auto reader = stub_->GenerateStream(&context, request);
+    GenerateResponse message;
+    int count = 0;
+    while (reader->Read(&message)) {
+      ++count;
+      merged->mutable_text()->append(message.text());
+      merged->mutable_token_ids()->MergeFrom(message.token_ids());
+      merged->mutable_logprobs()->MergeFrom(message.logprobs());
+      if (message.has_finish_reason()) {
+        merged->set_finish_reason(message.finish_reason());
+        *merged->mutable_usage() = message.usage();
+      }
+    }
+    if (messages) *messages = count;
+    return reader->Finish();
+  }
+  grpc::Status Unary(const GenerateRequest& request, GenerateResponse* response,
+                     int deadline_ms = 0) {
+    grpc::ClientContext context;
+    if (deadline_ms > 0) {
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(deadline_ms));
+    }
+    return stub_->Generate(&context, request, response);
+  }
+  HealthCheckResponse::ServingStatus Health(const std::string& service) {
+    auto health = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    HealthCheckResponse response;
+    grpc::Status status = health->Check(&context, request, &response);
+    return status.ok() ? response.status() : HealthCheckResponse::UNKNOWN;
+  }
+  static const Engine& EngineOf(const std::string& name) {
+    return *server_->registry().Find(name).value()->engine;
+  }
+
+  static attn::testing::ScopedTempDir* dir_;
+  static InferenceServer* server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
+};
+
+attn::testing::ScopedTempDir* ServiceTest::dir_ = nullptr;
+InferenceServer* ServiceTest::server_ = nullptr;
+
+TEST_F(ServiceTest, ListModelsDescribesEveryModel) {
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse response;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &response).ok());
+  ASSERT_EQ(response.models_size(), 3);
+  for (const auto& m : response.models()) {
+    EXPECT_EQ(m.is_default(), m.name() == "tiny-aft");
+    EXPECT_GT(m.parameters(), 0);
+    EXPECT_EQ(m.vocab_size(), attn::testing::TinyTokenizer().vocab_size());
+    EXPECT_GT(m.state_bytes_per_sequence(), 0);
+    EXPECT_EQ(m.device(), "cpu");
+    EXPECT_EQ(m.max_context(), m.mixer() == "mha" ? 512 : 0) << m.name();
+  }
+}
+
+TEST_F(ServiceTest, StreamingAndUnaryGreedyGiveTheSameText) {
+  for (const char* model : kModels) {
+    SCOPED_TRACE(model);
+    const GenerateRequest request = Greedy(model, "the river keeps its", 24);
+    GenerateResponse unary, streamed;
+    ASSERT_TRUE(Unary(request, &unary).ok());
+    int messages = 0;
+    ASSERT_TRUE(Stream(request, &streamed, &messages).ok());
+    EXPECT_EQ(messages, 24);
+    EXPECT_EQ(streamed.text(), unary.text());
+    EXPECT_EQ(streamed.token_ids_size(), 24);
+    EXPECT_TRUE(std::equal(streamed.token_ids().begin(), streamed.token_ids().end(),
+                           unary.token_ids().begin()));
+    EXPECT_EQ(unary.finish_reason(), attn::v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(unary.usage().completion_tokens(), 24);
+    EXPECT_EQ(unary.model(), model);
+  }
+}
+
+// The recurrent path (each streamed token's logprob from step()) equals the
+// parallel path (Score) end to end.
+TEST_F(ServiceTest, GreedyStreamLogprobsEqualScore) {
+  for (const char* model : kModels) {
+    SCOPED_TRACE(model);
+    GenerateRequest request = Greedy(model, "", 40);
+    request.clear_prompt();
+    std::vector<int64_t> prompt = attn::testing::TinyTokenizer().Encode("light falls over stone");
+    for (int64_t id : prompt) request.add_prompt_token_ids(id);
+    GenerateResponse streamed;
+    ASSERT_TRUE(Stream(request, &streamed).ok());
+    ASSERT_EQ(streamed.logprobs_size(), 40);
+
+    attn::v1::ScoreRequest score_request;
+    score_request.set_model(model);
+    for (int64_t id : prompt) score_request.add_token_ids(id);
+    for (int64_t id : streamed.token_ids()) score_request.add_token_ids(id);
+    grpc::ClientContext context;
+    attn::v1::ScoreResponse scored;
+    ASSERT_TRUE(stub_->Score(&context, score_request, &scored).ok());
+    ASSERT_EQ(scored.logprobs_size(), static_cast<int>(prompt.size()) + 40);
+    for (int i = 0; i < 40; ++i) {
+      EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i), 1e-4)
+          << "token " << i;
+    }
+    EXPECT_LT(scored.total_logprob(), 0);
+  }
+}
+
+TEST_F(ServiceTest, SixtyFourConcurrentGreedyStreamsEqualEachRunAlone) {
+  const int kStreams = 64;
+  std::vector<GenerateRequest> requests;
+  std::vector<GenerateResponse> alone(kStreams), together(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    requests.push_back(Greedy(kModels[i % 3], absl::StrCat("the garden ", i, " finds"), 12 + i % 5));
+    ASSERT_TRUE(Unary(requests[i], &alone[i]).ok());
+  }
+  std::vector<grpc::Status> statuses(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] { statuses[i] = Stream(requests[i], &together[i]); });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << i << ": " << statuses[i].error_message();
+    EXPECT_EQ(together[i].text(), alone[i].text()) << i;
+    EXPECT_EQ(together[i].token_ids_size(), alone[i].token_ids_size()) << i;
+  }
+}
+
+TEST_F(ServiceTest, CancelledStreamFreesItsSlot) {
+  grpc::ClientContext context;
+  auto reader = stub_->GenerateStream(&context, Greedy("tiny-linear", "the river", 4000));
+  GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  const absl::Time started = absl::Now();  // the engine publishes its load after each step
+  while (EngineOf("tiny-linear").load().running == 0 && absl::Now() < started + absl::Seconds(2)) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(EngineOf("tiny-linear").load().running, 1);
+  context.TryCancel();
+  while (reader->Read(&message)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (EngineOf("tiny-linear").load().running > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(EngineOf("tiny-linear").load().running, 0);
+}
+
+TEST_F(ServiceTest, BadInputsGetTheirStatusCodesAndNameTheField) {
+  struct Case {
+    const char* name;
+    GenerateRequest request;
+    grpc::StatusCode code;
+    const char* message_start;
+  };
+  auto with = [](std::function<void(GenerateRequest*)> edit) {
+    GenerateRequest r;
+    r.set_prompt("the river");
+    r.set_max_tokens(4);
+    edit(&r);
+    return r;
+  };
+  const std::vector<Case> cases = {
+      {"unknown model", with([](auto* r) { r->set_model("nope"); }), grpc::StatusCode::NOT_FOUND,
+       "model:"},
+      {"empty prompt", with([](auto* r) { r->set_prompt(""); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt:"},
+      {"invalid UTF-8", with([](auto* r) { r->set_prompt("bad \xFF\xFE"); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt:"},
+      {"negative temperature", with([](auto* r) { r->set_temperature(-1); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "temperature"},
+      {"top_p", with([](auto* r) { r->set_top_p(2); }), grpc::StatusCode::INVALID_ARGUMENT,
+       "top_p"},
+      {"max_tokens 0", with([](auto* r) { r->set_max_tokens(0); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens:"},
+      {"max_tokens over", with([](auto* r) { r->set_max_tokens(100000); }),
+       grpc::StatusCode::INVALID_ARGUMENT, "max_tokens:"},
+      {"unknown token id",
+       with([](auto* r) {
+         r->clear_prompt();
+         r->add_prompt_token_ids(7);
+         r->add_prompt_token_ids(123456);
+       }),
+       grpc::StatusCode::INVALID_ARGUMENT, "prompt_token_ids[1]:"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    GenerateResponse response;
+    grpc::Status unary = Unary(c.request, &response);
+    EXPECT_EQ(unary.error_code(), c.code);
+    EXPECT_TRUE(absl::StartsWith(unary.error_message(), c.message_start)) << unary.error_message();
+    GenerateResponse streamed;
+    grpc::Status stream = Stream(c.request, &streamed);
+    EXPECT_EQ(stream.error_code(), c.code);
+    EXPECT_TRUE(absl::StartsWith(stream.error_message(), c.message_start))
+        << stream.error_message();
+  }
+  // The server still serves.
+  GenerateResponse ok;
+  EXPECT_TRUE(Unary(Greedy("tiny-aft", "the river", 3), &ok).ok());
+}
+
+TEST_F(ServiceTest, DeadlineIsHonoured) {
+  GenerateResponse response;
+  grpc::Status status = Unary(Greedy("tiny-aft", "the river", 4000), &response, 30);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (EngineOf("tiny-aft").load().running > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(EngineOf("tiny-aft").load().running, 0);
+}
+
+TEST_F(ServiceTest, TokenizeDetokenizeRoundTrip) {
+  const std::string text = "the river keeps \xF0\x9F\x98\x80 caf\xC3\xA9";
+  grpc::ClientContext c1;
+  attn::v1::TokenizeRequest tokenize;
+  tokenize.set_text(text);
+  attn::v1::TokenizeResponse ids;
+  ASSERT_TRUE(stub_->Tokenize(&c1, tokenize, &ids).ok());
+  grpc::ClientContext c2;
+  attn::v1::DetokenizeRequest detokenize;
+  *detokenize.mutable_token_ids() = ids.token_ids();
+  attn::v1::DetokenizeResponse back;
+  ASSERT_TRUE(stub_->Detokenize(&c2, detokenize, &back).ok());
+  EXPECT_EQ(back.text(), text);
+  grpc::ClientContext c3;
+  detokenize.add_token_ids(-4);
+  EXPECT_EQ(stub_->Detokenize(&c3, detokenize, &back).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+double MetricValue(const std::string& exposition, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (absl::StartsWith(line, series + " ")) {
+      return std::stod(std::string(line.substr(series.size() + 1)));
+    }
+  }
+  return 0.0;
+}
+
+TEST_F(ServiceTest, MetricCountersMove) {
+  Metrics& metrics = server_->metrics();
+  const std::string ok_series =
+      "attn_requests_total{code=\"OK\",method=\"Generate\",model=\"tiny-aft\"}";
+  const std::string bad_series =
+      "attn_requests_total{code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"tiny-aft\"}";
+  const std::string tokens_series = "attn_generation_tokens_total{model=\"tiny-aft\"}";
+  const std::string length_series =
+      "attn_request_success_total{finish_reason=\"length\",model=\"tiny-aft\"}";
+  const std::string before = metrics.Exposition();
+  GenerateResponse response;
+  ASSERT_TRUE(Unary(Greedy("tiny-aft", "the river", 9), &response).ok());
+  GenerateRequest bad = Greedy("tiny-aft", "the river", 0);
+  EXPECT_FALSE(Unary(bad, &response).ok());
+  const std::string after = metrics.Exposition();
+  EXPECT_EQ(MetricValue(after, ok_series), MetricValue(before, ok_series) + 1);
+  EXPECT_EQ(MetricValue(after, bad_series), MetricValue(before, bad_series) + 1);
+  EXPECT_EQ(MetricValue(after, tokens_series), MetricValue(before, tokens_series) + 9);
+  EXPECT_EQ(MetricValue(after, length_series), MetricValue(before, length_series) + 1);
+  EXPECT_TRUE(absl::StrContains(after, "attn_time_to_first_token_seconds_bucket"));
+  EXPECT_TRUE(absl::StrContains(after, "attn_model_info{"));
+}
+
+TEST_F(ServiceTest, HealthIsServingOverallAndPerModel) {
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health("attn.v1.TextGeneration"), HealthCheckResponse::SERVING);
+  for (const char* model : kModels) EXPECT_EQ(Health(model), HealthCheckResponse::SERVING);
+}
+
+// A server of its own, with one slot and no queue.
+TEST(ServiceLimitsTest, FullQueueIsResourceExhausted) {
+  attn::testing::ScopedTempDir dir("service_limits");
+  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  EngineOptions engine;
+  engine.max_active = 1;
+  engine.max_waiting = 0;
+  auto server = StartServer(dir.path().string(), engine);
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = attn::v1::TextGeneration::NewStub(channel);
+  grpc::ClientContext long_context;
+  GenerateRequest long_request;
+  long_request.set_prompt("the river");
+  long_request.set_max_tokens(4000);
+  long_request.set_ignore_eos(true);
+  auto reader = stub->GenerateStream(&long_context, long_request);
+  GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));  // it holds the only slot
+  grpc::ClientContext context;
+  GenerateResponse response;
+  long_request.set_max_tokens(3);
+  grpc::Status status = stub->Generate(&context, long_request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  long_context.TryCancel();
+  while (reader->Read(&message)) {
+  }
+  reader->Finish();
+}
+
+TEST(ServiceShutdownTest, RunningStreamsFinishAndNewWorkIsRefused) {
+  attn::testing::ScopedTempDir dir("service_shutdown");
+  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  auto server = StartServer(dir.path().string());
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = attn::v1::TextGeneration::NewStub(channel);
+  grpc::ClientContext context;
+  GenerateRequest request;
+  request.set_prompt("the river");
+  request.set_max_tokens(300);
+  request.set_ignore_eos(true);
+  auto reader = stub->GenerateStream(&context, request);
+  GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  std::thread shutdown([&] { server->Shutdown(); });
+  int received = 1;
+  while (reader->Read(&message)) ++received;
+  const grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();  // finished within the grace period
+  EXPECT_EQ(received, 300);
+  shutdown.join();
+}
+
+}  // namespace
+}  // namespace attn::serving

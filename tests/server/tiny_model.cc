@@ -1,0 +1,76 @@
+#include "tests/server/tiny_model.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <mutex>
+
+#include "model/model_package.h"
+#include "tests/test_util.h"
+
+namespace attn::testing {
+
+const Tokenizer& TinyTokenizer() {
+  static const Tokenizer* tokenizer = [] {
+    ScopedTempDir dir("tiny_tokenizer");
+    {
+      std::ofstream out(dir.File("corpus.txt"));
+      static const char* kWords[] = {"the",  "river", "keeps", "its",    "small", "state",
+                                     "and",  "light", "falls", "over",   "stone", "water",
+                                     "night", "finds", "a",    "garden", "stop",  "here"};
+      for (int i = 0; i < 3000; ++i) {
+        for (int w = 0; w < 8; ++w) out << kWords[(i * 7 + w * 5 + i / 17) % 18] << ' ';
+        out << i % 97 << ".\n";
+      }
+    }
+    TokenizerTrainOptions options;
+    options.input_files = {dir.File("corpus.txt")};
+    options.vocab_size = 300;
+    auto trained = Tokenizer::Train(options);
+    if (!trained.ok()) {
+      std::fprintf(stderr, "tokenizer: %s\n", trained.status().ToString().c_str());
+      std::abort();
+    }
+    return new Tokenizer(std::move(*trained));
+  }();
+  return *tokenizer;
+}
+
+CausalLm TinyModel(MixerKind kind, uint64_t seed) {
+  LmConfig c;
+  c.vocab_size = TinyTokenizer().vocab_size();
+  c.d_model = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.ff_hidden = 48;
+  c.mixer = kind;
+  c.window = 4;
+  c.max_context = 512;
+  if (kind == MixerKind::kMha || kind == MixerKind::kRelative) c.positions = PositionKind::kSinusoidal;
+  torch::manual_seed(seed);
+  CausalLm model(c);
+  RandomizePositionParameters(*model, 0.3);
+  // Larger output logits than the initialisation gives, so greedy choices
+  // are not near-ties that float noise could flip.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      if (p.key().find("embedding") != std::string::npos) p.value().mul_(3.0);
+    }
+  }
+  model->eval();
+  return model;
+}
+
+std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind) {
+  CausalLm model = TinyModel(kind);
+  const std::string path = dir + "/" + name + ".pt";
+  absl::Status saved = SavePackage(path, model, TinyTokenizer().Serialized());
+  if (!saved.ok()) {
+    std::fprintf(stderr, "package: %s\n", saved.ToString().c_str());
+    std::abort();
+  }
+  return path;
+}
+
+}  // namespace attn::testing
