@@ -1,0 +1,64 @@
+# attn-server image (CPU). Multi-stage on Debian bookworm: the build stage
+# compiles a Release of the server and attnctl from Debian's dev packages; the
+# runtime stage carries only runtime libraries (OpenBLAS included, so matrix
+# products do not fall back to reference BLAS), the binaries and the bundled
+# models. Debian's libtorch1.13 depends on much of the distribution (OpenCV,
+# FFmpeg), which makes the image large; nothing else is added.
+#
+#   docker build -t attn-server .
+#   docker run --rm -p 50051:50051 -p 9090:9090 attn-server
+#
+# Every server flag is also an environment variable ATTN_<FLAG>: ATTN_MODELS,
+# ATTN_DEFAULT_MODEL, ATTN_PORT, ATTN_METRICS_PORT, ATTN_THREADS, ATTN_DEVICE,
+# ATTN_MAX_ACTIVE, ATTN_MAX_WAITING, ATTN_MAX_PROMPT_TOKENS, ATTN_MAX_TOKENS,
+# ATTN_DEFAULT_MAX_TOKENS, ATTN_PREFILL_CHUNK, ATTN_STREAM_BUFFER,
+# ATTN_SHUTDOWN_GRACE_SECONDS. The CUDA variant is Dockerfile.cuda.
+ARG BASE_IMAGE=debian:bookworm-slim
+
+FROM ${BASE_IMAGE} AS build
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      build-essential cmake ninja-build pkg-config \
+      libtorch-dev libopenblas0-openmp libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
+      protobuf-compiler libabsl-dev prometheus-cpp-dev libsentencepiece-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY CMakeLists.txt ./
+COPY cmake cmake
+COPY model model
+COPY train train
+COPY generate generate
+COPY proto proto
+COPY server server
+COPY client client
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=OFF \
+      -DATTN_BUILD_BENCHMARKS=OFF -DATTN_WERROR=OFF \
+ && cmake --build /build --target attn-server attnctl attn_sentencepiece \
+ && install -D -m 755 /build/server/attn-server /opt/attn/bin/attn-server \
+ && install -D -m 755 /build/client/attnctl /opt/attn/bin/attnctl \
+ && install -D -m 644 /build/model/libattn_sentencepiece.so /opt/attn/lib/libattn_sentencepiece.so
+
+FROM ${BASE_IMAGE}
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      libtorch1.13 libopenblas0-openmp libgrpc++1.51 libprotobuf32 libabsl20220623 \
+      libprometheus-cpp-core1.0 libsentencepiece0 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /opt/attn --shell /usr/sbin/nologin attn
+COPY --from=build /opt/attn /opt/attn
+COPY models/*.pt /opt/attn/models/
+ENV PATH=/opt/attn/bin:$PATH \
+    ATTN_MODELS=/opt/attn/models \
+    ATTN_DEFAULT_MODEL=aft-conv \
+    ATTN_HOST=0.0.0.0 \
+    ATTN_PORT=50051 \
+    ATTN_METRICS_PORT=9090 \
+    ATTN_THREADS=0 \
+    ATTN_SHUTDOWN_GRACE_SECONDS=30
+USER 10001:10001
+EXPOSE 50051 9090
+# The standard gRPC health service, through attnctl (no extra tool needed).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["attnctl", "--server=127.0.0.1:50051", "--timeout_s=4", "health"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["attn-server"]

@@ -1,0 +1,237 @@
+// attn-engine-bench: the engine's own speed, in process (no gRPC), on a model
+// package. Every comparison is timed in one interleaved loop, because this
+// machine's speed drifts between runs.
+//
+//   throughput     generated tokens/s with `concurrency` greedy requests kept
+//                  in flight (closed loop), as attnctl bench measures over gRPC
+//   decode_flops   one decode step of 64 sequences: model FLOPs
+//                  (2 x parameters x rows) per second, against a large
+//                  torch::mm timed in the same loop (the machine's peak)
+//   prefill        512 prompt tokens prefilled vs stepped one by one
+//   context        one step at context 128 vs 4096 (inter-token latency)
+//
+// The last line of output is a JSON object with every number.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "model/cpus.h"
+#include "model/language_model.h"
+#include "model/model_package.h"
+#include "model/tokenizer.h"
+#include "server/engine.h"
+
+ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
+ABSL_FLAG(std::vector<std::string>, concurrency, std::vector<std::string>({"1", "8", "64", "256"}),
+          "Requests in flight for the throughput runs.");
+ABSL_FLAG(int64_t, prompt_tokens, 128, "Prompt length of the throughput runs.");
+ABSL_FLAG(int64_t, max_tokens, 128, "Tokens generated per request.");
+ABSL_FLAG(int64_t, requests_per_slot, 3, "Requests per unit of concurrency (closed loop).");
+ABSL_FLAG(int, repeats, 30, "Samples per timed comparison (medians are reported).");
+
+namespace {
+
+using attn::serving::Engine;
+using attn::serving::EngineOptions;
+using attn::serving::EngineRequest;
+using attn::serving::RequestStream;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+template <typename Fn>
+double Seconds(Fn&& fn) {
+  const absl::Time start = absl::Now();
+  fn();
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t offset) {
+  std::vector<int64_t> ids(length);
+  for (int64_t i = 0; i < length; ++i) ids[i] = 3 + (offset + i * 7919) % (vocab - 3);
+  return ids;
+}
+
+// Generated tokens per second with `concurrency` requests kept in flight.
+double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int concurrency) {
+  const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  EngineOptions options;
+  options.max_active = concurrency;
+  options.max_waiting = concurrency;
+  options.stream_buffer = max_tokens + 2;  // never pauses: the bench reads only at the end
+  Engine engine(model, tokenizer, options);
+  engine.Start();
+  const int64_t total = concurrency * absl::GetFlag(FLAGS_requests_per_slot);
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<std::shared_ptr<RequestStream>> in_flight;
+  int64_t submitted = 0, finished = 0, tokens = 0;
+  auto submit = [&] {
+    EngineRequest request;
+    request.prompt = Prompt(absl::GetFlag(FLAGS_prompt_tokens), vocab, submitted);
+    request.max_tokens = max_tokens;
+    request.sampling.temperature = 0;
+    request.ignore_eos = true;
+    auto stream = std::make_shared<RequestStream>(max_tokens + 2);
+    if (engine.Submit(std::move(request), stream).ok()) in_flight.push_back(stream);
+    ++submitted;
+  };
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < concurrency; ++i) submit();
+  while (finished < total) {
+    absl::SleepFor(absl::Microseconds(500));
+    for (size_t i = 0; i < in_flight.size();) {
+      bool done = false;
+      while (auto event = in_flight[i]->Pop()) {
+        tokens += static_cast<int64_t>(event->token_ids.size());
+        done |= event->last;
+      }
+      if (done) {
+        in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+        ++finished;
+        if (submitted < total) submit();
+      } else {
+        ++i;
+      }
+    }
+  }
+  return static_cast<double>(tokens) / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+struct Flops {
+  double step_ms, model_gflops, mm_gflops;
+};
+
+// A decode step of 64 rows against a 1024^3 matmul, interleaved.
+Flops DecodeFlops(attn::CausalLm& model) {
+  const int64_t rows = 64;
+  attn::StatePool pool(model, rows, torch::kCPU);
+  std::vector<int64_t> slot_ids;
+  for (int64_t i = 0; i < rows; ++i) slot_ids.push_back(pool.Acquire().value());
+  torch::Tensor slots = torch::tensor(slot_ids);
+  const int64_t vocab = model->config().vocab_size;
+  model->prefill(torch::tensor(Prompt(rows * 16, vocab, 5)).view({rows, 16}), pool.state(), slots);
+  torch::Tensor tokens = torch::tensor(Prompt(rows, vocab, 9));
+  torch::Tensor a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
+  std::vector<double> step, mm;
+  for (int i = 0; i < absl::GetFlag(FLAGS_repeats) + 3; ++i) {
+    const double s = Seconds([&] { model->step(tokens, slots, pool.state()); });
+    const double m = Seconds([&] { torch::mm(a, b); });
+    if (i >= 3) step.push_back(s), mm.push_back(m);  // the first few warm up
+  }
+  const double flops = 2.0 * static_cast<double>(model->parameter_count()) * rows;
+  return {Median(step) * 1e3, flops / Median(step) / 1e9, 2.0 * 1024 * 1024 * 1024 / Median(mm) / 1e9};
+}
+
+// 512 prompt tokens: prefill (chunks of 256, as the server does) vs 512 steps.
+std::pair<double, double> PrefillVsSteps(attn::CausalLm& model) {
+  attn::StatePool pool(model, 2, torch::kCPU);
+  const int64_t a = pool.Acquire().value(), b = pool.Acquire().value();
+  const auto prompt = Prompt(512, model->config().vocab_size, 3);
+  std::vector<double> prefill, steps;
+  const int repeats = std::max(3, absl::GetFlag(FLAGS_repeats) / 6);
+  for (int i = 0; i < repeats; ++i) {
+    model->ResetSlots(pool.state(), torch::tensor({a, b}));
+    prefill.push_back(Seconds([&] {
+      for (int64_t begin = 0; begin < 512; begin += 256) {
+        std::vector<int64_t> chunk(prompt.begin() + begin, prompt.begin() + begin + 256);
+        model->prefill(torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}));
+      }
+    }));
+    steps.push_back(Seconds([&] {
+      for (int64_t id : prompt) model->step(torch::tensor({id}), torch::tensor({b}), pool.state());
+    }));
+  }
+  return {Median(prefill) * 1e3, Median(steps) * 1e3};
+}
+
+// Batch-1 step latency at context ~128 and ~4096, interleaved.
+std::pair<double, double> ContextLatency(attn::CausalLm& model) {
+  const int64_t limit = model->max_context();
+  const int64_t long_context = limit > 0 ? std::min<int64_t>(4096, limit) - 256 : 4096;
+  attn::StatePool pool(model, 2, torch::kCPU);
+  const int64_t near = pool.Acquire().value(), far = pool.Acquire().value();
+  const int64_t vocab = model->config().vocab_size;
+  auto fill = [&](int64_t slot, int64_t length) {
+    for (int64_t begin = 0; begin < length; begin += 256) {
+      const int64_t n = std::min<int64_t>(256, length - begin);
+      model->prefill(torch::tensor(Prompt(n, vocab, begin)).view({1, n}), pool.state(),
+                     torch::tensor({slot}));
+    }
+  };
+  fill(near, 128);
+  fill(far, long_context);
+  std::vector<double> at_near, at_far;
+  const int samples = absl::GetFlag(FLAGS_repeats) * 4;
+  for (int i = 0; i < samples; ++i) {
+    at_near.push_back(Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({near}), pool.state()); }));
+    at_far.push_back(Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({far}), pool.state()); }));
+  }
+  return {Median(at_near) * 1e3, Median(at_far) * 1e3};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
+  auto package = attn::LoadPackage(absl::GetFlag(FLAGS_model));
+  if (!package.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(package.status().message()).c_str());
+    return 1;
+  }
+  auto tokenizer = attn::Tokenizer::FromSerialized(package->tokenizer_model);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "error: the package's tokenizer: %s\n",
+                 std::string(tokenizer.status().message()).c_str());
+    return 1;
+  }
+  attn::CausalLm& model = package->model;
+  torch::InferenceMode inference;
+  const std::string mixer = attn::MixerKindName(model->config().mixer);
+  std::printf("model %s (%s, %ld parameters), %d threads\n", absl::GetFlag(FLAGS_model).c_str(),
+              mixer.c_str(), static_cast<long>(model->parameter_count()), threads);
+
+  std::vector<std::string> throughput_json;
+  for (const std::string& text : absl::GetFlag(FLAGS_concurrency)) {
+    const int concurrency = std::stoi(text);
+    std::fprintf(stderr, "throughput at concurrency %d...\n", concurrency);
+    const double tps = Throughput(model, *tokenizer, concurrency);
+    std::printf("throughput  concurrency %4d: %9.1f tokens/s\n", concurrency, tps);
+    throughput_json.push_back(absl::StrCat("\"", concurrency, "\": ", tps));
+  }
+  std::fprintf(stderr, "decode FLOPs at 64 rows...\n");
+  const Flops flops = DecodeFlops(model);
+  std::printf("decode 64 rows: %.3f ms/step, %.1f model GFLOP/s, torch::mm %.1f GFLOP/s, ratio %.2f\n",
+              flops.step_ms, flops.model_gflops, flops.mm_gflops,
+              flops.model_gflops / flops.mm_gflops);
+  std::fprintf(stderr, "prefill vs steps...\n");
+  const auto [prefill_ms, steps_ms] = PrefillVsSteps(model);
+  std::printf("512 tokens: prefill %.2f ms, stepping %.2f ms, ratio %.1f\n", prefill_ms, steps_ms,
+              steps_ms / prefill_ms);
+  std::fprintf(stderr, "context 128 vs 4096...\n");
+  const auto [near_ms, far_ms] = ContextLatency(model);
+  std::printf("step at batch 1: context 128 %.3f ms, long context %.3f ms, ratio %.3f\n", near_ms,
+              far_ms, far_ms / near_ms);
+  std::printf(
+      "{\"model\": \"%s\", \"mixer\": \"%s\", \"parameters\": %ld, \"threads\": %d, "
+      "\"throughput\": {%s}, \"decode64_ms\": %.4f, \"decode64_model_gflops\": %.2f, "
+      "\"mm_gflops\": %.2f, \"prefill512_ms\": %.3f, \"step512_ms\": %.3f, "
+      "\"step_ctx128_ms\": %.4f, \"step_ctx_long_ms\": %.4f}\n",
+      absl::GetFlag(FLAGS_model).c_str(), mixer.c_str(),
+      static_cast<long>(model->parameter_count()), threads,
+      absl::StrJoin(throughput_json, ", ").c_str(), flops.step_ms, flops.model_gflops,
+      flops.mm_gflops, prefill_ms, steps_ms, near_ms, far_ms);
+  return 0;
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Checks everything under deploy/ without a cluster or a container engine:
+# renders the kustomizations and validates every object against the
+# Kubernetes schemas (kubernetes-models, offline), checks the Prometheus
+# config, alert rules and their unit tests with promtool, checks that the
+# PrometheusRule carries exactly deploy/prometheus/alerts.yml, and that the
+# Grafana dashboard is valid JSON whose queries name only metrics the server
+# exports. Any failure exits non-zero.
+#   NODE_TOOLS   where the npm packages are installed (default build/deploy-tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NODE_TOOLS=${NODE_TOOLS:-build/deploy-tools}
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ ! -d "$NODE_TOOLS/node_modules/@kubernetes-models/prometheus-operator" ]; then
+  echo "== installing kubernetes-models into $NODE_TOOLS"
+  mkdir -p "$NODE_TOOLS"
+  npm install --silent --no-audit --no-fund --prefix "$NODE_TOOLS" \
+    kubernetes-models@4 @kubernetes-models/prometheus-operator@4 yaml@2 > /dev/null
+fi
+export NODE_PATH="$(cd "$NODE_TOOLS" && pwd)/node_modules"
+
+for overlay in deploy/k8s/base deploy/k8s/overlays/gpu; do
+  echo "== $overlay"
+  kubectl kustomize "$overlay" > "$work/rendered.yaml"
+  node scripts/validate_k8s.js < "$work/rendered.yaml"
+done
+
+echo "== Prometheus config, rules and rule tests"
+sed "s|/etc/prometheus/rules/alerts.yml|$PWD/deploy/prometheus/alerts.yml|" \
+  deploy/compose/prometheus.yml > "$work/prometheus.yml"
+promtool check config "$work/prometheus.yml"
+promtool check rules deploy/prometheus/alerts.yml
+promtool test rules deploy/prometheus/alerts.test.yml
+
+echo "== PrometheusRule == alerts.yml, dashboard and compose references"
+$py - <<'PY'
+import json, re, sys, yaml
+groups = yaml.safe_load(open("deploy/prometheus/alerts.yml"))["groups"]
+rule = yaml.safe_load(open("deploy/k8s/base/prometheusrule.yaml"))
+if rule["spec"]["groups"] != groups:
+    sys.exit("deploy/k8s/base/prometheusrule.yaml differs from deploy/prometheus/alerts.yml")
+
+# The metric names the server registers, with a histogram's series suffixes.
+source = open("server/metrics.cc").read()
+exported = set()
+for name in re.findall(r'\.Name\("(attn_[a-z_]+)"\)', source):
+    exported.add(name)
+    exported.update(name + s for s in ("_bucket", "_sum", "_count"))
+if len(exported) < 10:
+    sys.exit("could not read the metric names from server/metrics.cc")
+
+def names(expr):
+    return set(re.findall(r"\battn_[a-z_]+\b", expr))
+
+dashboard = json.load(open("deploy/grafana/attn-dashboard.json"))
+queries = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+queries += [v["query"]["query"] for v in dashboard["templating"]["list"]]
+used = set().union(*(names(q) for q in queries))
+used |= set().union(*(names(r["expr"]) for g in groups for r in g["rules"]))
+unknown = used - exported
+if unknown:
+    sys.exit(f"dashboard or alerts use metrics the server does not export: {sorted(unknown)}")
+print(f"dashboard: {len(dashboard['panels'])} panels, {len(queries)} queries; "
+      f"{len(used)} metric names, all exported")
+
+compose = yaml.safe_load(open("deploy/compose/compose.yaml"))
+import os
+for service in compose["services"].values():
+    for volume in service.get("volumes", []):
+        source_path = os.path.join("deploy/compose", volume.split(":")[0])
+        if not os.path.exists(source_path):
+            sys.exit(f"compose mounts {source_path}, which does not exist")
+print(f"compose: {len(compose['services'])} services, every mounted file exists")
+PY
+echo "deploy checks passed"

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the CPU image with podman (no Docker engine needed), starts a
+# container, and checks it from the host: attnctl health, the model list and
+# a streamed completion. Then stops the container with SIGTERM and checks it
+# exits 0. The steps follow what works on a Debian 12 host without a
+# registry: a bookworm base image made with debootstrap, `podman build
+# --isolation chroot`, and runc as the runtime.
+#   IMAGE      image name (default attn-server:verify)
+#   KEEP=1     keep the image and base image afterwards
+set -euo pipefail
+cd "$(dirname "$0")/.."
+IMAGE=${IMAGE:-attn-server:verify}
+BASE=docker.io/library/debian:bookworm-slim
+ATTNCTL=${ATTNCTL:-build/client/attnctl}
+
+if ! command -v podman > /dev/null || ! command -v debootstrap > /dev/null; then
+  echo "== installing podman, buildah, debootstrap, uidmap, runc"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    podman buildah debootstrap uidmap runc > /dev/null
+fi
+ls models/*.pt > /dev/null || { echo "no models/*.pt to put in the image" >&2; exit 1; }
+[ -x "$ATTNCTL" ] || { echo "build attnctl first (bash scripts/test.sh or cmake --build build)" >&2; exit 1; }
+
+if ! podman image exists "$BASE"; then
+  echo "== base image: debootstrap bookworm (minbase) -> $BASE"
+  rootfs=$(mktemp -d)
+  debootstrap --variant=minbase bookworm "$rootfs" > /dev/null
+  tar -C "$rootfs" -c . | podman import - "$BASE" > /dev/null
+  rm -rf "$rootfs"
+fi
+
+echo "== podman build -t $IMAGE ."
+start=$(date +%s)
+podman build --isolation chroot -t "$IMAGE" . > /tmp/attn-image-build.log 2>&1 \
+  || { tail -30 /tmp/attn-image-build.log; exit 1; }
+echo "   built in $(( $(date +%s) - start )) s; $(podman image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
+
+echo "== starting the container"
+name=attn-verify-$$
+podman --runtime runc run -d --name "$name" --ulimit nofile=65536:65536 --ulimit nproc=4096:4096 \
+  -p 127.0.0.1:58051:50051 -p 127.0.0.1:59090:9090 "$IMAGE" > /dev/null
+cleanup() { podman --runtime runc rm -f "$name" > /dev/null 2>&1 || true; }
+trap cleanup EXIT
+ctl=("$ATTNCTL" --server=127.0.0.1:58051)
+for _ in $(seq 120); do
+  "${ctl[@]}" health > /dev/null 2>&1 && break
+  sleep 1
+done
+echo "== attnctl health";  "${ctl[@]}" health
+echo "== attnctl models";  "${ctl[@]}" models
+echo "== attnctl stream";  "${ctl[@]}" stream --prompt="And it came to pass" --max_tokens=40 --temperature=0
+echo "== metrics";         curl -sf http://127.0.0.1:59090/metrics | grep -E '^attn_(generation_tokens_total|requests_total)' | head -5
+echo "== HEALTHCHECK (inside the container)"
+podman --runtime runc healthcheck run "$name" && echo "healthy"
+echo "== SIGTERM"
+podman --runtime runc stop -t 40 "$name" > /dev/null
+echo "exit code $(podman --runtime runc inspect "$name" --format '{{.State.ExitCode}}')"
+podman --runtime runc logs "$name" 2>&1 | tail -4
+if [ "${KEEP:-0}" != 1 ]; then podman rmi -f "$IMAGE" > /dev/null 2>&1 || true; fi
+echo "image verified"
