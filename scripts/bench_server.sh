@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The serving benchmarks recorded in docs/benchmarks.md. For each bundled
+# model: the engine in process (attn-engine-bench), then the real server
+# driven over gRPC by attnctl bench at concurrency 1, 8, 64, 256 and at
+# contexts 128..4096, with the server's memory; the Python eager baseline;
+# and 10,000 concurrent slow-reading streams on the default model. Prints a
+# Markdown report; raw JSON lines go to $OUT (default /tmp/attn-bench).
+#   MODELS="aft-conv linear-elu mha"   QUICK=1 (shorter runs, for a smoke test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODELS=${MODELS:-"aft-conv linear-elu mha"}
+OUT=${OUT:-/tmp/attn-bench}
+BUILD_DIR=${BUILD_DIR:-build}
+QUICK=${QUICK:-0}
+py=/usr/bin/python3
+mkdir -p "$OUT"
+rm -f "$OUT"/*.jsonl
+cmake --build "$BUILD_DIR" --target attn-server attnctl attn-engine-bench > /dev/null
+server_bin=$BUILD_DIR/server/attn-server
+ctl_bin=$BUILD_DIR/client/attnctl
+port=51051
+server_pid=""
+trap '[ -n "$server_pid" ] && kill -9 $server_pid 2>/dev/null || true' EXIT
+
+rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+start_server() {  # start_server MODEL extra-flags...
+  local model=$1; shift
+  "$server_bin" --models="models/$model.pt" --default_model="$model" --host=127.0.0.1 \
+    --port=$port --metrics_port=-1 "$@" > "$OUT/server-$model.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 200); do "$ctl_bin" --server=127.0.0.1:$port health > /dev/null 2>&1 && return; sleep 0.1; done
+  echo "server did not start: $(tail -3 "$OUT/server-$model.log")" >&2; exit 1
+}
+stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
+record() { echo "$1" >> "$OUT/$2.jsonl"; }
+
+repeats=30; per_slot=3; concurrencies="1 8 64 256"
+[ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64"
+
+for model in $MODELS; do
+  echo "== $model: engine in process" >&2
+  "$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" \
+    --concurrency="${concurrencies// /,}" --repeats=$repeats --requests_per_slot=$per_slot \
+    | tail -1 | sed "s/^{/{\"name\": \"$model\", /" >> "$OUT/engine.jsonl"
+
+  echo "== $model: gRPC, concurrency $concurrencies" >&2
+  start_server "$model" --max_active=256 --max_waiting=4096
+  record "{\"name\": \"$model\", \"idle_rss_mb\": $(rss_mb $server_pid)}" memory
+  for c in $concurrencies; do
+    line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=$c --prompt_tokens=128 \
+           --max_tokens=128 --streams=$((c * per_slot)) --json --progress=false)
+    record "{\"name\": \"$model\", \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" grpc
+  done
+  echo "== $model: inter-token latency by context" >&2
+  contexts="128 1024 4032"
+  [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
+  for ctx in $contexts; do
+    line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
+           --max_tokens=64 --streams=3 --json --progress=false)
+    record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
+  done
+  stop_server
+done
+
+echo "== Python eager baseline (aft-conv, batch 1)" >&2
+$py scripts/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2 >> "$OUT/python.jsonl"
+
+echo "== 10,000 concurrent slow-reading streams (aft-conv)" >&2
+start_server aft-conv --max_active=10240 --max_waiting=1024 --stream_buffer=4 --max_prompt_tokens=512
+idle=$(rss_mb $server_pid)
+streams=10000; delay=1000; tokens=48
+[ "$QUICK" = 1 ] && streams=2000
+"$ctl_bin" --server=127.0.0.1:$port bench --concurrency=$streams --streams=$streams \
+  --prompt_tokens=16 --max_tokens=$tokens --read_delay_ms=$delay --json --progress=false \
+  > "$OUT/slow.json" &
+bench_pid=$!
+sleep 25
+held=$(rss_mb $server_pid)
+health_ms=$($py -c "
+import subprocess, time
+t = time.perf_counter()
+subprocess.run(['$ctl_bin', '--server=127.0.0.1:$port', 'health'], check=True, capture_output=True)
+print(round((time.perf_counter() - t) * 1e3, 1))")
+gen_ms=$($py -c "
+import subprocess, time
+t = time.perf_counter()
+subprocess.run(['$ctl_bin', '--server=127.0.0.1:$port', 'generate', '--prompt=And it came to pass',
+                '--max_tokens=16', '--temperature=0'], check=True, capture_output=True)
+print(round((time.perf_counter() - t) * 1e3, 1))")
+wait $bench_pid
+peak=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status")
+record "{\"streams\": $streams, \"idle_rss_mb\": $idle, \"held_rss_mb\": $held, \"peak_rss_mb\": $peak, \"health_ms\": $health_ms, \"generate_ms\": $gen_ms, \"run\": $(cat "$OUT/slow.json")}" slow
+stop_server
+
+$py scripts/bench_server_report.py "$OUT"

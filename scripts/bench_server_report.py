@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Formats the JSON lines of scripts/bench_server.sh as Markdown tables,
+with each target of the serving issue and whether this run met it."""
+import json
+import os
+import sys
+
+
+def load(out, name):
+    path = os.path.join(out, name + ".jsonl")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def verdict(ok):
+    return "met" if ok else "**not met**"
+
+
+def main():
+    out = sys.argv[1]
+    engine = {e["name"]: e for e in load(out, "engine")}
+    grpc_runs = load(out, "grpc")
+    contexts = load(out, "context")
+    python = load(out, "python")
+    slow = load(out, "slow")
+    memory = {m["name"]: m["idle_rss_mb"] for m in load(out, "memory")}
+
+    print("### Engine in process (`attn-engine-bench`)\n")
+    print("| model | params | tok/s c=1 | c=8 | c=64 | c=256 | decode 64 rows | model GFLOP/s | torch::mm GFLOP/s | ratio (>= 0.50) | prefill 512 | 512 steps | speed-up (>= 10) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, e in engine.items():
+        t = e["throughput"]
+        ratio = e["decode64_model_gflops"] / e["mm_gflops"]
+        speedup = e["step512_ms"] / e["prefill512_ms"]
+        print(f"| {name} | {e['parameters']/1e6:.2f}M | {t.get('1', 0):.0f} | {t.get('8', 0):.0f} | "
+              f"{t.get('64', 0):.0f} | {t.get('256', 0):.0f} | {e['decode64_ms']:.2f} ms | "
+              f"{e['decode64_model_gflops']:.1f} | {e['mm_gflops']:.1f} | {ratio:.2f} {verdict(ratio >= 0.5)} | "
+              f"{e['prefill512_ms']:.1f} ms | {e['step512_ms']:.1f} ms | {speedup:.1f}x {verdict(speedup >= 10)} |")
+
+    print("\n### Over gRPC (`attnctl bench`, prompt 128, 128 new tokens, closed loop)\n")
+    print("| model | concurrency | tok/s | vs engine (>= 0.90 at 64) | TTFT p50 / p95 / p99 ms | ITL p50 / p95 / p99 ms | errors | server RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in grpc_runs:
+        run = r["run"]
+        c = str(run["concurrency"])
+        base = engine.get(r["name"], {}).get("throughput", {}).get(c)
+        ratio = run["tokens_per_s"] / base if base else float("nan")
+        mark = f"{ratio:.2f}" + (f" {verdict(ratio >= 0.9)}" if c == "64" else "")
+        ttft, itl = run["ttft_ms"], run["itl_ms"]
+        print(f"| {r['name']} | {c} | {run['tokens_per_s']:.0f} | {mark} | "
+              f"{ttft['p50']:.1f} / {ttft['p95']:.1f} / {ttft['p99']:.1f} | "
+              f"{itl['p50']:.2f} / {itl['p95']:.2f} / {itl['p99']:.2f} | {run['errors']} | {r['rss_mb']:.0f} |")
+    if memory:
+        print("\nIdle server RSS after start (MB, includes the preallocated state pool of 256 slots): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()) + ".")
+
+    print("\n### Inter-token latency by context (concurrency 1, 64 new tokens)\n")
+    print("| model | context | ITL p50 ms | vs context 192 | server RSS MB |")
+    print("|---|---|---|---|---|")
+    first = {}
+    for r in contexts:
+        p50 = r["run"]["itl_ms"]["p50"]
+        first.setdefault(r["name"], p50)
+        ratio = p50 / first[r["name"]]
+        flat = r["name"] != "mha"
+        mark = f"{ratio:.3f}" + (f" {verdict(ratio <= 1.05)}" if flat and r["context"] > 4000 else "")
+        print(f"| {r['name']} | {r['context']} | {p50:.3f} | {mark} | {r['rss_mb']:.0f} |")
+    print("\nIn process, one batch-1 step at context 128 vs ~4096 (interleaved): "
+          + ", ".join(f"{n} {e['step_ctx_long_ms']/e['step_ctx128_ms']:.3f}x" for n, e in engine.items()) + ".")
+
+    if python and "aft-conv" in engine:
+        p = python[0]
+        engine_ms = 1e3 / engine["aft-conv"]["throughput"]["1"]
+        ratio = p["median_ms_per_token"] / engine_ms
+        print("\n### Batch 1 against plain Python eager PyTorch (`scripts/python_eager_baseline.py`)\n")
+        print("| | ms per token |")
+        print("|---|---|")
+        print(f"| Python eager loop, same recurrence, same weights | {p['median_ms_per_token']:.3f} |")
+        print(f"| engine, concurrency 1 (in process, sampling included) | {engine_ms:.3f} |")
+        print(f"| speed-up (target >= 5) | {ratio:.1f}x {verdict(ratio >= 5)} |")
+
+    if slow:
+        s = slow[0]
+        run = s["run"]
+        growth = s["held_rss_mb"] - s["idle_rss_mb"]
+        print(f"\n### {s['streams']:,} concurrent slow-reading streams (aft-conv)\n")
+        print("| idle RSS MB | RSS with all streams open MB | growth MB (<= 1024) | peak RSS MB | health check ms | new 16-token request ms | streams ok / failed |")
+        print("|---|---|---|---|---|---|---|")
+        print(f"| {s['idle_rss_mb']:.0f} | {s['held_rss_mb']:.0f} | {growth:.0f} {verdict(growth <= 1024)} | "
+              f"{s['peak_rss_mb']:.0f} | {s['health_ms']} | {s['generate_ms']} | {run['streams']} / {run['errors']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+// The models committed under models/ load and generate (the server's default
+// is aft-conv.pt).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "model/generation.h"
+#include "model/model_package.h"
+#include "model/tokenizer.h"
+
+namespace attn {
+namespace {
+
+const std::string kModels = std::string(ATTN_SOURCE_DIR) + "/models";
+
+TEST(BundledModelTest, DefaultModelLoadsAndGenerates) {
+  auto package = LoadPackage(kModels + "/aft-conv.pt");
+  ASSERT_TRUE(package.ok()) << package.status();
+  EXPECT_EQ(package->model->config().mixer, MixerKind::kAftConv);
+  auto tokenizer = Tokenizer::FromSerialized(package->tokenizer_model);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  GenerationOptions options;
+  options.max_tokens = 24;
+  options.sampling.temperature = 0;
+  options.stop_at_eos = false;
+  auto result = Generate(package->model, *tokenizer, tokenizer->Encode("And it came to pass"),
+                         options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->tokens.size(), 24u);
+  // Trained on English text: the continuation holds words, not only spaces.
+  int letters = 0;
+  for (char c : result->text) letters += std::isalpha(static_cast<unsigned char>(c)) ? 1 : 0;
+  EXPECT_GT(letters, 20) << result->text;
+}
+
+TEST(BundledModelTest, EveryBundledPackageLoads) {
+  int packages = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kModels)) {
+    if (entry.path().extension() != ".pt") continue;
+    ++packages;
+    auto package = LoadPackage(entry.path().string());
+    EXPECT_TRUE(package.ok()) << entry.path() << ": " << package.status();
+    if (package.ok()) {
+      EXPECT_FALSE(package->tokenizer_model.empty()) << entry.path();
+    }
+  }
+  EXPECT_GE(packages, 1);
+}
+
+}  // namespace
+}  // namespace attn
