@@ -165,7 +165,14 @@ void BenchStream::OnReadDone(bool ok) {
   last_ = now;
   tokens_ += response_.token_ids_size();
   if (bench_->read_delay() > absl::ZeroDuration()) {
-    bench_->timer().At(now + bench_->read_delay(), [this] { StartRead(&response_); });
+    // A hold keeps the call (and this reactor) alive while no read is
+    // pending; without it, the call could end and delete the reactor
+    // before the timer fires.
+    AddHold();
+    bench_->timer().At(now + bench_->read_delay(), [this] {
+      StartRead(&response_);
+      RemoveHold();
+    });
   } else {
     StartRead(&response_);
   }

@@ -92,4 +92,19 @@ peak=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status")
 record "{\"streams\": $streams, \"idle_rss_mb\": $idle, \"held_rss_mb\": $held, \"peak_rss_mb\": $peak, \"health_ms\": $health_ms, \"generate_ms\": $gen_ms, \"run\": $(cat "$OUT/slow.json")}" slow
 stop_server
 
-$py scripts/bench_server_report.py "$OUT"
+# Replaces the "## Serving" section of docs/benchmarks.md (the mixer
+# section above it comes from scripts/run_benchmarks.sh).
+{
+  echo "## Serving"
+  echo
+  echo "Recorded by \`bash scripts/bench_server.sh\` on $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+  echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs,"
+  echo "LibTorch 1.13 (Debian) with OpenBLAS; the server uses 2 intra-op threads and runs on"
+  echo "the same 2 CPUs as the client. Ratios come from one run; medians throughout."
+  echo
+  $py scripts/bench_server_report.py "$OUT"
+} > "$OUT/serving.md"
+[ "$QUICK" = 1 ] && { cat "$OUT/serving.md"; exit 0; }
+sed -i '/^## Serving/,$d' docs/benchmarks.md
+cat "$OUT/serving.md" >> docs/benchmarks.md
+cat "$OUT/serving.md"

@@ -26,5 +26,8 @@ echo "== running mixer_bench (results also in $json)"
   --benchmark_out="$json" --benchmark_out_format=json
 
 command_line="ATTN_THREADS=${ATTN_THREADS:-$(nproc)} bash scripts/run_benchmarks.sh"
+# The serving section (scripts/bench_server.sh) is kept as it is.
+serving=$(sed -n '/^## Serving/,$p' docs/benchmarks.md 2>/dev/null || true)
 python3 scripts/bench_report.py "$json" "$command_line" > docs/benchmarks.md
+[ -n "$serving" ] && printf '\n%s\n' "$serving" >> docs/benchmarks.md
 echo "== wrote docs/benchmarks.md"

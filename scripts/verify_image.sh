@@ -29,15 +29,15 @@ if ! podman image exists "$BASE"; then
   rm -rf "$rootfs"
 fi
 
-echo "== podman build -t $IMAGE ."
+echo "== podman build --format docker -t $IMAGE ."  # docker format keeps HEALTHCHECK
 start=$(date +%s)
-podman build --isolation chroot -t "$IMAGE" . > /tmp/attn-image-build.log 2>&1 \
+podman build --isolation chroot --format docker -t "$IMAGE" . > /tmp/attn-image-build.log 2>&1 \
   || { tail -30 /tmp/attn-image-build.log; exit 1; }
 echo "   built in $(( $(date +%s) - start )) s; $(podman image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
 
 echo "== starting the container"
 name=attn-verify-$$
-podman --runtime runc run -d --name "$name" --ulimit nofile=65536:65536 --ulimit nproc=4096:4096 \
+podman --runtime runc run -d --name "$name" --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
   -p 127.0.0.1:58051:50051 -p 127.0.0.1:59090:9090 "$IMAGE" > /dev/null
 cleanup() { podman --runtime runc rm -f "$name" > /dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -50,8 +50,10 @@ echo "== attnctl health";  "${ctl[@]}" health
 echo "== attnctl models";  "${ctl[@]}" models
 echo "== attnctl stream";  "${ctl[@]}" stream --prompt="And it came to pass" --max_tokens=40 --temperature=0
 echo "== metrics";         curl -sf http://127.0.0.1:59090/metrics | grep -E '^attn_(generation_tokens_total|requests_total)' | head -5
-echo "== HEALTHCHECK (inside the container)"
-podman --runtime runc healthcheck run "$name" && echo "healthy"
+echo "== HEALTHCHECK"
+podman image inspect "$IMAGE" --format '{{json .Config.Healthcheck}}'
+# The HEALTHCHECK's command, run inside the container as the engine would.
+podman --runtime runc exec "$name" attnctl --server=127.0.0.1:50051 --timeout_s=4 health
 echo "== SIGTERM"
 podman --runtime runc stop -t 40 "$name" > /dev/null
 echo "exit code $(podman --runtime runc inspect "$name" --format '{{.State.ExitCode}}')"

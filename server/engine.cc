@@ -95,7 +95,11 @@ class Engine::Impl {
  private:
   bool EndAbandoned(absl::Time now);
   bool Admit(absl::Time now);
+  // Prefills one chunk of the oldest prompt being read, together with other
+  // prompts at the same position (one batched prefill within the budget).
   bool PrefillChunk();
+  std::vector<Sequence*> PrefillGroup() const;
+  void PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin, int64_t count);
   bool DecodeStep();
   // Handles a token chosen for `seq`; ends the sequence when it finishes.
   void Emit(Sequence& seq, const SampledToken& token);
@@ -236,50 +240,79 @@ bool Engine::Impl::Admit(absl::Time now) {
   return !admitted.empty() || !dropped.empty();
 }
 
-bool Engine::Impl::PrefillChunk() {
-  Sequence* seq = nullptr;
-  for (auto& candidate : active_) {
-    if (candidate->stream && candidate->prefilling()) {
-      seq = candidate.get();
-      break;
+std::vector<Sequence*> Engine::Impl::PrefillGroup() const {
+  std::vector<Sequence*> group;
+  int64_t count = 0;
+  for (const auto& candidate : active_) {
+    if (!candidate->stream || !candidate->prefilling()) continue;
+    const int64_t remaining =
+        static_cast<int64_t>(candidate->request.prompt.size()) - candidate->prefilled;
+    const int64_t chunk = std::min<int64_t>(options_.prefill_chunk, remaining);
+    if (group.empty()) {
+      group.push_back(candidate.get());
+      count = chunk;
+      if (candidate->scoring()) break;  // scored alone: it reports every position
+      continue;
+    }
+    // Rows of one prefill share a position and a chunk length; the tokens of
+    // the whole group stay within one chunk's budget.
+    if (!candidate->scoring() && candidate->prefilled == group[0]->prefilled && chunk == count &&
+        static_cast<int64_t>(group.size() + 1) * count <= options_.prefill_chunk) {
+      group.push_back(candidate.get());
     }
   }
-  if (seq == nullptr) return false;
-  const auto& prompt = seq->request.prompt;
-  const int64_t begin = seq->prefilled;
-  const int64_t count =
-      std::min<int64_t>(options_.prefill_chunk, static_cast<int64_t>(prompt.size()) - begin);
+  return group;
+}
+
+void Engine::Impl::PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin,
+                              int64_t count) {
+  const auto& prompt = seq.request.prompt;
+  torch::Tensor log_probs = torch::log_softmax(logits.to(torch::kFloat), -1).to(torch::kCPU);
+  StreamEvent event;
+  event.token_ids.assign(prompt.begin() + begin, prompt.begin() + begin + count);
+  event.logprobs.resize(count);
+  const auto& last = seq.last_logits;  // the previous chunk's prediction
+  event.logprobs[0] =
+      begin == 0 ? 0.0f
+                 : static_cast<float>(LogSoftmaxAt(last.data(), static_cast<int64_t>(last.size()),
+                                                   prompt[begin]));
+  auto rows = log_probs.accessor<float, 2>();
+  for (int64_t j = 0; j + 1 < count; ++j) event.logprobs[j + 1] = rows[j][prompt[begin + j + 1]];
+  seq.stream->Push(std::move(event));
+}
+
+bool Engine::Impl::PrefillChunk() {
+  const std::vector<Sequence*> group = PrefillGroup();
+  if (group.empty()) return false;
+  const auto rows = static_cast<int64_t>(group.size());
+  const int64_t begin = group[0]->prefilled;
+  const int64_t count = std::min<int64_t>(
+      options_.prefill_chunk, static_cast<int64_t>(group[0]->request.prompt.size()) - begin);
   const absl::Time started = clock_.Now();
   try {
-    torch::Tensor tokens =
-        torch::tensor(std::vector<int64_t>(prompt.begin() + begin, prompt.begin() + begin + count),
-                      torch::dtype(torch::kLong))
-            .view({1, count})
-            .to(device_);
-    torch::Tensor slots = torch::tensor({seq->slot}, torch::dtype(torch::kLong)).to(device_);
-    torch::Tensor logits = model_->prefill(tokens, pool_.state(), slots)[0];  // [C, V]
-    if (seq->scoring()) {
-      torch::Tensor log_probs = torch::log_softmax(logits.to(torch::kFloat), -1).to(torch::kCPU);
-      StreamEvent event;
-      event.token_ids.assign(prompt.begin() + begin, prompt.begin() + begin + count);
-      event.logprobs.resize(count);
-      const auto& last = seq->last_logits;  // the previous chunk's prediction
-      event.logprobs[0] = begin == 0 ? 0.0f
-                                     : static_cast<float>(LogSoftmaxAt(
-                                           last.data(), static_cast<int64_t>(last.size()),
-                                           prompt[begin]));
-      auto rows = log_probs.accessor<float, 2>();
-      for (int64_t j = 0; j + 1 < count; ++j) event.logprobs[j + 1] = rows[j][prompt[begin + j + 1]];
-      seq->stream->Push(std::move(event));
+    std::vector<int64_t> tokens, slots;
+    for (Sequence* seq : group) {
+      const auto& prompt = seq->request.prompt;
+      tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
+      slots.push_back(seq->slot);
     }
-    seq->last_logits = RowToVector(logits[count - 1]);
+    torch::Tensor logits =
+        model_->prefill(torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
+                        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
+    if (group[0]->scoring()) PushScores(*group[0], logits[0], begin, count);
+    torch::Tensor last = logits.select(1, count - 1).to(torch::kCPU, torch::kFloat).contiguous();
+    for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
   } catch (const c10::Error& error) {
-    EndWithError(*seq, absl::InternalError(absl::StrCat("prefill failed: ", error.what_without_backtrace())));
+    for (Sequence* seq : group) {
+      EndWithError(*seq, absl::InternalError(
+                             absl::StrCat("prefill failed: ", error.what_without_backtrace())));
+    }
     return true;
   }
-  seq->prefilled += count;
-  observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, 1, count);
-  if (!seq->prefilling()) {
+  observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, rows, rows * count);
+  for (Sequence* seq : group) {
+    seq->prefilled += count;
+    if (seq->prefilling()) continue;
     if (seq->scoring()) {
       End(*seq, StreamEvent{});
     } else {

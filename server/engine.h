@@ -6,6 +6,8 @@
 //   2. admits waiting requests into free slots (first come, first served);
 //   3. prefills ONE chunk of the oldest prompt still being read (the parallel
 //      form), so a long prompt delays running streams by one chunk at most;
+//      prompts at the same position that need a chunk of the same length
+//      join that prefill as extra rows while the tokens fit the chunk;
 //   4. decodes one token for every running sequence together: one step() on
 //      their state slots, each sequence at its own position, each sampled by
 //      its own seeded Sampler (so its output does not depend on its batch).

@@ -26,13 +26,14 @@ class FakeClock : public Clock {
   absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
 };
 
-// Counts decode rows per step.
+// Rows per step, by phase.
 class StepLog : public EngineObserver {
  public:
   void OnStep(Phase phase, absl::Duration, int64_t rows, int64_t) override {
-    if (phase == Phase::kDecode) decode_rows.push_back(rows);
+    (phase == Phase::kDecode ? decode_rows : prefill_rows).push_back(rows);
   }
   std::vector<int64_t> decode_rows;
+  std::vector<int64_t> prefill_rows;
 };
 
 struct Output {
@@ -249,6 +250,30 @@ TEST_F(EngineTest, LongPromptDelaysRunningStreamsByOneChunkPerIteration) {
     EXPECT_EQ(out_running.ids.size(), before + 1) << "iteration " << i;
   }
   EXPECT_EQ(out_long.ids.size(), 2u);  // first token after the last chunk, then a decode step
+}
+
+TEST_F(EngineTest, PromptsOfOneLengthArePrefilledTogetherWithinTheChunkBudget) {
+  std::vector<EngineRequest> requests;
+  std::vector<Output> alone;
+  for (int i = 0; i < 5; ++i) {
+    requests.push_back(Greedy(Prompt(12, 40 + i), 6));
+    alone.push_back(RunAlone(requests.back()));
+  }
+  EngineOptions options;
+  options.prefill_chunk = 40;  // room for 3 prompts of 12 tokens per prefill
+  StepLog log;
+  auto engine = MakeEngine(options, &log);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<Output> outs(5);
+  std::vector<std::pair<RequestStream*, Output*>> pairs;
+  for (int i = 0; i < 5; ++i) {
+    streams.push_back(std::make_shared<RequestStream>(1000));
+    ASSERT_TRUE(engine->Submit(requests[i], streams.back()).ok());
+    pairs.push_back({streams.back().get(), &outs[i]});
+  }
+  RunUntilDone(*engine, pairs);
+  EXPECT_EQ(log.prefill_rows, (std::vector<int64_t>{3, 2}));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(outs[i].ids, alone[i].ids) << i;
 }
 
 TEST_F(EngineTest, ScoreEqualsTheParallelForm) {
