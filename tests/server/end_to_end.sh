@@ -34,6 +34,16 @@ common=(--corpus="$work/corpus.txt" --d_model=32 --layers=2 --heads=2 --ff_hidde
 "$train_bin" "${common[@]}" --mixer=linear-elu --output="$work/models/e2e-linear.pt" \
   >> "$work/train.log" 2>&1 || fail "attn-train linear-elu"
 
+echo "== startup errors name what to fix"
+if "$server_bin" --models="$work/models" --device=cuda --metrics_port=-1 > "$work/cuda.log" 2>&1; then
+  fail "--device=cuda started on a build without CUDA"
+fi
+grep -q -- "--device: cuda" "$work/cuda.log" || fail "cuda error: $(cat "$work/cuda.log")"
+if "$server_bin" --models="$work/missing.pt" --metrics_port=-1 > "$work/missing.log" 2>&1; then
+  fail "a missing model file started"
+fi
+grep -q "missing.pt" "$work/missing.log" || fail "missing model: $(cat "$work/missing.log")"
+
 read -r port metrics_port < <($py -c '
 import socket
 s = [socket.socket() for _ in range(2)]

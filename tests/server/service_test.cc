@@ -351,30 +351,42 @@ TEST_F(ServiceTest, HealthIsServingOverallAndPerModel) {
   for (const char* model : kModels) EXPECT_EQ(Health(model), HealthCheckResponse::SERVING);
 }
 
-// A server of its own, with one slot and no queue.
+// A server of its own hosting one tiny model, and a stub for it.
+struct OwnServer {
+  explicit OwnServer(const std::string& label, EngineOptions engine = {}) : dir(label) {
+    attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+    server = StartServer(dir.path().string(), engine);
+    if (server) {
+      stub = attn::v1::TextGeneration::NewStub(grpc::CreateChannel(
+          absl::StrCat("127.0.0.1:", server->port()), grpc::InsecureChannelCredentials()));
+    }
+  }
+  attn::testing::ScopedTempDir dir;
+  std::unique_ptr<InferenceServer> server;
+  std::unique_ptr<attn::v1::TextGeneration::Stub> stub;
+};
+
+GenerateRequest Long(int max_tokens) {
+  GenerateRequest request;
+  request.set_prompt("the river");
+  request.set_max_tokens(max_tokens);
+  request.set_ignore_eos(true);
+  return request;
+}
+
 TEST(ServiceLimitsTest, FullQueueIsResourceExhausted) {
-  attn::testing::ScopedTempDir dir("service_limits");
-  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
   EngineOptions engine;
   engine.max_active = 1;
   engine.max_waiting = 0;
-  auto server = StartServer(dir.path().string(), engine);
-  ASSERT_NE(server, nullptr);
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = attn::v1::TextGeneration::NewStub(channel);
+  OwnServer own("service_limits", engine);
+  ASSERT_NE(own.server, nullptr);
   grpc::ClientContext long_context;
-  GenerateRequest long_request;
-  long_request.set_prompt("the river");
-  long_request.set_max_tokens(4000);
-  long_request.set_ignore_eos(true);
-  auto reader = stub->GenerateStream(&long_context, long_request);
+  auto reader = own.stub->GenerateStream(&long_context, Long(4000));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));  // it holds the only slot
   grpc::ClientContext context;
   GenerateResponse response;
-  long_request.set_max_tokens(3);
-  grpc::Status status = stub->Generate(&context, long_request, &response);
+  grpc::Status status = own.stub->Generate(&context, Long(3), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   long_context.TryCancel();
   while (reader->Read(&message)) {
@@ -383,27 +395,28 @@ TEST(ServiceLimitsTest, FullQueueIsResourceExhausted) {
 }
 
 TEST(ServiceShutdownTest, RunningStreamsFinishAndNewWorkIsRefused) {
-  attn::testing::ScopedTempDir dir("service_shutdown");
-  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
-  auto server = StartServer(dir.path().string());
-  ASSERT_NE(server, nullptr);
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = attn::v1::TextGeneration::NewStub(channel);
+  OwnServer own("service_shutdown");
+  ASSERT_NE(own.server, nullptr);
   grpc::ClientContext context;
-  GenerateRequest request;
-  request.set_prompt("the river");
-  request.set_max_tokens(300);
-  request.set_ignore_eos(true);
-  auto reader = stub->GenerateStream(&context, request);
+  auto reader = own.stub->GenerateStream(&context, Long(2000));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
-  std::thread shutdown([&] { server->Shutdown(); });
+  std::thread shutdown([&] { own.server->Shutdown(); });
+  // Once shutdown has begun, new work gets UNAVAILABLE from the service
+  // itself (its message), while the stream above is still running.
+  grpc::Status refused;
+  for (int i = 0; i < 2000 && refused.ok(); ++i) {
+    grpc::ClientContext late;
+    GenerateResponse response;
+    refused = own.stub->Generate(&late, Long(1), &response);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down")) << refused.error_message();
   int received = 1;
   while (reader->Read(&message)) ++received;
   const grpc::Status status = reader->Finish();
   EXPECT_TRUE(status.ok()) << status.error_message();  // finished within the grace period
-  EXPECT_EQ(received, 300);
+  EXPECT_EQ(received, 2000);
   shutdown.join();
 }
 
