@@ -68,13 +68,15 @@ $py scripts/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2
 echo "== 10,000 concurrent slow-reading streams (aft-conv)" >&2
 start_server aft-conv --max_active=10240 --max_waiting=1024 --stream_buffer=4 --max_prompt_tokens=512
 idle=$(rss_mb $server_pid)
-streams=10000; delay=1000; tokens=48
+streams=10000; delay=1000; tokens=120
 [ "$QUICK" = 1 ] && streams=2000
 "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=$streams --streams=$streams \
   --prompt_tokens=16 --max_tokens=$tokens --read_delay_ms=$delay --json --progress=false \
   > "$OUT/slow.json" &
 bench_pid=$!
-sleep 25
+# Admitting 10,000 prompts takes a while on 2 cores; measure once they are
+# all generating (each reads one message a second, so they stay open).
+sleep 75
 held=$(rss_mb $server_pid)
 health_ms=$($py -c "
 import subprocess, time

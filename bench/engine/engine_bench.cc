@@ -14,6 +14,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -75,8 +77,14 @@ double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int c
   engine.Start();
   const int64_t total = concurrency * absl::GetFlag(FLAGS_requests_per_slot);
   const int64_t vocab = model->config().vocab_size;
-  std::vector<std::shared_ptr<RequestStream>> in_flight;
-  int64_t submitted = 0, finished = 0, tokens = 0;
+  // Each stream's events are counted on the engine thread as they come (as
+  // the server's reactors do); the main thread sleeps until a request ends.
+  // Polling from here instead would preempt the engine's intra-op threads
+  // on a 2-core machine and distort the numbers.
+  std::mutex mu;
+  std::condition_variable ended;
+  int64_t tokens = 0, finished = 0, submitted = 0;
+  std::vector<std::shared_ptr<RequestStream>> streams;
   auto submit = [&] {
     EngineRequest request;
     request.prompt = Prompt(absl::GetFlag(FLAGS_prompt_tokens), vocab, submitted);
@@ -84,28 +92,34 @@ double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int c
     request.sampling.temperature = 0;
     request.ignore_eos = true;
     auto stream = std::make_shared<RequestStream>(max_tokens + 2);
-    if (engine.Submit(std::move(request), stream).ok()) in_flight.push_back(stream);
+    RequestStream* raw = stream.get();
+    stream->SetListener([&, raw] {
+      while (auto event = raw->Pop()) {
+        std::lock_guard<std::mutex> lock(mu);
+        tokens += static_cast<int64_t>(event->token_ids.size());
+        if (event->last) {
+          ++finished;
+          ended.notify_one();
+        }
+      }
+    });
+    streams.push_back(stream);
     ++submitted;
+    if (!engine.Submit(std::move(request), stream).ok()) std::abort();
   };
   const absl::Time start = absl::Now();
+  std::unique_lock<std::mutex> lock(mu);
   for (int i = 0; i < concurrency; ++i) submit();
+  int64_t replaced = 0;
   while (finished < total) {
-    absl::SleepFor(absl::Microseconds(500));
-    for (size_t i = 0; i < in_flight.size();) {
-      bool done = false;
-      while (auto event = in_flight[i]->Pop()) {
-        tokens += static_cast<int64_t>(event->token_ids.size());
-        done |= event->last;
-      }
-      if (done) {
-        in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
-        ++finished;
-        if (submitted < total) submit();
-      } else {
-        ++i;
-      }
+    ended.wait(lock, [&] { return finished > replaced; });
+    for (; replaced < finished; ++replaced) {
+      if (submitted < total) submit();
     }
   }
+  lock.unlock();
+  engine.Stop();
+  for (auto& stream : streams) stream->ClearListener();
   return static_cast<double>(tokens) / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
