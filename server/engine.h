@@ -46,7 +46,8 @@ struct EngineOptions {
   int64_t max_prompt_tokens = 4096;  // per request
   int64_t max_tokens = 4096;         // per request
   int64_t prefill_chunk = 256;       // prompt tokens per iteration
-  int64_t stream_buffer = 16;        // events queued per stream before it pauses
+  int64_t stream_buffer = 16;        // events a stream queues before its sequence pauses
+                                     // (the capacity callers give RequestStreams)
 };
 
 struct EngineRequest {

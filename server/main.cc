@@ -83,10 +83,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
-  options.limits.max_prompt_tokens = engine.max_prompt_tokens;
-  options.limits.max_tokens = engine.max_tokens;
   options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
-  options.limits.stream_buffer = engine.stream_buffer;
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   return options;
 }

@@ -232,8 +232,9 @@ absl::StatusOr<HostedModel*> TextGenerationService::Resolve(const std::string& n
 
 RequestLimits TextGenerationService::LimitsFor(const HostedModel& model) const {
   RequestLimits limits;
-  limits.max_prompt_tokens = limits_.max_prompt_tokens;
-  limits.max_tokens = limits_.max_tokens;
+  const EngineOptions& engine = model.engine->options();
+  limits.max_prompt_tokens = engine.max_prompt_tokens;
+  limits.max_tokens = engine.max_tokens;
   limits.default_max_tokens = limits_.default_max_tokens;
   limits.max_context = model.description.max_context;
   return limits;
@@ -260,7 +261,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
       ToEngineRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
   const bool logprobs = engine_request->logprobs;
-  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  auto stream = std::make_shared<RequestStream>(
+      static_cast<size_t>(hosted.engine->options().stream_buffer));
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Generate", stream,
@@ -287,7 +289,8 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
     return new RejectedStream(ToGrpcStatus(engine_request.status()));
   }
   HostedModel& hosted = **model;
-  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  auto stream = std::make_shared<RequestStream>(
+      static_cast<size_t>(hosted.engine->options().stream_buffer));
   auto* reactor =
       new StreamReactor(metrics_, hosted.description.name, stream, engine_request->logprobs);
   reactor->Begin();
@@ -306,7 +309,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
   auto engine_request =
       ToScoreRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
-  auto stream = std::make_shared<RequestStream>(static_cast<size_t>(limits_.stream_buffer));
+  auto stream = std::make_shared<RequestStream>(
+      static_cast<size_t>(hosted.engine->options().stream_buffer));
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Score", stream,

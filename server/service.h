@@ -20,11 +20,10 @@ class Metrics;
 // The one place absl statuses become gRPC statuses.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// What the service adds to each model engine's own bounds (EngineOptions:
+// prompt and max_tokens limits, stream buffer), which it reads from there.
 struct ServiceLimits {
-  int64_t max_prompt_tokens = 4096;
-  int64_t max_tokens = 4096;
-  int64_t default_max_tokens = 128;
-  int64_t stream_buffer = 16;
+  int64_t default_max_tokens = 128;  // max_tokens when a request leaves it unset
 };
 
 class TextGenerationService final : public attn::v1::TextGeneration::CallbackService {
