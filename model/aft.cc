@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "model/dense.h"
 #include "model/kernels.h"
 
 namespace attn {
@@ -155,7 +156,7 @@ torch::Tensor AftImpl::Block(const torch::Tensor& q, const torch::Tensor& k, con
 }
 
 torch::Tensor AftImpl::Blocks(const torch::Tensor& x, int64_t start, Sums& sums) {
-  auto qkv = in_proj_->forward(x).chunk(3, -1);
+  auto qkv = Dense(x, in_proj_).chunk(3, -1);
   const int64_t time = x.size(1);
   std::vector<torch::Tensor> outputs;
   for (int64_t begin = 0; begin < time; begin += options_.chunk) {
@@ -163,7 +164,7 @@ torch::Tensor AftImpl::Blocks(const torch::Tensor& x, int64_t start, Sums& sums)
     outputs.push_back(Block(qkv[0].narrow(1, begin, len), qkv[1].narrow(1, begin, len),
                             qkv[2].narrow(1, begin, len), start + begin, sums));
   }
-  return out_proj_->forward(torch::cat(outputs, 1));
+  return Dense(torch::cat(outputs, 1), out_proj_);
 }
 
 torch::Tensor AftImpl::forward(const torch::Tensor& x) {
@@ -219,7 +220,7 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const tor
   const int64_t batch = x.size(0), d = options_.d_model;
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
-  auto qkv = in_proj_->forward(x).contiguous();
+  auto qkv = Dense(x, in_proj_).contiguous();
   auto out = torch::empty({batch, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
   kernels::AftStepArgs args;
@@ -243,7 +244,7 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const tor
   args.out = out.data_ptr<float>();
   kernels::AftStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
-  return out_proj_->forward(out);
+  return Dense(out, out_proj_);
 }
 
 }  // namespace attn

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "model/dense.h"
+
 namespace attn {
 
 FeedForwardImpl::FeedForwardImpl(int64_t d_model, int64_t hidden) {
@@ -10,7 +12,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t d_model, int64_t hidden) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return down_->forward(torch::gelu(up_->forward(x)));
+  return Dense(torch::gelu(Dense(x, up_)), down_);
 }
 
 AttentionLayerImpl::AttentionLayerImpl(const BlockOptions& options) {

@@ -352,4 +352,40 @@ void AftStep(const AftStepArgs& a) {
   });
 }
 
+namespace {
+
+ATTN_HOT void ScaleRow(const float* in, const float* gain, float scale, int64_t d, float* out) {
+  if (gain == nullptr) {
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) out[i] = in[i] * scale;
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) out[i] = gain[i] * (in[i] * scale);
+}
+
+ATTN_HOT float SquaredNorm(const float* in, int64_t d) { return Dot(in, in, d); }
+
+}  // namespace
+
+void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps,
+                 float* out) {
+  at::parallel_for(0, rows, GrainFor(2 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * d;
+      const float mean_square = SquaredNorm(in, d) / static_cast<float>(d);
+      ScaleRow(in, gain, 1.0f / std::sqrt(mean_square + eps), d, out + r * d);
+    }
+  });
+}
+
+void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out) {
+  at::parallel_for(0, rows, GrainFor(2 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x + r * d;
+      ScaleRow(in, nullptr, gain / std::max(std::sqrt(SquaredNorm(in, d)), eps), d, out + r * d);
+    }
+  });
+}
+
 }  // namespace attn::kernels

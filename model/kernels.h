@@ -103,4 +103,12 @@ struct AftStepArgs {
 };
 void AftStep(const AftStepArgs& a);
 
+// Row normalisations of x [rows, d] into out (may alias x), one pass per row:
+//   RMSNorm:   out = gain * x / sqrt(mean(x^2) + eps),  gain [d]
+//   ScaleNorm: out = gain * x / max(||x||_2, eps),      gain a scalar
+// Op by op these cost five to six dispatches and temporaries per norm.
+void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps,
+                 float* out);
+void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out);
+
 }  // namespace attn::kernels

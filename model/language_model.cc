@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "model/dense.h"
 #include "model/enum_names.h"
 #include "model/flat_json.h"
 
@@ -203,7 +204,7 @@ torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tens
 }
 
 torch::Tensor CausalLmImpl::Head(const torch::Tensor& hidden) {
-  return torch::matmul(final_norm_->forward(hidden), embedding_->weight.t());
+  return Dense(final_norm_->forward(hidden), embedding_->weight);
 }
 
 torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {

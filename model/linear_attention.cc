@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "model/dense.h"
 #include "model/heads.h"
 #include "model/kernels.h"
 
@@ -54,7 +55,7 @@ torch::Tensor LinearAttentionImpl::attend(const torch::Tensor& query, const torc
     TORCH_CHECK(!key_padding_mask.defined(), "causal linear attention takes no padding mask");
     auto s = torch::zeros({query.size(0), options_.heads, head_dim_, head_dim_}, query.options());
     auto z = torch::zeros({query.size(0), options_.heads, head_dim_}, query.options());
-    return out_proj_->forward(MergeHeads(CausalBlocks(qkv[0], qkv[1], qkv[2], s, z)));
+    return Dense(MergeHeads(CausalBlocks(qkv[0], qkv[1], qkv[2], s, z)), out_proj_);
   }
   auto phi_q = LinearFeatureMap(qkv[0], exp_feature());
   auto phi_k = LinearFeatureMap(qkv[1], exp_feature());
@@ -67,7 +68,7 @@ torch::Tensor LinearAttentionImpl::attend(const torch::Tensor& query, const torc
   auto z = phi_k.sum(2, /*keepdim=*/true);                   // [B, H, 1, Dh]
   auto num = torch::matmul(phi_q, kv);
   auto den = (phi_q * z).sum(-1, /*keepdim=*/true) + options_.linear_eps;
-  return out_proj_->forward(MergeHeads(num / den));
+  return Dense(MergeHeads(num / den), out_proj_);
 }
 
 torch::Tensor LinearAttentionImpl::forward(const torch::Tensor& x) {
@@ -100,7 +101,7 @@ torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& s
   auto length_index = rows.to(state.length.device());
   state.length.index_add_(0, length_index,
                           torch::full({rows.size(0)}, x.size(1), state.length.options()));
-  return out_proj_->forward(MergeHeads(y));
+  return Dense(MergeHeads(y), out_proj_);
 }
 
 torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& state,
@@ -111,7 +112,7 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   const int64_t batch = x.size(0), d = options_.d_model;
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
-  auto qkv = in_proj_->forward(x).contiguous();
+  auto qkv = Dense(x, in_proj_).contiguous();
   auto out = torch::empty({batch, d}, x.options());
   kernels::LinearStepArgs args;
   args.batch = batch;
@@ -129,7 +130,7 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
-  return out_proj_->forward(out);
+  return Dense(out, out_proj_);
 }
 
 int64_t LinearAttentionImpl::state_bytes_per_sequence(int64_t /*context*/) const {

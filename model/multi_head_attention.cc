@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/dense.h"
 #include "model/heads.h"
 #include "model/kv_cache.h"
 
@@ -79,7 +80,7 @@ torch::Tensor MultiHeadAttentionImpl::AttendHeads(const torch::Tensor& q, const 
                    .view({q.size(0), 1, 1, tk});
     bias = bias.defined() ? bias + pad : pad;
   }
-  return out_proj_->forward(MergeHeads(ScaledDotProductAttention(q, k, v, bias)));
+  return Dense(MergeHeads(ScaledDotProductAttention(q, k, v, bias)), out_proj_);
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& query, const torch::Tensor& key,
@@ -122,12 +123,12 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
-  auto qkv = in_proj_->forward(x).contiguous();
+  auto qkv = Dense(x, in_proj_).contiguous();
   CachedStepTerms terms;
   // The kernel exponentiates the log-slopes itself: no tensor op per step.
   torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
   if (log_slopes.defined()) terms.log_slopes = log_slopes.data_ptr<float>();
-  return out_proj_->forward(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms));
+  return Dense(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms), out_proj_);
 }
 
 int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {

@@ -26,6 +26,10 @@ class NormImpl : public torch::nn::Module {
   NormKind kind() const { return kind_; }
 
  private:
+  // The fused CPU loop (model/kernels.h) outside autograd; LayerNorm is
+  // already one fused LibTorch op.
+  bool CanFuse(const torch::Tensor& x) const;
+
   NormKind kind_;
   double eps_;
   torch::Tensor gain_;  // [d] (scalar [1] for ScaleNorm)

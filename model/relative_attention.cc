@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/dense.h"
 #include "model/heads.h"
 #include "model/kv_cache.h"
 #include "model/positions.h"
@@ -31,7 +32,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
               options_.max_context);
   const auto& w = r_proj_->weight;
   if (torch::GradMode::is_enabled()) {
-    return r_proj_->forward(distances_.narrow(0, 0, count))
+    return Dense(distances_.narrow(0, 0, count), r_proj_)
         .view({count, options_.heads, head_dim_})
         .permute({1, 0, 2});
   }
@@ -43,7 +44,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
   const int64_t version = w.is_inference() ? 0 : static_cast<int64_t>(w._version());
   if (!projected_cache_.defined() || projected_version_ != version ||
       projected_data_ != w.data_ptr() || projected_cache_.device() != w.device()) {
-    projected_cache_ = r_proj_->forward(distances_)
+    projected_cache_ = Dense(distances_, r_proj_)
                            .view({options_.max_context, options_.heads, head_dim_})
                            .permute({1, 0, 2})
                            .contiguous();
@@ -70,7 +71,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::Attend(const torch::Tensor& q, con
   auto scores =
       ((content + position) * scale).masked_fill(future, -std::numeric_limits<double>::infinity());
   auto y = torch::matmul(torch::softmax(scores, -1), v);
-  return out_proj_->forward(MergeHeads(y));
+  return Dense(MergeHeads(y), out_proj_);
 }
 
 torch::Tensor RelativeMultiHeadAttentionImpl::forward(const torch::Tensor& x) {
@@ -123,7 +124,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, Mixer
   if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
-  auto qkv = in_proj_->forward(x).contiguous();
+  auto qkv = Dense(x, in_proj_).contiguous();
   auto r = ProjectedDistances(options_.max_context);
   auto u = u_.contiguous();
   auto v = v_.contiguous();
@@ -131,7 +132,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, Mixer
   terms.content_bias = u.data_ptr<float>();
   terms.position_bias = v.data_ptr<float>();
   terms.r = r.data_ptr<float>();
-  return out_proj_->forward(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms));
+  return Dense(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms), out_proj_);
 }
 
 int64_t RelativeMultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {

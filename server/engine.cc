@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,12 +47,13 @@ struct Sequence {
   absl::Time arrival;
   absl::Time last_token;
   int64_t slot = -1;
-  int64_t prefilled = 0;          // prompt tokens in the state
+  int64_t prefilled = 0;           // prompt tokens in the state
   std::vector<float> last_logits;  // after the last token in the state
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextAssembler> text;
   int64_t generated = 0;
-  int64_t next_token = -1;  // fed to the next decode step
+  int64_t next_token = -1;    // fed to the next decode step
+  int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
   bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
@@ -66,8 +68,8 @@ Clock& RealClock() {
 
 class Engine::Impl {
  public:
-  Impl(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
-       const Clock& clock, EngineObserver* observer)
+  Impl(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options, const Clock& clock,
+       EngineObserver* observer)
       : model_(std::move(model)),
         tokenizer_(tokenizer),
         options_(options),
@@ -80,7 +82,9 @@ class Engine::Impl {
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
   bool RunOnce();
   void Loop();
-  void Start() { thread_ = std::thread([this] { Loop(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
   void Drain() {
     std::lock_guard<std::mutex> lock(mu_);
     draining_ = true;
@@ -101,6 +105,9 @@ class Engine::Impl {
   std::vector<Sequence*> PrefillGroup() const;
   void PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin, int64_t count);
   bool DecodeStep();
+  // The sequences of the next decode step: ready ones, at most
+  // max_decode_rows, fewest generated tokens first.
+  std::vector<Sequence*> DecodeBatch() const;
   // Handles a token chosen for `seq`; ends the sequence when it finishes.
   void Emit(Sequence& seq, const SampledToken& token);
   // Pushes the last event (with usage for a success) and frees the slot.
@@ -121,7 +128,7 @@ class Engine::Impl {
   EngineObserver no_observer_;
   EngineObserver* observer_;
   torch::Device device_;
-  StatePool pool_;  // engine thread only
+  StatePool pool_;                                 // engine thread only
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
   std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::thread thread_;
@@ -129,6 +136,8 @@ class Engine::Impl {
   mutable std::mutex mu_;  // guards waiting_ and draining_
   std::deque<std::unique_ptr<Sequence>> waiting_;
   bool draining_ = false;
+
+  int64_t decode_steps_ = 0;  // engine thread only
 
   std::atomic<int64_t> free_slots_;
   std::atomic<int64_t> running_{0};
@@ -139,13 +148,13 @@ class Engine::Impl {
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size == 0 || prompt_size > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", prompt_size, " tokens, expected 1 to ",
-                                                   options_.max_prompt_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt: ", prompt_size, " tokens, expected 1 to ", options_.max_prompt_tokens));
   }
   if (request.kind == EngineRequest::Kind::kGenerate &&
       (request.max_tokens < 1 || request.max_tokens > options_.max_tokens)) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens: ", request.max_tokens,
-                                                   ", expected 1 to ", options_.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: ", request.max_tokens, ", expected 1 to ", options_.max_tokens));
   }
   auto seq = std::make_unique<Sequence>();
   seq->request = std::move(request);
@@ -156,9 +165,9 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
     if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
     const int64_t room = options_.max_waiting + free_slots_.load();
     if (static_cast<int64_t>(waiting_.size()) >= room) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the model's queue is full (", options_.max_active, " running, ", options_.max_waiting,
-          " waiting); retry later"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the model's queue is full (", options_.max_active, " running, ",
+                       options_.max_waiting, " waiting); retry later"));
     }
     std::weak_ptr<Signal> signal = signal_;
     seq->stream->SetWake([signal] {
@@ -272,10 +281,10 @@ void Engine::Impl::PushScores(Sequence& seq, const torch::Tensor& logits, int64_
   event.token_ids.assign(prompt.begin() + begin, prompt.begin() + begin + count);
   event.logprobs.resize(count);
   const auto& last = seq.last_logits;  // the previous chunk's prediction
-  event.logprobs[0] =
-      begin == 0 ? 0.0f
-                 : static_cast<float>(LogSoftmaxAt(last.data(), static_cast<int64_t>(last.size()),
-                                                   prompt[begin]));
+  event.logprobs[0] = begin == 0
+                          ? 0.0f
+                          : static_cast<float>(LogSoftmaxAt(
+                                last.data(), static_cast<int64_t>(last.size()), prompt[begin]));
   auto rows = log_probs.accessor<float, 2>();
   for (int64_t j = 0; j + 1 < count; ++j) event.logprobs[j + 1] = rows[j][prompt[begin + j + 1]];
   seq.stream->Push(std::move(event));
@@ -296,9 +305,9 @@ bool Engine::Impl::PrefillChunk() {
       tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
       slots.push_back(seq->slot);
     }
-    torch::Tensor logits =
-        model_->prefill(torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
-                        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
+    torch::Tensor logits = model_->prefill(
+        torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
+        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
     if (group[0]->scoring()) PushScores(*group[0], logits[0], begin, count);
     torch::Tensor last = logits.select(1, count - 1).to(torch::kCPU, torch::kFloat).contiguous();
     for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
@@ -323,14 +332,29 @@ bool Engine::Impl::PrefillChunk() {
   return true;
 }
 
-bool Engine::Impl::DecodeStep() {
-  std::vector<Sequence*> batch;
-  for (auto& seq : active_) {
+std::vector<Sequence*> Engine::Impl::DecodeBatch() const {
+  std::vector<Sequence*> ready;
+  for (const auto& seq : active_) {
     if (seq->stream && !seq->prefilling() && seq->next_token >= 0 && !seq->stream->full()) {
-      batch.push_back(seq.get());
+      ready.push_back(seq.get());
     }
   }
+  const auto cap = static_cast<size_t>(std::max<int64_t>(1, options_.max_decode_rows));
+  if (ready.size() <= cap) return ready;
+  // Least attained service first; among equals, the longest unserved.
+  std::nth_element(
+      ready.begin(), ready.begin() + cap, ready.end(), [](const Sequence* a, const Sequence* b) {
+        return std::tie(a->generated, a->last_decoded) < std::tie(b->generated, b->last_decoded);
+      });
+  ready.resize(cap);
+  return ready;
+}
+
+bool Engine::Impl::DecodeStep() {
+  std::vector<Sequence*> batch = DecodeBatch();
   if (batch.empty()) return false;
+  ++decode_steps_;
+  for (Sequence* seq : batch) seq->last_decoded = decode_steps_;
   const auto rows = static_cast<int64_t>(batch.size());
   std::vector<int64_t> tokens(rows), slots(rows);
   for (int64_t i = 0; i < rows; ++i) {
@@ -342,14 +366,13 @@ bool Engine::Impl::DecodeStep() {
   try {
     logits = model_
                  ->step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
-                        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_),
-                        pool_.state())
+                        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), pool_.state())
                  .to(torch::kCPU, torch::kFloat)
                  .contiguous();
   } catch (const c10::Error& error) {
     for (Sequence* seq : batch) {
-      EndWithError(*seq, absl::InternalError(absl::StrCat("decode step failed: ",
-                                                          error.what_without_backtrace())));
+      EndWithError(*seq, absl::InternalError(
+                             absl::StrCat("decode step failed: ", error.what_without_backtrace())));
     }
     return true;
   }

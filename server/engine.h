@@ -8,9 +8,15 @@
 //      form), so a long prompt delays running streams by one chunk at most;
 //      prompts at the same position that need a chunk of the same length
 //      join that prefill as extra rows while the tokens fit the chunk;
-//   4. decodes one token for every running sequence together: one step() on
+//   4. decodes one token for the running sequences together: one step() on
 //      their state slots, each sequence at its own position, each sampled by
 //      its own seeded Sampler (so its output does not depend on its batch).
+//      At most max_decode_rows sequences step per iteration; when more are
+//      ready, those that have generated the fewest tokens go first (ties:
+//      the one that waited longest). Under overload a new request therefore
+//      gets its first tokens at once instead of waiting behind thousands of
+//      long streams, and one iteration stays short enough for prefills,
+//      cancellations and deadlines to be handled promptly.
 // A sequence whose output queue is full (a slow reader) sits out decode steps
 // while keeping its slot. Scoring runs the same prefill path over the text
 // and reports each token's log-probability.
@@ -46,6 +52,7 @@ struct EngineOptions {
   int64_t max_prompt_tokens = 4096;  // per request
   int64_t max_tokens = 4096;         // per request
   int64_t prefill_chunk = 256;       // prompt tokens per iteration
+  int64_t max_decode_rows = 256;     // sequences per decode step
   int64_t stream_buffer = 16;        // events a stream queues before its sequence pauses
                                      // (the capacity callers give RequestStreams)
 };

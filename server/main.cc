@@ -38,6 +38,9 @@ ABSL_FLAG(int64_t, default_max_tokens, 128, "max_tokens when a request leaves it
 ABSL_FLAG(int64_t, prefill_chunk, 256,
           "Prompt tokens prefilled per engine iteration: bounds how long a prompt delays "
           "running streams.");
+ABSL_FLAG(int64_t, max_decode_rows, 256,
+          "Sequences decoded together per engine iteration; when more are ready, those with "
+          "the fewest generated tokens go first.");
 ABSL_FLAG(int64_t, stream_buffer, 16,
           "Messages queued per stream for a slow reader before its sequence pauses.");
 ABSL_FLAG(int, shutdown_grace_seconds, 30,
@@ -45,11 +48,14 @@ ABSL_FLAG(int, shutdown_grace_seconds, 30,
 
 namespace {
 
-const char* const kFlagNames[] = {
-    "models",    "default_model",     "host",       "port",
-    "metrics_port", "device",         "threads",    "max_active",
-    "max_waiting", "max_prompt_tokens", "max_tokens", "default_max_tokens",
-    "prefill_chunk", "stream_buffer", "shutdown_grace_seconds"};
+const char* const kFlagNames[] = {"models",        "default_model",
+                                  "host",          "port",
+                                  "metrics_port",  "device",
+                                  "threads",       "max_active",
+                                  "max_waiting",   "max_prompt_tokens",
+                                  "max_tokens",    "default_max_tokens",
+                                  "prefill_chunk", "max_decode_rows",
+                                  "stream_buffer", "shutdown_grace_seconds"};
 
 // ATTN_<FLAG> environment variables become flag values before the command
 // line is parsed, so the command line wins.
@@ -72,8 +78,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.registry.paths =
-      absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
+  options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
   options.registry.device = absl::GetFlag(FLAGS_device);
   attn::serving::EngineOptions& engine = options.registry.engine;
@@ -82,6 +87,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   engine.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
@@ -101,6 +107,7 @@ bool CheckBounds(const attn::serving::ServerOptions& options) {
                 {"--max_tokens", e.max_tokens, 1},
                 {"--default_max_tokens", options.limits.default_max_tokens, 1},
                 {"--prefill_chunk", e.prefill_chunk, 1},
+                {"--max_decode_rows", e.max_decode_rows, 1},
                 {"--stream_buffer", e.stream_buffer, 1}};
   for (const Bound& bound : bounds) {
     if (bound.value < bound.min) {

@@ -49,6 +49,25 @@ TEST(Norms, MatchTheirFormulas) {
   }
 }
 
+TEST(Norms, FusedInferencePathEqualsTheAutogradPath) {
+  torch::manual_seed(62);
+  auto x = torch::randn({4, 24, 3}).transpose(1, 2);  // [4, 3, 24], not contiguous
+  for (auto kind : {NormKind::kScaleNorm, NormKind::kRmsNorm}) {
+    Norm norm(kind, 24);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : norm->parameters()) p.uniform_(0.5, 1.5);
+    }
+    auto tracked = norm->forward(x.clone().requires_grad_());  // op by op, under autograd
+    torch::Tensor fused;
+    {
+      torch::InferenceMode inference;
+      fused = norm->forward(x);
+    }
+    EXPECT_LT(MaxAbsDiff(fused, tracked.detach()), 1e-5) << NormKindName(kind);
+  }
+}
+
 TEST(Norms, BackwardGivesFiniteGradients) {
   for (auto kind : {NormKind::kLayerNorm, NormKind::kScaleNorm, NormKind::kRmsNorm}) {
     Norm norm(kind, 16);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <vector>
@@ -228,6 +229,49 @@ TEST_F(EngineTest, SlowReaderPausesItsSequenceOnlyAndResumesWhereItWas) {
   Output out_slow;
   RunUntilDone(*engine, {{slow.get(), &out_slow}});
   EXPECT_EQ(out_slow.ids, slow_alone.ids);
+}
+
+TEST_F(EngineTest, CappedDecodeStepsServeNewcomersFirstAndRotateTheRest) {
+  std::vector<EngineRequest> old_requests;
+  for (int i = 0; i < 3; ++i) old_requests.push_back(Greedy(Prompt(5, 20 + i), 40));
+  const EngineRequest newcomer = Greedy(Prompt(7, 3), 4);
+  const Output old_alone = RunAlone(old_requests[0]);
+  const Output newcomer_alone = RunAlone(newcomer);
+  StepLog log;
+  EngineOptions options;
+  options.max_decode_rows = 2;
+  auto engine = MakeEngine(options, &log);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<Output> outs(3);
+  for (const auto& request : old_requests) {
+    streams.push_back(std::make_shared<RequestStream>(1000));
+    ASSERT_TRUE(engine->Submit(request, streams.back()).ok());
+  }
+  for (int i = 0; i < 12; ++i) engine->RunOnce();
+  for (int i = 0; i < 3; ++i) Read(*streams[i], &outs[i]);
+  // Three ready sequences, two rows per step: they take turns.
+  size_t fewest = 1000, most = 0;
+  for (const Output& out : outs) {
+    fewest = std::min(fewest, out.ids.size());
+    most = std::max(most, out.ids.size());
+  }
+  EXPECT_GE(fewest, 5u);
+  EXPECT_LE(most - fewest, 1u);
+  // A newcomer is prefilled at the next iteration and then decoded in every
+  // step until it is done, ahead of the sequences that have more tokens.
+  auto fresh = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(newcomer, fresh).ok());
+  Output fresh_out;
+  for (int i = 0; i < 4 && !fresh_out.done; ++i) {
+    engine->RunOnce();
+    Read(*fresh, &fresh_out);
+  }
+  EXPECT_TRUE(fresh_out.done);
+  EXPECT_EQ(fresh_out.ids, newcomer_alone.ids);
+  for (int64_t rows : log.decode_rows) EXPECT_LE(rows, 2);
+  // Waiting their turn changes nothing in what the others generate.
+  RunUntilDone(*engine, {{streams[0].get(), &outs[0]}});
+  EXPECT_EQ(outs[0].ids, old_alone.ids);
 }
 
 TEST_F(EngineTest, LongPromptDelaysRunningStreamsByOneChunkPerIteration) {
