@@ -230,7 +230,7 @@ void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const 
 }
 
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
-                                    const torch::Tensor& slots) {
+                                    const torch::Tensor& slots, bool last_only) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
   CheckTokens(tokens);
   auto rows =
@@ -244,7 +244,7 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
     h = layers_[l]->Apply(
         h, [&](const torch::Tensor& x) { return mixer.prefill(x, state.layers[l], rows); });
   }
-  return Head(h);
+  return Head(last_only ? h.narrow(1, h.size(1) - 1, 1) : h);
 }
 
 torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,

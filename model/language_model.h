@@ -6,7 +6,10 @@
 //
 // Three equivalent computations, as for the mixers (model/mixer.h):
 //   forward(tokens)               [B, T] -> logits [B, T, V], parallel;
-//   prefill(tokens, state, slots) [B, C] -> [B, C, V], continuing a state;
+//   prefill(tokens, state, slots) [B, C] -> [B, C, V], continuing a state
+//                                 ([B, 1, V], the last position only, when
+//                                 asked: generation needs no more, and the
+//                                 head is a third of a prefill's products);
 //   step(tokens, slots, state)    [B] -> [B, V], one token per sequence, each
 //                                 at its own position.
 // A token's position is its sequence's length in the state, so positional
@@ -82,7 +85,7 @@ class CausalLmImpl : public torch::nn::Module {
 
   LmState initial_state(int64_t rows, torch::Device device) const;
   torch::Tensor prefill(const torch::Tensor& tokens, LmState& state,
-                        const torch::Tensor& slots = {});
+                        const torch::Tensor& slots = {}, bool last_only = false);
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   // Resets rows `slots` to empty sequences.
   void ResetSlots(LmState& state, const torch::Tensor& slots) const;

@@ -307,9 +307,11 @@ bool Engine::Impl::PrefillChunk() {
     }
     torch::Tensor logits = model_->prefill(
         torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
-        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
+        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_),
+        /*last_only=*/!group[0]->scoring());
     if (group[0]->scoring()) PushScores(*group[0], logits[0], begin, count);
-    torch::Tensor last = logits.select(1, count - 1).to(torch::kCPU, torch::kFloat).contiguous();
+    torch::Tensor last =
+        logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
     for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
   } catch (const c10::Error& error) {
     for (Sequence* seq : group) {

@@ -67,6 +67,16 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
   EXPECT_TRUE(state.length().eq(59).all().item<bool>());
 }
 
+TEST_P(LanguageModelTest, LastOnlyPrefillGivesTheLastPositionAndTheSameState) {
+  torch::NoGradGuard no_grad;
+  auto state = model_->initial_state(3, torch::kCPU);
+  auto last = model_->prefill(tokens_.narrow(1, 0, 30), state, {}, /*last_only=*/true);
+  ASSERT_EQ(last.sizes(), torch::IntArrayRef({3, 1, logits_.size(2)}));
+  EXPECT_LT(MaxAbsDiff(last, logits_.narrow(1, 29, 1)), kTolerance);
+  auto next = model_->step(tokens_.select(1, 30), {}, state);  // the state went on as usual
+  EXPECT_LT(MaxAbsDiff(next, logits_.select(1, 30)), kTolerance);
+}
+
 // Sequences at different positions share one batched step through a pool;
 // each equals the model run on it alone, and one leaving changes no other.
 TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {

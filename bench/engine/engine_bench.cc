@@ -3,10 +3,15 @@
 // machine's speed drifts between runs.
 //
 //   throughput     generated tokens/s with `concurrency` greedy requests kept
-//                  in flight (closed loop), as attnctl bench measures over gRPC
+//                  in flight (closed loop), as attnctl bench measures over gRPC;
+//                  at concurrency 1 also the median time between two tokens
+//                  of a request (the engine's per-token cost, sampling and
+//                  event delivery included)
 //   decode_flops   one decode step of 64 sequences: model FLOPs
 //                  (2 x parameters x rows) per second, against a large
-//                  torch::mm timed in the same loop (the machine's peak)
+//                  torch::mm timed in the same loop (the machine's peak);
+//                  the loop alternates blocks of steps and of products, so
+//                  each side runs warm, as a serving loop's steps do
 //   prefill        512 prompt tokens prefilled vs stepped one by one
 //   context        one step at context 128 vs 4096 (inter-token latency)
 //
@@ -66,8 +71,14 @@ std::vector<int64_t> Prompt(int64_t length, int64_t vocab, int64_t offset) {
   return ids;
 }
 
+struct ThroughputResult {
+  double tokens_per_second = 0;
+  double median_token_interval_ms = 0;  // between consecutive tokens of a request
+};
+
 // Generated tokens per second with `concurrency` requests kept in flight.
-double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int concurrency) {
+ThroughputResult Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer,
+                            int concurrency) {
   const int64_t max_tokens = absl::GetFlag(FLAGS_max_tokens);
   EngineOptions options;
   options.max_active = concurrency;
@@ -85,6 +96,7 @@ double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int c
   std::condition_variable ended;
   int64_t tokens = 0, finished = 0, submitted = 0;
   std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<double> intervals;  // ms; one request at a time when concurrency is 1
   auto submit = [&] {
     EngineRequest request;
     request.prompt = Prompt(absl::GetFlag(FLAGS_prompt_tokens), vocab, submitted);
@@ -93,9 +105,15 @@ double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int c
     request.ignore_eos = true;
     auto stream = std::make_shared<RequestStream>(max_tokens + 2);
     RequestStream* raw = stream.get();
-    stream->SetListener([&, raw] {
+    auto previous = std::make_shared<absl::Time>(absl::InfinitePast());
+    stream->SetListener([&, raw, previous] {
       while (auto event = raw->Pop()) {
+        const absl::Time now = absl::Now();
         std::lock_guard<std::mutex> lock(mu);
+        if (concurrency == 1 && *previous != absl::InfinitePast() && !event->token_ids.empty()) {
+          intervals.push_back(absl::ToDoubleMilliseconds(now - *previous));
+        }
+        if (!event->token_ids.empty()) *previous = now;
         tokens += static_cast<int64_t>(event->token_ids.size());
         if (event->last) {
           ++finished;
@@ -120,7 +138,8 @@ double Throughput(attn::CausalLm& model, const attn::Tokenizer& tokenizer, int c
   lock.unlock();
   engine.Stop();
   for (auto& stream : streams) stream->ClearListener();
-  return static_cast<double>(tokens) / absl::ToDoubleSeconds(absl::Now() - start);
+  return {static_cast<double>(tokens) / absl::ToDoubleSeconds(absl::Now() - start),
+          Median(intervals)};
 }
 
 struct Flops {
@@ -139,10 +158,15 @@ Flops DecodeFlops(attn::CausalLm& model) {
   torch::Tensor tokens = torch::tensor(Prompt(rows, vocab, 9));
   torch::Tensor a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   std::vector<double> step, mm;
-  for (int i = 0; i < absl::GetFlag(FLAGS_repeats) + 3; ++i) {
-    const double s = Seconds([&] { model->step(tokens, slots, pool.state()); });
-    const double m = Seconds([&] { torch::mm(a, b); });
-    if (i >= 3) step.push_back(s), mm.push_back(m);  // the first few warm up
+  for (int block = 0; block < absl::GetFlag(FLAGS_repeats) / 3 + 1; ++block) {
+    for (int i = 0; i < 6; ++i) {
+      const double s = Seconds([&] { model->step(tokens, slots, pool.state()); });
+      if (block > 0 && i > 0) step.push_back(s);  // the first of a block warms up
+    }
+    for (int i = 0; i < 3; ++i) {
+      const double m = Seconds([&] { torch::mm(a, b); });
+      if (block > 0 && i > 0) mm.push_back(m);
+    }
   }
   const double flops = 2.0 * static_cast<double>(model->parameter_count()) * rows;
   return {Median(step) * 1e3, flops / Median(step) / 1e9, 2.0 * 1024 * 1024 * 1024 / Median(mm) / 1e9};
@@ -160,7 +184,8 @@ std::pair<double, double> PrefillVsSteps(attn::CausalLm& model) {
     prefill.push_back(Seconds([&] {
       for (int64_t begin = 0; begin < 512; begin += 256) {
         std::vector<int64_t> chunk(prompt.begin() + begin, prompt.begin() + begin + 256);
-        model->prefill(torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}));
+        model->prefill(torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}),
+                       /*last_only=*/true);  // as the server prefills a prompt
       }
     }));
     steps.push_back(Seconds([&] {
@@ -218,12 +243,18 @@ int main(int argc, char** argv) {
               mixer.c_str(), static_cast<long>(model->parameter_count()), threads);
 
   std::vector<std::string> throughput_json;
+  double token_interval_ms = 0;
   for (const std::string& text : absl::GetFlag(FLAGS_concurrency)) {
     const int concurrency = std::stoi(text);
     std::fprintf(stderr, "throughput at concurrency %d...\n", concurrency);
-    const double tps = Throughput(model, *tokenizer, concurrency);
-    std::printf("throughput  concurrency %4d: %9.1f tokens/s\n", concurrency, tps);
-    throughput_json.push_back(absl::StrCat("\"", concurrency, "\": ", tps));
+    const ThroughputResult result = Throughput(model, *tokenizer, concurrency);
+    std::printf("throughput  concurrency %4d: %9.1f tokens/s\n", concurrency,
+                result.tokens_per_second);
+    throughput_json.push_back(absl::StrCat("\"", concurrency, "\": ", result.tokens_per_second));
+    if (concurrency == 1) {
+      token_interval_ms = result.median_token_interval_ms;
+      std::printf("median time between tokens at concurrency 1: %.3f ms\n", token_interval_ms);
+    }
   }
   std::fprintf(stderr, "decode FLOPs at 64 rows...\n");
   const Flops flops = DecodeFlops(model);
@@ -240,12 +271,12 @@ int main(int argc, char** argv) {
               far_ms, far_ms / near_ms);
   std::printf(
       "{\"model\": \"%s\", \"mixer\": \"%s\", \"parameters\": %ld, \"threads\": %d, "
-      "\"throughput\": {%s}, \"decode64_ms\": %.4f, \"decode64_model_gflops\": %.2f, "
+      "\"throughput\": {%s}, \"token_interval_c1_ms\": %.4f, \"decode64_ms\": %.4f, \"decode64_model_gflops\": %.2f, "
       "\"mm_gflops\": %.2f, \"prefill512_ms\": %.3f, \"step512_ms\": %.3f, "
       "\"step_ctx128_ms\": %.4f, \"step_ctx_long_ms\": %.4f}\n",
       absl::GetFlag(FLAGS_model).c_str(), mixer.c_str(),
       static_cast<long>(model->parameter_count()), threads,
-      absl::StrJoin(throughput_json, ", ").c_str(), flops.step_ms, flops.model_gflops,
+      absl::StrJoin(throughput_json, ", ").c_str(), token_interval_ms, flops.step_ms, flops.model_gflops,
       flops.mm_gflops, prefill_ms, steps_ms, near_ms, far_ms);
   return 0;
 }
