@@ -39,6 +39,7 @@ ABSL_FLAG(double, repetition_penalty, 1.0, "1: off.");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed; -1: the server picks one.");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma-separated.");
 ABSL_FLAG(bool, logprobs, false, "Ask for each token's log-probability.");
+ABSL_FLAG(bool, ignore_eos, false, "Generate max_tokens even past the end-of-text token.");
 ABSL_FLAG(bool, json, false, "Print responses as JSON.");
 ABSL_FLAG(double, timeout_s, 0, "Deadline of the call in seconds; 0: none.");
 ABSL_FLAG(std::string, service, "", "health: the service or model to check; empty: overall.");
@@ -102,6 +103,7 @@ bool BuildGenerateRequest(attn::v1::GenerateRequest* request) {
   if (absl::GetFlag(FLAGS_seed) >= 0) request->set_seed(absl::GetFlag(FLAGS_seed));
   for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request->add_stop(stop);
   request->set_logprobs(absl::GetFlag(FLAGS_logprobs));
+  request->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   return true;
 }
 

@@ -117,7 +117,8 @@ expect_error INVALID_ARGUMENT "top_p" stream --prompt=hi --top_p=1.5
 expect_error INVALID_ARGUMENT "temperature" generate --prompt=hi --temperature=-1
 expect_error INVALID_ARGUMENT "max_tokens:" stream --prompt=hi --max_tokens=0
 expect_error INVALID_ARGUMENT "prompt_token_ids\[1\]:" generate --ids=5,99999
-expect_error DEADLINE_EXCEEDED "" generate --prompt=hi --max_tokens=4000 --timeout_s=0.05
+# --ignore_eos: a sampled end-of-text would finish the request in time.
+expect_error DEADLINE_EXCEEDED "" generate --prompt=hi --max_tokens=4000 --ignore_eos --timeout_s=0.05
 
 echo "== reflection (no .proto files on the client side)"
 $py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" > "$work/reflection.txt" || fail "reflection"
