@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "tests/test_util.h"
 
@@ -15,16 +14,10 @@ class GenerationTest : public ::testing::TestWithParam<MixerKind> {
  protected:
   static void SetUpTestSuite() {
     testing::ScopedTempDir dir("generation_test");
-    {
-      std::ofstream out(dir.File("corpus.txt"));
-      static const char* kWords[] = {"a",     "quiet", "river", "keeps", "its",   "small",
-                                     "state", "light", "falls", "over",  "stone", "and",
-                                     "water", "night", "finds", "the",   "garden"};
-      for (int i = 0; i < 3000; ++i) {
-        for (int w = 0; w < 8; ++w) out << kWords[(i * 7 + w * 5 + i / 17) % 17] << ' ';
-        out << i % 97 << ".\n";
-      }
-    }
+    testing::WriteSyntheticCorpus(
+        dir.File("corpus.txt"),
+        {"a", "quiet", "river", "keeps", "its", "small", "state", "light", "falls", "over", "stone",
+         "and", "water", "night", "finds", "the", "garden"});
     TokenizerTrainOptions options;
     options.input_files = {dir.File("corpus.txt")};
     options.vocab_size = 300;

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "model/aft.h"
 #include "model/mixer.h"
@@ -37,6 +39,18 @@ class ScopedTempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Writes 3000 lines of eight words picked from `words` in a fixed pattern,
+// each line ending with a number: a corpus with enough repeats for a small
+// tokenizer and model to learn.
+inline void WriteSyntheticCorpus(const std::string& path, const std::vector<std::string>& words) {
+  std::ofstream out(path);
+  const int n = static_cast<int>(words.size());
+  for (int i = 0; i < 3000; ++i) {
+    for (int w = 0; w < 8; ++w) out << words[(i * 7 + w * 5 + i / 17) % n] << ' ';
+    out << i % 97 << ".\n";
+  }
+}
 
 // Small but non-trivial sizes: several heads, a window shorter than the
 // sequences, chunks that do not divide them.

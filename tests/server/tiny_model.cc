@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <fstream>
 #include <mutex>
 
 #include "model/model_package.h"
@@ -13,16 +12,9 @@ namespace attn::testing {
 const Tokenizer& TinyTokenizer() {
   static const Tokenizer* tokenizer = [] {
     ScopedTempDir dir("tiny_tokenizer");
-    {
-      std::ofstream out(dir.File("corpus.txt"));
-      static const char* kWords[] = {"the",  "river", "keeps", "its",    "small", "state",
-                                     "and",  "light", "falls", "over",   "stone", "water",
-                                     "night", "finds", "a",    "garden", "stop",  "here"};
-      for (int i = 0; i < 3000; ++i) {
-        for (int w = 0; w < 8; ++w) out << kWords[(i * 7 + w * 5 + i / 17) % 18] << ' ';
-        out << i % 97 << ".\n";
-      }
-    }
+    WriteSyntheticCorpus(dir.File("corpus.txt"), {"the", "river", "keeps", "its", "small", "state",
+                                                  "and", "light", "falls", "over", "stone", "water",
+                                                  "night", "finds", "a", "garden", "stop", "here"});
     TokenizerTrainOptions options;
     options.input_files = {dir.File("corpus.txt")};
     options.vocab_size = 300;
@@ -46,7 +38,8 @@ CausalLm TinyModel(MixerKind kind, uint64_t seed) {
   c.mixer = kind;
   c.window = 4;
   c.max_context = 512;
-  if (kind == MixerKind::kMha || kind == MixerKind::kRelative) c.positions = PositionKind::kSinusoidal;
+  if (kind == MixerKind::kMha || kind == MixerKind::kRelative)
+    c.positions = PositionKind::kSinusoidal;
   torch::manual_seed(seed);
   CausalLm model(c);
   RandomizePositionParameters(*model, 0.3);
