@@ -180,6 +180,39 @@ torch::Tensor AftImpl::forward(const torch::Tensor& x) {
   return Blocks(x, 0, sums);
 }
 
+torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
+                                    const torch::Tensor& rows, int64_t start) {
+  const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
+  auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
+  auto out = torch::empty({batch, time, d}, x.options());
+  torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
+  kernels::AftPrefillArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.channels = d;
+  args.window = window_;
+  args.block = options_.chunk;
+  args.bias_heads = bias_heads_;
+  args.bias_rows = bias.defined() ? bias.size(1) : 1;
+  args.start = start;
+  args.slots = rows.data_ptr<int64_t>();
+  args.q = qkv.data_ptr<float>();
+  args.k = args.q + d;
+  args.v = args.q + 2 * d;
+  args.row_stride = time * 3 * d;
+  args.token_stride = 3 * d;
+  args.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  args.c = state.tensors[0].data_ptr<float>();
+  args.num = state.tensors[1].data_ptr<float>();
+  args.den = state.tensors[2].data_ptr<float>();
+  args.ring_ek = state.tensors[3].data_ptr<float>();
+  args.ring_ekv = state.tensors[4].data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  kernels::AftPrefill(args);
+  state.length.index_fill_(0, rows, start + time);
+  return Dense(out, out_proj_);
+}
+
 torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
                                const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
@@ -187,6 +220,9 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   auto rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, x.size(1));
   const int64_t start = CommonLength(state, rows);
+  const bool bias_tracked =
+      position_bias_.defined() && position_bias_.requires_grad() && torch::GradMode::is_enabled();
+  if (CanFuse(x, state) && !bias_tracked) return FusedPrefill(x.contiguous(), state, rows, start);
   auto index = rows.to(x.device());
   // Ring slots of the keys before and after this prompt, oldest first.
   auto ring_slots = [&](int64_t end) {

@@ -74,6 +74,11 @@ class AftImpl : public SequenceMixer {
                       int64_t start, Sums& sums);
   // Blocks of options.chunk tokens over x, continuing `sums`.
   torch::Tensor Blocks(const torch::Tensor& x, int64_t start, Sums& sums);
+  // The same blocks in one fused CPU pass (kernels::AftPrefill) that reads
+  // and writes the state in place; `rows` are resolved CPU slot ids, all at
+  // position `start`.
+  torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,
+                             int64_t start);
 
   int64_t window_;
   int64_t bias_heads_;

@@ -21,4 +21,17 @@ int UsableCpus();
 // Debian's LibTorch otherwise starts with one thread.
 int ConfigureThreads(int requested);
 
+// Frees the calling thread's idle OpenMP thread team, if the OpenMP runtime
+// supports it (omp_pause_resource_all, OpenMP 5.0); a no-op otherwise.
+//
+// Why: libgomp keeps a team for every thread that ever ran a parallel region
+// and counts their threads. Once they outnumber the CPUs, every team stops
+// spinning between parallel regions and sleeps on a futex instead, so each
+// small parallel op pays a wake-up. On 2 CPUs the team left on the main
+// thread by loading a model made the engine thread's batch-1 decode step 1.7x
+// slower. Call it on a thread that did setup work before another thread takes
+// over the tensor work. A later parallel region on this thread makes a new
+// team.
+void ReleaseThreadTeam();
+
 }  // namespace attn

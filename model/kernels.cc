@@ -48,9 +48,12 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 // for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
 // bits.
 inline float FastExp(float x) {
-  // fmax/fmin take a NaN to a bound, so the integer conversion below is
-  // always defined; the NaN itself is returned at the end.
-  const float clamped = std::fmin(std::fmax(x, -87.0f), 88.0f);
+  // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
+  // ruled out, which kept every loop around this function scalar. A NaN fails
+  // both tests and becomes -87, so the integer conversion below is always
+  // defined; the NaN itself is returned at the end.
+  float clamped = x > -87.0f ? x : -87.0f;
+  clamped = clamped < 88.0f ? clamped : 88.0f;
   const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
   float r = clamped - n * 0.693359375f;
   r -= n * -2.12194440e-4f;
@@ -65,8 +68,9 @@ inline float FastExp(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const float y = er * scale;
-  if (x != x) return x;  // NaN
-  return x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
+  const float in_range =
+      x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
+  return x != x ? x : in_range;
 }
 
 inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
@@ -311,6 +315,220 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
 }
 
 float Exp(float x) { return FastExp(x); }
+
+namespace {
+
+// exp(w(t, delta)) of one bias head for delta < min(window, visible).
+void ExpBiasRow(const AftPrefillArgs& a, int64_t head, int64_t t, int64_t visible, float* out) {
+  const float* row = a.bias + (head * a.bias_rows + (a.bias_rows > 1 ? t : 0)) * a.window;
+  for (int64_t delta = 0; delta < std::min(visible, a.window); ++delta) {
+    out[delta] = FastExp(row[delta]);
+  }
+}
+
+// acc += f * x over n channels. Inlined into its callers' clones.
+inline void AddScaled(float f, const float* x, int64_t n, float* acc) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
+}
+
+// Where the row's state and inputs for channels [begin, begin + n) live.
+struct PrefillRun {
+  const AftPrefillArgs& a;
+  int64_t b, begin, n, head;
+  const float* q(int64_t j) const { return a.q + b * a.row_stride + j * a.token_stride + begin; }
+  const float* k(int64_t j) const { return a.k + b * a.row_stride + j * a.token_stride + begin; }
+  const float* v(int64_t j) const { return a.v + b * a.row_stride + j * a.token_stride + begin; }
+  int64_t slot() const { return SlotOf(a.slots, b); }
+  float* state(float* base) const { return base + slot() * a.channels + begin; }
+  // The ring entry of position p (slot layout: p mod window).
+  float* ring(float* base, int64_t p) const {
+    return base + (slot() * a.window + p % a.window) * a.channels + begin;
+  }
+};
+
+// Query i of the block starting at token `first` (position t0 = start +
+// first): y_i from the carried sums, the ring and keys first..first+i.
+ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, const float* m,
+                              const float* exp_bias, float* acc_num, float* acc_den) {
+  const AftPrefillArgs& a = r.a;
+  const int64_t n = r.n, t0 = a.start + first, t = t0 + i;
+  const float* c = r.state(a.c);
+  const float* num = r.state(a.num);
+  const float* den = r.state(a.den);
+  std::copy_n(num, n, acc_num);
+  std::copy_n(den, n, acc_den);
+  for (int64_t p = t0 - std::min(a.window, t0); p < t0; ++p) {  // the ring, relative to c
+    const float f = t - p < a.window ? exp_bias[t - p] : 1.0f;
+    AddScaled(f, r.ring(a.ring_ekv, p), n, acc_num);
+    AddScaled(f, r.ring(a.ring_ek, p), n, acc_den);
+  }
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) {
+    const float carried = FastExp(c[d] - m[d]);  // 0 while c is -inf
+    acc_num[d] *= carried;
+    acc_den[d] *= carried;
+  }
+  for (int64_t j = 0; j <= i; ++j) {  // the block's keys, relative to m
+    const float f = i - j < a.window ? exp_bias[i - j] : 1.0f;
+    const float* k = r.k(first + j);
+    const float* v = r.v(first + j);
+#pragma omp simd
+    for (int64_t d = 0; d < n; ++d) {
+      const float w = f * FastExp(k[d] - m[d]);
+      acc_num[d] += w * v[d];
+      acc_den[d] += w;
+    }
+  }
+  const float* q = r.q(first + i);
+  float* out = a.out + (r.b * a.time + first + i) * a.channels + r.begin;
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) out[d] = Sigmoid(q[d]) * acc_num[d] / acc_den[d];
+}
+
+// Moves the state past the block [first, first + count): everything is
+// rescaled to the new max, the keys enter the ring, and the keys that leave
+// the window join the carried sums.
+ATTN_HOT void AftPrefillAdvance(const PrefillRun& r, int64_t first, int64_t count, const float* m) {
+  const AftPrefillArgs& a = r.a;
+  const int64_t n = r.n, t0 = a.start + first;
+  float* c = r.state(a.c);
+  float* num = r.state(a.num);
+  float* den = r.state(a.den);
+  float scale[kChannelBlock];
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) {
+    scale[d] = FastExp(c[d] - m[d]);
+    c[d] = m[d];
+    num[d] *= scale[d];
+    den[d] *= scale[d];
+  }
+  for (int64_t p = t0 - std::min(a.window, t0); p < t0; ++p) {
+    float* ek = r.ring(a.ring_ek, p);
+    float* ekv = r.ring(a.ring_ekv, p);
+#pragma omp simd
+    for (int64_t d = 0; d < n; ++d) {
+      ek[d] *= scale[d];
+      ekv[d] *= scale[d];
+    }
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t p = t0 + j;
+    const float* k = r.k(first + j);
+    const float* v = r.v(first + j);
+    if (a.window == 0) {  // aft-simple: straight into the sums
+#pragma omp simd
+      for (int64_t d = 0; d < n; ++d) {
+        const float e = FastExp(k[d] - c[d]);
+        num[d] += e * v[d];
+        den[d] += e;
+      }
+      continue;
+    }
+    float* ek = r.ring(a.ring_ek, p);  // holds position p - window, if any
+    float* ekv = r.ring(a.ring_ekv, p);
+    const bool evicts = p >= a.window;
+#pragma omp simd
+    for (int64_t d = 0; d < n; ++d) {
+      if (evicts) {
+        num[d] += ekv[d];
+        den[d] += ek[d];
+      }
+      ek[d] = FastExp(k[d] - c[d]);
+      ekv[d] = ek[d] * v[d];
+    }
+  }
+}
+
+void AftPrefillRunAll(const PrefillRun& r) {
+  const AftPrefillArgs& a = r.a;
+  const float* c = r.state(a.c);
+  float m[kChannelBlock], acc_num[kChannelBlock], acc_den[kChannelBlock];
+  std::vector<float> exp_bias(std::max<int64_t>(a.window, 1));
+  for (int64_t first = 0; first < a.time; first += a.block) {
+    const int64_t count = std::min(a.block, a.time - first);
+    const int64_t t0 = a.start + first;
+    std::copy_n(c, r.n, m);
+    for (int64_t i = 0; i < count; ++i) {
+      const float* k = r.k(first + i);
+      for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
+      // Offsets up to i + ring reach back to the oldest key the query sees.
+      if (a.window > 0) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
+      AftPrefillQuery(r, first, i, m, exp_bias.data(), acc_num, acc_den);
+    }
+    AftPrefillAdvance(r, first, count, m);
+  }
+}
+
+}  // namespace
+
+void AftPrefill(const AftPrefillArgs& a) {
+  // Runs of at most kChannelBlock channels inside one bias head, so that a
+  // (query, key) pair has one bias factor per run.
+  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end)
+  const int64_t group = a.channels / a.bias_heads;
+  for (int64_t h = 0; h < a.bias_heads; ++h) {
+    for (int64_t d = h * group; d < (h + 1) * group; d += kChannelBlock) {
+      runs.emplace_back(d, std::min((h + 1) * group, d + kChannelBlock));
+    }
+  }
+  const auto per_row = static_cast<int64_t>(runs.size());
+  const int64_t work = a.time * (std::min(a.block, a.time) + a.window) * kChannelBlock;
+  at::parallel_for(0, a.batch * per_row, GrainFor(work), [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const auto [first, last] = runs[task % per_row];
+      AftPrefillRunAll(PrefillRun{a, task / per_row, first, last - first, first / group});
+    }
+  });
+}
+
+namespace {
+
+// The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
+// maxima: a plain max loop stays scalar (reordering it is only allowed under
+// -ffinite-math-only).
+ATTN_HOT float MaxOf(const float* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes];
+  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float max = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) max = x[i] > max ? x[i] : max;
+  for (const float lane : lanes) max = lane > max ? lane : max;
+  return max;
+}
+
+ATTN_HOT float SumOfExpMinus(const float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += FastExp(x[i] - shift);
+  return sum;
+}
+
+}  // namespace
+
+int64_t ArgMax(const float* x, int64_t n) {
+  const float max = MaxOf(x, n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] == max) return i;
+  }
+  return 0;
+}
+
+float LogSumExp(const float* x, int64_t n) {
+  // MaxOf skips NaN; a NaN then makes the sum NaN, unless the max is infinite.
+  const float max = MaxOf(x, n);
+  if (std::isinf(max)) {  // -inf: nothing; +inf: dominates
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::isnan(x[i])) return x[i];
+    }
+    return max;
+  }
+  return max + std::log(SumOfExpMinus(x, n, max));
+}
 
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths) {
   for (int64_t b = 0; b < batch; ++b) ++lengths[SlotOf(slots, b)];

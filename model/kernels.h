@@ -53,6 +53,15 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
 // +inf above, NaN for NaN. Exposed for its test.
 float Exp(float x);
 
+// log(sum_i exp(x[i])), shifted by the maximum so that it cannot overflow;
+// -inf for n == 0 or all x[i] == -inf, NaN if any x[i] is NaN. The sampler
+// calls it on every vocabulary-sized row of logits, so it is vectorised.
+float LogSumExp(const float* x, int64_t n);
+
+// The first index of the largest x[i] (NaN never wins); 0 for n == 0 or no
+// value above -inf. Greedy sampling calls it on every row of logits.
+int64_t ArgMax(const float* x, int64_t n);
+
 // lengths[slots[b]] += 1 for every b.
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);
 
@@ -102,6 +111,36 @@ struct AftStepArgs {
   float* out = nullptr;         // [B, D]
 };
 void AftStep(const AftStepArgs& a);
+
+// AFT, `time` tokens per sequence at once: the parallel form of AftImpl (see
+// model/aft.h), fused. Every row continues its state at position `start`.
+// Blocks of `block` tokens; inside a block, query i uses its own prefix max
+//   m_i = max(c, k_0 .. k_i)
+//   num_i = exp(c - m_i) (num + sum_ring f(t, t') ekv_t')
+//           + sum_{j<=i} exp(k_j - m_i) f(t, t_j) v_j     (den alike, no v)
+//   y_i = sigmoid(q_i) num_i / den_i,   f = exp(w) in the window, 1 beyond;
+// after the block the state moves to c = m_last, as AftStep leaves it. The
+// same sums as the op-by-op blocks, in one pass per channel run with no
+// [B, C, C, D] temporaries. State lengths are left to the caller.
+struct AftPrefillArgs {
+  int64_t batch = 0, time = 0, channels = 0, window = 0, block = 64;
+  int64_t bias_heads = 1, bias_rows = 1;
+  int64_t start = 0;  // tokens every row's state already holds
+  const int64_t* slots = nullptr;
+  // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [D].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0, token_stride = 0;
+  const float* bias = nullptr;  // as AftStepArgs
+  float* c = nullptr;
+  float* num = nullptr;
+  float* den = nullptr;
+  float* ring_ek = nullptr;
+  float* ring_ekv = nullptr;
+  float* out = nullptr;  // [B, time, D]
+};
+void AftPrefill(const AftPrefillArgs& a);
 
 // Row normalisations of x [rows, d] into out (may alias x), one pass per row:
 //   RMSNorm:   out = gain * x / sqrt(mean(x^2) + eps),  gain [d]

@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "model/aft.h"
 #include "model/enum_names.h"
@@ -104,6 +106,13 @@ torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::
     TORCH_CHECK(ids[b] >= 0 && ids[b] < state.rows(), "slot ", ids[b], " out of range [0, ",
                 state.rows(), ")");
   }
+  // Two rows of one call must not share a state row: the fused kernels would
+  // update it from two threads.
+  std::vector<int64_t> sorted(ids, ids + batch);
+  std::sort(sorted.begin(), sorted.end());
+  const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
+  TORCH_CHECK(repeated == sorted.end(), "slot ", repeated == sorted.end() ? 0 : *repeated,
+              " appears twice in one call");
   return resolved;
 }
 
@@ -155,7 +164,7 @@ int64_t SequenceMixer::CommonLength(const MixerState& state, const torch::Tensor
 }
 
 bool SequenceMixer::CanFuse(const torch::Tensor& x, const MixerState& state) const {
-  if (!options_.fused_step || !x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
+  if (!options_.fused_kernels || !x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
     return false;
   }
   if (torch::GradMode::is_enabled() && x.requires_grad()) return false;

@@ -79,10 +79,12 @@ struct MixerOptions {
   double linear_eps = 1e-6;
   // Tokens per block of the chunked parallel forms.
   int64_t chunk = 64;
-  // Whether step() uses the fused CPU loops (model/kernels.h) when it can.
-  // Off, step() runs prefill() one row at a time: slower, same numbers; the
-  // path any non-CPU device takes.
-  bool fused_step = true;
+  // Whether step() (every kind) and prefill() (AFT) use the fused CPU loops
+  // of model/kernels.h when they can: CPU float tensors, nothing to
+  // differentiate. Off, step() runs prefill() one row at a time and prefill()
+  // runs the op-by-op blocks: slower, same numbers; the path any non-CPU
+  // device takes.
+  bool fused_kernels = true;
 };
 
 // Per-sequence state of a mixer. See the file comment.

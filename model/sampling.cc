@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "model/kernels.h"
 
 namespace attn {
 
@@ -25,10 +26,7 @@ absl::Status SamplingOptions::Validate() const {
 }
 
 double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id) {
-  const double max = *std::max_element(logits, logits + vocab);
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i]) - max);
-  return static_cast<double>(logits[id]) - max - std::log(total);
+  return static_cast<double>(logits[id]) - kernels::LogSumExp(logits, vocab);
 }
 
 Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt)
@@ -45,7 +43,7 @@ SampledToken Sampler::Next(const float* logits, int64_t vocab) {
   }
   int64_t chosen = 0;
   if (options_.temperature == 0.0) {
-    chosen = std::max_element(work_.begin(), work_.end()) - work_.begin();
+    chosen = kernels::ArgMax(work_.data(), vocab);
   } else {
     const auto inv_t = static_cast<float>(1.0 / options_.temperature);
     for (auto& w : work_) w *= inv_t;

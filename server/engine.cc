@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/cpus.h"
 #include "model/language_model.h"
 #include "model/tokenizer.h"
 #include "server/text_assembler.h"
@@ -83,6 +84,9 @@ class Engine::Impl {
   bool RunOnce();
   void Loop();
   void Start() {
+    // From here the engine thread does the tensor work; the caller's idle
+    // OpenMP team (left by loading and slot allocation) would only slow it.
+    ReleaseThreadTeam();
     thread_ = std::thread([this] { Loop(); });
   }
   void Drain() {

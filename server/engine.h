@@ -112,7 +112,8 @@ class Engine {
   // kUnavailable once draining; nothing is queued then.
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
 
-  // Runs iterations on an own thread until Stop().
+  // Runs iterations on an own thread until Stop(). Also releases the calling
+  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h).
   void Start();
   // Refuses new work; running and waiting requests go on.
   void Drain();

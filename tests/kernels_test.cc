@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -26,6 +27,48 @@ TEST(KernelExp, EdgesBehaveLikeExp) {
   EXPECT_EQ(Exp(-1000.0f), 0.0f);
   EXPECT_EQ(Exp(1000.0f), inf);
   EXPECT_TRUE(std::isnan(Exp(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(KernelLogSumExp, MatchesADoubleLoopOnAVocabularyRow) {
+  // Logits spread as a trained head's are, with one far above the rest.
+  std::vector<float> logits(4099);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    logits[i] = 12.0f * std::sin(0.013f * static_cast<float>(i * i % 977)) - 3.0f;
+  }
+  logits[1234] = 41.0f;
+  for (const int64_t n : {1, 7, 64, 4099}) {
+    double max = -INFINITY, total = 0;
+    for (int64_t i = 0; i < n; ++i) max = std::max(max, static_cast<double>(logits[i]));
+    for (int64_t i = 0; i < n; ++i) total += std::exp(logits[i] - max);
+    EXPECT_NEAR(LogSumExp(logits.data(), n), max + std::log(total), 2e-5) << n;
+  }
+}
+
+TEST(KernelLogSumExp, EdgesOfTheInput) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> masked = {-inf, 0.0f, -inf, std::log(3.0f)};
+  EXPECT_NEAR(LogSumExp(masked.data(), 4), std::log(4.0f), 1e-6);
+  const std::vector<float> all_masked = {-inf, -inf};
+  EXPECT_EQ(LogSumExp(all_masked.data(), 2), -inf);
+  EXPECT_EQ(LogSumExp(nullptr, 0), -inf);
+  const std::vector<float> huge = {1e30f, 0.0f};  // no overflow: shifted by the max
+  EXPECT_FLOAT_EQ(LogSumExp(huge.data(), 2), 1e30f);
+  const std::vector<float> nan = {0.0f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_TRUE(std::isnan(LogSumExp(nan.data(), 2)));
+}
+
+TEST(KernelArgMax, FirstLargestAndEdges) {
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.1f * static_cast<float>(i));
+  x[700] = x[333] = 5.0f;  // a tie: the first wins, as std::max_element's
+  EXPECT_EQ(ArgMax(x.data(), 1000), 333);
+  EXPECT_EQ(ArgMax(x.data(), 300), std::max_element(x.begin(), x.begin() + 300) - x.begin());
+  x[10] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(ArgMax(x.data(), 1000), 333);
+  EXPECT_EQ(ArgMax(x.data(), 0), 0);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> masked = {-inf, -inf, 2.0f, inf, 1.0f};
+  EXPECT_EQ(ArgMax(masked.data(), 5), 3);
 }
 
 TEST(KernelNorms, RowsMatchTheirFormulas) {

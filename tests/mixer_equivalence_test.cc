@@ -31,7 +31,7 @@ class MixerEquivalenceTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     torch::manual_seed(7);
     auto options = SmallOptions(GetParam().kind);
-    options.fused_step = GetParam().fused;
+    options.fused_kernels = GetParam().fused;
     mixer_ = MakeMixer(options);
     testing::RandomizePositionParameters(*mixer_);
     mixer_->eval();
@@ -113,6 +113,27 @@ TEST_P(MixerEquivalenceTest, PoolRowsAtDifferentPositionsStepTogether) {
 
 // A sequence that leaves (its row reset) and a new one that takes the row
 // behave as if the row were fresh; the neighbours do not notice.
+// Prompts of sequences living in scattered pool rows, prefilled together in
+// chunks; rows not named are never touched.
+TEST_P(MixerEquivalenceTest, PrefillIntoScatteredSlotsEqualsParallel) {
+  torch::NoGradGuard no_grad;
+  auto pool = mixer_->initial_state(6, torch::kCPU);
+  auto untouched = GatherState(pool, torch::tensor({1, 3, 5}));
+  const auto slots = torch::tensor({4, 0, 2});
+  std::vector<torch::Tensor> outputs;
+  int64_t t = 0;
+  for (int64_t chunk : {17, 40, 44}) {
+    outputs.push_back(mixer_->prefill(x_.narrow(1, t, chunk), pool, slots));
+    t += chunk;
+  }
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), parallel_), kTolerance);
+  auto after = GatherState(pool, torch::tensor({1, 3, 5}));
+  for (size_t i = 0; i < after.tensors.size(); ++i) {
+    EXPECT_TRUE(after.tensors[i].equal(untouched.tensors[i])) << "state tensor " << i;
+  }
+  EXPECT_TRUE(pool.length.index_select(0, slots).eq(t).all().item<bool>());
+}
+
 TEST_P(MixerEquivalenceTest, ResetRowStartsAFreshSequence) {
   torch::NoGradGuard no_grad;
   auto pool = mixer_->initial_state(2, torch::kCPU);
@@ -186,6 +207,19 @@ TEST(MixerContract, BadOptionsAreRefused) {
   auto options = SmallOptions(MixerKind::kAftConv);
   options.heads = 5;  // 32 is not divisible by 5
   EXPECT_THROW(MakeMixer(options), c10::Error);
+}
+
+TEST(MixerContract, ASlotNamedTwiceInOneCallIsRefused) {
+  torch::NoGradGuard no_grad;
+  for (MixerKind kind : {MixerKind::kAftConv, MixerKind::kLinearElu, MixerKind::kMha}) {
+    auto mixer = MakeMixer(SmallOptions(kind));
+    auto state = mixer->initial_state(4, torch::kCPU);
+    const auto twice = torch::tensor({2, 1, 2});
+    EXPECT_THROW(mixer->step(torch::randn({3, 32}), state, twice), c10::Error)
+        << MixerKindName(kind);
+    EXPECT_THROW(mixer->prefill(torch::randn({3, 5, 32}), state, twice), c10::Error)
+        << MixerKindName(kind);
+  }
 }
 
 TEST(MixerContract, SlotsOutOfRangeAreRefused) {
