@@ -78,6 +78,8 @@ def main():
         print("|---|---|")
         print(f"| Python eager loop, same recurrence, same weights | {p['median_ms_per_token']:.3f} |")
         print(f"| engine, concurrency 1: median time between two tokens (in process, sampling and event delivery included) | {engine_ms:.3f} |")
+        if "decode_step_c1_ms" in engine["aft-conv"]:
+            print(f"| of which the model's decode step | {engine['aft-conv']['decode_step_c1_ms']:.3f} |")
         print(f"| speed-up (target >= 5) | {ratio:.1f}x {verdict(ratio >= 5)} |")
 
     if slow:
