@@ -156,14 +156,19 @@ BenchStream::BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub,
 void BenchStream::OnReadDone(bool ok) {
   if (!ok) return;  // OnDone follows
   const absl::Time now = absl::Now();
+  const int tokens = response_.token_ids_size();
   if (first_) {
     ttft_ = absl::ToDoubleSeconds(now - started_);
     first_ = false;
-  } else {
-    gaps_.push_back(absl::ToDoubleSeconds(now - last_));
+  } else if (tokens > 0) {
+    // The server merges tokens that queued during a write into one message;
+    // each of them gets an equal share of the gap, so the gaps still add up
+    // to the stream's duration.
+    const double share = absl::ToDoubleSeconds(now - last_) / tokens;
+    gaps_.insert(gaps_.end(), tokens, share);
   }
   last_ = now;
-  tokens_ += response_.token_ids_size();
+  tokens_ += tokens;
   if (bench_->read_delay() > absl::ZeroDuration()) {
     // A hold keeps the call (and this reactor) alive while no read is
     // pending; without it, the call could end and delete the reactor

@@ -45,6 +45,25 @@ std::optional<StreamEvent> RequestStream::Pop() {
   return event;
 }
 
+std::vector<StreamEvent> RequestStream::PopReady() {
+  WakeFn wake;
+  std::vector<StreamEvent> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool was_full = events_.size() >= capacity_;
+    while (!events_.empty()) {
+      const StreamEvent& next = events_.front();
+      if (!ready.empty() && !next.status.ok()) break;
+      ready.push_back(std::move(events_.front()));
+      events_.pop_front();
+      if (ready.back().last) break;
+    }
+    if (was_full && !ready.empty()) wake = wake_;
+  }
+  if (wake) wake();
+  return ready;
+}
+
 void RequestStream::Cancel() {
   WakeFn wake;
   {

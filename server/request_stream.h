@@ -47,6 +47,10 @@ class RequestStream {
   void SetListener(std::function<void()> on_event);
   void ClearListener();
   std::optional<StreamEvent> Pop();
+  // Every queued event up to and including the first failure or last event,
+  // except that a failure behind successful events stays queued for the next
+  // call: so a writer can send the successes as one message, then fail.
+  std::vector<StreamEvent> PopReady();
   // The reader is gone (cancelled, disconnected): the engine frees the slot
   // at its next step and pushes nothing more.
   void Cancel();

@@ -43,8 +43,8 @@ attn::v1::FinishReason ToProto(FinishReason reason) {
   return attn::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-// Adds an event to a response: one event per streamed message, all of them
-// for a unary one.
+// Adds an event to a response: the events queued since the last write for a
+// streamed message, all of them for a unary one.
 void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* response) {
   response->mutable_text()->append(event.text);
   for (int64_t id : event.token_ids) response->add_token_ids(id);
@@ -59,8 +59,10 @@ void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* resp
 }
 
 // Writes a request's events as stream messages, one write at a time; a
-// write completing pulls the next event, so the RequestStream's bound is the
-// only buffer.
+// write completing pulls what queued meanwhile, so the RequestStream's bound
+// is the only buffer. A reader that keeps up gets one message per token; one
+// that falls behind (or a server short of CPU) gets the queued tokens merged
+// into one message, which costs far less than a message each.
 class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
   StreamReactor(Metrics* metrics, std::string model, std::shared_ptr<RequestStream> stream,
@@ -109,17 +111,17 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
     }
-    std::optional<StreamEvent> event = stream_->Pop();
-    if (!event) return;
-    if (!event->status.ok()) {
-      FinishLocked(ToGrpcStatus(event->status));
+    std::vector<StreamEvent> events = stream_->PopReady();
+    if (events.empty()) return;
+    if (!events.front().status.ok()) {  // PopReady returns a failure alone
+      FinishLocked(ToGrpcStatus(events.front().status));
       return;
     }
     response_.Clear();
     response_.set_model(model_);
-    AppendEvent(*event, logprobs_, &response_);
+    for (const StreamEvent& event : events) AppendEvent(event, logprobs_, &response_);
     writing_ = true;
-    if (event->last) {
+    if (events.back().last) {
       finished_ = true;
       code_ = "OK";
       StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
