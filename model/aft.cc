@@ -36,6 +36,31 @@ bool AbsoluteBias(MixerKind kind) {
   return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal;
 }
 
+// The arguments the fused kernels share (kernels::AftStepArgs and
+// AftPrefillArgs): sizes, the projections qkv [..., 3D] (Q, K, V side by
+// side), the bias table [bias_heads, rows, window] (undefined for
+// aft-simple), the output and the pool's state tensors in initial_state's
+// order.
+template <typename Args>
+void FillSharedArgs(const torch::Tensor& qkv, const torch::Tensor& bias, const torch::Tensor& out,
+                    int64_t window, int64_t bias_heads, MixerState& state, Args* args) {
+  const int64_t d = out.size(-1);
+  args->channels = d;
+  args->window = window;
+  args->bias_heads = bias_heads;
+  args->bias_rows = bias.defined() ? bias.size(1) : 1;
+  args->q = qkv.data_ptr<float>();
+  args->k = args->q + d;
+  args->v = args->q + 2 * d;
+  args->bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  args->c = state.tensors[0].data_ptr<float>();
+  args->num = state.tensors[1].data_ptr<float>();
+  args->den = state.tensors[2].data_ptr<float>();
+  args->ring_ek = state.tensors[3].data_ptr<float>();
+  args->ring_ekv = state.tensors[4].data_ptr<float>();
+  args->out = out.data_ptr<float>();
+}
+
 }  // namespace
 
 AftImpl::AftImpl(const MixerOptions& options)
@@ -187,27 +212,14 @@ torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
   auto out = torch::empty({batch, time, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
   kernels::AftPrefillArgs args;
+  FillSharedArgs(qkv, bias, out, window_, bias_heads_, state, &args);
   args.batch = batch;
   args.time = time;
-  args.channels = d;
-  args.window = window_;
   args.block = options_.chunk;
-  args.bias_heads = bias_heads_;
-  args.bias_rows = bias.defined() ? bias.size(1) : 1;
   args.start = start;
   args.slots = rows.data_ptr<int64_t>();
-  args.q = qkv.data_ptr<float>();
-  args.k = args.q + d;
-  args.v = args.q + 2 * d;
   args.row_stride = time * 3 * d;
   args.token_stride = 3 * d;
-  args.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  args.c = state.tensors[0].data_ptr<float>();
-  args.num = state.tensors[1].data_ptr<float>();
-  args.den = state.tensors[2].data_ptr<float>();
-  args.ring_ek = state.tensors[3].data_ptr<float>();
-  args.ring_ekv = state.tensors[4].data_ptr<float>();
-  args.out = out.data_ptr<float>();
   kernels::AftPrefill(args);
   state.length.index_fill_(0, rows, start + time);
   return Dense(out, out_proj_);
@@ -260,24 +272,11 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const tor
   auto out = torch::empty({batch, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
   kernels::AftStepArgs args;
+  FillSharedArgs(qkv, bias, out, window_, bias_heads_, state, &args);
   args.batch = batch;
-  args.channels = d;
-  args.window = window_;
-  args.bias_heads = bias_heads_;
-  args.bias_rows = bias.defined() ? bias.size(1) : 1;
   args.slots = slot_ids;
   args.lengths = state.length.data_ptr<int64_t>();
-  args.q = qkv.data_ptr<float>();
-  args.k = args.q + d;
-  args.v = args.q + 2 * d;
   args.stride = 3 * d;
-  args.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  args.c = state.tensors[0].data_ptr<float>();
-  args.num = state.tensors[1].data_ptr<float>();
-  args.den = state.tensors[2].data_ptr<float>();
-  args.ring_ek = state.tensors[3].data_ptr<float>();
-  args.ring_ekv = state.tensors[4].data_ptr<float>();
-  args.out = out.data_ptr<float>();
   kernels::AftStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
   return Dense(out, out_proj_);
