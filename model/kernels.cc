@@ -445,6 +445,9 @@ void AftPrefillRunAll(const PrefillRun& r) {
   const float* c = r.state(a.c);
   float m[kChannelBlock], acc_num[kChannelBlock], acc_den[kChannelBlock];
   std::vector<float> exp_bias(std::max<int64_t>(a.window, 1));
+  // One bias row (aft-conv): its factors hold for every query.
+  const bool per_position = a.window > 0 && a.bias_rows > 1;
+  if (a.window > 0 && !per_position) ExpBiasRow(a, r.head, 0, a.window, exp_bias.data());
   for (int64_t first = 0; first < a.time; first += a.block) {
     const int64_t count = std::min(a.block, a.time - first);
     const int64_t t0 = a.start + first;
@@ -453,7 +456,7 @@ void AftPrefillRunAll(const PrefillRun& r) {
       const float* k = r.k(first + i);
       for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
       // Offsets up to i + ring reach back to the oldest key the query sees.
-      if (a.window > 0) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
+      if (per_position) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
       AftPrefillQuery(r, first, i, m, exp_bias.data(), acc_num, acc_den);
     }
     AftPrefillAdvance(r, first, count, m);

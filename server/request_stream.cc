@@ -1,5 +1,6 @@
 #include "server/request_stream.h"
 
+#include <limits>
 #include <utility>
 
 namespace attn::serving {
@@ -31,37 +32,31 @@ void RequestStream::ClearListener() {
 }
 
 std::optional<StreamEvent> RequestStream::Pop() {
-  WakeFn wake;
-  std::optional<StreamEvent> event;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (events_.empty()) return std::nullopt;
-    const bool was_full = events_.size() >= capacity_;
-    event = std::move(events_.front());
-    events_.pop_front();
-    if (was_full) wake = wake_;
-  }
-  if (wake) wake();  // the engine may resume this sequence
-  return event;
+  std::vector<StreamEvent> events = Take(1);
+  if (events.empty()) return std::nullopt;
+  return std::move(events.front());
 }
 
 std::vector<StreamEvent> RequestStream::PopReady() {
+  return Take(std::numeric_limits<size_t>::max());
+}
+
+std::vector<StreamEvent> RequestStream::Take(size_t most) {
   WakeFn wake;
-  std::vector<StreamEvent> ready;
+  std::vector<StreamEvent> taken;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool was_full = events_.size() >= capacity_;
-    while (!events_.empty()) {
-      const StreamEvent& next = events_.front();
-      if (!ready.empty() && !next.status.ok()) break;
-      ready.push_back(std::move(events_.front()));
+    while (!events_.empty() && taken.size() < most) {
+      if (!taken.empty() && !events_.front().status.ok()) break;
+      taken.push_back(std::move(events_.front()));
       events_.pop_front();
-      if (ready.back().last) break;
+      if (taken.back().last) break;
     }
-    if (was_full && !ready.empty()) wake = wake_;
+    if (was_full && !taken.empty()) wake = wake_;
   }
-  if (wake) wake();
-  return ready;
+  if (wake) wake();  // the engine may resume this sequence
+  return taken;
 }
 
 void RequestStream::Cancel() {

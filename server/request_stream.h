@@ -63,6 +63,10 @@ class RequestStream {
   void SetWake(WakeFn wake);
 
  private:
+  // Pop and PopReady: at most `most` events, by PopReady's rule; wakes the
+  // engine if the queue was full.
+  std::vector<StreamEvent> Take(size_t most);
+
   const size_t capacity_;
   mutable std::mutex mu_;
   std::deque<StreamEvent> events_;

@@ -16,6 +16,13 @@ namespace {
 using attn::v1::GenerateRequest;
 using attn::v1::GenerateResponse;
 
+// The queue between a model's engine and one request, as deep as the engine
+// was configured to allow.
+std::shared_ptr<RequestStream> NewStream(const HostedModel& model) {
+  return std::make_shared<RequestStream>(
+      static_cast<size_t>(model.engine->options().stream_buffer));
+}
+
 absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
   const auto deadline = context->deadline();
   // No deadline arrives as the largest time point.
@@ -67,7 +74,9 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
   StreamReactor(Metrics* metrics, std::string model, std::shared_ptr<RequestStream> stream,
                 bool logprobs)
-      : metrics_(metrics), model_(std::move(model)), stream_(std::move(stream)),
+      : metrics_(metrics),
+        model_(std::move(model)),
+        stream_(std::move(stream)),
         logprobs_(logprobs) {}
 
   void Begin() {
@@ -153,10 +162,12 @@ class CollectReactor : public grpc::ServerUnaryReactor {
  public:
   CollectReactor(Metrics* metrics, std::string model, std::string method,
                  std::shared_ptr<RequestStream> stream,
-                 std::function<void(const StreamEvent&)> on_event,
-                 std::function<void()> on_success)
-      : metrics_(metrics), model_(std::move(model)), method_(std::move(method)),
-        stream_(std::move(stream)), on_event_(std::move(on_event)),
+                 std::function<void(const StreamEvent&)> on_event, std::function<void()> on_success)
+      : metrics_(metrics),
+        model_(std::move(model)),
+        method_(std::move(method)),
+        stream_(std::move(stream)),
+        on_event_(std::move(on_event)),
         on_success_(std::move(on_success)) {}
 
   void Begin() {
@@ -263,8 +274,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
       ToEngineRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
   const bool logprobs = engine_request->logprobs;
-  auto stream = std::make_shared<RequestStream>(
-      static_cast<size_t>(hosted.engine->options().stream_buffer));
+  auto stream = NewStream(hosted);
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Generate", stream,
@@ -280,19 +290,19 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   auto model = Resolve(request->model());
   absl::StatusOr<EngineRequest> engine_request =
-      model.ok() ? ToEngineRequest(*request, *(*model)->tokenizer, LimitsFor(**model),
-                                   DeadlineOf(context))
-                 : absl::StatusOr<EngineRequest>(model.status());
+      model.ok()
+          ? ToEngineRequest(*request, *(*model)->tokenizer, LimitsFor(**model), DeadlineOf(context))
+          : absl::StatusOr<EngineRequest>(model.status());
   if (!engine_request.ok()) {
     const std::string name = model.ok() ? (*model)->description.name : request->model();
     if (metrics_ != nullptr) {
-      metrics_->CountRequest(name, "GenerateStream", StatusCodeName(engine_request.status().code()));
+      metrics_->CountRequest(name, "GenerateStream",
+                             StatusCodeName(engine_request.status().code()));
     }
     return new RejectedStream(ToGrpcStatus(engine_request.status()));
   }
   HostedModel& hosted = **model;
-  auto stream = std::make_shared<RequestStream>(
-      static_cast<size_t>(hosted.engine->options().stream_buffer));
+  auto stream = NewStream(hosted);
   auto* reactor =
       new StreamReactor(metrics_, hosted.description.name, stream, engine_request->logprobs);
   reactor->Begin();
@@ -311,8 +321,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
   auto engine_request =
       ToScoreRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
-  auto stream = std::make_shared<RequestStream>(
-      static_cast<size_t>(hosted.engine->options().stream_buffer));
+  auto stream = NewStream(hosted);
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Score", stream,
@@ -332,9 +341,9 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
   return reactor;
 }
 
-grpc::ServerUnaryReactor* TextGenerationService::Tokenize(
-    grpc::CallbackServerContext* context, const attn::v1::TokenizeRequest* request,
-    attn::v1::TokenizeResponse* response) {
+grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                          const attn::v1::TokenizeRequest* request,
+                                                          attn::v1::TokenizeResponse* response) {
   auto model = Resolve(request->model());
   if (!model.ok()) return Done(context, request->model(), "Tokenize", model.status());
   const std::string& name = (*model)->description.name;
