@@ -3,6 +3,8 @@
 #include <limits>
 #include <utility>
 
+#include "server/delivery_thread.h"
+
 namespace attn::serving {
 
 const char* FinishReasonName(FinishReason reason) {
@@ -19,7 +21,8 @@ const char* FinishReasonName(FinishReason reason) {
   return "";
 }
 
-RequestStream::RequestStream(size_t capacity) : capacity_(capacity < 1 ? 1 : capacity) {}
+RequestStream::RequestStream(size_t capacity, DeliveryThread* delivery)
+    : capacity_(capacity < 1 ? 1 : capacity), delivery_(delivery) {}
 
 void RequestStream::SetListener(std::function<void()> on_event) {
   std::lock_guard<std::mutex> lock(listener_mu_);
@@ -80,9 +83,26 @@ bool RequestStream::full() const {
 }
 
 void RequestStream::Push(StreamEvent event) {
+  bool schedule = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(event));
+    schedule = delivery_ != nullptr && !delivery_scheduled_;
+    if (schedule) delivery_scheduled_ = true;
+  }
+  if (delivery_ == nullptr) {
+    RunListener();
+  } else if (schedule) {
+    delivery_->Schedule(shared_from_this());
+  }
+}
+
+void RequestStream::RunListener() {
+  {
+    // Cleared before the call: an event pushed while the listener runs
+    // schedules another call instead of being missed.
+    std::lock_guard<std::mutex> lock(mu_);
+    delivery_scheduled_ = false;
   }
   std::lock_guard<std::mutex> lock(listener_mu_);
   if (listener_) listener_();

@@ -34,16 +34,22 @@ struct StreamEvent {
   int64_t completion_tokens = 0;
 };
 
+class DeliveryThread;
+
 // Wakes whoever waits for space: the engine, when a full queue drains.
 using WakeFn = std::function<void()>;
 
-class RequestStream {
+class RequestStream : public std::enable_shared_from_this<RequestStream> {
  public:
-  explicit RequestStream(size_t capacity);
+  // Without a DeliveryThread the listener runs on the thread that pushes;
+  // with one (it must outlive the stream's last Push), it runs there, and
+  // the stream must be owned by a shared_ptr.
+  explicit RequestStream(size_t capacity, DeliveryThread* delivery = nullptr);
 
   // --- Reader side (the RPC) ---
-  // Called on the engine thread after each Push; may call Pop. ClearListener
-  // returns once no call is running and none will start.
+  // Called after Push, on the pushing thread or the DeliveryThread (once
+  // for several events when they queue meanwhile); may call Pop.
+  // ClearListener returns once no call is running and none will start.
   void SetListener(std::function<void()> on_event);
   void ClearListener();
   std::optional<StreamEvent> Pop();
@@ -63,14 +69,19 @@ class RequestStream {
   void SetWake(WakeFn wake);
 
  private:
+  friend class DeliveryThread;
+  void RunListener();
+
   // Pop and PopReady: at most `most` events, by PopReady's rule; wakes the
   // engine if the queue was full.
   std::vector<StreamEvent> Take(size_t most);
 
   const size_t capacity_;
+  DeliveryThread* const delivery_;
   mutable std::mutex mu_;
   std::deque<StreamEvent> events_;
   bool cancelled_ = false;
+  bool delivery_scheduled_ = false;
   WakeFn wake_;
   std::mutex listener_mu_;  // held while the listener runs
   std::function<void()> listener_;

@@ -17,10 +17,10 @@ using attn::v1::GenerateRequest;
 using attn::v1::GenerateResponse;
 
 // The queue between a model's engine and one request, as deep as the engine
-// was configured to allow.
-std::shared_ptr<RequestStream> NewStream(const HostedModel& model) {
-  return std::make_shared<RequestStream>(
-      static_cast<size_t>(model.engine->options().stream_buffer));
+// was configured to allow, delivered by `delivery`.
+std::shared_ptr<RequestStream> NewStream(const HostedModel& model, DeliveryThread* delivery) {
+  return std::make_shared<RequestStream>(static_cast<size_t>(model.engine->options().stream_buffer),
+                                         delivery);
 }
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
@@ -274,7 +274,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
       ToEngineRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
   const bool logprobs = engine_request->logprobs;
-  auto stream = NewStream(hosted);
+  auto stream = NewStream(hosted, &delivery_);
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Generate", stream,
@@ -302,7 +302,7 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
     return new RejectedStream(ToGrpcStatus(engine_request.status()));
   }
   HostedModel& hosted = **model;
-  auto stream = NewStream(hosted);
+  auto stream = NewStream(hosted, &delivery_);
   auto* reactor =
       new StreamReactor(metrics_, hosted.description.name, stream, engine_request->logprobs);
   reactor->Begin();
@@ -321,7 +321,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
   auto engine_request =
       ToScoreRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
-  auto stream = NewStream(hosted);
+  auto stream = NewStream(hosted, &delivery_);
   response->set_model(name);
   auto* reactor = new CollectReactor(
       metrics_, name, "Score", stream,

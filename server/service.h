@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.grpc.pb.h"
+#include "server/delivery_thread.h"
 #include "server/model_registry.h"
 #include "server/validation.h"
 
@@ -64,6 +65,9 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
   Metrics* metrics_;
   ServiceLimits limits_;
   std::atomic<bool> accepting_{true};
+  // Writes responses for every model's streams; the engines only queue
+  // events. Declared last: it stops before anything its listeners use.
+  DeliveryThread delivery_;
 };
 
 }  // namespace attn::serving

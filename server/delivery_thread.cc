@@ -1,0 +1,49 @@
+#include "server/delivery_thread.h"
+
+#include <utility>
+
+#include "server/request_stream.h"
+
+namespace attn::serving {
+
+DeliveryThread::DeliveryThread() : thread_([this] { Loop(); }) {}
+
+DeliveryThread::~DeliveryThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void DeliveryThread::Schedule(std::shared_ptr<RequestStream> stream) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduled_.push_back(std::move(stream));
+    wake = sleeping_;
+    sleeping_ = false;  // one wake-up per sleep, not one per event
+  }
+  if (wake) cv_.notify_one();
+}
+
+void DeliveryThread::Loop() {
+  std::vector<std::shared_ptr<RequestStream>> batch;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (scheduled_.empty() && !stopping_) {
+        sleeping_ = true;
+        cv_.wait(lock);
+      }
+      sleeping_ = false;
+      if (scheduled_.empty()) return;  // stopping, and nothing left to run
+      batch.swap(scheduled_);
+    }
+    for (auto& stream : batch) stream->RunListener();
+    batch.clear();  // may free streams whose RPC and request both ended
+  }
+}
+
+}  // namespace attn::serving
