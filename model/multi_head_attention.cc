@@ -12,14 +12,18 @@
 namespace attn {
 
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
-                                        const torch::Tensor& v, const torch::Tensor& bias) {
+                                        const torch::Tensor& v, const torch::Tensor& bias,
+                                        bool rows_may_be_all_masked) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
-  if (!bias.defined()) return torch::matmul(torch::softmax(scores, -1), v);
-  auto weights = torch::softmax(scores + bias, -1);
+  // In a long prefill the [Tq, Tk] scores are the largest tensors of the
+  // model and every pass over them shows: the scale goes on q instead, and
+  // the bias and the masked-row fix work in place.
+  auto scores = torch::matmul(q * scale, k.transpose(-2, -1));
+  if (bias.defined()) scores.add_(bias);
+  auto weights = torch::softmax(scores, -1);
   // A row whose keys are all masked is 0/0 = NaN after softmax: it attends to
   // nothing, so its output is zero.
-  weights = weights.masked_fill(weights.isnan(), 0.0);
+  if (bias.defined() && rows_may_be_all_masked) weights.masked_fill_(weights.isnan(), 0.0);
   return torch::matmul(weights, v);
 }
 
@@ -36,12 +40,18 @@ torch::Tensor AlibiBias(const torch::Tensor& slopes, int64_t tq, int64_t tk, int
   return -slopes.view({-1, 1, 1}) * distance.unsqueeze(0);  // [H, Tq, Tk]
 }
 
+torch::Tensor FutureKeys(int64_t tq, int64_t tk, int64_t query_offset, torch::Device device) {
+  auto options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto i = torch::arange(query_offset, query_offset + tq, options).unsqueeze(1);
+  auto j = torch::arange(tk, options).unsqueeze(0);
+  return j > i;
+}
+
 torch::Tensor CausalBias(int64_t tq, int64_t tk, int64_t query_offset,
                          const torch::TensorOptions& options) {
-  auto i = torch::arange(query_offset, query_offset + tq, options.dtype(torch::kLong)).unsqueeze(1);
-  auto j = torch::arange(tk, options.dtype(torch::kLong)).unsqueeze(0);
-  auto zeros = torch::zeros({tq, tk}, options);
-  return zeros.masked_fill(j > i, -std::numeric_limits<double>::infinity());
+  return torch::zeros({tq, tk}, options)
+      .masked_fill_(FutureKeys(tq, tk, query_offset, options.device()),
+                    -std::numeric_limits<double>::infinity());
 }
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MixerOptions& options)
@@ -67,10 +77,14 @@ torch::Tensor MultiHeadAttentionImpl::AttendHeads(const torch::Tensor& q, const 
                                                   bool causal, int64_t query_offset) {
   const int64_t tq = q.size(2), tk = k.size(2);
   torch::Tensor bias;
-  if (causal) bias = CausalBias(tq, tk, query_offset, q.options());
   if (uses_alibi()) {
-    auto alibi = AlibiBias(alibi_slopes().to(q.options()), tq, tk, query_offset);
-    bias = bias.defined() ? bias + alibi : alibi;
+    bias = AlibiBias(alibi_slopes().to(q.options()), tq, tk, query_offset);
+    if (causal) {
+      bias.masked_fill_(FutureKeys(tq, tk, query_offset, q.device()),
+                        -std::numeric_limits<double>::infinity());
+    }
+  } else if (causal) {
+    bias = CausalBias(tq, tk, query_offset, q.options());
   }
   if (key_padding_mask.defined()) {
     TORCH_CHECK(key_padding_mask.sizes() == torch::IntArrayRef({q.size(0), tk}),
@@ -80,7 +94,11 @@ torch::Tensor MultiHeadAttentionImpl::AttendHeads(const torch::Tensor& q, const 
                    .view({q.size(0), 1, 1, tk});
     bias = bias.defined() ? bias + pad : pad;
   }
-  return Dense(MergeHeads(ScaledDotProductAttention(q, k, v, bias)), out_proj_);
+  // Only key padding can mask every key of a query (a causal query always
+  // sees itself, and queries never start before position 0).
+  const bool rows_may_be_all_masked = key_padding_mask.defined() || query_offset < 0;
+  return Dense(MergeHeads(ScaledDotProductAttention(q, k, v, bias, rows_may_be_all_masked)),
+               out_proj_);
 }
 
 torch::Tensor MultiHeadAttentionImpl::attend(const torch::Tensor& query, const torch::Tensor& key,

@@ -24,9 +24,12 @@ namespace attn {
 
 // softmax(q k^T * scale + bias) v for q [.., Tq, Dh], k and v [.., Tk, Dh].
 // `bias` is additive and broadcastable to [.., Tq, Tk] (undefined: none);
-// -inf entries mask. A query whose keys are all masked gets zeros.
+// -inf entries mask. A query whose keys are all masked gets zeros; a caller
+// whose bias cannot mask a whole row (causal masks never do) passes
+// `rows_may_be_all_masked` false to skip that pass over the weights.
 torch::Tensor ScaledDotProductAttention(const torch::Tensor& q, const torch::Tensor& k,
-                                        const torch::Tensor& v, const torch::Tensor& bias);
+                                        const torch::Tensor& v, const torch::Tensor& bias,
+                                        bool rows_may_be_all_masked = true);
 
 // The ALiBi slopes m_h = 2^(-8h/H), h = 1..H.
 torch::Tensor AlibiSlopes(int64_t heads);
@@ -38,6 +41,9 @@ torch::Tensor AlibiBias(const torch::Tensor& slopes, int64_t tq, int64_t tk, int
 // Additive [Tq, Tk] mask: 0 where key j <= query_offset + i, -inf elsewhere.
 torch::Tensor CausalBias(int64_t tq, int64_t tk, int64_t query_offset,
                          const torch::TensorOptions& options);
+
+// [Tq, Tk] bool, true where key j is later than query query_offset + i.
+torch::Tensor FutureKeys(int64_t tq, int64_t tk, int64_t query_offset, torch::Device device);
 
 class MultiHeadAttentionImpl : public SequenceMixer {
  public:

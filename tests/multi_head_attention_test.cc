@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "tests/reference.h"
 #include "tests/test_util.h"
@@ -30,6 +31,31 @@ TEST(ScaledDotProductAttention, MatchesNestedLoops) {
   y = y.transpose(1, 2).reshape({2, 9, 16});
   auto expected = reference::SoftmaxAttention(q, k, v, 2, /*causal=*/true, /*offset=*/4, {});
   EXPECT_LT(MaxAbsDiff(y, expected), 1e-12);
+}
+
+TEST(ScaledDotProductAttention, SkippingTheMaskedRowFixChangesNothingUnderACausalMask) {
+  torch::manual_seed(2);
+  auto q = torch::randn({2, 3, 6, 8});
+  auto k = torch::randn({2, 3, 6, 8});
+  auto v = torch::randn({2, 3, 6, 8});
+  auto bias = CausalBias(6, 6, 0, q.options());
+  auto checked = ScaledDotProductAttention(q, k, v, bias, /*rows_may_be_all_masked=*/true);
+  auto unchecked = ScaledDotProductAttention(q, k, v, bias, /*rows_may_be_all_masked=*/false);
+  EXPECT_TRUE(torch::equal(checked, unchecked));
+}
+
+TEST(ScaledDotProductAttention, AQueryWithEveryKeyMaskedGetsZeros) {
+  torch::manual_seed(3);
+  auto q = torch::randn({1, 1, 4, 8});
+  auto k = torch::randn({1, 1, 5, 8});
+  auto v = torch::randn({1, 1, 5, 8});
+  // Query 2 sees no key; the others see all of them.
+  auto bias = torch::zeros({4, 5});
+  bias[2].fill_(-std::numeric_limits<float>::infinity());
+  auto y = ScaledDotProductAttention(q, k, v, bias);
+  EXPECT_TRUE(torch::equal(y[0][0][2], torch::zeros({8})));
+  EXPECT_FALSE(y.isnan().any().item<bool>());
+  EXPECT_GT(y[0][0][0].abs().sum().item<float>(), 0.0f);
 }
 
 TEST(Alibi, GeometricSlopesFromThePaper) {
