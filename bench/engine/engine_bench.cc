@@ -20,9 +20,9 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <mutex>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,6 +45,9 @@ ABSL_FLAG(int64_t, prompt_tokens, 128, "Prompt length of the throughput runs.");
 ABSL_FLAG(int64_t, max_tokens, 128, "Tokens generated per request.");
 ABSL_FLAG(int64_t, requests_per_slot, 3, "Requests per unit of concurrency (closed loop).");
 ABSL_FLAG(int, repeats, 30, "Samples per timed comparison (medians are reported).");
+ABSL_FLAG(int64_t, wide_d_model, 512,
+          "Also measure decode FLOPs on an untrained model of this width (and 4x that feed-forward"
+          " width), otherwise like the package's; 0: skip.");
 
 namespace {
 
@@ -183,7 +186,8 @@ Flops DecodeFlops(attn::CausalLm& model) {
     }
   }
   const double flops = 2.0 * static_cast<double>(model->parameter_count()) * rows;
-  return {Median(step) * 1e3, flops / Median(step) / 1e9, 2.0 * 1024 * 1024 * 1024 / Median(mm) / 1e9};
+  return {Median(step) * 1e3, flops / Median(step) / 1e9,
+          2.0 * 1024 * 1024 * 1024 / Median(mm) / 1e9};
 }
 
 // 512 prompt tokens: prefill (chunks of 256, as the server does) vs 512 steps.
@@ -228,8 +232,10 @@ std::pair<double, double> ContextLatency(attn::CausalLm& model) {
   std::vector<double> at_near, at_far;
   const int samples = absl::GetFlag(FLAGS_repeats) * 4;
   for (int i = 0; i < samples; ++i) {
-    at_near.push_back(Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({near}), pool.state()); }));
-    at_far.push_back(Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({far}), pool.state()); }));
+    at_near.push_back(
+        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({near}), pool.state()); }));
+    at_far.push_back(
+        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({far}), pool.state()); }));
   }
   return {Median(at_near) * 1e3, Median(at_far) * 1e3};
 }
@@ -274,9 +280,31 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "decode FLOPs at 64 rows...\n");
   const Flops flops = DecodeFlops(model);
-  std::printf("decode 64 rows: %.3f ms/step, %.1f model GFLOP/s, torch::mm %.1f GFLOP/s, ratio %.2f\n",
-              flops.step_ms, flops.model_gflops, flops.mm_gflops,
-              flops.model_gflops / flops.mm_gflops);
+  std::printf(
+      "decode 64 rows: %.3f ms/step, %.1f model GFLOP/s, torch::mm %.1f GFLOP/s, ratio %.2f\n",
+      flops.step_ms, flops.model_gflops, flops.mm_gflops, flops.model_gflops / flops.mm_gflops);
+  // The same architecture made wider: how much of the matmul peak the
+  // engine's decode reaches once the matrices are not tiny. Weights are
+  // random; a step's cost does not depend on their values.
+  const int64_t wide = absl::GetFlag(FLAGS_wide_d_model);
+  Flops wide_flops{0, 0, 0};
+  int64_t wide_parameters = 0;
+  if (wide > 0) {
+    attn::LmConfig config = model->config();
+    config.d_model = wide;
+    config.ff_hidden = 4 * wide;
+    std::fprintf(stderr, "decode FLOPs at 64 rows, d_model %ld...\n", static_cast<long>(wide));
+    attn::CausalLm wide_model(config);
+    wide_model->eval();
+    wide_parameters = wide_model->parameter_count();
+    wide_flops = DecodeFlops(wide_model);
+    std::printf(
+        "d_model %ld (%ld parameters), decode 64 rows: %.3f ms/step, %.1f model GFLOP/s, "
+        "torch::mm %.1f GFLOP/s, ratio %.2f\n",
+        static_cast<long>(wide), static_cast<long>(wide_parameters), wide_flops.step_ms,
+        wide_flops.model_gflops, wide_flops.mm_gflops,
+        wide_flops.model_gflops / wide_flops.mm_gflops);
+  }
   std::fprintf(stderr, "prefill vs steps...\n");
   const auto [prefill_ms, steps_ms] = PrefillVsSteps(model);
   std::printf("512 tokens: prefill %.2f ms, stepping %.2f ms, ratio %.1f\n", prefill_ms, steps_ms,
@@ -287,12 +315,17 @@ int main(int argc, char** argv) {
               far_ms, far_ms / near_ms);
   std::printf(
       "{\"model\": \"%s\", \"mixer\": \"%s\", \"parameters\": %ld, \"threads\": %d, "
-      "\"throughput\": {%s}, \"token_interval_c1_ms\": %.4f, \"decode_step_c1_ms\": %.4f, \"decode64_ms\": %.4f, \"decode64_model_gflops\": %.2f, "
-      "\"mm_gflops\": %.2f, \"prefill512_ms\": %.3f, \"step512_ms\": %.3f, "
+      "\"throughput\": {%s}, \"token_interval_c1_ms\": %.4f, \"decode_step_c1_ms\": %.4f, "
+      "\"decode64_ms\": %.4f, \"decode64_model_gflops\": %.2f, "
+      "\"mm_gflops\": %.2f, \"wide_d_model\": %ld, \"wide_parameters\": %ld, "
+      "\"wide_decode64_ms\": %.4f, \"wide_decode64_model_gflops\": %.2f, \"wide_mm_gflops\": %.2f, "
+      "\"prefill512_ms\": %.3f, \"step512_ms\": %.3f, "
       "\"step_ctx128_ms\": %.4f, \"step_ctx_long_ms\": %.4f}\n",
       absl::GetFlag(FLAGS_model).c_str(), mixer.c_str(),
       static_cast<long>(model->parameter_count()), threads,
-      absl::StrJoin(throughput_json, ", ").c_str(), token_interval_ms, decode_step_c1_ms, flops.step_ms, flops.model_gflops,
-      flops.mm_gflops, prefill_ms, steps_ms, near_ms, far_ms);
+      absl::StrJoin(throughput_json, ", ").c_str(), token_interval_ms, decode_step_c1_ms,
+      flops.step_ms, flops.model_gflops, flops.mm_gflops, static_cast<long>(wide),
+      static_cast<long>(wide_parameters), wide_flops.step_ms, wide_flops.model_gflops,
+      wide_flops.mm_gflops, prefill_ms, steps_ms, near_ms, far_ms);
   return 0;
 }
