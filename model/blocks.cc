@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "model/dense.h"
+#include "model/kernels.h"
 
 namespace attn {
 
@@ -12,7 +13,15 @@ FeedForwardImpl::FeedForwardImpl(int64_t d_model, int64_t hidden) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return Dense(torch::gelu(Dense(x, up_)), down_);
+  torch::Tensor hidden = Dense(x, up_);
+  const bool tracked = torch::GradMode::is_enabled() && hidden.requires_grad();
+  if (tracked || !hidden.device().is_cpu() || hidden.scalar_type() != torch::kFloat ||
+      !hidden.is_contiguous()) {
+    return Dense(torch::gelu(hidden), down_);
+  }
+  // `hidden` is a fresh tensor of this call: the fused GELU may overwrite it.
+  kernels::GeluInPlace(hidden.numel(), hidden.data_ptr<float>());
+  return Dense(hidden, down_);
 }
 
 AttentionLayerImpl::AttentionLayerImpl(const BlockOptions& options) {
