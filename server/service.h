@@ -66,7 +66,9 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
   ServiceLimits limits_;
   std::atomic<bool> accepting_{true};
   // Writes responses for every model's streams; the engines only queue
-  // events. Declared last: it stops before anything its listeners use.
+  // events. Declared last: it stops before anything its listeners use. The
+  // engines' streams point to it, so they must stop first
+  // (InferenceServer::Shutdown stops them before the service goes).
   DeliveryThread delivery_;
 };
 
