@@ -136,8 +136,9 @@ class SequenceMixer : public torch::nn::Module {
   // pool preallocates rows at the maximum; this is what a row really needs.
   virtual int64_t state_bytes_per_sequence(int64_t context) const = 0;
 
-  // Resets rows `slots` of `state` to the empty sequence.
-  void ResetSlots(MixerState& state, const torch::Tensor& slots) const;
+  // Resets rows `slots` of `state` to the empty sequence. A server calls it
+  // for every request it admits.
+  virtual void ResetSlots(MixerState& state, const torch::Tensor& slots) const;
 
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.

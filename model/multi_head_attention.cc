@@ -149,6 +149,10 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
   return Dense(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms), out_proj_);
 }
 
+void MultiHeadAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
+  state.length.index_fill_(0, slots.to(state.length.device(), torch::kLong), 0);
+}
+
 int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
   return KvCacheBytes(context, options_.max_context, options_.d_model);
 }

@@ -150,6 +150,21 @@ TEST_P(MixerEquivalenceTest, ResetRowStartsAFreshSequence) {
   EXPECT_LT(MaxAbsDiff(torch::stack(neighbour), parallel_[1].narrow(0, 20, 30)), kTolerance);
 }
 
+// A reset row must not see what it held before, whatever reads it next
+// (a cache may keep stale entries past the row's length).
+TEST_P(MixerEquivalenceTest, ResetRowThenPrefillStartsAFreshSequence) {
+  torch::NoGradGuard no_grad;
+  auto pool = mixer_->initial_state(2, torch::kCPU);
+  mixer_->prefill(x_.narrow(0, 0, 2).narrow(1, 0, 40), pool);
+  mixer_->ResetSlots(pool, torch::tensor({1}));
+  auto prefilled = mixer_->prefill(x_.narrow(0, 2, 1).narrow(1, 0, 17), pool, torch::tensor({1}));
+  std::vector<torch::Tensor> outputs = {prefilled[0]};
+  for (int64_t t = 17; t < 25; ++t) {
+    outputs.push_back(mixer_->step(x_[2][t].unsqueeze(0), pool, torch::tensor({1})));
+  }
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 0), parallel_[2].narrow(0, 0, 25)), kTolerance);
+}
+
 TEST_P(MixerEquivalenceTest, StateBytesMatchTheKind) {
   const int64_t at_64 = mixer_->state_bytes_per_sequence(64);
   const int64_t at_4096 = mixer_->state_bytes_per_sequence(4096);
