@@ -58,10 +58,14 @@ for model in $MODELS; do
   echo "== $model: inter-token latency by context" >&2
   contexts="128 1024 4032"
   [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
-  for ctx in $contexts; do
-    line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
-           --max_tokens=64 --streams=3 --json --progress=false)
-    record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
+  # Rounds that alternate the contexts, so drift in this machine's speed
+  # falls on all of them alike; the report takes the median per context.
+  for round in 1 2 3 4 5; do
+    for ctx in $contexts; do
+      line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
+             --max_tokens=64 --streams=2 --json --progress=false)
+      record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"round\": $round, \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
+    done
   done
   stop_server
 done
