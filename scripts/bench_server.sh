@@ -34,8 +34,8 @@ start_server() {  # start_server MODEL extra-flags...
 stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
 record() { echo "$1" >> "$OUT/$2.jsonl"; }
 
-repeats=30; per_slot=3; concurrencies="1 8 64 256"
-[ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64"
+repeats=30; per_slot=3; concurrencies="1 8 64 256"; ratio_rounds=5
+[ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64" && ratio_rounds=2
 
 for model in $MODELS; do
   echo "== $model: engine in process" >&2
@@ -54,6 +54,16 @@ for model in $MODELS; do
     line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=$c --prompt_tokens=128 \
            --max_tokens=128 --streams=$((c * per_slot)) --json --progress=false)
     record "{\"name\": \"$model\", \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" grpc
+  done
+  # The target ratio at 64 streams, from rounds that alternate the engine in
+  # process with the server (idle meanwhile), so both see the same machine.
+  echo "== $model: engine vs gRPC at 64 streams, alternating" >&2
+  for round in $(seq $ratio_rounds); do
+    engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" \
+             --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
+    grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
+           --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
+    record "{\"name\": \"$model\", \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
   echo "== $model: inter-token latency by context" >&2
   contexts="128 1024 4032"

@@ -45,6 +45,8 @@ ABSL_FLAG(int64_t, prompt_tokens, 128, "Prompt length of the throughput runs.");
 ABSL_FLAG(int64_t, max_tokens, 128, "Tokens generated per request.");
 ABSL_FLAG(int64_t, requests_per_slot, 3, "Requests per unit of concurrency (closed loop).");
 ABSL_FLAG(int, repeats, 30, "Samples per timed comparison (medians are reported).");
+ABSL_FLAG(bool, throughput_only, false,
+          "Only the closed-loop throughput runs (for interleaving with gRPC runs).");
 ABSL_FLAG(int64_t, wide_d_model, 512,
           "Also measure decode FLOPs on an untrained model of this width (and 4x that feed-forward"
           " width), otherwise like the package's; 0: skip.");
@@ -279,6 +281,12 @@ int main(int argc, char** argv) {
       std::printf("median time between tokens at concurrency 1: %.3f ms (decode step %.3f ms)\n",
                   token_interval_ms, decode_step_c1_ms);
     }
+  }
+  if (absl::GetFlag(FLAGS_throughput_only)) {
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"throughput\": {%s}}\n",
+                absl::GetFlag(FLAGS_model).c_str(), threads,
+                absl::StrJoin(throughput_json, ", ").c_str());
+    return 0;
   }
   std::fprintf(stderr, "decode FLOPs at 64 rows...\n");
   const Flops flops = DecodeFlops(model);
