@@ -232,9 +232,7 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   auto rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, x.size(1));
   const int64_t start = CommonLength(state, rows);
-  const bool bias_tracked =
-      position_bias_.defined() && position_bias_.requires_grad() && torch::GradMode::is_enabled();
-  if (CanFuse(x, state) && !bias_tracked) return FusedPrefill(x.contiguous(), state, rows, start);
+  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, start);
   auto index = rows.to(x.device());
   // Ring slots of the keys before and after this prompt, oldest first.
   auto ring_slots = [&](int64_t end) {

@@ -587,10 +587,6 @@ ATTN_HOT void ScaleRow(const float* in, const float* gain, float scale, int64_t 
 
 ATTN_HOT float SquaredNorm(const float* in, int64_t d) { return Dot(in, in, d); }
 
-}  // namespace
-
-namespace {
-
 ATTN_HOT void GeluSpan(int64_t n, float* x) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   for (int64_t i = 0; i < n; ++i) {

@@ -107,12 +107,14 @@ torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::
                 state.rows(), ")");
   }
   // Two rows of one call must not share a state row: the fused kernels would
-  // update it from two threads.
-  std::vector<int64_t> sorted(ids, ids + batch);
-  std::sort(sorted.begin(), sorted.end());
-  const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
-  TORCH_CHECK(repeated == sorted.end(), "slot ", repeated == sorted.end() ? 0 : *repeated,
-              " appears twice in one call");
+  // update it from two threads. (One row cannot repeat: no work at batch 1.)
+  if (batch > 1) {
+    std::vector<int64_t> sorted(ids, ids + batch);
+    std::sort(sorted.begin(), sorted.end());
+    const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
+    TORCH_CHECK(repeated == sorted.end(), "slot ", repeated == sorted.end() ? 0 : *repeated,
+                " appears twice in one call");
+  }
   return resolved;
 }
 
@@ -167,7 +169,12 @@ bool SequenceMixer::CanFuse(const torch::Tensor& x, const MixerState& state) con
   if (!options_.fused_kernels || !x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
     return false;
   }
-  if (torch::GradMode::is_enabled() && x.requires_grad()) return false;
+  if (torch::GradMode::is_enabled()) {
+    if (x.requires_grad()) return false;
+    for (const auto& parameter : parameters()) {
+      if (parameter.requires_grad()) return false;
+    }
+  }
   for (const auto& t : state.tensors) {
     if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous()) {
       return false;

@@ -153,7 +153,10 @@ class SequenceMixer : public torch::nn::Module {
                                   int64_t batch, torch::Tensor* holder) const;
   // The common length of rows `slots`; throws if they differ.
   int64_t CommonLength(const MixerState& state, const torch::Tensor& slots) const;
-  // Whether step() may take the fused CPU path for input x and `state`.
+  // Whether step() (and AFT's prefill) may take the fused CPU path for input
+  // x and `state`: CPU float tensors, and nothing autograd must track (the
+  // kernels read raw memory, so neither x nor any parameter may need a
+  // gradient).
   bool CanFuse(const torch::Tensor& x, const MixerState& state) const;
   // The generic step: prefill() of one token, one row at a time.
   torch::Tensor StepByPrefill(const torch::Tensor& x, MixerState& state,

@@ -1,6 +1,5 @@
 #include "server/request_stream.h"
 
-#include <limits>
 #include <utility>
 
 #include "server/delivery_thread.h"
@@ -34,23 +33,13 @@ void RequestStream::ClearListener() {
   listener_ = nullptr;
 }
 
-std::optional<StreamEvent> RequestStream::Pop() {
-  std::vector<StreamEvent> events = Take(1);
-  if (events.empty()) return std::nullopt;
-  return std::move(events.front());
-}
-
 std::vector<StreamEvent> RequestStream::PopReady() {
-  return Take(std::numeric_limits<size_t>::max());
-}
-
-std::vector<StreamEvent> RequestStream::Take(size_t most) {
   WakeFn wake;
   std::vector<StreamEvent> taken;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool was_full = events_.size() >= capacity_;
-    while (!events_.empty() && taken.size() < most) {
+    while (!events_.empty()) {
       if (!taken.empty() && !events_.front().status.ok()) break;
       taken.push_back(std::move(events_.front()));
       events_.pop_front();

@@ -11,7 +11,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,11 +47,10 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
 
   // --- Reader side (the RPC) ---
   // Called after Push, on the pushing thread or the DeliveryThread (once
-  // for several events when they queue meanwhile); may call Pop.
+  // for several events when they queue meanwhile); may call PopReady.
   // ClearListener returns once no call is running and none will start.
   void SetListener(std::function<void()> on_event);
   void ClearListener();
-  std::optional<StreamEvent> Pop();
   // Every queued event up to and including the first failure or last event,
   // except that a failure behind successful events stays queued for the next
   // call: so a writer can send the successes as one message, then fail.
@@ -71,10 +69,6 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
  private:
   friend class DeliveryThread;
   void RunListener();
-
-  // Pop and PopReady: at most `most` events, by PopReady's rule; wakes the
-  // engine if the queue was full.
-  std::vector<StreamEvent> Take(size_t most);
 
   const size_t capacity_;
   DeliveryThread* const delivery_;

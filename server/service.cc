@@ -189,16 +189,18 @@ class CollectReactor : public grpc::ServerUnaryReactor {
  private:
   void Collect() {
     std::lock_guard<std::mutex> lock(mu_);
-    while (std::optional<StreamEvent> event = stream_->Pop()) {
-      if (finished_) continue;
-      if (!event->status.ok()) {
-        FinishLocked(ToGrpcStatus(event->status));
-        continue;
-      }
-      on_event_(*event);
-      if (event->last) {
-        on_success_();
-        FinishLocked(grpc::Status::OK);
+    for (auto events = stream_->PopReady(); !events.empty(); events = stream_->PopReady()) {
+      for (const StreamEvent& event : events) {
+        if (finished_) continue;
+        if (!event.status.ok()) {
+          FinishLocked(ToGrpcStatus(event.status));
+          continue;
+        }
+        on_event_(event);
+        if (event.last) {
+          on_success_();
+          FinishLocked(grpc::Status::OK);
+        }
       }
     }
   }

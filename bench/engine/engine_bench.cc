@@ -57,6 +57,7 @@ using attn::serving::Engine;
 using attn::serving::EngineOptions;
 using attn::serving::EngineRequest;
 using attn::serving::RequestStream;
+using attn::serving::StreamEvent;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -126,15 +127,16 @@ ThroughputResult Throughput(attn::CausalLm& model, const attn::Tokenizer& tokeni
     RequestStream* raw = stream.get();
     auto previous = std::make_shared<absl::Time>(absl::InfinitePast());
     stream->SetListener([&, raw, previous] {
-      while (auto event = raw->Pop()) {
+      // Runs on the engine thread after each push, so one event at a time.
+      for (const StreamEvent& event : raw->PopReady()) {
         const absl::Time now = absl::Now();
         std::lock_guard<std::mutex> lock(mu);
-        if (concurrency == 1 && *previous != absl::InfinitePast() && !event->token_ids.empty()) {
+        if (concurrency == 1 && *previous != absl::InfinitePast() && !event.token_ids.empty()) {
           intervals.push_back(absl::ToDoubleMilliseconds(now - *previous));
         }
-        if (!event->token_ids.empty()) *previous = now;
-        tokens += static_cast<int64_t>(event->token_ids.size());
-        if (event->last) {
+        if (!event.token_ids.empty()) *previous = now;
+        tokens += static_cast<int64_t>(event.token_ids.size());
+        if (event.last) {
           ++finished;
           ended.notify_one();
         }

@@ -47,13 +47,15 @@ struct Output {
 
 // Reads everything queued on `stream` into `out`.
 void Read(RequestStream& stream, Output* out) {
-  while (auto event = stream.Pop()) {
-    out->ids.insert(out->ids.end(), event->token_ids.begin(), event->token_ids.end());
-    out->logprobs.insert(out->logprobs.end(), event->logprobs.begin(), event->logprobs.end());
-    out->text += event->text;
-    if (event->last) {
-      out->done = true;
-      out->last = *event;
+  for (auto events = stream.PopReady(); !events.empty(); events = stream.PopReady()) {
+    for (const StreamEvent& event : events) {
+      out->ids.insert(out->ids.end(), event.token_ids.begin(), event.token_ids.end());
+      out->logprobs.insert(out->logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+      out->text += event.text;
+      if (event.last) {
+        out->done = true;
+        out->last = event;
+      }
     }
   }
 }
@@ -181,7 +183,7 @@ TEST_F(EngineTest, FullQueueIsResourceExhaustedAndQueuesNothing) {
   absl::Status status = engine->Submit(Greedy(Prompt(3, 9), 50), rejected);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(engine->load().running + engine->load().waiting, 2);
-  EXPECT_FALSE(rejected->Pop().has_value());
+  EXPECT_TRUE(rejected->PopReady().empty());
 }
 
 TEST_F(EngineTest, PassedDeadlineEndsRunningAndWaitingRequests) {
