@@ -1,11 +1,16 @@
 // Affine maps y = x W^T + b for the modules' projections.
 //
-// Why not torch::nn::Linear::forward everywhere: Linear always calls a
-// matrix-matrix product, and OpenBLAS packs the whole weight matrix on every
-// such call. For a decode step at batch 1 the packing costs more than the
-// product (a 4096 x 160 head: ~340 us as a GEMM, ~70 us as a matrix-vector
-// product here). Dense takes the matrix-vector route for one row outside
-// autograd and is Linear itself otherwise.
+// Why not torch::nn::Linear::forward everywhere: Linear always calls
+// OpenBLAS's matrix-matrix product, which packs the whole weight matrix into
+// its panel layout on every call. For the few rows of a decode step that
+// copy costs as much as a large part of the product. Outside autograd, on
+// float32 CPU tensors, Dense multiplies 2 to 32 rows with a copy of the
+// weight packed once (model/packed_gemm.h) and kept while the weight lives
+// unchanged; a weight written in place (its version counter moves) is
+// repacked. One row takes OpenBLAS's matrix-vector product; more rows, and
+// every product autograd tracks, take Linear.
+//
+// The packed copies cost as much memory again as the weights they copy.
 #pragma once
 
 #include <torch/nn/modules/linear.h>

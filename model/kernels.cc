@@ -8,16 +8,12 @@
 #include <limits>
 #include <vector>
 
-// Each hot per-row function is compiled for AVX-512, AVX2+FMA and baseline
-// x86-64; the loader picks the best the CPU has, so one binary serves any
-// x86-64 machine. The reductions that may be reordered to vectorise say so
-// with `omp simd reduction` (-fopenmp-simd: no OpenMP runtime); elsewhere
-// float arithmetic keeps its order.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATTN_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define ATTN_HOT
-#endif
+#include "model/hot.h"
+
+// The hot per-row functions are ATTN_HOT (model/hot.h). The reductions that
+// may be reordered to vectorise say so with `omp simd reduction`
+// (-fopenmp-simd: no OpenMP runtime); elsewhere float arithmetic keeps its
+// order.
 
 namespace attn::kernels {
 namespace {

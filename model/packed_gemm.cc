@@ -1,0 +1,145 @@
+#include "model/packed_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/hot.h"
+
+namespace attn::kernels {
+namespace {
+
+// Sixteen floats: one AVX-512 register (two AVX2 ones, four SSE ones in the
+// baseline clone). aligned(4): loads and stores need no alignment.
+typedef float Lanes __attribute__((vector_size(64), aligned(4)));
+
+// Rows per tile: 12 rows x 2 halves of a panel = 24 accumulators, leaving
+// AVX-512's 32 registers room for the two weight vectors and a broadcast.
+constexpr int kTileRows = 12;
+
+// Below this many multiply-adds the product runs on the calling thread: an
+// OpenMP fork/join costs several microseconds.
+constexpr int64_t kParallelWork = 1 << 15;
+
+__attribute__((always_inline)) inline Lanes Load(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+__attribute__((always_inline)) inline void Store(float* p, const Lanes& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// y[r, 0:width] = x[r, :] . panel + bias32 for R rows; width <= 32 columns
+// are kept (the panel is zero-padded beyond the matrix).
+template <int R>
+__attribute__((always_inline)) inline void Tile(const float* x, int64_t ldx, const float* panel,
+                                                int64_t in, const float* bias32, float* y,
+                                                int64_t ldy, int64_t width) {
+  Lanes lo[R], hi[R];
+  const Lanes bias_lo = Load(bias32), bias_hi = Load(bias32 + 16);
+  for (int r = 0; r < R; ++r) {
+    lo[r] = bias_lo;
+    hi[r] = bias_hi;
+  }
+  for (int64_t k = 0; k < in; ++k) {
+    const Lanes w_lo = Load(panel + k * kPanelWidth);
+    const Lanes w_hi = Load(panel + k * kPanelWidth + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const float xr = x[r * ldx + k];
+      lo[r] += xr * w_lo;
+      hi[r] += xr * w_hi;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* row = y + r * ldy;
+    if (width == kPanelWidth) {
+      Store(row, lo[r]);
+      Store(row + 16, hi[r]);
+    } else {
+      float full[kPanelWidth];
+      Store(full, lo[r]);
+      Store(full + 16, hi[r]);
+      std::memcpy(row, full, sizeof(float) * width);
+    }
+  }
+}
+
+struct GemmArgs {
+  const float* x;
+  int64_t rows, ldx;
+  const float* packed;
+  int64_t out, in;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+  int64_t tiles;  // row tiles per panel
+};
+
+// Work items are (panel, row tile) pairs in panel-major order, so the items
+// one thread runs share panels and each panel stays in cache for its tiles.
+ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t panel = item / a.tiles;
+    const int64_t row0 = (item % a.tiles) * kTileRows;
+    const int64_t column0 = panel * kPanelWidth;
+    const int64_t width = std::min(kPanelWidth, a.out - column0);
+    float bias32[kPanelWidth] = {};
+    if (a.bias != nullptr) std::memcpy(bias32, a.bias + column0, sizeof(float) * width);
+    const float* x = a.x + row0 * a.ldx;
+    const float* weights = a.packed + panel * a.in * kPanelWidth;
+    float* y = a.y + row0 * a.ldy + column0;
+    switch (std::min<int64_t>(kTileRows, a.rows - row0)) {
+#define ATTN_TILE_CASE(R)                                      \
+  case R:                                                      \
+    Tile<R>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width); \
+    break;
+      ATTN_TILE_CASE(1)
+      ATTN_TILE_CASE(2)
+      ATTN_TILE_CASE(3)
+      ATTN_TILE_CASE(4)
+      ATTN_TILE_CASE(5)
+      ATTN_TILE_CASE(6)
+      ATTN_TILE_CASE(7)
+      ATTN_TILE_CASE(8)
+      ATTN_TILE_CASE(9)
+      ATTN_TILE_CASE(10)
+      ATTN_TILE_CASE(11)
+      ATTN_TILE_CASE(12)
+#undef ATTN_TILE_CASE
+      default:
+        break;
+    }
+  }
+}
+
+int64_t Panels(int64_t out) { return (out + kPanelWidth - 1) / kPanelWidth; }
+
+}  // namespace
+
+int64_t PackedWeightSize(int64_t out, int64_t in) { return Panels(out) * in * kPanelWidth; }
+
+void PackWeight(const float* w, int64_t out, int64_t in, int64_t ldw, float* packed) {
+  std::memset(packed, 0, sizeof(float) * PackedWeightSize(out, in));
+  for (int64_t o = 0; o < out; ++o) {
+    float* panel = packed + (o / kPanelWidth) * in * kPanelWidth + o % kPanelWidth;
+    for (int64_t k = 0; k < in; ++k) panel[k * kPanelWidth] = w[o * ldw + k];
+  }
+}
+
+void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, int64_t out,
+                int64_t in, const float* bias, float* y, int64_t ldy) {
+  if (rows <= 0 || out <= 0) return;
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  const GemmArgs args{x, rows, ldx, packed, out, in, bias, y, ldy, tiles};
+  const int64_t items = Panels(out) * args.tiles;
+  const int64_t work_per_item = std::min<int64_t>(rows, kTileRows) * kPanelWidth * in;
+  const int64_t grain = std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_item));
+  at::parallel_for(0, items, grain,
+                   [&](int64_t begin, int64_t end) { RunItems(args, begin, end); });
+}
+
+}  // namespace attn::kernels

@@ -1,0 +1,81 @@
+#include "model/dense.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace attn {
+namespace {
+
+void ExpectMatchesLinear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const torch::Tensor expected = torch::nn::functional::linear(x, w, b);
+  const torch::Tensor got = Dense(x, w, b);
+  ASSERT_EQ(got.sizes(), expected.sizes());
+  EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5))
+      << "x " << x.sizes() << " max difference " << (got - expected).abs().max().item<float>();
+}
+
+// Row counts on both sides of each switch between the matrix-vector product
+// (1 row), the packed product (2 to 32) and OpenBLAS's (more), for a small
+// weight and one larger than L2.
+TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  for (int64_t out : {40, 4096}) {
+    const torch::Tensor w = torch::randn({out, 160}), b = torch::randn({out});
+    for (int64_t rows : {1, 2, 5, 12, 13, 32, 33, 64, 65, 200}) {
+      ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
+      ExpectMatchesLinear(torch::randn({rows, 160}), w, {});
+    }
+  }
+}
+
+TEST(Dense, TakesBatchedAndStridedInputs) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  const torch::Tensor w = torch::randn({48, 24}), b = torch::randn({48});
+  ExpectMatchesLinear(torch::randn({3, 5, 24}), w, b);                // [B, T, in]
+  ExpectMatchesLinear(torch::randn({24, 7}).t(), w, b);               // columns of a matrix
+  ExpectMatchesLinear(torch::randn({6, 30}).narrow(1, 3, 24), w, b);  // rows with a gap
+  ExpectMatchesLinear(torch::randn({5, 48}).t().narrow(0, 0, 24).t(), w.t().contiguous().t(), b);
+}
+
+TEST(Dense, AWeightWrittenInPlaceIsRepacked) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  torch::Tensor w = torch::randn({64, 32});
+  const torch::Tensor x = torch::randn({8, 32});
+  ExpectMatchesLinear(x, w, {});  // packs w
+  w.mul_(-2.0f);
+  ExpectMatchesLinear(x, w, {});
+  w.copy_(torch::randn({64, 32}));
+  ExpectMatchesLinear(x, w, {});
+}
+
+TEST(Dense, ANewWeightNeverReadsAnOldOnesPacking) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const torch::Tensor x = torch::randn({4, 32});
+  for (int i = 0; i < 20; ++i) {  // the allocator hands the same memory back
+    const torch::Tensor w = torch::randn({64, 32});
+    ExpectMatchesLinear(x, w, {});
+  }
+}
+
+TEST(Dense, MismatchedShapesFailAsLinearDoes) {
+  torch::NoGradGuard no_grad;
+  EXPECT_THROW(Dense(torch::randn({4, 31}), torch::randn({64, 32})), c10::Error);
+  EXPECT_THROW(Dense(torch::randn({4, 32}), torch::randn({64, 32}), torch::randn({63})),
+               c10::Error);
+}
+
+TEST(Dense, ProductsAutogradTracksKeepTheirGradients) {
+  torch::manual_seed(7);
+  const torch::Tensor w = torch::randn({16, 8}, torch::requires_grad());
+  const torch::Tensor x = torch::randn({4, 8});
+  Dense(x, w).sum().backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(torch::allclose(w.grad(), x.sum(0).expand({16, 8})));
+}
+
+}  // namespace
+}  // namespace attn

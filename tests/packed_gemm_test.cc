@@ -1,0 +1,79 @@
+#include "model/packed_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+namespace attn::kernels {
+namespace {
+
+std::vector<float> Random(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// rows x out x in, with or without a bias.
+class PackedGemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
+
+// Against a naive loop in double, with padded row strides on every matrix so
+// that a kernel reading or writing past a row's end would show.
+TEST_P(PackedGemmTest, MatchesANaiveLoop) {
+  const auto [rows, out, in, with_bias] = GetParam();
+  std::mt19937 rng(rows * 7919 + out * 31 + in);
+  const int64_t ldx = in + 3, ldw = in + 5, ldy = out + 7;
+  const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * ldw, rng);
+  const std::vector<float> bias = Random(out, rng);
+  std::vector<float> packed(PackedWeightSize(out, in));
+  PackWeight(w.data(), out, in, ldw, packed.data());
+  const float sentinel = -12345.0f;
+  std::vector<float> y(rows * ldy, sentinel);
+  PackedGemm(x.data(), rows, ldx, packed.data(), out, in, with_bias ? bias.data() : nullptr,
+             y.data(), ldy);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < out; ++o) {
+      double expected = with_bias ? bias[o] : 0.0;
+      double magnitude = std::abs(expected);
+      for (int k = 0; k < in; ++k) {
+        expected += static_cast<double>(x[r * ldx + k]) * w[o * ldw + k];
+        magnitude += std::abs(static_cast<double>(x[r * ldx + k]) * w[o * ldw + k]);
+      }
+      ASSERT_NEAR(y[r * ldy + o], expected, 1e-6 * magnitude + 1e-6)
+          << "row " << r << " column " << o;
+    }
+    for (int64_t o = out; o < ldy; ++o) {
+      ASSERT_EQ(y[r * ldy + o], sentinel) << "wrote past row " << r << "'s end";
+    }
+  }
+}
+
+// Row counts around the 12-row tile, columns around the 32-wide panel, and
+// the model's shapes (160 in, 480/640/4096 out; 640 in).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, PackedGemmTest,
+    testing::Values(std::make_tuple(1, 1, 1, true), std::make_tuple(1, 160, 160, true),
+                    std::make_tuple(2, 33, 7, false), std::make_tuple(11, 31, 16, true),
+                    std::make_tuple(12, 32, 17, true), std::make_tuple(13, 65, 160, false),
+                    std::make_tuple(25, 96, 3, true), std::make_tuple(64, 480, 160, true),
+                    std::make_tuple(64, 160, 640, true), std::make_tuple(64, 4096, 160, false),
+                    std::make_tuple(256, 640, 160, true), std::make_tuple(7, 1000, 33, true)));
+
+TEST(PackedWeight, PanelsHoldColumnsInOrderAndZerosBeyondTheMatrix) {
+  const int64_t out = 34, in = 3;
+  std::vector<float> w(out * in);
+  for (int64_t i = 0; i < out * in; ++i) w[i] = static_cast<float>(i + 1);
+  std::vector<float> packed(PackedWeightSize(out, in), -1.0f);
+  ASSERT_EQ(packed.size(), 2u * in * kPanelWidth);
+  PackWeight(w.data(), out, in, in, packed.data());
+  // Panel 1, step k, lane j holds W[32 + j, k].
+  EXPECT_EQ(packed[in * kPanelWidth + 2 * kPanelWidth + 1], w[33 * in + 2]);
+  EXPECT_EQ(packed[0 * kPanelWidth + 5], w[5 * in + 0]);
+  EXPECT_EQ(packed[in * kPanelWidth + 0 * kPanelWidth + 2], 0.0f);  // column 34 does not exist
+}
+
+}  // namespace
+}  // namespace attn::kernels
