@@ -8,9 +8,9 @@
 #include <limits>
 #include <vector>
 
-#include "model/hot.h"
+#include "model/kernel_common.h"
 
-// The hot per-row functions are ATTN_HOT (model/hot.h). The reductions that
+// The hot per-row functions are ATTN_HOT (model/kernel_common.h). The reductions that
 // may be reordered to vectorise say so with `omp simd reduction`
 // (-fopenmp-simd: no OpenMP runtime); elsewhere float arithmetic keeps its
 // order.
@@ -18,16 +18,8 @@
 namespace attn::kernels {
 namespace {
 
-// Below this many multiply-adds a task list runs on the calling thread: an
-// OpenMP fork/join costs several microseconds, more than a small step.
-constexpr int64_t kParallelWork = 1 << 15;
-
 // Channels per task of the AFT window sums.
 constexpr int64_t kChannelBlock = 64;
-
-int64_t GrainFor(int64_t work_per_task) {
-  return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_task));
-}
 
 inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
 

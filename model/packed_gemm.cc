@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "model/hot.h"
+#include "model/kernel_common.h"
 
 namespace attn::kernels {
 namespace {
@@ -17,10 +17,6 @@ typedef float Lanes __attribute__((vector_size(64), aligned(4)));
 // Rows per tile: 12 rows x 2 halves of a panel = 24 accumulators, leaving
 // AVX-512's 32 registers room for the two weight vectors and a broadcast.
 constexpr int kTileRows = 12;
-
-// Below this many multiply-adds the product runs on the calling thread: an
-// OpenMP fork/join costs several microseconds.
-constexpr int64_t kParallelWork = 1 << 15;
 
 __attribute__((always_inline)) inline Lanes Load(const float* p) {
   Lanes v;
@@ -135,10 +131,9 @@ void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, 
   if (rows <= 0 || out <= 0) return;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   const GemmArgs args{x, rows, ldx, packed, out, in, bias, y, ldy, tiles};
-  const int64_t items = Panels(out) * args.tiles;
+  const int64_t items = Panels(out) * tiles;
   const int64_t work_per_item = std::min<int64_t>(rows, kTileRows) * kPanelWidth * in;
-  const int64_t grain = std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_item));
-  at::parallel_for(0, items, grain,
+  at::parallel_for(0, items, GrainFor(work_per_item),
                    [&](int64_t begin, int64_t end) { RunItems(args, begin, end); });
 }
 
