@@ -1,7 +1,7 @@
 #include "model/cpus.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
+#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -57,14 +57,6 @@ int ConfigureThreads(int requested) {
   return threads;
 }
 
-void ReleaseThreadTeam() {
-  // Looked up at run time: LibTorch brings its OpenMP runtime, which this
-  // library does not link directly, and a LibTorch without OpenMP has none.
-  using PauseFn = int (*)(int);
-  static const auto pause =
-      reinterpret_cast<PauseFn>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
-  constexpr int kPauseSoft = 1;  // omp_pause_soft: threads go, settings stay
-  if (pause != nullptr) pause(kPauseSoft);
-}
+void ReleaseThreadTeam() { omp_pause_resource_all(omp_pause_soft); }
 
 }  // namespace attn

@@ -21,8 +21,8 @@ int UsableCpus();
 // Debian's LibTorch otherwise starts with one thread.
 int ConfigureThreads(int requested);
 
-// Frees the calling thread's idle OpenMP thread team, if the OpenMP runtime
-// supports it (omp_pause_resource_all, OpenMP 5.0); a no-op otherwise.
+// Frees the calling thread's idle OpenMP thread team (omp_pause_resource_all,
+// OpenMP 5.0; threads go, settings stay).
 //
 // Why: libgomp keeps a team for every thread that ever ran a parallel region
 // and counts their threads. Once they outnumber the CPUs, every team stops

@@ -63,15 +63,15 @@ PackedWeights& SharedPackedWeights() {
   return *weights;
 }
 
-// Where the packed product beats OpenBLAS, in the engine (interleaved runs of
-// attn-engine-bench on the bundled aft-conv model): tokens/s at 8 streams
-// 3264 -> 4942 and 3392 -> 4686, at 16 streams +12% to +33%. At one row
-// OpenBLAS's matrix-vector product ran the step faster (0.45 against 0.55 ms:
-// it does not fork for such small products), and at 64 rows its own kernel
-// is as fast once the packing is spread over 64 rows (decode step 4.9 against
-// 5.0-5.3 ms).
+// Where the packed product beats OpenBLAS. At one row OpenBLAS's
+// matrix-vector product is as fast (it packs nothing). From 2 rows up to a
+// prefill chunk the packed product is faster or as fast, since OpenBLAS
+// repacks the weight on every call: engine tokens/s at 8 streams went from
+// 3264 to 4942 and from 3392 to 4686 (interleaved runs, bundled aft-conv),
+// and 256-row prefill chunks were no slower. Above a chunk OpenBLAS's cache
+// blocking, which this kernel lacks, starts to matter.
 constexpr int64_t kPackedMinRows = 2;
-constexpr int64_t kPackedMaxRows = 32;
+constexpr int64_t kPackedMaxRows = 256;
 
 bool PackableOnCpu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   auto cpu_float = [](const torch::Tensor& t) {

@@ -1,7 +1,10 @@
 #include "model/language_model.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -20,6 +23,17 @@ constexpr std::pair<PositionKind, const char*> kPositionNames[] = {
     {PositionKind::kSinusoidal, "sinusoidal"},
     {PositionKind::kLearned, "learned"},
 };
+
+// A decode step's rows are independent sequences on their own state rows. With
+// several intra-op threads each thread steps one group of rows through all
+// layers: one fork per step instead of one per operation, and the small
+// operations between the products (norms, residual adds, the mixers' state
+// updates), each too small to fork for, run on every thread instead of one.
+// Measured on the bundled aft-conv model with 2 threads (interleaved runs,
+// model/packed_gemm products): 64 rows 2.4-2.8 ms instead of 3.1-4.1 ms per
+// step; at 16 rows one group was as fast or faster, since each group reads
+// every weight.
+constexpr int64_t kMinRowsPerGroup = 16;
 
 }  // namespace
 
@@ -247,10 +261,42 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   return Head(last_only ? h.narrow(1, h.size(1) - 1, 1) : h);
 }
 
+int64_t CausalLmImpl::StepGroups(const torch::Tensor& tokens) const {
+  const int64_t batch = tokens.size(0);
+  const int64_t threads = at::get_num_threads();
+  if (threads < 2 || batch < 2 * kMinRowsPerGroup || at::in_parallel_region() ||
+      !tokens.device().is_cpu() || torch::GradMode::is_enabled()) {
+    return 1;
+  }
+  return std::min(threads, batch / kMinRowsPerGroup);
+}
+
 torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,
                                  LmState& state) {
   TORCH_CHECK(tokens.dim() == 1, "tokens must be [batch], got ", tokens.sizes());
   CheckTokens(tokens);
+  const int64_t groups = StepGroups(tokens);
+  if (groups == 1) return Head(StepLayers(tokens, slots, state));
+  const int64_t batch = tokens.size(0);
+  const torch::Tensor rows =
+      slots.defined() ? slots.to(torch::kLong) : torch::arange(batch, torch::kLong);
+  std::vector<torch::Tensor> hidden(groups);
+  // The pool's threads run with the caller's grad and inference modes.
+  const at::ThreadLocalState caller;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller);
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t first = batch * g / groups, count = batch * (g + 1) / groups - first;
+      hidden[g] = StepLayers(tokens.narrow(0, first, count), rows.narrow(0, first, count), state);
+    }
+  });
+  // The head runs once on all rows: its product is the step's largest and
+  // splits well across the threads by itself.
+  return Head(torch::cat(hidden));
+}
+
+torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots,
+                                       LmState& state) {
   torch::Tensor positions;
   if (config_.positions != PositionKind::kNone) {
     auto rows =
@@ -264,7 +310,7 @@ torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tenso
     h = layers_[l]->Apply(
         h, [&](const torch::Tensor& x) { return mixer.step(x, state.layers[l], slots); });
   }
-  return Head(h);
+  return h;
 }
 
 int64_t CausalLmImpl::max_context() const {

@@ -11,7 +11,11 @@
 //                                 asked: generation needs no more, and the
 //                                 head is a third of a prefill's products);
 //   step(tokens, slots, state)    [B] -> [B, V], one token per sequence, each
-//                                 at its own position.
+//                                 at its own position; with several
+//                                 intra-op threads, large batches step in
+//                                 groups of rows, one group per thread, so
+//                                 mixers must step disjoint rows
+//                                 concurrently.
 // A token's position is its sequence's length in the state, so positional
 // embeddings agree between the three.
 //
@@ -101,6 +105,11 @@ class CausalLmImpl : public torch::nn::Module {
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
   torch::Tensor Head(const torch::Tensor& hidden);
+  // How many groups of rows step() runs in parallel (see language_model.cc).
+  int64_t StepGroups(const torch::Tensor& tokens) const;
+  // Embedding and every layer's step for rows `slots`: the hidden state
+  // before the head.
+  torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   void CheckTokens(const torch::Tensor& tokens) const;
 
   LmConfig config_;

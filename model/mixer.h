@@ -125,7 +125,9 @@ class SequenceMixer : public torch::nn::Module {
                                 const torch::Tensor& slots = {}) = 0;
 
   // One token for each sequence: x [B, d_model] -> [B, d_model]. The rows may
-  // be at different lengths.
+  // be at different lengths. Outside autograd, calls on disjoint `slots` of
+  // one state may run concurrently (CausalLm steps groups of rows on several
+  // threads), so a step writes nothing but its own rows.
   virtual torch::Tensor step(const torch::Tensor& x, MixerState& state,
                              const torch::Tensor& slots = {}) = 0;
 

@@ -42,6 +42,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::ProjectedDistances(int64_t count) 
   // under InferenceMode keep no version; such weights are not rewritten in
   // place once serving.
   const int64_t version = w.is_inference() ? 0 : static_cast<int64_t>(w._version());
+  std::lock_guard<std::mutex> lock(projected_mutex_);
   if (!projected_cache_.defined() || projected_version_ != version ||
       projected_data_ != w.data_ptr() || projected_cache_.device() != w.device()) {
     projected_cache_ = Dense(distances_, r_proj_)

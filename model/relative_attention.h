@@ -23,6 +23,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <mutex>
 #include <utility>
 
 #include "model/mixer.h"
@@ -73,6 +74,8 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
   torch::Tensor distances_;              // buffer [max_context, D]
 
   // W_r R for all distances, reused by step() while W_r is unchanged.
+  // Guarded: concurrent steps of disjoint rows share it.
+  std::mutex projected_mutex_;
   torch::Tensor projected_cache_;
   int64_t projected_version_ = -1;
   const void* projected_data_ = nullptr;

@@ -1,5 +1,6 @@
 #include "model/language_model.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -120,6 +121,32 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
     EXPECT_LT(MaxAbsDiff(got, logits_[b].narrow(0, 0, got.size(0))), kTolerance) << "seq " << b;
   }
   EXPECT_EQ(pool.in_use(), 2);
+}
+
+// A step of many rows with two intra-op threads runs in groups of rows, one
+// per thread (CausalLm::step); each sequence still equals the parallel form,
+// whatever pool rows it holds, and the threads keep the caller's no-grad mode.
+TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
+  const int previous_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::NoGradGuard no_grad;
+  constexpr int64_t kRows = 40, kPrompt = 6, kSteps = 9;
+  auto tokens = torch::randint(0, 61, {kRows, kPrompt + kSteps}, torch::kLong);
+  auto expected = model_->forward(tokens);
+  // Sequence b holds pool row kRows + 3 - 1 - b: reversed, three rows unused.
+  auto state = model_->initial_state(kRows + 3, torch::kCPU);
+  auto slots = torch::arange(kRows + 2, 2, -1, torch::kLong);
+  std::vector<torch::Tensor> outputs = {
+      model_->prefill(tokens.narrow(1, 0, kPrompt), state, slots)};
+  for (int64_t t = kPrompt; t < kPrompt + kSteps; ++t) {
+    auto logits = model_->step(tokens.select(1, t), slots, state);
+    EXPECT_FALSE(logits.requires_grad());
+    outputs.push_back(logits.unsqueeze(1));
+  }
+  at::set_num_threads(previous_threads);
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), expected), kTolerance);
+  EXPECT_TRUE(state.length().narrow(0, 3, kRows).eq(kPrompt + kSteps).all().item<bool>());
+  EXPECT_TRUE(state.length().narrow(0, 0, 3).eq(0).all().item<bool>());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),
