@@ -59,6 +59,7 @@ struct Sequence {
   int64_t generated = 0;
   int64_t next_token = -1;    // fed to the next decode step
   int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
+  StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
   bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
@@ -411,11 +412,11 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
     observer_->OnNextToken(now - seq.last_token);
   }
   seq.last_token = now;
-  StreamEvent event;
+  StreamEvent& event = seq.pending;
   event.token_ids.push_back(token.id);
   if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
   const bool eos = !seq.request.ignore_eos && token.id == tokenizer_.eos_id();
-  if (token.id != tokenizer_.eos_id()) event.text = seq.text->Push(token.id);
+  if (token.id != tokenizer_.eos_id()) event.text += seq.text->Push(token.id);
   const int64_t length = static_cast<int64_t>(seq.request.prompt.size()) + seq.generated;
   const int64_t limit = ContextLimit();
   if (seq.text->stopped()) {
@@ -427,14 +428,23 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   }
   if (event.finish_reason == FinishReason::kUnspecified) {
     seq.next_token = token.id;
-    seq.stream->Push(std::move(event));
+    // The first token goes out at once (time to first token); later ones
+    // every stream_interval tokens.
+    const auto due = static_cast<size_t>(std::max<int64_t>(1, options_.stream_interval));
+    if (seq.generated == 1 || event.token_ids.size() >= due) {
+      seq.stream->Push(std::exchange(seq.pending, StreamEvent()));
+    }
     return;
   }
   if (event.finish_reason != FinishReason::kStop) event.text += seq.text->Finish();
-  End(seq, std::move(event));
+  End(seq, std::exchange(seq.pending, StreamEvent()));
 }
 
 void Engine::Impl::End(Sequence& seq, StreamEvent last) {
+  // A failure does not take back tokens already generated: they go first.
+  if (!last.status.ok() && !seq.pending.token_ids.empty()) {
+    seq.stream->Push(std::exchange(seq.pending, StreamEvent()));
+  }
   last.last = true;
   if (last.status.ok()) {
     last.prompt_tokens = static_cast<int64_t>(seq.request.prompt.size());

@@ -55,6 +55,11 @@ struct EngineOptions {
   int64_t max_decode_rows = 256;     // sequences per decode step
   int64_t stream_buffer = 16;        // events a stream queues before its sequence pauses
                                      // (the capacity callers give RequestStreams)
+  // Tokens per streamed message after the first, which always goes out at
+  // once. 1 streams every token; more send fewer, larger messages, trading
+  // smoothness for throughput where per-message cost matters (each message
+  // costs CPU in the server and the client).
+  int64_t stream_interval = 1;
 };
 
 struct EngineRequest {

@@ -43,19 +43,31 @@ ABSL_FLAG(int64_t, max_decode_rows, 256,
           "the fewest generated tokens go first.");
 ABSL_FLAG(int64_t, stream_buffer, 16,
           "Messages queued per stream for a slow reader before its sequence pauses.");
+ABSL_FLAG(int64_t, stream_interval, 1,
+          "Tokens per streamed message after the first (which goes out at once): 1 streams "
+          "every token; more send fewer messages, trading smoothness for throughput.");
 ABSL_FLAG(int, shutdown_grace_seconds, 30,
           "On SIGTERM/SIGINT, how long running requests may take to finish.");
 
 namespace {
 
-const char* const kFlagNames[] = {"models",        "default_model",
-                                  "host",          "port",
-                                  "metrics_port",  "device",
-                                  "threads",       "max_active",
-                                  "max_waiting",   "max_prompt_tokens",
-                                  "max_tokens",    "default_max_tokens",
-                                  "prefill_chunk", "max_decode_rows",
-                                  "stream_buffer", "shutdown_grace_seconds"};
+const char* const kFlagNames[] = {"models",
+                                  "default_model",
+                                  "host",
+                                  "port",
+                                  "metrics_port",
+                                  "device",
+                                  "threads",
+                                  "max_active",
+                                  "max_waiting",
+                                  "max_prompt_tokens",
+                                  "max_tokens",
+                                  "default_max_tokens",
+                                  "prefill_chunk",
+                                  "max_decode_rows",
+                                  "stream_buffer",
+                                  "stream_interval",
+                                  "shutdown_grace_seconds"};
 
 // ATTN_<FLAG> environment variables become flag values before the command
 // line is parsed, so the command line wins.
@@ -89,6 +101,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
+  engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   return options;
@@ -108,7 +121,8 @@ bool CheckBounds(const attn::serving::ServerOptions& options) {
                 {"--default_max_tokens", options.limits.default_max_tokens, 1},
                 {"--prefill_chunk", e.prefill_chunk, 1},
                 {"--max_decode_rows", e.max_decode_rows, 1},
-                {"--stream_buffer", e.stream_buffer, 1}};
+                {"--stream_buffer", e.stream_buffer, 1},
+                {"--stream_interval", e.stream_interval, 1}};
   for (const Bound& bound : bounds) {
     if (bound.value < bound.min) {
       std::fprintf(stderr, "error: %s=%ld must be at least %ld\n", bound.flag,

@@ -233,6 +233,65 @@ TEST_F(EngineTest, SlowReaderPausesItsSequenceOnlyAndResumesWhereItWas) {
   EXPECT_EQ(out_slow.ids, slow_alone.ids);
 }
 
+// With stream_interval 4 the first token goes out alone, then groups of 4,
+// and the last message carries what is left; nothing is lost or reordered.
+TEST_F(EngineTest, StreamIntervalGroupsTokensAndLosesNone) {
+  const EngineRequest request = Greedy(Prompt(5, 3), 10);
+  const Output alone = RunAlone(request);
+  EngineOptions options;
+  options.stream_interval = 4;
+  auto engine = MakeEngine(options);
+  auto stream = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(request, stream).ok());
+  std::vector<size_t> sizes;
+  Output out;
+  for (int i = 0; i < 100 && !out.done; ++i) {
+    engine->RunOnce();
+    for (const StreamEvent& event : stream->PopReady()) {
+      sizes.push_back(event.token_ids.size());
+      out.ids.insert(out.ids.end(), event.token_ids.begin(), event.token_ids.end());
+      out.logprobs.insert(out.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+      out.text += event.text;
+      if (event.last) {
+        out.done = true;
+        out.last = event;
+      }
+    }
+  }
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(sizes, (std::vector<size_t>{1, 4, 4, 1}));
+  EXPECT_EQ(out.ids, alone.ids);
+  EXPECT_EQ(out.text, alone.text);
+  EXPECT_EQ(out.logprobs.size(), alone.logprobs.size());
+  EXPECT_EQ(out.last.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(out.last.completion_tokens, 10);
+}
+
+// A request that fails mid-interval still delivers the tokens it generated,
+// before its error.
+TEST_F(EngineTest, StreamIntervalDeliversHeldTokensBeforeAnError) {
+  EngineOptions options;
+  options.stream_interval = 100;
+  auto engine = MakeEngine(options);
+  auto stream = std::make_shared<RequestStream>(1000);
+  EngineRequest request = Greedy(Prompt(4, 0), 1000);
+  request.deadline = clock_.Now() + absl::Seconds(1);
+  ASSERT_TRUE(engine->Submit(request, stream).ok());
+  for (int i = 0; i < 6; ++i) engine->RunOnce();
+  clock_.Advance(absl::Seconds(2));
+  engine->RunOnce();
+  std::vector<StreamEvent> events;
+  for (auto ready = stream->PopReady(); !ready.empty(); ready = stream->PopReady()) {
+    events.insert(events.end(), ready.begin(), ready.end());
+  }
+  ASSERT_EQ(events.size(), 3u);  // the first token, the held ones, the error
+  EXPECT_EQ(events[0].token_ids.size(), 1u);
+  EXPECT_GT(events[1].token_ids.size(), 1u);
+  EXPECT_TRUE(events[2].last);
+  EXPECT_EQ(events[2].status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(events[2].token_ids.empty());
+}
+
 TEST_F(EngineTest, CappedDecodeStepsServeNewcomersFirstAndRotateTheRest) {
   std::vector<EngineRequest> old_requests;
   for (int i = 0; i < 3; ++i) old_requests.push_back(Greedy(Prompt(5, 20 + i), 40));
