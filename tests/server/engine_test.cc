@@ -41,6 +41,7 @@ struct Output {
   std::vector<int64_t> ids;
   std::vector<float> logprobs;
   std::string text;
+  std::vector<size_t> message_tokens;  // tokens per event, in order
   bool done = false;
   StreamEvent last;
 };
@@ -49,6 +50,7 @@ struct Output {
 void Read(RequestStream& stream, Output* out) {
   for (auto events = stream.PopReady(); !events.empty(); events = stream.PopReady()) {
     for (const StreamEvent& event : events) {
+      out->message_tokens.push_back(event.token_ids.size());
       out->ids.insert(out->ids.end(), event.token_ids.begin(), event.token_ids.end());
       out->logprobs.insert(out->logprobs.end(), event.logprobs.begin(), event.logprobs.end());
       out->text += event.text;
@@ -243,23 +245,9 @@ TEST_F(EngineTest, StreamIntervalGroupsTokensAndLosesNone) {
   auto engine = MakeEngine(options);
   auto stream = std::make_shared<RequestStream>(1000);
   ASSERT_TRUE(engine->Submit(request, stream).ok());
-  std::vector<size_t> sizes;
   Output out;
-  for (int i = 0; i < 100 && !out.done; ++i) {
-    engine->RunOnce();
-    for (const StreamEvent& event : stream->PopReady()) {
-      sizes.push_back(event.token_ids.size());
-      out.ids.insert(out.ids.end(), event.token_ids.begin(), event.token_ids.end());
-      out.logprobs.insert(out.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
-      out.text += event.text;
-      if (event.last) {
-        out.done = true;
-        out.last = event;
-      }
-    }
-  }
-  ASSERT_TRUE(out.done);
-  EXPECT_EQ(sizes, (std::vector<size_t>{1, 4, 4, 1}));
+  RunUntilDone(*engine, {{stream.get(), &out}});
+  EXPECT_EQ(out.message_tokens, (std::vector<size_t>{1, 4, 4, 1}));
   EXPECT_EQ(out.ids, alone.ids);
   EXPECT_EQ(out.text, alone.text);
   EXPECT_EQ(out.logprobs.size(), alone.logprobs.size());
@@ -280,16 +268,15 @@ TEST_F(EngineTest, StreamIntervalDeliversHeldTokensBeforeAnError) {
   for (int i = 0; i < 6; ++i) engine->RunOnce();
   clock_.Advance(absl::Seconds(2));
   engine->RunOnce();
-  std::vector<StreamEvent> events;
-  for (auto ready = stream->PopReady(); !ready.empty(); ready = stream->PopReady()) {
-    events.insert(events.end(), ready.begin(), ready.end());
-  }
-  ASSERT_EQ(events.size(), 3u);  // the first token, the held ones, the error
-  EXPECT_EQ(events[0].token_ids.size(), 1u);
-  EXPECT_GT(events[1].token_ids.size(), 1u);
-  EXPECT_TRUE(events[2].last);
-  EXPECT_EQ(events[2].status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(events[2].token_ids.empty());
+  Output out;
+  Read(*stream, &out);
+  // The first token, the held ones, then the error.
+  ASSERT_EQ(out.message_tokens.size(), 3u);
+  EXPECT_EQ(out.message_tokens[0], 1u);
+  EXPECT_GT(out.message_tokens[1], 1u);
+  EXPECT_EQ(out.message_tokens[2], 0u);
+  ASSERT_TRUE(out.done);
+  EXPECT_EQ(out.last.status.code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(EngineTest, CappedDecodeStepsServeNewcomersFirstAndRotateTheRest) {
