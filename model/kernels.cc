@@ -10,10 +10,10 @@
 
 #include "model/kernel_common.h"
 
-// The hot per-row functions are ATTN_HOT (model/kernel_common.h). The reductions that
-// may be reordered to vectorise say so with `omp simd reduction`
-// (-fopenmp-simd: no OpenMP runtime); elsewhere float arithmetic keeps its
-// order.
+// The hot per-row functions are ATTN_HOT (model/kernel_common.h). The
+// reductions that may be reordered to vectorise say so with `omp simd
+// reduction`; elsewhere float arithmetic keeps its order. Loops over rows and
+// heads fork through at::parallel_for.
 
 namespace attn::kernels {
 namespace {
