@@ -1,6 +1,7 @@
 #include "model/cpus.h"
 
 #include <ATen/Parallel.h>
+#include <malloc.h>
 #include <omp.h>
 #include <sched.h>
 
@@ -58,5 +59,13 @@ int ConfigureThreads(int requested) {
 }
 
 void ReleaseThreadTeam() { omp_pause_resource_all(omp_pause_soft); }
+
+bool KeepFreedMemoryForReuse() {
+  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit systems.
+  constexpr int kMmapThreshold = 32 << 20;
+  constexpr int kTrimThreshold = 256 << 20;
+  return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+}
 
 }  // namespace attn

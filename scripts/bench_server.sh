@@ -63,7 +63,7 @@ for model in $MODELS; do
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
     grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
            --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
-    record "{\"name\": \"$model\", \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
+    record "{\"name\": \"$model\", \"threads\": 2, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
   echo "== $model: inter-token latency by context" >&2
   contexts="128 1024 4032"
@@ -76,6 +76,20 @@ for model in $MODELS; do
              --max_tokens=64 --streams=2 --json --progress=false)
       record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"round\": $round, \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
     done
+  done
+  stop_server
+  # The same pairing with the engine on one intra-op thread, in process and in
+  # the server alike: gRPC's threads and the client then have the other core,
+  # as a client on its own machine would, so the ratio isolates what the
+  # serving layer costs from the client competing for the engine's cores.
+  echo "== $model: engine vs gRPC at 64 streams, engine on one thread" >&2
+  start_server "$model" --threads=1 --max_active=64 --max_waiting=4096
+  for round in $(seq $ratio_rounds); do
+    engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" --threads=1 \
+             --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
+    grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
+           --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
+    record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
   stop_server
 done

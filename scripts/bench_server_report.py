@@ -69,18 +69,21 @@ def main():
     if ratio_rounds:
         print("\n### gRPC against the engine at 64 streams (rounds alternating the two)\n")
         print("The ratios in the table above compare runs minutes apart; these pair each "
-              "gRPC run with an engine run just before it.\n")
-        print("| model | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) |")
-        print("|---|---|---|---|---|")
+              "gRPC run with an engine run just before it. With 2 engine threads the engine "
+              "shares both cores with gRPC's threads and the client; with 1, in process and "
+              "in the server alike, they have the other core, as a client on its own machine "
+              "would, so that row shows what the serving layer itself costs.\n")
+        print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) |")
+        print("|---|---|---|---|---|---|")
         by_model = {}
         for r in ratio_rounds:
-            by_model.setdefault(r["name"], []).append(r)
-        for name, rounds in by_model.items():
+            by_model.setdefault((r["name"], r.get("threads", 2)), []).append(r)
+        for (name, threads), rounds in sorted(by_model.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
             engines = [r["engine"]["throughput"]["64"] for r in rounds]
             grpcs = [r["grpc"]["tokens_per_s"] for r in rounds]
             ratios = [g / e for g, e in zip(grpcs, engines)]
             median = statistics.median(ratios)
-            print(f"| {name} | {' / '.join(f'{e:.0f}' for e in engines)} | "
+            print(f"| {name} | {threads} | {' / '.join(f'{e:.0f}' for e in engines)} | "
                   f"{' / '.join(f'{g:.0f}' for g in grpcs)} | {' / '.join(f'{x:.2f}' for x in ratios)} | "
                   f"{median:.2f} {verdict(median >= 0.9)} |")
     if memory:

@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (!attn::KeepFreedMemoryForReuse()) {
+    std::fprintf(stderr, "warning: the C allocator kept its defaults; prefills may run slower\n");
+  }
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   auto server = attn::serving::InferenceServer::Start(options);
   if (!server.ok()) {

@@ -250,6 +250,9 @@ std::pair<double, double> ContextLatency(attn::CausalLm& model) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (!attn::KeepFreedMemoryForReuse()) {
+    std::fprintf(stderr, "warning: the C allocator kept its defaults; prefills may run slower\n");
+  }
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   auto package = attn::LoadPackage(absl::GetFlag(FLAGS_model));
   if (!package.ok()) {
