@@ -151,6 +151,89 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j < dh; ++j) out[j] *= inv;
 }
 
+// acc += f * x over n channels. Inlined into its callers' clones.
+inline void AddScaled(float f, const float* x, int64_t n, float* acc) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
+}
+
+// Scores per vector of the score loop: one AVX-512 register.
+constexpr int64_t kScoreLanes = 16;
+
+// One head of one row through all of a.time tokens (LinearAttentionPrefill).
+// kDh > 0 fixes the head size at compile time, so that a query's sums over
+// the head fit in vector registers; 0 reads it from `a`. The block's keys are
+// kept transposed, [Dh][block], so that a query's scores against them
+// accumulate along the keys in vector lanes instead of taking one horizontal
+// sum per key.
+template <int64_t kDh>
+ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_t h,
+                                   std::vector<float>& scratch) {
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  const int64_t block = std::max<int64_t>(1, std::min(a.block, a.time));
+  const int64_t slot = SlotOf(a.slots, b);
+  // Padded by a vector: the score loop reads and writes whole vectors.
+  scratch.resize(2 * block * dh + 2 * dh + block + 2 * kScoreLanes);
+  float* phi_q = scratch.data();      // [block][Dh]
+  float* phi_kt = phi_q + block * dh;  // [Dh][block]
+  float* phi_k = phi_kt + dh * block;  // one key, [Dh]
+  float* scores = phi_k + dh + kScoreLanes;  // [block], after phi_kt's overread
+  // With the head size known, a local the compiler can keep in registers.
+  float local_acc[kDh > 0 ? kDh : 1];
+  float* acc = kDh > 0 ? local_acc : scores + block + kScoreLanes;  // [Dh]
+  float* s = a.s + (slot * a.heads + h) * dh * dh;
+  float* z = a.z + (slot * a.heads + h) * dh;
+  auto at = [&](int64_t t) { return b * a.row_stride + t * a.token_stride + h * dh; };
+  for (int64_t first = 0; first < a.time; first += block) {
+    const int64_t len = std::min(block, a.time - first);
+    for (int64_t i = 0; i < len; ++i) {
+      FeatureMap(a.q + at(first + i), dh, a.exp_feature, phi_q + i * dh);
+      FeatureMap(a.k + at(first + i), dh, a.exp_feature, phi_k);
+      for (int64_t r = 0; r < dh; ++r) phi_kt[r * block + i] = phi_k[r];
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      const float* pq = phi_q + i * dh;
+      // What the state before the block holds...
+      std::fill(acc, acc + dh, 0.0f);
+      float den = Dot(pq, z, dh);
+      for (int64_t r = 0; r < dh; ++r) AddScaled(pq[r], s + r * dh, dh, acc);
+      // ...and the block's keys up to this query's own.
+      for (int64_t j0 = 0; j0 <= i; j0 += kScoreLanes) {
+        float even[kScoreLanes] = {}, odd[kScoreLanes] = {};  // two chains: half the latency
+        int64_t r = 0;
+        for (; r + 1 < dh; r += 2) {
+          const float* keys = phi_kt + r * block + j0;
+#pragma omp simd
+          for (int64_t l = 0; l < kScoreLanes; ++l) {
+            even[l] += pq[r] * keys[l];
+            odd[l] += pq[r + 1] * keys[block + l];
+          }
+        }
+        if (r < dh) {
+#pragma omp simd
+          for (int64_t l = 0; l < kScoreLanes; ++l) even[l] += pq[r] * phi_kt[r * block + j0 + l];
+        }
+#pragma omp simd
+        for (int64_t l = 0; l < kScoreLanes; ++l) scores[j0 + l] = even[l] + odd[l];
+      }
+#pragma omp simd reduction(+ : den)
+      for (int64_t j = 0; j <= i; ++j) den += scores[j];
+      for (int64_t j = 0; j <= i; ++j) AddScaled(scores[j], a.v + at(first + j), dh, acc);
+      float* out = a.out + ((b * a.time + first + i) * a.heads + h) * dh;
+      const float inv = 1.0f / (den + a.eps);
+      for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv;
+    }
+    for (int64_t j = 0; j < len; ++j) {  // the block's keys join the state
+      const float* v = a.v + at(first + j);
+      for (int64_t r = 0; r < dh; ++r) {
+        const float pk = phi_kt[r * block + j];
+        AddScaled(pk, v, dh, s + r * dh);
+        z[r] += pk;
+      }
+    }
+  }
+}
+
 // Raises the running max c to include k and rescales the sums kept relative
 // to it; scale[d] is exp(c_old - c_new), exactly 1 where c did not move.
 // Returns true if any channel's max grew.
@@ -312,12 +395,6 @@ void ExpBiasRow(const AftPrefillArgs& a, int64_t head, int64_t t, int64_t visibl
   for (int64_t delta = 0; delta < std::min(visible, a.window); ++delta) {
     out[delta] = FastExp(row[delta]);
   }
-}
-
-// acc += f * x over n channels. Inlined into its callers' clones.
-inline void AddScaled(float f, const float* x, int64_t n, float* acc) {
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
 }
 
 // Where the row's state and inputs for channels [begin, begin + n) live.
@@ -532,6 +609,30 @@ void LinearAttentionStep(const LinearStepArgs& a) {
     std::vector<float> scratch;
     for (int64_t task = begin; task < end; ++task) {
       LinearOneHead(a, task / a.heads, task % a.heads, scratch);
+    }
+  });
+}
+
+void LinearAttentionPrefill(const LinearPrefillArgs& a) {
+  const int64_t tasks = a.batch * a.heads;
+  const int64_t work = a.time * a.head_dim * (2 * a.head_dim + a.block);
+  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / a.heads, h = task % a.heads;
+      switch (a.head_dim) {
+        case 32:
+          LinearPrefillOneHead<32>(a, b, h, scratch);
+          break;
+        case 40:
+          LinearPrefillOneHead<40>(a, b, h, scratch);
+          break;
+        case 64:
+          LinearPrefillOneHead<64>(a, b, h, scratch);
+          break;
+        default:
+          LinearPrefillOneHead<0>(a, b, h, scratch);
+      }
     }
   });
 }

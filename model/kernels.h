@@ -93,6 +93,31 @@ struct LinearStepArgs {
 };
 void LinearAttentionStep(const LinearStepArgs& a);
 
+// Linear attention, `time` tokens per sequence at once: the chunkwise
+// parallel form of LinearAttentionImpl (see model/linear_attention.h), fused.
+// Per head, for each block of `block` tokens, with (S, z) as the block found
+// them:
+//   y_i = (phi(q_i)^T S + sum_{j<=i} (phi(q_i) . phi(k_j)) v_j)
+//         / (phi(q_i) . z + sum_{j<=i} phi(q_i) . phi(k_j) + eps)
+// over the block's own tokens j; then S += sum_j phi(k_j) v_j^T and
+// z += sum_j phi(k_j). The same sums as the op-by-op blocks, with no
+// [B, H, block, block] temporaries. State lengths are left to the caller.
+struct LinearPrefillArgs {
+  int64_t batch = 0, time = 0, heads = 0, head_dim = 0, block = 64;
+  bool exp_feature = false;
+  float eps = 1e-6f;
+  const int64_t* slots = nullptr;
+  // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [H, Dh].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0, token_stride = 0;
+  float* s = nullptr;    // [N, H, Dh, Dh]
+  float* z = nullptr;    // [N, H, Dh]
+  float* out = nullptr;  // [B, time, H, Dh]
+};
+void LinearAttentionPrefill(const LinearPrefillArgs& a);
+
 // AFT, one token per sequence, for the window form shared by all variants:
 //   y = sigmoid(q) * sum_{t'<=t} exp(k_t' + w(t, t-t')) v_t'
 //                  / sum_{t'<=t} exp(k_t' + w(t, t-t'))

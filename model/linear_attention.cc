@@ -91,6 +91,7 @@ torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& s
   TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
               options_.d_model, "], got ", x.sizes());
   auto rows = ResolveSlots(state, slots, x.size(0));
+  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows);
   auto index = rows.to(x.device());
   auto s = state.tensors[0].index_select(0, index);
   auto z = state.tensors[1].index_select(0, index);
@@ -102,6 +103,33 @@ torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& s
   state.length.index_add_(0, length_index,
                           torch::full({rows.size(0)}, x.size(1), state.length.options()));
   return Dense(MergeHeads(y), out_proj_);
+}
+
+torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
+                                                const torch::Tensor& rows) {
+  const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
+  auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
+  auto out = torch::empty({batch, time, d}, x.options());
+  kernels::LinearPrefillArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.heads = options_.heads;
+  args.head_dim = head_dim_;
+  args.block = options_.chunk;
+  args.exp_feature = exp_feature();
+  args.eps = static_cast<float>(options_.linear_eps);
+  args.slots = rows.data_ptr<int64_t>();
+  args.q = qkv.data_ptr<float>();
+  args.k = args.q + d;
+  args.v = args.q + 2 * d;
+  args.row_stride = time * 3 * d;
+  args.token_stride = 3 * d;
+  args.s = state.tensors[0].data_ptr<float>();
+  args.z = state.tensors[1].data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  kernels::LinearAttentionPrefill(args);
+  state.length.index_add_(0, rows, torch::full({batch}, time, state.length.options()));
+  return Dense(out, out_proj_);
 }
 
 torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& state,

@@ -21,7 +21,9 @@
 //
 // Shapes: x [batch, time, d_model]; heads split d_model. The causal parallel
 // form is computed in blocks of options.chunk tokens: quadratic inside a block,
-// the running (S, z) across blocks, so cost is linear in time.
+// the running (S, z) across blocks, so cost is linear in time. Prefill and
+// step on CPU, outside autograd, run the same sums fused
+// (kernels::LinearAttentionPrefill, kernels::LinearAttentionStep).
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -65,6 +67,9 @@ class LinearAttentionImpl : public SequenceMixer {
   // [B, H, T, Dh].
   torch::Tensor CausalBlocks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              torch::Tensor& s, torch::Tensor& z) const;
+  // prefill() through kernels::LinearAttentionPrefill; x contiguous, `rows`
+  // the state rows (CPU, long).
+  torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};
