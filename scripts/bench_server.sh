@@ -42,9 +42,16 @@ for model in $MODELS; do
   "$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" \
     --concurrency="${concurrencies// /,}" --repeats=$repeats --requests_per_slot=$per_slot \
     | tail -1 | sed "s/^{/{\"name\": \"$model\", /" >> "$OUT/engine.jsonl"
-  if [ "$model" = aft-conv ]; then  # right after the engine's run: this machine's speed drifts
-    echo "== Python eager baseline (aft-conv, batch 1)" >&2
-    $py scripts/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2 >> "$OUT/python.jsonl"
+  if [ "$model" = aft-conv ]; then
+    # Pairs that alternate the Python loop with the engine at batch 1, so
+    # that drift in this machine's speed falls on both sides of each ratio.
+    echo "== Python eager baseline against the engine (aft-conv, batch 1), alternating" >&2
+    for round in $(seq $ratio_rounds); do
+      python=$($py scripts/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2)
+      engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model=models/aft-conv.pt \
+               --concurrency=1 --requests_per_slot=3 --throughput_only | tail -1)
+      record "{\"round\": $round, \"python\": $python, \"engine\": $engine}" python
+    done
   fi
 
   echo "== $model: gRPC, concurrency $concurrencies" >&2

@@ -288,9 +288,11 @@ int main(int argc, char** argv) {
     }
   }
   if (absl::GetFlag(FLAGS_throughput_only)) {
-    std::printf("{\"model\": \"%s\", \"threads\": %d, \"throughput\": {%s}}\n",
-                absl::GetFlag(FLAGS_model).c_str(), threads,
-                absl::StrJoin(throughput_json, ", ").c_str());
+    std::printf(
+        "{\"model\": \"%s\", \"threads\": %d, \"throughput\": {%s}, "
+        "\"token_interval_c1_ms\": %.4f, \"decode_step_c1_ms\": %.4f}\n",
+        absl::GetFlag(FLAGS_model).c_str(), threads, absl::StrJoin(throughput_json, ", ").c_str(),
+        token_interval_ms, decode_step_c1_ms);
     return 0;
   }
   std::fprintf(stderr, "decode FLOPs at 64 rows...\n");
