@@ -77,18 +77,21 @@ void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);
 // Linear attention, one token per sequence, per head h:
 //   S += phi(k) v^T,  z += phi(k),  y = phi(q)^T S / (phi(q) . z + eps)
 // phi is elu(x)+1 (exp_feature false) or exp(x - max_i x_i) (true).
-struct LinearStepArgs {
+// What the step and the prefill share: the heads, the feature map, the
+// inputs (laid out as each says) and the state rows, updated in place.
+struct LinearHeadsArgs {
   int64_t batch = 0, heads = 0, head_dim = 0;
   bool exp_feature = false;
   float eps = 1e-6f;
   const int64_t* slots = nullptr;
-  // Row b of q, k and v at (q|k|v) + b * stride: [H, Dh].
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
-  int64_t stride = 0;
-  float* s = nullptr;    // [N, H, Dh, Dh]
-  float* z = nullptr;    // [N, H, Dh]
+  float* s = nullptr;  // [N, H, Dh, Dh]
+  float* z = nullptr;  // [N, H, Dh]
+};
+struct LinearStepArgs : LinearHeadsArgs {
+  int64_t stride = 0;    // row b of q, k and v at (q|k|v) + b * stride: [H, Dh]
   float* out = nullptr;  // [B, H, Dh]
 };
 void LinearAttentionStep(const LinearStepArgs& a);
@@ -102,18 +105,10 @@ void LinearAttentionStep(const LinearStepArgs& a);
 // over the block's own tokens j; then S += sum_j phi(k_j) v_j^T and
 // z += sum_j phi(k_j). The same sums as the op-by-op blocks, with no
 // [B, H, block, block] temporaries. State lengths are left to the caller.
-struct LinearPrefillArgs {
-  int64_t batch = 0, time = 0, heads = 0, head_dim = 0, block = 64;
-  bool exp_feature = false;
-  float eps = 1e-6f;
-  const int64_t* slots = nullptr;
+struct LinearPrefillArgs : LinearHeadsArgs {
+  int64_t time = 0, block = 64;
   // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [H, Dh].
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
   int64_t row_stride = 0, token_stride = 0;
-  float* s = nullptr;    // [N, H, Dh, Dh]
-  float* z = nullptr;    // [N, H, Dh]
   float* out = nullptr;  // [B, time, H, Dh]
 };
 void LinearAttentionPrefill(const LinearPrefillArgs& a);

@@ -105,27 +105,33 @@ torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& s
   return Dense(MergeHeads(y), out_proj_);
 }
 
+void LinearAttentionImpl::FillHeadsArgs(int64_t batch, const int64_t* slots,
+                                        const torch::Tensor& qkv, MixerState& state,
+                                        kernels::LinearHeadsArgs* args) const {
+  args->batch = batch;
+  args->heads = options_.heads;
+  args->head_dim = head_dim_;
+  args->exp_feature = exp_feature();
+  args->eps = static_cast<float>(options_.linear_eps);
+  args->slots = slots;
+  args->q = qkv.data_ptr<float>();  // q, k, v side by side in the last dimension
+  args->k = args->q + options_.d_model;
+  args->v = args->q + 2 * options_.d_model;
+  args->s = state.tensors[0].data_ptr<float>();
+  args->z = state.tensors[1].data_ptr<float>();
+}
+
 torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
                                                 const torch::Tensor& rows) {
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
   auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
   auto out = torch::empty({batch, time, d}, x.options());
   kernels::LinearPrefillArgs args;
-  args.batch = batch;
+  FillHeadsArgs(batch, rows.data_ptr<int64_t>(), qkv, state, &args);
   args.time = time;
-  args.heads = options_.heads;
-  args.head_dim = head_dim_;
   args.block = options_.chunk;
-  args.exp_feature = exp_feature();
-  args.eps = static_cast<float>(options_.linear_eps);
-  args.slots = rows.data_ptr<int64_t>();
-  args.q = qkv.data_ptr<float>();
-  args.k = args.q + d;
-  args.v = args.q + 2 * d;
   args.row_stride = time * 3 * d;
   args.token_stride = 3 * d;
-  args.s = state.tensors[0].data_ptr<float>();
-  args.z = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionPrefill(args);
   state.length.index_add_(0, rows, torch::full({batch}, time, state.length.options()));
@@ -143,18 +149,8 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   auto qkv = Dense(x, in_proj_).contiguous();
   auto out = torch::empty({batch, d}, x.options());
   kernels::LinearStepArgs args;
-  args.batch = batch;
-  args.heads = options_.heads;
-  args.head_dim = head_dim_;
-  args.exp_feature = exp_feature();
-  args.eps = static_cast<float>(options_.linear_eps);
-  args.slots = slot_ids;
-  args.q = qkv.data_ptr<float>();
-  args.k = args.q + d;
-  args.v = args.q + 2 * d;
+  FillHeadsArgs(batch, slot_ids, qkv, state, &args);
   args.stride = 3 * d;
-  args.s = state.tensors[0].data_ptr<float>();
-  args.z = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());

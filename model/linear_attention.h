@@ -31,6 +31,10 @@
 
 #include "model/mixer.h"
 
+namespace attn::kernels {
+struct LinearHeadsArgs;
+}  // namespace attn::kernels
+
 namespace attn {
 
 // phi(x) over the last dimension (the head's features).
@@ -70,6 +74,9 @@ class LinearAttentionImpl : public SequenceMixer {
   // prefill() through kernels::LinearAttentionPrefill; x contiguous, `rows`
   // the state rows (CPU, long).
   torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
+  // The kernel arguments step and prefill share; qkv is in_proj's output.
+  void FillHeadsArgs(int64_t batch, const int64_t* slots, const torch::Tensor& qkv,
+                     MixerState& state, kernels::LinearHeadsArgs* args) const;
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};
