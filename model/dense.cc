@@ -63,14 +63,16 @@ PackedWeights& SharedPackedWeights() {
   return *weights;
 }
 
-// Where the packed product beats OpenBLAS. At one row OpenBLAS's
-// matrix-vector product is as fast (it packs nothing). From 2 rows up to a
-// prefill chunk the packed product is faster or as fast, since OpenBLAS
-// repacks the weight on every call: engine tokens/s at 8 streams went from
-// 3264 to 4942 and from 3392 to 4686 (interleaved runs, bundled aft-conv),
-// and 256-row prefill chunks were no slower. Above a chunk OpenBLAS's cache
-// blocking, which this kernel lacks, starts to matter.
-constexpr int64_t kPackedMinRows = 2;
+// Where the packed product beats OpenBLAS. From 2 rows up to a prefill chunk
+// it is faster or as fast, since OpenBLAS repacks the weight on every call:
+// engine tokens/s at 8 streams went from 3264 to 4942 and from 3392 to 4686
+// (interleaved runs, bundled aft-conv), and 256-row prefill chunks were no
+// slower. At one row, with its own four-chain loop, it beat OpenBLAS's
+// matrix-vector product by 1.3-2.5x on the bundled models' shapes, and the
+// batch-1 decode step of aft-conv went from 0.56 to 0.50 ms (interleaved).
+// Above a chunk OpenBLAS's cache blocking, which this kernel lacks, starts
+// to matter.
+constexpr int64_t kPackedMinRows = 1;
 constexpr int64_t kPackedMaxRows = 256;
 
 bool PackableOnCpu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {

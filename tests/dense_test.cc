@@ -16,9 +16,8 @@ void ExpectMatchesLinear(const torch::Tensor& x, const torch::Tensor& w, const t
       << "x " << x.sizes() << " max difference " << (got - expected).abs().max().item<float>();
 }
 
-// Row counts on both sides of each switch between the matrix-vector product
-// (1 row), the packed product (2 to 256) and OpenBLAS's (more), for a small
-// weight and one larger than L2.
+// Row counts on both sides of the switch between the packed product (1 to
+// 256 rows) and OpenBLAS's (more), for a small weight and one larger than L2.
 TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(3);
@@ -28,6 +27,19 @@ TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
       ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
       ExpectMatchesLinear(torch::randn({rows, 160}), w, {});
     }
+  }
+}
+
+// Inference tensors keep no version counter, so Dense never packs them; one
+// row of them takes the matrix-vector product.
+TEST(Dense, InferenceWeightsTakeTheUnpackedPaths) {
+  c10::InferenceMode inference;
+  torch::manual_seed(8);
+  const torch::Tensor w = torch::randn({40, 160}), b = torch::randn({40});
+  ASSERT_TRUE(w.is_inference());
+  for (int64_t rows : {1, 5}) {
+    ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
+    ExpectMatchesLinear(torch::randn({rows, 160}), w, {});
   }
 }
 

@@ -51,16 +51,20 @@ TEST_P(PackedGemmTest, MatchesANaiveLoop) {
   }
 }
 
-// Row counts around the 12-row tile, columns around the 32-wide panel, and
-// the model's shapes (160 in, 480/640/4096 out; 640 in).
+// Row counts around the 12-row tile, columns around the 32-wide panel, one
+// row (its own loop, four steps of the inputs at a time: inputs that are and
+// are not a multiple of four), and the model's shapes (160 in, 480/640/4096
+// out; 640 in).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PackedGemmTest,
     testing::Values(std::make_tuple(1, 1, 1, true), std::make_tuple(1, 160, 160, true),
-                    std::make_tuple(2, 33, 7, false), std::make_tuple(11, 31, 16, true),
-                    std::make_tuple(12, 32, 17, true), std::make_tuple(13, 65, 160, false),
-                    std::make_tuple(25, 96, 3, true), std::make_tuple(64, 480, 160, true),
-                    std::make_tuple(64, 160, 640, true), std::make_tuple(64, 4096, 160, false),
-                    std::make_tuple(256, 640, 160, true), std::make_tuple(7, 1000, 33, true)));
+                    std::make_tuple(1, 33, 7, false), std::make_tuple(1, 4096, 160, false),
+                    std::make_tuple(1, 70, 643, true), std::make_tuple(2, 33, 7, false),
+                    std::make_tuple(11, 31, 16, true), std::make_tuple(12, 32, 17, true),
+                    std::make_tuple(13, 65, 160, false), std::make_tuple(25, 96, 3, true),
+                    std::make_tuple(64, 480, 160, true), std::make_tuple(64, 160, 640, true),
+                    std::make_tuple(64, 4096, 160, false), std::make_tuple(256, 640, 160, true),
+                    std::make_tuple(7, 1000, 33, true)));
 
 TEST(PackedWeight, PanelsHoldColumnsInOrderAndZerosBeyondTheMatrix) {
   const int64_t out = 34, in = 3;
