@@ -14,6 +14,13 @@
 #define ATTN_HOT
 #endif
 
+// ATTN_INLINE marks the small helpers the hot loops call (exp, sigmoid, dot
+// products). They must be inlined into each ATTN_HOT clone: called out of
+// line they run the baseline x86-64 build, where std::floor is a library
+// call, so the loop around them stays scalar (perf showed the AFT step
+// spending 10% of a 64-row decode in an out-of-line exp).
+#define ATTN_INLINE inline __attribute__((always_inline))
+
 namespace attn::kernels {
 
 // Below this many multiply-adds a task list runs on the calling thread: an

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "model/kernel_common.h"
@@ -23,7 +24,7 @@ constexpr int64_t kChannelBlock = 64;
 
 inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
 
-inline float Dot(const float* a, const float* b, int64_t n) {
+ATTN_INLINE float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
@@ -35,7 +36,7 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 // Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
 // for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
 // bits.
-inline float FastExp(float x) {
+ATTN_INLINE float FastExp(float x) {
   // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
   // ruled out, which kept every loop around this function scalar. A NaN fails
   // both tests and becomes -87, so the integer conversion below is always
@@ -61,10 +62,10 @@ inline float FastExp(float x) {
   return x != x ? x : in_range;
 }
 
-inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
+ATTN_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 
 // phi of linear attention, written to `out`.
-inline void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
+ATTN_INLINE void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
   if (exp_feature) {
     float max = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max)
@@ -118,41 +119,64 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   }
 }
 
+// One head of one row (LinearAttentionStep). kDh > 0 fixes the head size at
+// compile time, so that the output sums and v stay in vector registers
+// while S streams past once; 0 reads it from `a`.
+template <int64_t kDh>
 ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
                             std::vector<float>& scratch) {
-  const int64_t dh = a.head_dim;
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
   const int64_t slot = SlotOf(a.slots, b);
   const int64_t in = b * a.stride + h * dh;
-  scratch.resize(2 * dh);
+  scratch.resize(3 * dh);
   float* phi_q = scratch.data();
-  float* phi_k = scratch.data() + dh;
+  float* phi_k = phi_q + dh;
+  float local_acc[kDh > 0 ? kDh : 1];
+  float* acc = kDh > 0 ? local_acc : phi_k + dh;
   FeatureMap(a.q + in, dh, a.exp_feature, phi_q);
   FeatureMap(a.k + in, dh, a.exp_feature, phi_k);
   const float* v = a.v + in;
   float* s = a.s + (slot * a.heads + h) * dh * dh;
   float* z = a.z + (slot * a.heads + h) * dh;
-  float* out = a.out + (b * a.heads + h) * dh;
 
   // One pass over S: update row i, then read it into the numerator.
-  std::fill(out, out + dh, 0.0f);
+  std::fill(acc, acc + dh, 0.0f);
   float den = 0.0f;
   for (int64_t i = 0; i < dh; ++i) {
     float* s_row = s + i * dh;
     const float pk = phi_k[i];
     const float pq = phi_q[i];
+#pragma omp simd
     for (int64_t j = 0; j < dh; ++j) {
       s_row[j] += pk * v[j];
-      out[j] += pq * s_row[j];
+      acc[j] += pq * s_row[j];
     }
     z[i] += pk;
     den += pq * z[i];
   }
   const float inv = 1.0f / (den + a.eps);
-  for (int64_t j = 0; j < dh; ++j) out[j] *= inv;
+  float* out = a.out + (b * a.heads + h) * dh;
+  for (int64_t j = 0; j < dh; ++j) out[j] = acc[j] * inv;
+}
+
+// Calls body(std::integral_constant<int64_t, N>) with N the head size when
+// a kernel has a compiled-in version for it (32, 40, 64), else with N = 0.
+template <typename Body>
+void WithHeadSize(int64_t head_dim, Body&& body) {
+  switch (head_dim) {
+    case 32:
+      return body(std::integral_constant<int64_t, 32>());
+    case 40:
+      return body(std::integral_constant<int64_t, 40>());
+    case 64:
+      return body(std::integral_constant<int64_t, 64>());
+    default:
+      return body(std::integral_constant<int64_t, 0>());
+  }
 }
 
 // acc += f * x over n channels. Inlined into its callers' clones.
-inline void AddScaled(float f, const float* x, int64_t n, float* acc) {
+ATTN_INLINE void AddScaled(float f, const float* x, int64_t n, float* acc) {
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
 }
@@ -174,9 +198,9 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
   const int64_t slot = SlotOf(a.slots, b);
   // Padded by a vector: the score loop reads and writes whole vectors.
   scratch.resize(2 * block * dh + 2 * dh + block + 2 * kScoreLanes);
-  float* phi_q = scratch.data();      // [block][Dh]
-  float* phi_kt = phi_q + block * dh;  // [Dh][block]
-  float* phi_k = phi_kt + dh * block;  // one key, [Dh]
+  float* phi_q = scratch.data();             // [block][Dh]
+  float* phi_kt = phi_q + block * dh;        // [Dh][block]
+  float* phi_k = phi_kt + dh * block;        // one key, [Dh]
   float* scores = phi_k + dh + kScoreLanes;  // [block], after phi_kt's overread
   // With the head size known, a local the compiler can keep in registers.
   float local_acc[kDh > 0 ? kDh : 1];
@@ -237,8 +261,8 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
 // Raises the running max c to include k and rescales the sums kept relative
 // to it; scale[d] is exp(c_old - c_new), exactly 1 where c did not move.
 // Returns true if any channel's max grew.
-inline bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* num, float* den,
-                            float* scale) {
+ATTN_INLINE bool RaiseRunningMax(const float* k, int64_t d_model, float* c, float* num, float* den,
+                                 float* scale) {
   int grew = 0;
 #pragma omp simd reduction(| : grew)
   for (int64_t d = 0; d < d_model; ++d) {
@@ -607,9 +631,11 @@ void LinearAttentionStep(const LinearStepArgs& a) {
   const int64_t work = 2 * a.head_dim * a.head_dim;
   at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
     std::vector<float> scratch;
-    for (int64_t task = begin; task < end; ++task) {
-      LinearOneHead(a, task / a.heads, task % a.heads, scratch);
-    }
+    WithHeadSize(a.head_dim, [&](auto head_dim) {
+      for (int64_t task = begin; task < end; ++task) {
+        LinearOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
+      }
+    });
   });
 }
 
@@ -618,22 +644,11 @@ void LinearAttentionPrefill(const LinearPrefillArgs& a) {
   const int64_t work = a.time * a.head_dim * (2 * a.head_dim + a.block);
   at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
     std::vector<float> scratch;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / a.heads, h = task % a.heads;
-      switch (a.head_dim) {
-        case 32:
-          LinearPrefillOneHead<32>(a, b, h, scratch);
-          break;
-        case 40:
-          LinearPrefillOneHead<40>(a, b, h, scratch);
-          break;
-        case 64:
-          LinearPrefillOneHead<64>(a, b, h, scratch);
-          break;
-        default:
-          LinearPrefillOneHead<0>(a, b, h, scratch);
+    WithHeadSize(a.head_dim, [&](auto head_dim) {
+      for (int64_t task = begin; task < end; ++task) {
+        LinearPrefillOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
       }
-    }
+    });
   });
 }
 

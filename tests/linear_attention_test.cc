@@ -78,10 +78,11 @@ TEST_P(LinearAttentionTest, NonCausalIsPermutationEquivariant) {
       1e-12);
 }
 
-// The fused prefill has code paths for head sizes 32, 40 and 64 (the bundled
-// models use 40) and a general one; each must give the nested loops' result,
-// prefilled in chunks that cross the blocks' edges, continuing its state.
-TEST_P(LinearAttentionTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
+// The fused prefill and step have code paths for head sizes 32, 40 and 64
+// (the bundled models use 40) and a general one; each must give the nested
+// loops' result, prefilled in chunks that cross the blocks' edges and then
+// stepped, each continuing the state the one before left.
+TEST_P(LinearAttentionTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize) {
   for (int64_t head_dim : {8, 32, 40, 64}) {
     torch::manual_seed(13);
     auto options = SmallOptions(GetParam());
@@ -89,7 +90,7 @@ TEST_P(LinearAttentionTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
     options.d_model = 2 * head_dim;
     LinearAttention attention(options);
     torch::NoGradGuard no_grad;
-    auto x = torch::randn({2, 45, options.d_model});
+    auto x = torch::randn({2, 50, options.d_model});
     auto state = attention->initial_state(3, torch::kCPU);
     const auto slots = torch::tensor({2, 0});
     std::vector<torch::Tensor> chunks;
@@ -98,12 +99,14 @@ TEST_P(LinearAttentionTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
       chunks.push_back(attention->prefill(x.narrow(1, t, chunk), state, slots));
       t += chunk;
     }
+    for (; t < 50; ++t)
+      chunks.push_back(attention->step(x.select(1, t), state, slots).unsqueeze(1));
     auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
     auto expected = reference::ApplyLinear(
         attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
                                                           exp_feature(), true, options.linear_eps));
     EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), expected), 1e-5) << "head size " << head_dim;
-    EXPECT_TRUE(state.length.equal(torch::tensor({45, 0, 45}, torch::kLong)))
+    EXPECT_TRUE(state.length.equal(torch::tensor({50, 0, 50}, torch::kLong)))
         << "head size " << head_dim;
     EXPECT_EQ(state.tensors[0][1].abs().max().item<float>(), 0.0f) << "row 1 was touched";
   }
