@@ -62,14 +62,30 @@ ATTN_INLINE float FastExp(float x) {
   return x != x ? x : in_range;
 }
 
+// The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
+// maxima: a plain max loop stays scalar (reordering it is only allowed under
+// -ffinite-math-only), even under `omp simd reduction(max)`, where perf
+// found it taking a fifth of the causal prefill.
+ATTN_HOT float MaxOf(const float* x, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes];
+  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float max = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) max = x[i] > max ? x[i] : max;
+  for (const float lane : lanes) max = lane > max ? lane : max;
+  return max;
+}
+
 ATTN_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 
 // phi of linear attention, written to `out`.
 ATTN_INLINE void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
   if (exp_feature) {
-    float max = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : max)
-    for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+    const float max = MaxOf(x, n);
     for (int64_t i = 0; i < n; ++i) out[i] = FastExp(x[i] - max);
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : FastExp(x[i]);
@@ -183,6 +199,159 @@ ATTN_INLINE void AddScaled(float f, const float* x, int64_t n, float* acc) {
 
 // Scores per vector of the score loop: one AVX-512 register.
 constexpr int64_t kScoreLanes = 16;
+
+// Vectors for the register-blocked loops below: 16 and 8 floats. Only ever
+// locals of inlined code (never passed or returned, whose ABI would depend on
+// the clone). aligned(4): loads and stores need no alignment.
+typedef float Vec16 __attribute__((vector_size(64), aligned(4)));
+typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
+
+// The causal prefill's score loop works on tiles of kQueryTile queries by
+// kKeyGroup keys: 16 vector accumulators, each key vector loaded once for
+// all the tile's queries, each query's q[r] broadcast once for all the keys.
+constexpr int64_t kQueryTile = 4;
+constexpr int64_t kKeyGroup = 4 * kScoreLanes;
+
+// scores[i][j0 + l] = q_i . key_{j0 + l} * scale - slope * (position_i -
+// j0 - l) for the tile's queries i and l < kKeyGroup; keys stored transposed
+// in kt ([dh][padded]), score rows `padded` apart.
+ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const float* kt,
+                           int64_t padded, int64_t dh, int64_t j0, float scale, float slope,
+                           float* scores) {
+  Vec16 sum[kQueryTile][4] = {};
+  for (int64_t r = 0; r < dh; ++r) {
+    const float* column = kt + r * padded + j0;
+    Vec16 keys[4];
+    std::memcpy(keys, column, sizeof(keys));
+#pragma GCC unroll 4
+    for (int i = 0; i < kQueryTile; ++i) {
+      const float qr = q[i][r];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) sum[i][g] += qr * keys[g];
+    }
+  }
+  Vec16 lane;
+  for (int l = 0; l < kScoreLanes; ++l) lane[l] = static_cast<float>(l);
+  for (int i = 0; i < kQueryTile; ++i) {
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const float first = static_cast<float>(position[i] - j0 - g * kScoreLanes);
+      const Vec16 biased = sum[i][g] * scale - slope * (first - lane);
+      std::memcpy(scores + i * padded + j0 + g * kScoreLanes, &biased, sizeof(biased));
+    }
+  }
+}
+
+// acc[0..kDh) = sum_j p[j] v[j], j = 0..count-1, rows of v kDh floats apart.
+// The sums stay in registers: kDh / 16 vectors and an 8-float half, twice
+// (even and odd keys), so that consecutive keys do not wait on each other.
+template <int64_t kDh>
+ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count, float* acc) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec16 even[kFull > 0 ? kFull : 1] = {}, odd[kFull > 0 ? kFull : 1] = {};
+  Vec8 even_half = {}, odd_half = {};
+  int64_t j = 0;
+  for (; j + 1 < count; j += 2) {
+    const float* row = v + j * kDh;
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x, y;
+      std::memcpy(&x, row + 16 * f, sizeof(x));
+      std::memcpy(&y, row + kDh + 16 * f, sizeof(y));
+      even[f] += p[j] * x;
+      odd[f] += p[j + 1] * y;
+    }
+    if (kHalf) {
+      Vec8 x, y;
+      std::memcpy(&x, row + 16 * kFull, sizeof(x));
+      std::memcpy(&y, row + kDh + 16 * kFull, sizeof(y));
+      even_half += p[j] * x;
+      odd_half += p[j + 1] * y;
+    }
+  }
+  if (j < count) {
+    const float* row = v + j * kDh;
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x;
+      std::memcpy(&x, row + 16 * f, sizeof(x));
+      even[f] += p[j] * x;
+    }
+    if (kHalf) {
+      Vec8 x;
+      std::memcpy(&x, row + 16 * kFull, sizeof(x));
+      even_half += p[j] * x;
+    }
+  }
+  for (int f = 0; f < kFull; ++f) {
+    const Vec16 total = even[f] + odd[f];
+    std::memcpy(acc + 16 * f, &total, sizeof(total));
+  }
+  if (kHalf) {
+    const Vec8 total = even_half + odd_half;
+    std::memcpy(acc + 16 * kFull, &total, sizeof(total));
+  }
+}
+
+// One head of one row through a.time queries (CausalAttentionPrefill). The
+// row's keys are first copied transposed, [Dh][keys], so that scores
+// accumulate along the keys in vector lanes (ScoreTile); kDh > 0 fixes the
+// head size so that the weighted sum of values stays in registers. Scores
+// are computed up to the tile's last position only.
+template <int64_t kDh>
+ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_t h,
+                                   std::vector<float>& scratch) {
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  const int64_t keys = a.start + a.time;
+  // Padded to whole key groups: the score loop reads and writes them whole.
+  const int64_t padded = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
+  scratch.assign(dh * padded + kQueryTile * padded + dh, 0.0f);
+  float* kt = scratch.data();                 // [Dh][padded]
+  float* scores = kt + dh * padded;           // [kQueryTile][padded]
+  float* acc = scores + kQueryTile * padded;  // [Dh]
+  const int64_t row = (SlotOf(a.slots, b) * a.heads + h) * a.capacity * dh;
+  const float* k = a.k_cache + row;
+  const float* v = a.v_cache + row;
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int64_t r = 0; r < dh; ++r) kt[r * padded + j] = k[j * dh + r];
+  }
+  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
+  for (int64_t t0 = 0; t0 < a.time; t0 += kQueryTile) {
+    const int64_t count = std::min(kQueryTile, a.time - t0);
+    const float* q[kQueryTile];
+    int64_t position[kQueryTile];
+    for (int64_t i = 0; i < kQueryTile; ++i) {  // a short tile repeats its last query
+      const int64_t t = t0 + std::min(i, count - 1);
+      q[i] = a.q + b * a.row_stride + t * a.token_stride + h * dh;
+      position[i] = a.start + t;
+    }
+    for (int64_t j0 = 0; j0 <= position[kQueryTile - 1]; j0 += kKeyGroup) {
+      ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      float* p = scores + i * padded;
+      const int64_t visible = position[i] + 1;
+      const float max = MaxOf(p, visible);
+      float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < visible; ++j) {
+        p[j] = FastExp(p[j] - max);
+        total += p[j];
+      }
+      if constexpr (kDh > 0 && kDh % 8 == 0) {
+        WeightedSumOfRows<kDh>(p, v, visible, acc);
+      } else {
+        std::fill(acc, acc + dh, 0.0f);
+        for (int64_t j = 0; j < visible; ++j) AddScaled(p[j], v + j * dh, dh, acc);
+      }
+      float* out = a.out + ((b * a.time + t0 + i) * a.heads + h) * dh;
+      const float inv_total = 1.0f / total;
+      for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv_total;
+    }
+  }
+}
 
 // One head of one row through all of a.time tokens (LinearAttentionPrefill).
 // kDh > 0 fixes the head size at compile time, so that a query's sums over
@@ -576,23 +745,6 @@ void AftPrefill(const AftPrefillArgs& a) {
 
 namespace {
 
-// The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
-// maxima: a plain max loop stays scalar (reordering it is only allowed under
-// -ffinite-math-only).
-ATTN_HOT float MaxOf(const float* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  float lanes[kLanes];
-  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
-  }
-  float max = -std::numeric_limits<float>::infinity();
-  for (; i < n; ++i) max = x[i] > max ? x[i] : max;
-  for (const float lane : lanes) max = lane > max ? lane : max;
-  return max;
-}
-
 ATTN_HOT float SumOfExpMinus(const float* x, int64_t n, float shift) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -634,6 +786,19 @@ void LinearAttentionStep(const LinearStepArgs& a) {
     WithHeadSize(a.head_dim, [&](auto head_dim) {
       for (int64_t task = begin; task < end; ++task) {
         LinearOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
+      }
+    });
+  });
+}
+
+void CausalAttentionPrefill(const CausalPrefillArgs& a) {
+  const int64_t tasks = a.batch * a.heads;
+  const int64_t work = a.time * (a.start + a.time) * 2 * a.head_dim;
+  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch;
+    WithHeadSize(a.head_dim, [&](auto head_dim) {
+      for (int64_t task = begin; task < end; ++task) {
+        CausalPrefillOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
       }
     });
   });

@@ -43,6 +43,33 @@ struct CachedAttentionArgs {
 };
 void CachedAttentionStep(const CachedAttentionArgs& a);
 
+// Causal softmax attention of a chunk of C tokens per sequence over the key/
+// value cache (the prefill form of CachedAttentionStep, without the
+// Transformer-XL terms). Query t of row b sits at position P = start + t and
+//
+//   score_j = scale * q_t . k_j - slope_h * (P - j),   j = 0..P,
+//   y_t = sum_j softmax(score)_j v_j.
+//
+// Keys and values 0..start+C-1 must already be in the cache (AppendToCache).
+// Why a kernel: op by op the prefill built the full [C, start + C] score
+// matrix, half of it masked, plus its mask and bias, and took several passes
+// over it; here each query's scores are computed only up to its own position
+// and live in a scratch row of the cache's length.
+struct CausalPrefillArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
+  int64_t time = 0;   // C
+  int64_t start = 0;  // every row's length before the chunk
+  const int64_t* slots = nullptr;
+  const float* q = nullptr;  // query t of row b at q + b * row_stride + t * token_stride: [H, Dh]
+  int64_t row_stride = 0, token_stride = 0;
+  const float* log_slopes = nullptr;  // [H] log m_h (ALiBi), or null
+  const float* k_cache = nullptr;     // [N, H, capacity, Dh]
+  const float* v_cache = nullptr;     // [N, H, capacity, Dh]
+  float scale = 1.0f;
+  float* out = nullptr;  // [B, C, H, Dh]
+};
+void CausalAttentionPrefill(const CausalPrefillArgs& a);
+
 // Writes each row's new key and value ([H, Dh] at k + b * stride, likewise v)
 // into cache position lengths[slots[b]].
 void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,

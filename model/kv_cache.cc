@@ -66,6 +66,42 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
   return out;
 }
 
+torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
+                                     const int64_t* slots, int64_t start, int64_t heads,
+                                     const float* log_slopes) {
+  const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
+  const int64_t head_dim = d / heads, capacity = state.tensors[0].size(2);
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  float* k_cache = state.tensors[0].data_ptr<float>();
+  float* v_cache = state.tensors[1].data_ptr<float>();
+  for (int64_t t = 0; t < time; ++t) {  // each token at its row's length, which then advances
+    const float* token = qkv_data + t * 3 * d;
+    kernels::AppendToCache(batch, heads, head_dim, capacity, slots, lengths, token + d,
+                           token + 2 * d, time * 3 * d, k_cache, v_cache);
+    kernels::AdvanceLengths(batch, slots, lengths);
+  }
+  auto out = torch::empty({batch, time, d}, qkv.options());
+  kernels::CausalPrefillArgs args;
+  args.batch = batch;
+  args.heads = heads;
+  args.head_dim = head_dim;
+  args.capacity = capacity;
+  args.time = time;
+  args.start = start;
+  args.slots = slots;
+  args.q = qkv_data;
+  args.row_stride = time * 3 * d;
+  args.token_stride = 3 * d;
+  args.log_slopes = log_slopes;
+  args.k_cache = k_cache;
+  args.v_cache = v_cache;
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  args.out = out.data_ptr<float>();
+  kernels::CausalAttentionPrefill(args);
+  return out;
+}
+
 int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model) {
   return 2 * std::min(context, capacity) * d_model * static_cast<int64_t>(sizeof(float)) +
          static_cast<int64_t>(sizeof(int64_t));

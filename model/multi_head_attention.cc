@@ -127,6 +127,14 @@ torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState
   const int64_t chunk = x.size(1);
   CheckCapacity(state, rows, chunk);
   const int64_t start = CommonLength(state, rows);
+  if (CanFuse(x, state)) {
+    auto qkv = Dense(x.contiguous(), in_proj_).contiguous();  // [B, C, 3D]
+    torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
+    return Dense(
+        CachedAttentionPrefill(qkv, state, rows.data_ptr<int64_t>(), start, options_.heads,
+                               log_slopes.defined() ? log_slopes.data_ptr<float>() : nullptr),
+        out_proj_);
+  }
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
   auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
   auto y = AttendHeads(qkv[0], keys, values, {}, /*causal=*/true, start);

@@ -106,6 +106,41 @@ TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
   EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), expected), 1e-5);
 }
 
+// The fused prefill has code paths for head sizes 32, 40 and 64 (the bundled
+// models use 40) and a general one; each must give the nested loops' result,
+// prefilled into scattered slots in chunks that cross the 16-key score
+// vectors' edges, each chunk continuing the cache the one before left, then
+// stepped.
+TEST_P(MhaReferenceTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
+  for (int64_t head_dim : {8, 32, 40, 64}) {
+    torch::manual_seed(4);
+    auto options = SmallOptions(GetParam());
+    options.heads = 2;
+    options.d_model = 2 * head_dim;
+    MultiHeadAttention mha(options);
+    torch::NoGradGuard no_grad;
+    auto x = torch::randn({2, 40, options.d_model});
+    auto state = mha->initial_state(3, torch::kCPU);
+    const auto slots = torch::tensor({2, 0});
+    std::vector<torch::Tensor> chunks;
+    int64_t t = 0;
+    for (int64_t chunk : {17, 1, 15}) {
+      chunks.push_back(mha->prefill(x.narrow(1, t, chunk), state, slots));
+      t += chunk;
+    }
+    for (; t < 40; ++t) chunks.push_back(mha->step(x.select(1, t), state, slots).unsqueeze(1));
+    auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
+    std::vector<double> slopes;
+    if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
+    auto expected = reference::ApplyLinear(
+        mha->out_proj(),
+        reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads, true, 0, slopes));
+    EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), expected), 1e-5) << "head size " << head_dim;
+    EXPECT_TRUE(state.length.equal(torch::tensor({40, 0, 40}, torch::kLong)))
+        << "head size " << head_dim;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(MhaKinds, MhaReferenceTest,
                          ::testing::Values(MixerKind::kMha, MixerKind::kMhaAlibi),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
