@@ -16,6 +16,19 @@
 
 namespace attn::kernels {
 
+// What the cached step and the causal prefill share: the heads, the rows'
+// cache ([N, H, capacity, Dh] each for keys and values), the score scale and
+// ALiBi's slopes, which arrive as log m_h (the module's parameter), or null.
+struct CacheHeadsArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
+  const int64_t* slots = nullptr;
+  const float* log_slopes = nullptr;  // [H] log m_h, or null
+  const float* k_cache = nullptr;     // [N, H, capacity, Dh]
+  const float* v_cache = nullptr;     // [N, H, capacity, Dh]
+  float scale = 1.0f;
+  float* out = nullptr;
+};
+
 // Softmax attention of one new token per sequence over a key/value cache.
 //
 //   score_j = scale * ((q + u) . k_j + (q + v) . r_{L-j}) - slope_h * (L - j),
@@ -24,22 +37,14 @@ namespace attn::kernels {
 // where L is the row's length. The new key/value must already be in the cache
 // at position L (AppendToCache). u, v and r are Transformer-XL's content bias,
 // position bias and projected relative positions; with r null only the
-// content term is used (u may be null). ALiBi's slopes m_h arrive as
-// log m_h (the module's parameter), or null.
-struct CachedAttentionArgs {
-  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
-  const int64_t* slots = nullptr;
+// content term is used (u may be null). out: [B, H, Dh].
+struct CachedAttentionArgs : CacheHeadsArgs {
   const int64_t* lengths = nullptr;  // [N]
   const float* q = nullptr;          // row b at q + b * q_stride: [H, Dh]
   int64_t q_stride = 0;
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
-  const float* log_slopes = nullptr;     // [H] log m_h, or null
-  const float* k_cache = nullptr;        // [N, H, capacity, Dh]
-  const float* v_cache = nullptr;        // [N, H, capacity, Dh]
-  float scale = 1.0f;
-  float* out = nullptr;  // [B, H, Dh]
 };
 void CachedAttentionStep(const CachedAttentionArgs& a);
 
@@ -54,19 +59,12 @@ void CachedAttentionStep(const CachedAttentionArgs& a);
 // Why a kernel: op by op the prefill built the full [C, start + C] score
 // matrix, half of it masked, plus its mask and bias, and took several passes
 // over it; here each query's scores are computed only up to its own position
-// and live in a scratch row of the cache's length.
-struct CausalPrefillArgs {
-  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
-  int64_t time = 0;   // C
-  int64_t start = 0;  // every row's length before the chunk
-  const int64_t* slots = nullptr;
+// and live in a scratch row of the cache's length. out: [B, C, H, Dh].
+struct CausalPrefillArgs : CacheHeadsArgs {
+  int64_t time = 0;          // C
+  int64_t start = 0;         // every row's length before the chunk
   const float* q = nullptr;  // query t of row b at q + b * row_stride + t * token_stride: [H, Dh]
   int64_t row_stride = 0, token_stride = 0;
-  const float* log_slopes = nullptr;  // [H] log m_h (ALiBi), or null
-  const float* k_cache = nullptr;     // [N, H, capacity, Dh]
-  const float* v_cache = nullptr;     // [N, H, capacity, Dh]
-  float scale = 1.0f;
-  float* out = nullptr;  // [B, C, H, Dh]
 };
 void CausalAttentionPrefill(const CausalPrefillArgs& a);
 

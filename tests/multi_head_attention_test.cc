@@ -65,6 +65,17 @@ TEST(Alibi, GeometricSlopesFromThePaper) {
 
 class MhaReferenceTest : public ::testing::TestWithParam<MixerKind> {};
 
+// The module's causal self-attention of x by the nested loops, with its own
+// weights and ALiBi slopes.
+torch::Tensor CausalByNestedLoops(MultiHeadAttention& mha, const torch::Tensor& x, int64_t heads) {
+  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
+  std::vector<double> slopes;
+  if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
+  return reference::ApplyLinear(
+      mha->out_proj(),
+      reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], heads, /*causal=*/true, 0, slopes));
+}
+
 TEST_P(MhaReferenceTest, CausalForwardMatchesNestedLoopsInFloat64) {
   torch::manual_seed(2);
   auto options = SmallOptions(GetParam());
@@ -78,14 +89,7 @@ TEST_P(MhaReferenceTest, CausalForwardMatchesNestedLoopsInFloat64) {
   }
   mha->to(torch::kDouble);
   auto x = torch::randn({2, 37, options.d_model}, torch::kDouble);
-  auto y = mha->forward(x);
-  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
-  std::vector<double> slopes;
-  if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
-  auto expected = reference::ApplyLinear(
-      mha->out_proj(), reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads,
-                                                   /*causal=*/true, 0, slopes));
-  EXPECT_LT(MaxAbsDiff(y, expected), 1e-10);
+  EXPECT_LT(MaxAbsDiff(mha->forward(x), CausalByNestedLoops(mha, x, options.heads)), 1e-10);
 }
 
 TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
@@ -97,13 +101,7 @@ TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
   auto state = mha->initial_state(2, torch::kCPU);
   std::vector<torch::Tensor> steps;
   for (int64_t t = 0; t < 40; ++t) steps.push_back(mha->step(x.select(1, t), state));
-  auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
-  std::vector<double> slopes;
-  if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
-  auto expected = reference::ApplyLinear(
-      mha->out_proj(),
-      reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads, true, 0, slopes));
-  EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), expected), 1e-5);
+  EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), CausalByNestedLoops(mha, x, options.heads)), 1e-5);
 }
 
 // The fused prefill has code paths for head sizes 32, 40 and 64 (the bundled
@@ -129,13 +127,8 @@ TEST_P(MhaReferenceTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
       t += chunk;
     }
     for (; t < 40; ++t) chunks.push_back(mha->step(x.select(1, t), state, slots).unsqueeze(1));
-    auto qkv = reference::ProjectQkv(mha->in_proj(), x, x);
-    std::vector<double> slopes;
-    if (mha->uses_alibi()) slopes = ToVector(mha->alibi_slopes());
-    auto expected = reference::ApplyLinear(
-        mha->out_proj(),
-        reference::SoftmaxAttention(qkv[0], qkv[1], qkv[2], options.heads, true, 0, slopes));
-    EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), expected), 1e-5) << "head size " << head_dim;
+    EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), CausalByNestedLoops(mha, x, options.heads)), 1e-5)
+        << "head size " << head_dim;
     EXPECT_TRUE(state.length.equal(torch::tensor({40, 0, 40}, torch::kLong)))
         << "head size " << head_dim;
   }
