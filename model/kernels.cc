@@ -175,19 +175,31 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j < dh; ++j) out[j] = acc[j] * inv;
 }
 
-// Calls body(std::integral_constant<int64_t, N>) with N the head size when
-// a kernel has a compiled-in version for it (32, 40, 64), else with N = 0.
-template <typename Body>
-void WithHeadSize(int64_t head_dim, Body&& body) {
-  switch (head_dim) {
+// Runs one_head(head_size, b, h, scratch) for every row b and head h, split
+// over the intra-op threads by `work_per_head` multiply-adds, with one scratch
+// vector per thread. head_size is std::integral_constant<int64_t, N>: N is
+// a.head_dim when the kernels have a compiled-in version for it (32, 40, 64),
+// else 0 (read it at run time).
+template <typename Args, typename OneHead>
+void ForEachRowAndHead(const Args& a, int64_t work_per_head, OneHead&& one_head) {
+  auto run = [&](auto head_size) {
+    at::parallel_for(0, a.batch * a.heads, GrainFor(work_per_head),
+                     [&](int64_t begin, int64_t end) {
+                       std::vector<float> scratch;
+                       for (int64_t task = begin; task < end; ++task) {
+                         one_head(head_size, task / a.heads, task % a.heads, scratch);
+                       }
+                     });
+  };
+  switch (a.head_dim) {
     case 32:
-      return body(std::integral_constant<int64_t, 32>());
+      return run(std::integral_constant<int64_t, 32>());
     case 40:
-      return body(std::integral_constant<int64_t, 40>());
+      return run(std::integral_constant<int64_t, 40>());
     case 64:
-      return body(std::integral_constant<int64_t, 64>());
+      return run(std::integral_constant<int64_t, 64>());
     default:
-      return body(std::integral_constant<int64_t, 0>());
+      return run(std::integral_constant<int64_t, 0>());
   }
 }
 
@@ -779,42 +791,24 @@ void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths) {
 }
 
 void LinearAttentionStep(const LinearStepArgs& a) {
-  const int64_t tasks = a.batch * a.heads;
-  const int64_t work = 2 * a.head_dim * a.head_dim;
-  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    WithHeadSize(a.head_dim, [&](auto head_dim) {
-      for (int64_t task = begin; task < end; ++task) {
-        LinearOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
-      }
-    });
-  });
+  ForEachRowAndHead(a, 2 * a.head_dim * a.head_dim,
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      LinearOneHead<head_size()>(a, b, h, scratch);
+                    });
 }
 
 void CausalAttentionPrefill(const CausalPrefillArgs& a) {
-  const int64_t tasks = a.batch * a.heads;
-  const int64_t work = a.time * (a.start + a.time) * 2 * a.head_dim;
-  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    WithHeadSize(a.head_dim, [&](auto head_dim) {
-      for (int64_t task = begin; task < end; ++task) {
-        CausalPrefillOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
-      }
-    });
-  });
+  ForEachRowAndHead(a, a.time * (a.start + a.time) * 2 * a.head_dim,
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      CausalPrefillOneHead<head_size()>(a, b, h, scratch);
+                    });
 }
 
 void LinearAttentionPrefill(const LinearPrefillArgs& a) {
-  const int64_t tasks = a.batch * a.heads;
-  const int64_t work = a.time * a.head_dim * (2 * a.head_dim + a.block);
-  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    WithHeadSize(a.head_dim, [&](auto head_dim) {
-      for (int64_t task = begin; task < end; ++task) {
-        LinearPrefillOneHead<head_dim()>(a, task / a.heads, task % a.heads, scratch);
-      }
-    });
-  });
+  ForEachRowAndHead(a, a.time * a.head_dim * (2 * a.head_dim + a.block),
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      LinearPrefillOneHead<head_size()>(a, b, h, scratch);
+                    });
 }
 
 void AftStep(const AftStepArgs& a) {
