@@ -92,49 +92,6 @@ ATTN_INLINE void FeatureMap(const float* x, int64_t n, bool exp_feature, float* 
   }
 }
 
-ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
-                            std::vector<float>& scratch) {
-  const int64_t dh = a.head_dim;
-  const int64_t slot = SlotOf(a.slots, b);
-  const int64_t length = a.lengths[slot];
-  const int64_t row = (slot * a.heads + h) * a.capacity * dh;
-  const float* keys = a.k_cache + row;
-  const float* values = a.v_cache + row;
-  const float* q = a.q + b * a.q_stride + h * dh;
-  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
-
-  scratch.resize(length + 1 + 2 * dh);
-  float* scores = scratch.data();
-  float* qc = scores + length + 1;
-  float* qp = qc + dh;
-  for (int64_t i = 0; i < dh; ++i) {
-    qc[i] = q[i] + (a.content_bias ? a.content_bias[h * dh + i] : 0.0f);
-    qp[i] = a.r ? q[i] + a.position_bias[h * dh + i] : 0.0f;
-  }
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j <= length; ++j) {
-    float s = Dot(qc, keys + j * dh, dh);
-    if (a.r) s += Dot(qp, a.r + (h * a.capacity + length - j) * dh, dh);
-    s = s * a.scale - slope * static_cast<float>(length - j);
-    scores[j] = s;
-    max = std::max(max, s);
-  }
-  float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (int64_t j = 0; j <= length; ++j) {
-    scores[j] = FastExp(scores[j] - max);
-    total += scores[j];
-  }
-  float* out = a.out + (b * a.heads + h) * dh;
-  std::fill(out, out + dh, 0.0f);
-  const float inv_total = 1.0f / total;
-  for (int64_t j = 0; j <= length; ++j) {
-    const float p = scores[j] * inv_total;
-    const float* v = values + j * dh;
-    for (int64_t i = 0; i < dh; ++i) out[i] += p * v[i];
-  }
-}
-
 // One head of one row (LinearAttentionStep). kDh > 0 fixes the head size at
 // compile time, so that the output sums and v stay in vector registers
 // while S streams past once; 0 reads it from `a`.
@@ -212,11 +169,55 @@ ATTN_INLINE void AddScaled(float f, const float* x, int64_t n, float* acc) {
 // Scores per vector of the score loop: one AVX-512 register.
 constexpr int64_t kScoreLanes = 16;
 
-// Vectors for the register-blocked loops below: 16 and 8 floats. Only ever
+// Vectors for the register-blocked loops below: 16, 8 and 4 floats. Only ever
 // locals of inlined code (never passed or returned, whose ABI would depend on
 // the clone). aligned(4): loads and stores need no alignment.
 typedef float Vec16 __attribute__((vector_size(64), aligned(4)));
 typedef float Vec8 __attribute__((vector_size(32), aligned(4)));
+typedef float Vec4 __attribute__((vector_size(16), aligned(4)));
+
+// out[i] = q . k_i for the four rows k_0..k_3 of kDh floats (kDh % 8 == 0),
+// each row's sum in its own registers; the four are then folded together,
+// three shuffles and adds in all, instead of one serial horizontal sum each.
+template <int64_t kDh>
+ATTN_INLINE void DotsOfFour(const float* q, const float* k, float* out) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec8 folded[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const float* row = k + i * kDh;
+    Vec16 sum = {};
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x, y;
+      std::memcpy(&x, q + 16 * f, sizeof(x));
+      std::memcpy(&y, row + 16 * f, sizeof(y));
+      sum += x * y;
+    }
+    Vec8 half = {};
+    if (kHalf) {
+      Vec8 x, y;
+      std::memcpy(&x, q + 16 * kFull, sizeof(x));
+      std::memcpy(&y, row + 16 * kFull, sizeof(y));
+      half = x * y;
+    }
+    folded[i] = __builtin_shufflevector(sum, sum, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(sum, sum, 8, 9, 10, 11, 12, 13, 14, 15) + half;
+  }
+  // [a b] -> per 4-lane half: a[0..3] + a[4..7], b[0..3] + b[4..7].
+  const Vec8 ab = __builtin_shufflevector(folded[0], folded[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(folded[0], folded[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  const Vec8 cd = __builtin_shufflevector(folded[2], folded[3], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(folded[2], folded[3], 4, 5, 6, 7, 12, 13, 14, 15);
+  // Pairs: [a0+a2, a1+a3, b.., b.., c.., c.., d.., d..].
+  const Vec8 pairs = __builtin_shufflevector(ab, cd, 0, 1, 4, 5, 8, 9, 12, 13) +
+                     __builtin_shufflevector(ab, cd, 2, 3, 6, 7, 10, 11, 14, 15);
+  const Vec4 sums = __builtin_shufflevector(pairs, pairs, 0, 2, 4, 6) +
+                    __builtin_shufflevector(pairs, pairs, 1, 3, 5, 7);
+  std::memcpy(out, &sums, sizeof(sums));
+}
 
 // The causal prefill's score loop works on tiles of kQueryTile queries by
 // kKeyGroup keys: 16 vector accumulators, each key vector loaded once for
@@ -305,6 +306,63 @@ ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count
     const Vec8 total = even_half + odd_half;
     std::memcpy(acc + 16 * kFull, &total, sizeof(total));
   }
+}
+
+// One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
+// compile time: the dot products unroll, and the weighted sum of values stays
+// in registers instead of going through out[] once per key.
+template <int64_t kDh>
+ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
+                            std::vector<float>& scratch) {
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  const int64_t slot = SlotOf(a.slots, b);
+  const int64_t length = a.lengths[slot];
+  const int64_t row = (slot * a.heads + h) * a.capacity * dh;
+  const float* keys = a.k_cache + row;
+  const float* values = a.v_cache + row;
+  const float* q = a.q + b * a.q_stride + h * dh;
+  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
+
+  scratch.resize(length + 1 + 3 * dh);
+  float* scores = scratch.data();
+  float* qc = scores + length + 1;
+  float* qp = qc + dh;
+  float* acc = qp + dh;
+  for (int64_t i = 0; i < dh; ++i) {
+    qc[i] = q[i] + (a.content_bias ? a.content_bias[h * dh + i] : 0.0f);
+    qp[i] = a.r ? q[i] + a.position_bias[h * dh + i] : 0.0f;
+  }
+  int64_t first = 0;
+  if constexpr (kDh > 0 && kDh % 8 == 0) {
+    if (!a.r) {
+      for (; first + 4 <= length + 1; first += 4)
+        DotsOfFour<kDh>(qc, keys + first * dh, scores + first);
+    }
+  }
+  for (int64_t j = first; j <= length; ++j) {
+    scores[j] = Dot(qc, keys + j * dh, dh);
+    if (a.r) scores[j] += Dot(qp, a.r + (h * a.capacity + length - j) * dh, dh);
+  }
+#pragma omp simd
+  for (int64_t j = 0; j <= length; ++j) {
+    scores[j] = scores[j] * a.scale - slope * static_cast<float>(length - j);
+  }
+  const float max = MaxOf(scores, length + 1);
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j <= length; ++j) {
+    scores[j] = FastExp(scores[j] - max);
+    total += scores[j];
+  }
+  if constexpr (kDh > 0 && kDh % 8 == 0) {
+    WeightedSumOfRows<kDh>(scores, values, length + 1, acc);
+  } else {
+    std::fill(acc, acc + dh, 0.0f);
+    for (int64_t j = 0; j <= length; ++j) AddScaled(scores[j], values + j * dh, dh, acc);
+  }
+  float* out = a.out + (b * a.heads + h) * dh;
+  const float inv_total = 1.0f / total;
+  for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
 }
 
 // One head of one row through a.time queries (CausalAttentionPrefill). The
@@ -564,17 +622,13 @@ ATTN_HOT void AftWindowSums(const AftStepArgs& a, int64_t b, int64_t begin, int6
 }  // namespace
 
 void CachedAttentionStep(const CachedAttentionArgs& a) {
-  const int64_t tasks = a.batch * a.heads;
   int64_t longest = 1;
   for (int64_t b = 0; b < a.batch; ++b)
     longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
-  const int64_t work = longest * a.head_dim * (a.r ? 3 : 2);
-  at::parallel_for(0, tasks, GrainFor(work), [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
-    for (int64_t task = begin; task < end; ++task) {
-      AttendOneHead(a, task / a.heads, task % a.heads, scratch);
-    }
-  });
+  ForEachRowAndHead(a, longest * a.head_dim * (a.r ? 3 : 2),
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      AttendOneHead<head_size()>(a, b, h, scratch);
+                    });
 }
 
 void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,

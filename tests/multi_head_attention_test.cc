@@ -104,12 +104,13 @@ TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
   EXPECT_LT(MaxAbsDiff(torch::stack(steps, 1), CausalByNestedLoops(mha, x, options.heads)), 1e-5);
 }
 
-// The fused prefill has code paths for head sizes 32, 40 and 64 (the bundled
-// models use 40) and a general one; each must give the nested loops' result,
-// prefilled into scattered slots in chunks that cross the 16-key score
-// vectors' edges, each chunk continuing the cache the one before left, then
-// stepped.
-TEST_P(MhaReferenceTest, FusedPrefillMatchesNestedLoopsAtEveryHeadSize) {
+// The fused prefill and step have code paths for head sizes 32, 40 and 64
+// (the bundled models use 40) and a general one; each must give the nested
+// loops' result, prefilled into scattered slots in chunks that cross the
+// 16-key score vectors' edges, each chunk continuing the cache the one before
+// left, then stepped through cache lengths of every remainder modulo the
+// step's four-key groups.
+TEST_P(MhaReferenceTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize) {
   for (int64_t head_dim : {8, 32, 40, 64}) {
     torch::manual_seed(4);
     auto options = SmallOptions(GetParam());
