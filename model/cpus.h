@@ -2,11 +2,17 @@
 // may really use (the affinity mask, capped by a cgroup CPU quota, a
 // container's --cpus or a Kubernetes CPU limit, which
 // std::thread::hardware_concurrency() ignores; intra-op threads beyond it only
-// contend for the same quota), LibTorch's thread count, and the C allocator.
+// contend for the same quota), LibTorch's thread count, which CPUs a thread
+// runs on, and the C allocator.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace attn {
 
@@ -16,6 +22,28 @@ std::optional<int> CpusFromCgroupV2(const std::string& cpu_max);
 
 // min(affinity mask, cgroup quota), at least 1.
 int UsableCpus();
+
+// The CPUs the calling thread may run on (its affinity mask; at startup,
+// the process's), ascending.
+std::vector<int> AllowedCpus();
+
+// A CPU list as taskset and cpusets write it: "3", "0-3", "0,2-3". Returns
+// the CPUs ascending, without repeats; INVALID_ARGUMENT naming the part that
+// does not parse (or a range whose end is below its start).
+absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text);
+
+// Formats CPUs back as a list ("0-3,6"); "" when empty.
+std::string FormatCpuList(const std::vector<int>& cpus);
+
+// Restricts the calling thread, and the threads it starts afterwards (which
+// inherit its mask: an engine thread's OpenMP team included), to `cpus`.
+// Check them against AllowedCpus() first: the kernel drops CPUs outside the
+// process's cpuset and fails (INVALID_ARGUMENT here) only when none is left.
+//
+// Why: on a box the serving threads share with the model, a core taken from
+// a decode step by a gRPC thread stalls every thread of that step; keeping
+// the engine and the serving layer on disjoint CPUs lets both run at once.
+absl::Status PinCallingThread(const std::vector<int>& cpus);
 
 // Sets LibTorch's intra-op threads to `requested`, or to UsableCpus() when
 // `requested` <= 0, and returns the number set. Call before any tensor op:

@@ -22,6 +22,14 @@ port=51051
 server_pid=""
 trap '[ -n "$server_pid" ] && kill -9 $server_pid 2>/dev/null || true' EXIT
 
+# The one-core pairing below: the engine on the last CPU this script may
+# use, the serving threads and the client on the others (all of them on a
+# one-CPU machine, where nothing can be kept apart).
+read -r engine_cpu serving_cpus < <($py -c '
+import os
+cpus = sorted(os.sched_getaffinity(0))
+print(cpus[-1], ",".join(map(str, cpus[:-1] or cpus)))')
+
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 start_server() {  # start_server MODEL extra-flags...
   local model=$1; shift
@@ -85,17 +93,19 @@ for model in $MODELS; do
     done
   done
   stop_server
-  # The same pairing with the engine on one intra-op thread, in process and in
-  # the server alike: gRPC's threads and the client then have the other core,
-  # as a client on its own machine would, so the ratio isolates what the
-  # serving layer costs from the client competing for the engine's cores.
-  echo "== $model: engine vs gRPC at 64 streams, engine on one thread" >&2
-  start_server "$model" --threads=1 --max_active=64 --max_waiting=4096
+  # The same pairing with the engine on one core of its own: the server's
+  # engine thread pinned there (--engine_cpus), its gRPC threads and the
+  # client on the other CPUs, as a client on its own machine would be; the
+  # engine in process runs on that same core. The ratio then isolates what
+  # the serving layer costs from the client competing for the engine's cores.
+  echo "== $model: engine vs gRPC at 64 streams, engine on CPU $engine_cpu" >&2
+  start_server "$model" --threads=1 --engine_cpus="$engine_cpu" --max_active=64 --max_waiting=4096
   for round in $(seq $ratio_rounds); do
-    engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" --threads=1 \
+    engine=$(taskset -c "$engine_cpu" "$BUILD_DIR/bench/engine/attn-engine-bench" \
+             --model="models/$model.pt" --threads=1 \
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
-    grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
-           --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
+    grpc=$(taskset -c "$serving_cpus" "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 \
+           --prompt_tokens=128 --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
     record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
   stop_server

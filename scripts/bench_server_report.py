@@ -70,9 +70,11 @@ def main():
         print("\n### gRPC against the engine at 64 streams (rounds alternating the two)\n")
         print("The ratios in the table above compare runs minutes apart; these pair each "
               "gRPC run with an engine run just before it. With 2 engine threads the engine "
-              "shares both cores with gRPC's threads and the client; with 1, in process and "
-              "in the server alike, they have the other core, as a client on its own machine "
-              "would, so that row shows what the serving layer itself costs.\n")
+              "shares both cores with gRPC's threads and the client. With 1, the engine has a "
+              "core of its own, in process and in the server alike (`--engine_cpus`, and "
+              "`taskset` for the engine bench), while gRPC's threads and the client run on the "
+              "other, as a client on its own machine would; that row shows what the serving "
+              "layer itself costs.\n")
         print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) |")
         print("|---|---|---|---|---|---|")
         by_model = {}

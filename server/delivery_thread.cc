@@ -1,12 +1,18 @@
 #include "server/delivery_thread.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "server/request_stream.h"
 
 namespace attn::serving {
 
-DeliveryThread::DeliveryThread() : thread_([this] { Loop(); }) {}
+DeliveryThread::DeliveryThread()
+    : thread_([this] {
+        pthread_setname_np(pthread_self(), "attn-delivery");
+        Loop();
+      }) {}
 
 DeliveryThread::~DeliveryThread() {
   {

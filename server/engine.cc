@@ -1,10 +1,13 @@
 #include "server/engine.h"
 
+#include <pthread.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -92,7 +95,18 @@ class Engine::Impl {
     // From here the engine thread does the tensor work; the caller's idle
     // OpenMP team (left by loading and slot allocation) would only slow it.
     ReleaseThreadTeam();
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "attn-engine");  // as top -H and /proc show it
+      if (!options_.cpus.empty()) {
+        // Validated at startup; should the mask change meanwhile, run unpinned.
+        const absl::Status pinned = PinCallingThread(options_.cpus);
+        if (!pinned.ok()) {
+          std::fprintf(stderr, "warning: engine thread not pinned: %s\n",
+                       std::string(pinned.message()).c_str());
+        }
+      }
+      Loop();
+    });
   }
   void Drain() {
     std::lock_guard<std::mutex> lock(mu_);

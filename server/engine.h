@@ -60,6 +60,9 @@ struct EngineOptions {
   // smoothness for throughput where per-message cost matters (each message
   // costs CPU in the server and the client).
   int64_t stream_interval = 1;
+  // CPUs the engine thread and its intra-op threads run on; empty: wherever
+  // the process may run. Startup validates them (PinCallingThread).
+  std::vector<int> cpus;
 };
 
 struct EngineRequest {

@@ -6,8 +6,10 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,10 @@ ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0: any; -1: off).");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the CPUs this process may use (cgroup quota).");
+ABSL_FLAG(std::string, engine_cpus, "",
+          "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC "
+          "and delivery threads then run on the other CPUs this process may use. Empty: all "
+          "threads anywhere. --threads defaults to the number listed.");
 ABSL_FLAG(int64_t, max_active, 256, "Sequences running at once per model (state slots).");
 ABSL_FLAG(int64_t, max_waiting, 1024,
           "Requests queued per model beyond the running ones; more get RESOURCE_EXHAUSTED.");
@@ -58,6 +64,7 @@ const char* const kFlagNames[] = {"models",
                                   "metrics_port",
                                   "device",
                                   "threads",
+                                  "engine_cpus",
                                   "max_active",
                                   "max_waiting",
                                   "max_prompt_tokens",
@@ -137,6 +144,43 @@ bool CheckBounds(const attn::serving::ServerOptions& options) {
   return true;
 }
 
+// --engine_cpus: the engines get those CPUs (their threads pin themselves
+// when they start), and this thread, whose mask every gRPC and delivery
+// thread started later inherits, gets the rest. Returns false after printing
+// an error naming the flag.
+bool PlaceThreads(attn::serving::ServerOptions& options) {
+  const std::string list = absl::GetFlag(FLAGS_engine_cpus);
+  if (list.empty()) return true;
+  const auto cpus = attn::ParseCpuList(list);
+  if (!cpus.ok()) {
+    std::fprintf(stderr, "error: --engine_cpus=%s: %s\n", list.c_str(),
+                 std::string(cpus.status().message()).c_str());
+    return false;
+  }
+  const std::vector<int> allowed = attn::AllowedCpus();
+  std::vector<int> rest;
+  std::set_difference(allowed.begin(), allowed.end(), cpus->begin(), cpus->end(),
+                      std::back_inserter(rest));
+  if (allowed.size() - rest.size() != cpus->size()) {
+    std::fprintf(stderr,
+                 "error: --engine_cpus=%s: lists CPUs this process may not use; it may use %s\n",
+                 list.c_str(), attn::FormatCpuList(allowed).c_str());
+    return false;
+  }
+  // With every CPU given to the engines, the serving threads share them.
+  const absl::Status pinned = rest.empty() ? absl::OkStatus() : attn::PinCallingThread(rest);
+  if (!pinned.ok()) {
+    std::fprintf(stderr, "error: --engine_cpus=%s: %s\n", list.c_str(),
+                 std::string(pinned.message()).c_str());
+    return false;
+  }
+  options.registry.engine.cpus = *cpus;
+  std::printf("engine threads on CPUs %s, serving threads on CPUs %s\n",
+              attn::FormatCpuList(*cpus).c_str(),
+              attn::FormatCpuList(rest.empty() ? allowed : rest).c_str());
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,8 +189,8 @@ int main(int argc, char** argv) {
       "--port=50051 --metrics_port=9090");
   ApplyEnvironment();
   absl::ParseCommandLine(argc, argv);
-  const attn::serving::ServerOptions options = OptionsFromFlags();
-  if (!CheckBounds(options)) return 2;
+  attn::serving::ServerOptions options = OptionsFromFlags();
+  if (!CheckBounds(options) || !PlaceThreads(options)) return 2;
 
   // Signals are taken by sigwait below; every thread started from here on
   // inherits the blocked mask.
@@ -159,7 +203,9 @@ int main(int argc, char** argv) {
   if (!attn::KeepFreedMemoryForReuse()) {
     std::fprintf(stderr, "warning: the C allocator kept its defaults; prefills may run slower\n");
   }
-  const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
+  const auto engine_cpus = static_cast<int>(options.registry.engine.cpus.size());
+  const int threads = attn::ConfigureThreads(
+      absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : engine_cpus);
   auto server = attn::serving::InferenceServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(server.status().message()).c_str());

@@ -5,8 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
-
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace attn {
 namespace {
@@ -43,6 +44,48 @@ TEST(Cpus, FreedTensorSizedBlocksStayInTheHeap) {
   block = std::malloc(8 << 20);
   EXPECT_EQ(mallinfo2().arena, heap_after_free);
   std::free(block);
+}
+
+TEST(Cpus, CpuListsParseAsTasksetWritesThem) {
+  EXPECT_EQ(ParseCpuList("3").value(), std::vector<int>({3}));
+  EXPECT_EQ(ParseCpuList("0-3").value(), std::vector<int>({0, 1, 2, 3}));
+  EXPECT_EQ(ParseCpuList("6,0-1,1").value(), std::vector<int>({0, 1, 6}));
+  for (const char* bad : {"", "a", "1-", "3-1", "-2", "1,,2", "0-99999"}) {
+    const auto parsed = ParseCpuList(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(ParseCpuList("2,x").status().message().find("\"x\""), std::string::npos);
+  EXPECT_EQ(FormatCpuList({0, 1, 2, 3, 6, 8, 9}), "0-3,6,8-9");
+  EXPECT_EQ(FormatCpuList({}), "");
+}
+
+// Pins a new thread to one allowed CPU: its own mask and that of a thread it
+// starts (as an engine thread starts its OpenMP team) say so, and the rest
+// of the process keeps its mask.
+TEST(Cpus, APinnedThreadAndItsChildrenStayOnTheirCpus) {
+  const std::vector<int> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  const std::vector<int> one = {allowed.back()};
+  std::vector<int> pinned, child;
+  std::thread thread([&] {
+    ASSERT_TRUE(PinCallingThread(one).ok());
+    pinned = AllowedCpus();
+    std::thread([&] { child = AllowedCpus(); }).join();
+  });
+  thread.join();
+  EXPECT_EQ(pinned, one);
+  EXPECT_EQ(child, one);
+  EXPECT_EQ(AllowedCpus(), allowed);
+}
+
+TEST(Cpus, PinningToACpuOutsideTheMaskNamesIt) {
+  std::vector<int> before = AllowedCpus();
+  const absl::Status status = PinCallingThread({1000});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("CPUs 1000"), std::string::npos) << status.message();
+  EXPECT_EQ(PinCallingThread({-1}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PinCallingThread({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AllowedCpus(), before);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 # attn-server on 127.0.0.1, and drives it with attnctl (and the generic
 # reflection client): greedy stream == unary, stream logprobs == Score, bad
 # inputs get their codes, the exposition passes promtool, and SIGTERM drains
-# a running stream before the server exits 0.
+# a running stream before the server exits 0, and --engine_cpus keeps the
+# engine threads and the serving threads on their own CPUs.
 #   end_to_end.sh ATTN_SERVER ATTNCTL ATTN_TRAIN
 set -euo pipefail
 server_bin=$1 ctl_bin=$2 train_bin=$3
@@ -43,6 +44,12 @@ if "$server_bin" --models="$work/missing.pt" --metrics_port=-1 > "$work/missing.
   fail "a missing model file started"
 fi
 grep -q "missing.pt" "$work/missing.log" || fail "missing model: $(cat "$work/missing.log")"
+for cpus in 1000 1-x; do
+  if "$server_bin" --models="$work/models" --engine_cpus=$cpus --metrics_port=-1 > "$work/cpus.log" 2>&1; then
+    fail "--engine_cpus=$cpus started"
+  fi
+  grep -q -- "--engine_cpus=$cpus: " "$work/cpus.log" || fail "engine_cpus error: $(cat "$work/cpus.log")"
+done
 
 read -r port metrics_port < <($py -c '
 import socket
@@ -50,10 +57,17 @@ s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 ctl=("$ctl_bin" --server="127.0.0.1:$port")
+# The engine gets the last CPU this process may use, gRPC the others.
+read -r engine_cpu serving_cpus < <($py -c '
+import os
+cpus = sorted(os.sched_getaffinity(0))
+rest = cpus[:-1] or cpus
+print(cpus[-1], ",".join(map(str, rest)))')
 
 echo "== starting attn-server on 127.0.0.1:$port (metrics $metrics_port)"
 "$server_bin" --models="$work/models" --default_model=e2e-aft --host=127.0.0.1 --port="$port" \
-  --metrics_port="$metrics_port" --threads=1 --shutdown_grace_seconds=20 > "$work/server.log" 2>&1 &
+  --metrics_port="$metrics_port" --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 \
+  > "$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
   "${ctl[@]}" health > /dev/null 2>&1 && break
@@ -62,6 +76,22 @@ for _ in $(seq 100); do
 done
 [ "$("${ctl[@]}" health)" = SERVING ] || fail "overall health"
 [ "$("${ctl[@]}" health --service=e2e-linear)" = SERVING ] || fail "model health"
+
+echo "== --engine_cpus: engine threads on CPU $engine_cpu, gRPC threads on $serving_cpus"
+$py - "$server_pid" "$engine_cpu" "$serving_cpus" <<'PY' || fail "thread placement"
+import os, sys
+pid, engine, serving = sys.argv[1], {int(sys.argv[2])}, {int(c) for c in sys.argv[3].split(",")}
+masks = {}
+for tid in os.listdir(f"/proc/{pid}/task"):
+    name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+    masks.setdefault(name, []).append(os.sched_getaffinity(int(tid)))
+assert masks.get("attn-engine") and len(masks["attn-engine"]) == 2, masks  # one per model
+assert all(m == engine for m in masks["attn-engine"]), masks
+assert all(m == serving for m in masks["attn-delivery"]), masks
+grpc = [m for name, ms in masks.items() if name not in ("attn-engine", "attn-delivery") for m in ms]
+assert grpc and all(m == serving for m in grpc), masks
+print(f"   {sum(map(len, masks.values()))} threads placed")
+PY
 
 echo "== models"
 "${ctl[@]}" models --json > "$work/models.json"
