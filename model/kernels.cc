@@ -308,6 +308,29 @@ ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count
   }
 }
 
+// out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
+// dh floats apart); scores are overwritten with exp(score - max), acc is dh
+// floats of scratch. Shared by the decode step and the causal prefill.
+template <int64_t kDh>
+ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v, int64_t dh,
+                                    float* acc, float* out) {
+  const float max = MaxOf(scores, count);
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < count; ++j) {
+    scores[j] = FastExp(scores[j] - max);
+    total += scores[j];
+  }
+  if constexpr (kDh > 0 && kDh % 8 == 0) {
+    WeightedSumOfRows<kDh>(scores, v, count, acc);
+  } else {
+    std::fill(acc, acc + dh, 0.0f);
+    for (int64_t j = 0; j < count; ++j) AddScaled(scores[j], v + j * dh, dh, acc);
+  }
+  const float inv_total = 1.0f / total;
+  for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
+}
+
 // One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
 // compile time: the dot products unroll, and the weighted sum of values stays
 // in registers instead of going through out[] once per key.
@@ -347,22 +370,7 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j <= length; ++j) {
     scores[j] = scores[j] * a.scale - slope * static_cast<float>(length - j);
   }
-  const float max = MaxOf(scores, length + 1);
-  float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (int64_t j = 0; j <= length; ++j) {
-    scores[j] = FastExp(scores[j] - max);
-    total += scores[j];
-  }
-  if constexpr (kDh > 0 && kDh % 8 == 0) {
-    WeightedSumOfRows<kDh>(scores, values, length + 1, acc);
-  } else {
-    std::fill(acc, acc + dh, 0.0f);
-    for (int64_t j = 0; j <= length; ++j) AddScaled(scores[j], values + j * dh, dh, acc);
-  }
-  float* out = a.out + (b * a.heads + h) * dh;
-  const float inv_total = 1.0f / total;
-  for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
+  SoftmaxWeightedSum<kDh>(scores, length + 1, values, dh, acc, a.out + (b * a.heads + h) * dh);
 }
 
 // One head of one row through a.time queries (CausalAttentionPrefill). The
@@ -401,24 +409,8 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
       ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
     }
     for (int64_t i = 0; i < count; ++i) {
-      float* p = scores + i * padded;
-      const int64_t visible = position[i] + 1;
-      const float max = MaxOf(p, visible);
-      float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j < visible; ++j) {
-        p[j] = FastExp(p[j] - max);
-        total += p[j];
-      }
-      if constexpr (kDh > 0 && kDh % 8 == 0) {
-        WeightedSumOfRows<kDh>(p, v, visible, acc);
-      } else {
-        std::fill(acc, acc + dh, 0.0f);
-        for (int64_t j = 0; j < visible; ++j) AddScaled(p[j], v + j * dh, dh, acc);
-      }
-      float* out = a.out + ((b * a.time + t0 + i) * a.heads + h) * dh;
-      const float inv_total = 1.0f / total;
-      for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv_total;
+      SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, v, dh, acc,
+                              a.out + ((b * a.time + t0 + i) * a.heads + h) * dh);
     }
   }
 }

@@ -158,15 +158,15 @@ bool PlaceThreads(attn::serving::ServerOptions& options) {
     return false;
   }
   const std::vector<int> allowed = attn::AllowedCpus();
-  std::vector<int> rest;
-  std::set_difference(allowed.begin(), allowed.end(), cpus->begin(), cpus->end(),
-                      std::back_inserter(rest));
-  if (allowed.size() - rest.size() != cpus->size()) {
+  if (!std::includes(allowed.begin(), allowed.end(), cpus->begin(), cpus->end())) {
     std::fprintf(stderr,
                  "error: --engine_cpus=%s: lists CPUs this process may not use; it may use %s\n",
                  list.c_str(), attn::FormatCpuList(allowed).c_str());
     return false;
   }
+  std::vector<int> rest;
+  std::set_difference(allowed.begin(), allowed.end(), cpus->begin(), cpus->end(),
+                      std::back_inserter(rest));
   // With every CPU given to the engines, the serving threads share them.
   const absl::Status pinned = rest.empty() ? absl::OkStatus() : attn::PinCallingThread(rest);
   if (!pinned.ok()) {
