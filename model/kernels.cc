@@ -234,8 +234,9 @@ ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const
   Vec16 sum[kQueryTile][4] = {};
   for (int64_t r = 0; r < dh; ++r) {
     const float* column = kt + r * padded + j0;
-    Vec16 keys[4];
-    std::memcpy(keys, column, sizeof(keys));
+    Vec16 keys[4];  // loaded one by one: copied whole, the array went through the stack
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) std::memcpy(&keys[g], column + g * kScoreLanes, sizeof(keys[g]));
 #pragma GCC unroll 4
     for (int i = 0; i < kQueryTile; ++i) {
       const float qr = q[i][r];
@@ -308,12 +309,9 @@ ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count
   }
 }
 
-// out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
-// dh floats apart); scores are overwritten with exp(score - max), acc is dh
-// floats of scratch. Shared by the decode step and the causal prefill.
-template <int64_t kDh>
-ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v, int64_t dh,
-                                    float* acc, float* out) {
+// scores[j] = exp(scores[j] - max) over the first `count` scores; returns
+// their sum, the softmax's denominator.
+ATTN_INLINE float ExpScores(float* scores, int64_t count) {
   const float max = MaxOf(scores, count);
   float total = 0.0f;
 #pragma omp simd reduction(+ : total)
@@ -321,6 +319,16 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v
     scores[j] = FastExp(scores[j] - max);
     total += scores[j];
   }
+  return total;
+}
+
+// out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
+// dh floats apart); scores are overwritten with exp(score - max), acc is dh
+// floats of scratch. Shared by the decode step and the causal prefill.
+template <int64_t kDh>
+ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v, int64_t dh,
+                                    float* acc, float* out) {
+  const float total = ExpScores(scores, count);
   if constexpr (kDh > 0 && kDh % 8 == 0) {
     WeightedSumOfRows<kDh>(scores, v, count, acc);
   } else {
@@ -329,6 +337,42 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v
   }
   const float inv_total = 1.0f / total;
   for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
+}
+
+// acc[i][0..kDh) = sum_j p[i * stride + j] v_j for the kQueryTile queries i
+// of a prefill tile, j = 0..count-1. Each row of v is loaded once for the
+// four queries: one query at a time (WeightedSumOfRows) the sum made one
+// vector load per multiply-add and read the whole value cache once per
+// query.
+template <int64_t kDh>
+ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
+                                 float* acc) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec16 full[kQueryTile][kFull > 0 ? kFull : 1] = {};
+  Vec8 half[kQueryTile] = {};
+  for (int64_t j = 0; j < count; ++j) {
+    const float* row = v + j * kDh;
+    Vec16 x[kFull > 0 ? kFull : 1];
+    Vec8 y = {};
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(&x[f], row + 16 * f, sizeof(x[f]));
+    if (kHalf) std::memcpy(&y, row + 16 * kFull, sizeof(y));
+#pragma GCC unroll 4
+    for (int i = 0; i < kQueryTile; ++i) {
+      const float weight = p[i * stride + j];
+#pragma GCC unroll 4
+      for (int f = 0; f < kFull; ++f) full[i][f] += weight * x[f];
+      if (kHalf) half[i] += weight * y;
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < kQueryTile; ++i) {
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(acc + i * kDh + 16 * f, &full[i][f], sizeof(Vec16));
+    if (kHalf) std::memcpy(acc + i * kDh + 16 * kFull, &half[i], sizeof(half[i]));
+  }
 }
 
 // One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
@@ -373,6 +417,47 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   SoftmaxWeightedSum<kDh>(scores, length + 1, values, dh, acc, a.out + (b * a.heads + h) * dh);
 }
 
+// kt[r * padded + j] = k[j * dh + r] for the first `keys` rows of k, a
+// block of kScoreLanes keys at a time: key by key, each of the dh stores went
+// to its own cache line `padded` floats away (perf: a tenth of the prefill
+// kernel); per block the loads stay in one small patch of k and each run of
+// stores fills whole lines.
+ATTN_INLINE void TransposeKeys(const float* k, int64_t keys, int64_t dh, int64_t padded,
+                               float* kt) {
+  int64_t j0 = 0;
+  for (; j0 + kScoreLanes <= keys; j0 += kScoreLanes) {
+    for (int64_t r = 0; r < dh; ++r) {
+      float* column = kt + r * padded + j0;
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kScoreLanes; ++l) column[l] = k[(j0 + l) * dh + r];
+    }
+  }
+  for (int64_t j = j0; j < keys; ++j) {
+    for (int64_t r = 0; r < dh; ++r) kt[r * padded + j] = k[j * dh + r];
+  }
+}
+
+// The softmax-weighted sums of a full tile of prefill queries: each query's
+// scores (rows `stride` apart) become exp(score - max) up to its own
+// position and 0 after it, up to the tile's last position, so that the four
+// share one pass over the values (TileWeightedSum). Query i's output goes
+// to out + i * out_stride; acc is kQueryTile * kDh floats of scratch.
+template <int64_t kDh>
+ATTN_INLINE void SoftmaxTile(float* scores, int64_t stride, const int64_t* position, const float* v,
+                             float* acc, float* out, int64_t out_stride) {
+  const int64_t count = position[kQueryTile - 1] + 1;
+  float inv_total[kQueryTile];
+  for (int i = 0; i < kQueryTile; ++i) {
+    float* row = scores + i * stride;
+    inv_total[i] = 1.0f / ExpScores(row, position[i] + 1);
+    std::fill(row + position[i] + 1, row + count, 0.0f);
+  }
+  TileWeightedSum<kDh>(scores, stride, v, count, acc);
+  for (int i = 0; i < kQueryTile; ++i) {
+    for (int64_t d = 0; d < kDh; ++d) out[i * out_stride + d] = acc[i * kDh + d] * inv_total[i];
+  }
+}
+
 // One head of one row through a.time queries (CausalAttentionPrefill). The
 // row's keys are first copied transposed, [Dh][keys], so that scores
 // accumulate along the keys in vector lanes (ScoreTile); kDh > 0 fixes the
@@ -385,16 +470,14 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   const int64_t keys = a.start + a.time;
   // Padded to whole key groups: the score loop reads and writes them whole.
   const int64_t padded = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
-  scratch.assign(dh * padded + kQueryTile * padded + dh, 0.0f);
+  scratch.assign(dh * padded + kQueryTile * padded + kQueryTile * dh, 0.0f);
   float* kt = scratch.data();                 // [Dh][padded]
   float* scores = kt + dh * padded;           // [kQueryTile][padded]
-  float* acc = scores + kQueryTile * padded;  // [Dh]
+  float* acc = scores + kQueryTile * padded;  // [kQueryTile][Dh]
   const int64_t row = (SlotOf(a.slots, b) * a.heads + h) * a.capacity * dh;
   const float* k = a.k_cache + row;
   const float* v = a.v_cache + row;
-  for (int64_t j = 0; j < keys; ++j) {
-    for (int64_t r = 0; r < dh; ++r) kt[r * padded + j] = k[j * dh + r];
-  }
+  TransposeKeys(k, keys, dh, padded, kt);
   const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
   for (int64_t t0 = 0; t0 < a.time; t0 += kQueryTile) {
     const int64_t count = std::min(kQueryTile, a.time - t0);
@@ -408,9 +491,17 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
     for (int64_t j0 = 0; j0 <= position[kQueryTile - 1]; j0 += kKeyGroup) {
       ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
     }
+    float* out = a.out + ((b * a.time + t0) * a.heads + h) * dh;
+    const int64_t out_stride = a.heads * dh;  // between consecutive queries
+    if constexpr (kDh > 0 && kDh % 8 == 0) {
+      if (count == kQueryTile) {
+        SoftmaxTile<kDh>(scores, padded, position, v, acc, out, out_stride);
+        continue;
+      }
+    }
     for (int64_t i = 0; i < count; ++i) {
       SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, v, dh, acc,
-                              a.out + ((b * a.time + t0 + i) * a.heads + h) * dh);
+                              out + i * out_stride);
     }
   }
 }
