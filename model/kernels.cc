@@ -402,8 +402,12 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   int64_t first = 0;
   if constexpr (kDh > 0 && kDh % 8 == 0) {
     if (!a.r) {
-      for (; first + 4 <= length + 1; first += 4)
+      for (; first + 4 <= length + 1; first += 4) {
+        // The values are read after the softmax: fetch them meanwhile.
+        for (int64_t line = 0; line < 4 * kDh; line += 16)
+          __builtin_prefetch(values + first * dh + line);
         DotsOfFour<kDh>(qc, keys + first * dh, scores + first);
+      }
     }
   }
   for (int64_t j = first; j <= length; ++j) {
