@@ -1,9 +1,12 @@
-// What the CPU kernel files (kernels.cc, packed_gemm.cc) share. Only they
-// include this.
+// What the CPU kernel files (kernels.cc, row_kernels.cc, packed_gemm.cc)
+// share. Only they include this.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 // ATTN_HOT marks a hot loop to be compiled for AVX-512, AVX2+FMA and
 // baseline x86-64; the loader picks the best the CPU has, so one binary
@@ -30,6 +33,45 @@ inline constexpr int64_t kParallelWork = 1 << 15;
 // The at::parallel_for grain for tasks of `work_per_task` multiply-adds.
 inline int64_t GrainFor(int64_t work_per_task) {
   return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, work_per_task));
+}
+
+// a . b over n floats, summed in vector lanes.
+ATTN_INLINE float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// exp(x) within 2 ulp for x in [-87, 88], 0 below, +inf above; free of
+// branches and calls so that loops over it vectorise (std::exp does not).
+// Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
+// for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
+// bits.
+ATTN_INLINE float FastExp(float x) {
+  // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
+  // ruled out, which kept every loop around this function scalar. A NaN fails
+  // both tests and becomes -87, so the integer conversion below is always
+  // defined; the NaN itself is returned at the end.
+  float clamped = x > -87.0f ? x : -87.0f;
+  clamped = clamped < 88.0f ? clamped : 88.0f;
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  float r = clamped - n * 0.693359375f;
+  r -= n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * r * r + r + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const float y = er * scale;
+  const float in_range =
+      x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
+  return x != x ? x : in_range;
 }
 
 }  // namespace attn::kernels

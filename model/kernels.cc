@@ -24,44 +24,6 @@ constexpr int64_t kChannelBlock = 64;
 
 inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
 
-ATTN_INLINE float Dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// exp(x) within 2 ulp for x in [-87, 88], 0 below, +inf above; free of
-// branches and calls so that loops over it vectorise (std::exp does not).
-// Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
-// for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
-// bits.
-ATTN_INLINE float FastExp(float x) {
-  // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
-  // ruled out, which kept every loop around this function scalar. A NaN fails
-  // both tests and becomes -87, so the integer conversion below is always
-  // defined; the NaN itself is returned at the end.
-  float clamped = x > -87.0f ? x : -87.0f;
-  clamped = clamped < 88.0f ? clamped : 88.0f;
-  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
-  float r = clamped - n * 0.693359375f;
-  r -= n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  const float y = er * scale;
-  const float in_range =
-      x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
-  return x != x ? x : in_range;
-}
-
 // The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
 // maxima: a plain max loop stays scalar (reordering it is only allowed under
 // -ffinite-math-only), even under `omp simd reduction(max)`, where perf
@@ -973,69 +935,6 @@ void AftStep(const AftStepArgs& a) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / blocks, first = (task % blocks) * kChannelBlock;
       AftWindowSums(a, b, first, std::min(a.channels, first + kChannelBlock), scratch);
-    }
-  });
-}
-
-namespace {
-
-ATTN_HOT void ScaleRow(const float* in, const float* gain, float scale, int64_t d, float* out) {
-  if (gain == nullptr) {
-#pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] = in[i] * scale;
-    return;
-  }
-#pragma omp simd
-  for (int64_t i = 0; i < d; ++i) out[i] = gain[i] * (in[i] * scale);
-}
-
-ATTN_HOT float SquaredNorm(const float* in, int64_t d) { return Dot(in, in, d); }
-
-ATTN_HOT void GeluSpan(int64_t n, float* x) {
-  constexpr float kInvSqrt2 = 0.70710678118654752f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float a = (v < 0.0f ? -v : v) * kInvSqrt2;
-    // erfc(a) = poly(t) exp(-a^2), t = 1 / (1 + p a), for a >= 0.
-    const float t = 1.0f / (1.0f + 0.3275911f * a);
-    float poly = 1.061405429f;
-    poly = poly * t - 1.453152027f;
-    poly = poly * t + 1.421413741f;
-    poly = poly * t - 0.284496736f;
-    poly = poly * t + 0.254829592f;
-    const float erfc = poly * t * FastExp(-a * a);
-    // 1 + erf(v / sqrt(2)) is 2 - erfc(a) for v >= 0 and erfc(a) below.
-    x[i] = 0.5f * v * (v < 0.0f ? erfc : 2.0f - erfc);
-  }
-}
-
-}  // namespace
-
-void GeluInPlace(int64_t n, float* x) {
-  constexpr int64_t kBlock = 1024;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, GrainFor(8 * kBlock), [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kBlock;
-    GeluSpan(std::min(n, end * kBlock) - first, x + first);
-  });
-}
-
-void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps,
-                 float* out) {
-  at::parallel_for(0, rows, GrainFor(2 * d), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* in = x + r * d;
-      const float mean_square = SquaredNorm(in, d) / static_cast<float>(d);
-      ScaleRow(in, gain, 1.0f / std::sqrt(mean_square + eps), d, out + r * d);
-    }
-  });
-}
-
-void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out) {
-  at::parallel_for(0, rows, GrainFor(2 * d), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* in = x + r * d;
-      ScaleRow(in, nullptr, gain / std::max(std::sqrt(SquaredNorm(in, d)), eps), d, out + r * d);
     }
   });
 }
