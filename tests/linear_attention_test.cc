@@ -10,6 +10,7 @@ namespace attn {
 namespace {
 
 using testing::MaxAbsDiff;
+using testing::PrefillChunksThenStep;
 using testing::SmallOptions;
 
 class LinearAttentionTest : public ::testing::TestWithParam<MixerKind> {
@@ -93,19 +94,13 @@ TEST_P(LinearAttentionTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize)
     auto x = torch::randn({2, 50, options.d_model});
     auto state = attention->initial_state(3, torch::kCPU);
     const auto slots = torch::tensor({2, 0});
-    std::vector<torch::Tensor> chunks;
-    int64_t t = 0;
-    for (int64_t chunk : {20, 1, 24}) {  // blocks of 16: every edge case
-      chunks.push_back(attention->prefill(x.narrow(1, t, chunk), state, slots));
-      t += chunk;
-    }
-    for (; t < 50; ++t)
-      chunks.push_back(attention->step(x.select(1, t), state, slots).unsqueeze(1));
+    // Blocks of 16: every edge case.
+    const auto outputs = PrefillChunksThenStep(*attention, x, state, slots, {20, 1, 24});
     auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
     auto expected = reference::ApplyLinear(
         attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
                                                           exp_feature(), true, options.linear_eps));
-    EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), expected), 1e-5) << "head size " << head_dim;
+    EXPECT_LT(MaxAbsDiff(outputs, expected), 1e-5) << "head size " << head_dim;
     EXPECT_TRUE(state.length.equal(torch::tensor({50, 0, 50}, torch::kLong)))
         << "head size " << head_dim;
     EXPECT_EQ(state.tensors[0][1].abs().max().item<float>(), 0.0f) << "row 1 was touched";

@@ -13,6 +13,7 @@ namespace attn {
 namespace {
 
 using testing::MaxAbsDiff;
+using testing::PrefillChunksThenStep;
 using testing::SmallOptions;
 
 std::vector<double> ToVector(const torch::Tensor& t) {
@@ -121,14 +122,8 @@ TEST_P(MhaReferenceTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize) {
     auto x = torch::randn({2, 40, options.d_model});
     auto state = mha->initial_state(3, torch::kCPU);
     const auto slots = torch::tensor({2, 0});
-    std::vector<torch::Tensor> chunks;
-    int64_t t = 0;
-    for (int64_t chunk : {17, 1, 15}) {
-      chunks.push_back(mha->prefill(x.narrow(1, t, chunk), state, slots));
-      t += chunk;
-    }
-    for (; t < 40; ++t) chunks.push_back(mha->step(x.select(1, t), state, slots).unsqueeze(1));
-    EXPECT_LT(MaxAbsDiff(torch::cat(chunks, 1), CausalByNestedLoops(mha, x, options.heads)), 1e-5)
+    const auto outputs = PrefillChunksThenStep(*mha, x, state, slots, {17, 1, 15});
+    EXPECT_LT(MaxAbsDiff(outputs, CausalByNestedLoops(mha, x, options.heads)), 1e-5)
         << "head size " << head_dim;
     EXPECT_TRUE(state.length.equal(torch::tensor({40, 0, 40}, torch::kLong)))
         << "head size " << head_dim;

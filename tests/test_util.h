@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,23 @@ std::string KindTestName(const Info& info) {
 
 inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// x [B, T, D] through a mixer's recurrent forms on rows `slots` of `state`:
+// prefill chunks of the given sizes, each continuing the state the one
+// before left, then one step per remaining token. Returns [B, T, D].
+inline torch::Tensor PrefillChunksThenStep(SequenceMixer& mixer, const torch::Tensor& x,
+                                           MixerState& state, const torch::Tensor& slots,
+                                           std::initializer_list<int64_t> chunk_sizes) {
+  std::vector<torch::Tensor> outputs;
+  int64_t t = 0;
+  for (int64_t chunk : chunk_sizes) {
+    outputs.push_back(mixer.prefill(x.narrow(1, t, chunk), state, slots));
+    t += chunk;
+  }
+  for (; t < x.size(1); ++t)
+    outputs.push_back(mixer.step(x.select(1, t), state, slots).unsqueeze(1));
+  return torch::cat(outputs, 1);
 }
 
 // w_{t,t'} of an AFT module as a dense [G, T, T] tensor, built from the bias
