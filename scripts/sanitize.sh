@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds the tests with AddressSanitizer and UndefinedBehaviorSanitizer and
-# runs them. The tests that load the SentencePiece plugin are left out:
-# sanitizer runtimes refuse dlopen's RTLD_DEEPBIND, which the plugin needs
-# (see model/sentencepiece_backend.h). Takes about 20 minutes on 2 cores.
+# Builds the model tests with AddressSanitizer and UndefinedBehaviorSanitizer
+# and runs them. The tests that load the SentencePiece plugin (the tokenizer,
+# generation and trainer tests, and the bundled packages, whose tokenizers
+# are SentencePiece models) are left out: sanitizer runtimes refuse dlopen's
+# RTLD_DEEPBIND, which the plugin needs (see model/sentencepiece_backend.h).
+# For the same reason the server tests, whose tiny model has a SentencePiece
+# tokenizer, cannot run here. Takes about 20 minutes on 2 cores from a clean
+# build directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -14,5 +18,5 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_WER
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined"
 cmake --build "$BUILD_DIR" --target model_tests
-ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$BUILD_DIR/tests/model_tests" --gtest_filter='-*Tokenizer*:*Generation*:*Trainer*'
+export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+"$BUILD_DIR/tests/model_tests" --gtest_filter='-*Tokenizer*:*Generation*:*Trainer*:*BundledModel*'
