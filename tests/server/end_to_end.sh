@@ -67,6 +67,7 @@ print(cpus[-1], ",".join(map(str, rest)))')
 echo "== starting attn-server on 127.0.0.1:$port (metrics $metrics_port)"
 "$server_bin" --models="$work/models" --default_model=e2e-aft --host=127.0.0.1 --port="$port" \
   --metrics_port="$metrics_port" --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 \
+  --max_tokens=20000 \
   > "$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
@@ -177,7 +178,10 @@ grep -q '^attn_requests_total{code="NOT_FOUND",method="Generate",model="nope"} 1
 grep -q '^attn_generation_tokens_total{model="e2e-aft"}' "$work/metrics.txt" || fail "token counter"
 
 echo "== SIGTERM drains a running stream, then the server exits 0"
-"${ctl[@]}" stream --prompt="the river" --max_tokens=600 --temperature=0 --json \
+# 12,000 tokens take this model a second or more, so the stream is still
+# running when the late request arrives: that request meets the drain, not
+# a server that has already finished draining and is closing its port.
+"${ctl[@]}" stream --prompt="the river" --max_tokens=12000 --ignore_eos --temperature=0 --json \
   > "$work/drain.jsonl" 2> "$work/drain.err" &
 stream_pid=$!
 for _ in $(seq 100); do [ -s "$work/drain.jsonl" ] && break; sleep 0.05; done
@@ -186,10 +190,12 @@ sleep 0.2
 if "${ctl[@]}" generate --prompt=hi --max_tokens=2 > /dev/null 2> "$work/late.err"; then
   fail "a request after SIGTERM was accepted"
 fi
-grep -q -E "UNAVAILABLE" "$work/late.err" || fail "late request: $(cat "$work/late.err")"
+kill -0 "$stream_pid" 2>/dev/null || fail "the stream ended before the late request was refused"
+grep -q "UNAVAILABLE: the server is shutting down" "$work/late.err" \
+  || fail "late request: $(cat "$work/late.err")"
 wait "$stream_pid" || fail "the running stream did not finish: $(cat "$work/drain.err")"
-[ "$(wc -l < "$work/drain.jsonl")" -ge 1 ] && grep -q finish_reason "$work/drain.jsonl" \
-  || fail "the drained stream has no final message"
+grep -q '"completion_tokens":"12000"' "$work/drain.jsonl" \
+  || fail "the drained stream has no final message with all its tokens"
 status=0
 wait "$server_pid" || status=$?
 server_pid=""
