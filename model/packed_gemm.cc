@@ -29,9 +29,11 @@ __attribute__((always_inline)) inline void Store(float* p, const Lanes& v) {
 }
 
 // y[r, 0:width] = x[r, :] . panel + bias32 for R rows; width <= 32 columns
-// are kept (the panel is zero-padded beyond the matrix). `ahead` is a panel
-// of the same size to fetch into cache meanwhile (see RunItems).
-template <int R>
+// are kept (the panel is zero-padded beyond the matrix). With kPrefetch,
+// `ahead` is a panel of the same size to fetch into cache meanwhile (see
+// RunItems); a template flag, so that the other tiles' loop carries neither
+// the prefetches nor a test for them.
+template <int R, bool kPrefetch>
 __attribute__((always_inline)) inline void Tile(const float* x, int64_t ldx, const float* panel,
                                                 int64_t in, const float* bias32, float* y,
                                                 int64_t ldy, int64_t width, const float* ahead) {
@@ -44,8 +46,10 @@ __attribute__((always_inline)) inline void Tile(const float* x, int64_t ldx, con
   for (int64_t k = 0; k < in; ++k) {
     const Lanes w_lo = Load(panel + k * kPanelWidth);
     const Lanes w_hi = Load(panel + k * kPanelWidth + 16);
-    __builtin_prefetch(ahead + k * kPanelWidth, 0, 2);
-    __builtin_prefetch(ahead + k * kPanelWidth + 16, 0, 2);
+    if constexpr (kPrefetch) {
+      __builtin_prefetch(ahead + k * kPanelWidth, 0, 2);
+      __builtin_prefetch(ahead + k * kPanelWidth + 16, 0, 2);
+    }
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const float xr = x[r * ldx + k];
@@ -128,15 +132,19 @@ ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
     const float* weights = a.packed + panel * a.in * kPanelWidth;
     float* y = a.y + row0 * a.ldy + column0;
     const bool has_next = (panel + 1) * kPanelWidth < a.out;
-    const float* ahead = row0 == 0 && has_next ? weights + a.in * kPanelWidth : weights;
+    const float* ahead = row0 == 0 && has_next ? weights + a.in * kPanelWidth : nullptr;
     if (a.rows == 1) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;
     }
     switch (std::min<int64_t>(kTileRows, a.rows - row0)) {
-#define ATTN_TILE_CASE(R)                                             \
-  case R:                                                             \
-    Tile<R>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead); \
+#define ATTN_TILE_CASE(R)                                                      \
+  case R:                                                                      \
+    if (ahead != nullptr) {                                                    \
+      Tile<R, true>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);  \
+    } else {                                                                   \
+      Tile<R, false>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead); \
+    }                                                                          \
     break;
       ATTN_TILE_CASE(1)
       ATTN_TILE_CASE(2)
