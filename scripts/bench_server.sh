@@ -42,8 +42,8 @@ start_server() {  # start_server MODEL extra-flags...
 stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
 record() { echo "$1" >> "$OUT/$2.jsonl"; }
 
-repeats=30; per_slot=3; concurrencies="1 8 64 256"; ratio_rounds=5
-[ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64" && ratio_rounds=2
+repeats=30; per_slot=3; concurrencies="1 8 64 256"; ratio_rounds=5; context_rounds=9
+[ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64" && ratio_rounds=2 && context_rounds=2
 
 for model in $MODELS; do
   echo "== $model: engine in process" >&2
@@ -85,10 +85,14 @@ for model in $MODELS; do
   [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
   # Rounds that alternate the contexts, so drift in this machine's speed
   # falls on all of them alike; the report takes the median per context.
-  for round in 1 2 3 4 5; do
+  # At concurrency 1 a token interval is a fraction of a millisecond and a
+  # round's p50 jumps between two levels with the placement of the server's
+  # threads, so nine rounds of four streams: five of two read ratios of
+  # 0.91-1.12 for a step that is flat in process.
+  for round in $(seq $context_rounds); do
     for ctx in $contexts; do
       line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
-             --max_tokens=64 --streams=2 --json --progress=false)
+             --max_tokens=64 --streams=4 --json --progress=false)
       record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"round\": $round, \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
     done
   done

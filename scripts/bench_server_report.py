@@ -94,7 +94,9 @@ def main():
 
     rounds = max((r.get("round", 1) for r in contexts), default=1)
     how = f"{rounds} rounds alternating the contexts" if rounds > 1 else "one round"
-    print(f"\n### Inter-token latency by context (concurrency 1, 64 new tokens, {how})\n")
+    streams = max((r["run"].get("streams", 1) for r in contexts), default=1)
+    print(f"\n### Inter-token latency by context (concurrency 1, {streams} streams of 64 new tokens "
+          f"per round, {how})\n")
     print("| model | context | ITL p50 ms (median of rounds) | vs context 192 | server RSS MB |")
     print("|---|---|---|---|---|")
     by_context = {}
