@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -95,7 +96,9 @@ class Engine::Impl {
     // From here the engine thread does the tensor work; the caller's idle
     // OpenMP team (left by loading and slot allocation) would only slow it.
     ReleaseThreadTeam();
-    thread_ = std::thread([this] {
+    std::promise<void> warmed_up;
+    std::future<void> done = warmed_up.get_future();
+    thread_ = std::thread([this, warmed_up = std::move(warmed_up)]() mutable {
       pthread_setname_np(pthread_self(), "attn-engine");  // as top -H and /proc show it
       if (!options_.cpus.empty()) {
         // Validated at startup; should the mask change meanwhile, run unpinned.
@@ -105,9 +108,15 @@ class Engine::Impl {
                        std::string(pinned.message()).c_str());
         }
       }
+      const absl::Time warm_up_start = absl::Now();
+      warm_up_.tokens = WarmUp();
+      warm_up_.time = absl::Now() - warm_up_start;
+      warmed_up.set_value();
       Loop();
     });
+    done.wait();
   }
+  EngineWarmUp warm_up() const { return warm_up_; }
   void Drain() {
     std::lock_guard<std::mutex> lock(mu_);
     draining_ = true;
@@ -120,6 +129,8 @@ class Engine::Impl {
   int64_t unfinished() const { return unfinished_.load(); }
 
  private:
+  // Returns the tokens it ran (0 if it failed).
+  int64_t WarmUp();
   bool EndAbandoned(absl::Time now);
   bool Admit(absl::Time now);
   // Prefills one chunk of the oldest prompt being read, together with other
@@ -161,6 +172,8 @@ class Engine::Impl {
   bool draining_ = false;
 
   int64_t decode_steps_ = 0;  // engine thread only
+  // Written by the engine thread before Start() returns, read after.
+  EngineWarmUp warm_up_;
 
   std::atomic<int64_t> free_slots_;
   std::atomic<int64_t> running_{0};
@@ -214,6 +227,39 @@ bool Engine::Impl::RunOnce() {
   RemoveEnded();
   PublishLoad();
   return worked;
+}
+
+int64_t Engine::Impl::WarmUp() {
+  torch::InferenceMode inference;
+  auto slot = pool_.Acquire();
+  if (!slot.ok()) return 0;  // no slots: nothing will ever run
+  // Measured on the bundled models: the first request took about 140 ms
+  // more than the next ones without this. Within a short context limit the
+  // prompt shrinks; the tokens are id 0, which every vocabulary has.
+  const int64_t limit = ContextLimit();
+  int64_t prompt = std::min<int64_t>(16, options_.prefill_chunk), steps = 2;
+  if (limit > 0) {
+    prompt = std::min(prompt, limit / 2);
+    steps = std::min(steps, limit - prompt);
+  }
+  int64_t tokens = 0;
+  try {
+    const torch::Tensor slots = torch::tensor({*slot}, torch::kLong).to(device_);
+    if (prompt > 0) {
+      model_->prefill(torch::zeros({1, prompt}, torch::kLong).to(device_), pool_.state(), slots,
+                      /*last_only=*/true);
+    }
+    for (int64_t i = 0; i < steps; ++i) {
+      model_->step(torch::zeros({1}, torch::kLong).to(device_), slots, pool_.state());
+    }
+    tokens = prompt + steps;
+  } catch (const c10::Error& error) {
+    // Whatever failed here fails the first request too, which reports it.
+    std::fprintf(stderr, "warning: the engine's warm-up failed: %s\n",
+                 error.what_without_backtrace());
+  }
+  pool_.Release(*slot).IgnoreError();  // the slot is ours: cannot fail
+  return tokens;
 }
 
 bool Engine::Impl::EndAbandoned(absl::Time now) {
@@ -543,6 +589,7 @@ absl::Status Engine::Submit(EngineRequest request, std::shared_ptr<RequestStream
   return impl_->Submit(std::move(request), std::move(stream));
 }
 void Engine::Start() { impl_->Start(); }
+EngineWarmUp Engine::warm_up() const { return impl_->warm_up(); }
 void Engine::Drain() { impl_->Drain(); }
 void Engine::Stop(const absl::Status& status) { impl_->Stop(status); }
 bool Engine::RunOnce() { return impl_->RunOnce(); }

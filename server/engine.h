@@ -105,6 +105,11 @@ struct EngineLoad {
   int64_t state_bytes_in_use = 0;
 };
 
+struct EngineWarmUp {
+  absl::Duration time = absl::ZeroDuration();
+  int64_t tokens = 0;  // prompt tokens prefilled and decode steps run; 0 if it failed
+};
+
 class Engine {
  public:
   // `model` and `tokenizer` must outlive the engine. The observer may be
@@ -121,8 +126,14 @@ class Engine {
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
 
   // Runs iterations on an own thread until Stop(). Also releases the calling
-  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h).
+  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h). Returns
+  // once that thread has warmed up: a short prefill and two decode steps on
+  // a scratch slot, which pack the weights, start the intra-op threads and
+  // grow the allocator, so that the first request does not pay for them.
+  // The warm-up is no request: the observer hears nothing of it.
   void Start();
+  // What Start()'s warm-up did (zeros before Start).
+  EngineWarmUp warm_up() const;
   // Refuses new work; running and waiting requests go on.
   void Drain();
   // Waits until no request is left or `deadline` passes; true when idle.

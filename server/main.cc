@@ -213,10 +213,12 @@ int main(int argc, char** argv) {
   }
   for (const auto& model : (*server)->registry().models()) {
     const auto& d = model->description;
-    std::printf("model %s: %s, %ld parameters, %ld state bytes per sequence, %s%s\n",
-                d.name.c_str(), d.mixer.c_str(), static_cast<long>(d.parameters),
-                static_cast<long>(d.state_bytes_per_sequence), d.device.c_str(),
-                d.name == (*server)->registry().default_model() ? " (default)" : "");
+    std::printf(
+        "model %s: %s, %ld parameters, %ld state bytes per sequence, %s%s, warmed up in %.0f ms\n",
+        d.name.c_str(), d.mixer.c_str(), static_cast<long>(d.parameters),
+        static_cast<long>(d.state_bytes_per_sequence), d.device.c_str(),
+        d.name == (*server)->registry().default_model() ? " (default)" : "",
+        absl::ToDoubleMilliseconds(model->engine->warm_up().time));
   }
   std::printf("serving attn.v1.TextGeneration on %s:%d (%d intra-op threads)\n",
               options.host.c_str(), (*server)->port(), threads);

@@ -433,5 +433,52 @@ TEST_F(EngineTest, DrainRefusesNewWorkAndStopEndsWhatIsLeft) {
   EXPECT_EQ(out.last.status.code(), absl::StatusCode::kUnavailable);
 }
 
+// Start() runs the model on a scratch slot before it returns, so that the
+// first request does not pay for packing weights and starting threads; the
+// slot comes back, no step is reported, and a request afterwards (on that
+// very slot) gives what it gives on an engine that never warmed up.
+TEST_F(EngineTest, StartWarmsUpOnAScratchSlotAndLeavesNoTrace) {
+  const EngineRequest request = Greedy(Prompt(7, 3), 10);
+  const Output alone = RunAlone(request);
+
+  StepLog log;
+  EngineOptions options;
+  options.max_active = 1;
+  auto engine = MakeEngine(options, &log);
+  EXPECT_EQ(engine->warm_up().tokens, 0);
+  engine->Start();
+  EXPECT_EQ(engine->warm_up().tokens, 16 + 2);  // a 16-token prompt, 2 decode steps
+  EXPECT_GT(engine->warm_up().time, absl::ZeroDuration());
+  EXPECT_TRUE(log.prefill_rows.empty());
+  EXPECT_TRUE(log.decode_rows.empty());
+  EXPECT_EQ(engine->load().running, 0);
+
+  auto stream = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(request, stream).ok());
+  Output out;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (!out.done && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+    Read(*stream, &out);
+  }
+  engine->Stop();
+  ASSERT_TRUE(out.done);
+  EXPECT_TRUE(out.last.status.ok()) << out.last.status;
+  EXPECT_EQ(out.ids, alone.ids);
+  ASSERT_EQ(out.logprobs.size(), alone.logprobs.size());
+  for (size_t i = 0; i < out.logprobs.size(); ++i) {
+    EXPECT_NEAR(out.logprobs[i], alone.logprobs[i], 1e-5);
+  }
+}
+
+TEST_F(EngineTest, WarmUpPromptFitsThePrefillChunk) {
+  EngineOptions options;
+  options.prefill_chunk = 4;
+  auto engine = MakeEngine(options, nullptr, MixerKind::kMha);
+  engine->Start();
+  EXPECT_EQ(engine->warm_up().tokens, 4 + 2);
+  engine->Stop();
+}
+
 }  // namespace
 }  // namespace attn::serving
