@@ -257,6 +257,8 @@ int64_t Engine::Impl::WarmUp() {
     // Whatever failed here fails the first request too, which reports it.
     std::fprintf(stderr, "warning: the engine's warm-up failed: %s\n",
                  error.what_without_backtrace());
+  } catch (const std::exception& error) {  // bad_alloc, say: Start() must not hang
+    std::fprintf(stderr, "warning: the engine's warm-up failed: %s\n", error.what());
   }
   pool_.Release(*slot).IgnoreError();  // the slot is ours: cannot fail
   return tokens;
