@@ -131,20 +131,20 @@ ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
     const float* x = a.x + row0 * a.ldx;
     const float* weights = a.packed + panel * a.in * kPanelWidth;
     float* y = a.y + row0 * a.ldy + column0;
-    const bool has_next = (panel + 1) * kPanelWidth < a.out;
-    const float* ahead = row0 == 0 && has_next ? weights + a.in * kPanelWidth : nullptr;
     if (a.rows == 1) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;
     }
+    const bool has_next = (panel + 1) * kPanelWidth < a.out;
+    const float* ahead = row0 == 0 && has_next ? weights + a.in * kPanelWidth : nullptr;
     switch (std::min<int64_t>(kTileRows, a.rows - row0)) {
-#define ATTN_TILE_CASE(R)                                                      \
-  case R:                                                                      \
-    if (ahead != nullptr) {                                                    \
-      Tile<R, true>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);  \
-    } else {                                                                   \
-      Tile<R, false>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead); \
-    }                                                                          \
+#define ATTN_TILE_CASE(R)                                                        \
+  case R:                                                                        \
+    if (ahead != nullptr) {                                                      \
+      Tile<R, true>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);    \
+    } else {                                                                     \
+      Tile<R, false>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, nullptr); \
+    }                                                                            \
     break;
       ATTN_TILE_CASE(1)
       ATTN_TILE_CASE(2)
