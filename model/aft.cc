@@ -206,10 +206,10 @@ torch::Tensor AftImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
-                                    const torch::Tensor& rows, int64_t start) {
+                                    const torch::Tensor& rows, int64_t start, int64_t keep) {
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
   auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
-  auto out = torch::empty({batch, time, d}, x.options());
+  auto out = torch::empty({batch, keep, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
   kernels::AftPrefillArgs args;
   FillSharedArgs(qkv, bias, out, window_, bias_heads_, state, &args);
@@ -220,6 +220,7 @@ torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
   args.slots = rows.data_ptr<int64_t>();
   args.row_stride = time * 3 * d;
   args.token_stride = 3 * d;
+  args.first_output = time - keep;
   kernels::AftPrefill(args);
   state.length.index_fill_(0, rows, start + time);
   return Dense(out, out_proj_);
@@ -227,12 +228,22 @@ torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
 
 torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
                                const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
-              options_.d_model, "], got ", x.sizes());
+  CheckPrefillInput(x, 0);
+  return Prefill(x, state, slots, x.size(1));
+}
+
+torch::Tensor AftImpl::prefill_last(const torch::Tensor& x, MixerState& state,
+                                    const torch::Tensor& slots, int64_t keep) {
+  CheckPrefillInput(x, keep);
+  return Prefill(x, state, slots, keep);
+}
+
+torch::Tensor AftImpl::Prefill(const torch::Tensor& x, MixerState& state,
+                               const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, x.size(1));
   const int64_t start = CommonLength(state, rows);
-  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, start);
+  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, start, keep);
   auto index = rows.to(x.device());
   // Ring slots of the keys before and after this prompt, oldest first.
   auto ring_slots = [&](int64_t end) {
@@ -256,7 +267,7 @@ torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
   const std::vector<torch::Tensor> updated = {sums.c, sums.num, sums.den, ring_ek, ring_ekv};
   for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
   state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
-  return y;
+  return y.narrow(1, x.size(1) - keep, keep);
 }
 
 torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots) {

@@ -48,6 +48,8 @@ class AftImpl : public SequenceMixer {
   MixerState initial_state(int64_t rows, torch::Device device) const override;
   torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
                         const torch::Tensor& slots = {}) override;
+  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                             int64_t keep) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override;
@@ -74,11 +76,14 @@ class AftImpl : public SequenceMixer {
                       int64_t start, Sums& sums);
   // Blocks of options.chunk tokens over x, continuing `sums`.
   torch::Tensor Blocks(const torch::Tensor& x, int64_t start, Sums& sums);
+  // prefill_last(): x checked, `keep` of its C outputs.
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep);
   // The same blocks in one fused CPU pass (kernels::AftPrefill) that reads
   // and writes the state in place; `rows` are resolved CPU slot ids, all at
-  // position `start`.
+  // position `start`. Only the last `keep` tokens' outputs are computed.
   torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,
-                             int64_t start);
+                             int64_t start, int64_t keep);
 
   int64_t window_;
   int64_t bias_heads_;

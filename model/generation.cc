@@ -39,7 +39,10 @@ absl::StatusOr<GenerationResult> Generate(
   torch::Tensor logits;
   for (int64_t start = 0; start < prompt_tensor.size(1); start += options.prefill_chunk) {
     const int64_t length = std::min(options.prefill_chunk, prompt_tensor.size(1) - start);
-    logits = model->prefill(prompt_tensor.narrow(1, start, length), state)[0][length - 1];
+    const bool last_chunk = start + length == prompt_tensor.size(1);
+    auto chunk_logits = model->prefill(prompt_tensor.narrow(1, start, length), state, {},
+                                       last_chunk ? PrefillLogits::kLast : PrefillLogits::kNone);
+    if (last_chunk) logits = chunk_logits[0][0];
   }
   Sampler sampler(options.sampling, prompt);
   IncrementalDecoder decoder(tokenizer, /*continues_text=*/true);

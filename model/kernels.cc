@@ -445,7 +445,8 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   const float* v = a.v_cache + row;
   TransposeKeys(k, keys, dh, padded, kt);
   const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
-  for (int64_t t0 = 0; t0 < a.time; t0 += kQueryTile) {
+  const int64_t outputs = a.time - a.first_output;
+  for (int64_t t0 = a.first_output; t0 < a.time; t0 += kQueryTile) {
     const int64_t count = std::min(kQueryTile, a.time - t0);
     const float* q[kQueryTile];
     int64_t position[kQueryTile];
@@ -457,7 +458,7 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
     for (int64_t j0 = 0; j0 <= position[kQueryTile - 1]; j0 += kKeyGroup) {
       ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
     }
-    float* out = a.out + ((b * a.time + t0) * a.heads + h) * dh;
+    float* out = a.out + ((b * outputs + t0 - a.first_output) * a.heads + h) * dh;
     const int64_t out_stride = a.heads * dh;  // between consecutive queries
     if constexpr (kDh > 0 && kDh % 8 == 0) {
       if (count == kQueryTile) {
@@ -498,12 +499,14 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
   auto at = [&](int64_t t) { return b * a.row_stride + t * a.token_stride + h * dh; };
   for (int64_t first = 0; first < a.time; first += block) {
     const int64_t len = std::min(block, a.time - first);
+    // Queries of this block that get an output: i >= skip.
+    const int64_t skip = std::clamp<int64_t>(a.first_output - first, 0, len);
     for (int64_t i = 0; i < len; ++i) {
-      FeatureMap(a.q + at(first + i), dh, a.exp_feature, phi_q + i * dh);
+      if (i >= skip) FeatureMap(a.q + at(first + i), dh, a.exp_feature, phi_q + i * dh);
       FeatureMap(a.k + at(first + i), dh, a.exp_feature, phi_k);
       for (int64_t r = 0; r < dh; ++r) phi_kt[r * block + i] = phi_k[r];
     }
-    for (int64_t i = 0; i < len; ++i) {
+    for (int64_t i = skip; i < len; ++i) {
       const float* pq = phi_q + i * dh;
       // What the state before the block holds...
       std::fill(acc, acc + dh, 0.0f);
@@ -531,7 +534,8 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
 #pragma omp simd reduction(+ : den)
       for (int64_t j = 0; j <= i; ++j) den += scores[j];
       for (int64_t j = 0; j <= i; ++j) AddScaled(scores[j], a.v + at(first + j), dh, acc);
-      float* out = a.out + ((b * a.time + first + i) * a.heads + h) * dh;
+      float* out =
+          a.out + ((b * (a.time - a.first_output) + first + i - a.first_output) * a.heads + h) * dh;
       const float inv = 1.0f / (den + a.eps);
       for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv;
     }
@@ -721,9 +725,18 @@ struct PrefillRun {
 };
 
 // Query i of the block starting at token `first` (position t0 = start +
-// first): y_i from the carried sums, the ring and keys first..first+i.
-ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, const float* m,
-                              const float* exp_bias, float* acc_num, float* acc_den) {
+// first): y_i from the carried sums, the ring and keys first..first+i, all
+// taken relative to `ref`, the query's prefix maximum m_i or the block's
+// maximum. With `shared` (the block's keys as exp(k_j - ref) and that times
+// v_j, kChannelBlock floats apart) the keys cost no exponential; without it
+// each (query, key) pair computes its own.
+struct SharedKeys {
+  const float* e = nullptr;
+  const float* ev = nullptr;
+};
+ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, const float* ref,
+                              const SharedKeys& shared, const float* exp_bias, float* acc_num,
+                              float* acc_den) {
   const AftPrefillArgs& a = r.a;
   const int64_t n = r.n, t0 = a.start + first, t = t0 + i;
   const float* c = r.state(a.c);
@@ -738,25 +751,76 @@ ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, con
   }
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) {
-    const float carried = FastExp(c[d] - m[d]);  // 0 while c is -inf
+    const float carried = FastExp(c[d] - ref[d]);  // 0 while c is -inf
     acc_num[d] *= carried;
     acc_den[d] *= carried;
   }
-  for (int64_t j = 0; j <= i; ++j) {  // the block's keys, relative to m
+  for (int64_t j = 0; j <= i; ++j) {  // the block's keys, relative to ref
     const float f = i - j < a.window ? exp_bias[i - j] : 1.0f;
+    if (shared.e != nullptr) {
+      AddScaled(f, shared.ev + j * kChannelBlock, n, acc_num);
+      AddScaled(f, shared.e + j * kChannelBlock, n, acc_den);
+      continue;
+    }
     const float* k = r.k(first + j);
     const float* v = r.v(first + j);
 #pragma omp simd
     for (int64_t d = 0; d < n; ++d) {
-      const float w = f * FastExp(k[d] - m[d]);
+      const float w = f * FastExp(k[d] - ref[d]);
       acc_num[d] += w * v[d];
       acc_den[d] += w;
     }
   }
   const float* q = r.q(first + i);
-  float* out = a.out + (r.b * a.time + first + i) * a.channels + r.begin;
+  float* out =
+      a.out + (r.b * (a.time - a.first_output) + first + i - a.first_output) * a.channels + r.begin;
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) out[d] = Sigmoid(q[d]) * acc_num[d] / acc_den[d];
+}
+
+// How far (in nats) a block's maximum may rise above its first query's
+// prefix maximum for every query to take its sums relative to the block's
+// maximum. num/den does not depend on the reference, but each query's terms
+// shrink by exp(m_i - max), here by at most e^-40 = 4e-18, while float's
+// normal range reaches e^-87: a query loses precision only if its largest
+// term was below e^-47 already (a bias w < -47, a weight the model treats as
+// zero). In the bundled aft-conv model most blocks rise by more than 16 and
+// nearly all by less than 40; keys of magnitude 1000 take the exact path.
+constexpr float kSharedMaxRise = 40.0f;
+
+// The block's maximum over c and keys first..first+count-1, into
+// `block_max`; returns whether it rises at most kSharedMaxRise above
+// max(c, k_first) in every channel.
+ATTN_HOT bool BlockMaxIsShareable(const PrefillRun& r, int64_t first, int64_t count,
+                                  float* block_max) {
+  const float* c = r.state(r.a.c);
+  const float* k0 = r.k(first);
+  float lowest[kChannelBlock];
+  for (int64_t d = 0; d < r.n; ++d) lowest[d] = block_max[d] = k0[d] > c[d] ? k0[d] : c[d];
+  for (int64_t j = 1; j < count; ++j) {
+    const float* k = r.k(first + j);
+    for (int64_t d = 0; d < r.n; ++d) block_max[d] = k[d] > block_max[d] ? k[d] : block_max[d];
+  }
+  bool shareable = true;
+  for (int64_t d = 0; d < r.n; ++d) shareable &= block_max[d] - lowest[d] <= kSharedMaxRise;
+  return shareable;
+}
+
+// exp(k_j - block_max) and that times v_j for the block's keys, kChannelBlock
+// floats apart.
+ATTN_HOT void SharedKeyTerms(const PrefillRun& r, int64_t first, int64_t count,
+                             const float* block_max, float* e, float* ev) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float* k = r.k(first + j);
+    const float* v = r.v(first + j);
+    float* ej = e + j * kChannelBlock;
+    float* evj = ev + j * kChannelBlock;
+#pragma omp simd
+    for (int64_t d = 0; d < r.n; ++d) {
+      ej[d] = FastExp(k[d] - block_max[d]);
+      evj[d] = ej[d] * v[d];
+    }
+  }
 }
 
 // Moves the state past the block [first, first + count): everything is
@@ -816,21 +880,31 @@ ATTN_HOT void AftPrefillAdvance(const PrefillRun& r, int64_t first, int64_t coun
 void AftPrefillRunAll(const PrefillRun& r) {
   const AftPrefillArgs& a = r.a;
   const float* c = r.state(a.c);
-  float m[kChannelBlock], acc_num[kChannelBlock], acc_den[kChannelBlock];
+  float m[kChannelBlock], block_max[kChannelBlock], acc_num[kChannelBlock], acc_den[kChannelBlock];
   std::vector<float> exp_bias(std::max<int64_t>(a.window, 1));
+  std::vector<float> key_terms(2 * a.block * kChannelBlock);  // SharedKeys of a block
+  float* const e = key_terms.data();
+  float* const ev = e + a.block * kChannelBlock;
   // One bias row (aft-conv): its factors hold for every query.
   const bool per_position = a.window > 0 && a.bias_rows > 1;
   if (a.window > 0 && !per_position) ExpBiasRow(a, r.head, 0, a.window, exp_bias.data());
   for (int64_t first = 0; first < a.time; first += a.block) {
     const int64_t count = std::min(a.block, a.time - first);
     const int64_t t0 = a.start + first;
+    SharedKeys shared;
+    if (first + count > a.first_output && BlockMaxIsShareable(r, first, count, block_max)) {
+      SharedKeyTerms(r, first, count, block_max, e, ev);
+      shared = {e, ev};
+    }
     std::copy_n(c, r.n, m);
     for (int64_t i = 0; i < count; ++i) {
       const float* k = r.k(first + i);
       for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
+      if (first + i < a.first_output) continue;  // no output wanted: the max is all it needs
       // Offsets up to i + ring reach back to the oldest key the query sees.
       if (per_position) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
-      AftPrefillQuery(r, first, i, m, exp_bias.data(), acc_num, acc_den);
+      AftPrefillQuery(r, first, i, shared.e != nullptr ? block_max : m, shared, exp_bias.data(),
+                      acc_num, acc_den);
     }
     AftPrefillAdvance(r, first, count, m);
   }
@@ -901,7 +975,7 @@ void LinearAttentionStep(const LinearStepArgs& a) {
 }
 
 void CausalAttentionPrefill(const CausalPrefillArgs& a) {
-  ForEachRowAndHead(a, a.time * (a.start + a.time) * 2 * a.head_dim,
+  ForEachRowAndHead(a, (a.time - a.first_output + 1) * (a.start + a.time) * 2 * a.head_dim,
                     [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
                       CausalPrefillOneHead<head_size()>(a, b, h, scratch);
                     });

@@ -29,6 +29,12 @@ struct CacheHeadsArgs {
   float* out = nullptr;
 };
 
+// OutputsFrom. The prefill kernels take `first_output`: every token of the
+// chunk enters the state, but only tokens t >= first_output get an output,
+// written at out[b][t - first_output]. A language model's last layer needs
+// the output of a prompt's last token only (and of no token in the prompt's
+// earlier chunks); the skipped queries are most of that layer's attention.
+
 // Softmax attention of one new token per sequence over a key/value cache.
 //
 //   score_j = scale * ((q + u) . k_j + (q + v) . r_{L-j}) - slope_h * (L - j),
@@ -60,11 +66,14 @@ void CachedAttentionStep(const CachedAttentionArgs& a);
 // matrix, half of it masked, plus its mask and bias, and took several passes
 // over it; here each query's scores are computed only up to its own position
 // and live in a scratch row of the cache's length. out: [B, C, H, Dh].
+// Only queries t >= first_output are attended: out is [B, C - first_output,
+// H, Dh] (see OutputsFrom below).
 struct CausalPrefillArgs : CacheHeadsArgs {
   int64_t time = 0;          // C
   int64_t start = 0;         // every row's length before the chunk
   const float* q = nullptr;  // query t of row b at q + b * row_stride + t * token_stride: [H, Dh]
   int64_t row_stride = 0, token_stride = 0;
+  int64_t first_output = 0;
 };
 void CausalAttentionPrefill(const CausalPrefillArgs& a);
 
@@ -134,7 +143,8 @@ struct LinearPrefillArgs : LinearHeadsArgs {
   int64_t time = 0, block = 64;
   // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [H, Dh].
   int64_t row_stride = 0, token_stride = 0;
-  float* out = nullptr;  // [B, time, H, Dh]
+  int64_t first_output = 0;  // queries before it are skipped (OutputsFrom)
+  float* out = nullptr;      // [B, time - first_output, H, Dh]
 };
 void LinearAttentionPrefill(const LinearPrefillArgs& a);
 
@@ -173,6 +183,9 @@ void AftStep(const AftStepArgs& a);
 //   num_i = exp(c - m_i) (num + sum_ring f(t, t') ekv_t')
 //           + sum_{j<=i} exp(k_j - m_i) f(t, t_j) v_j     (den alike, no v)
 //   y_i = sigmoid(q_i) num_i / den_i,   f = exp(w) in the window, 1 beyond;
+// or, where the block's max rises less than 40 above m_0 in every channel,
+// the block's max for every query: the same ratio, with one exponential per
+// key instead of one per (query, key) pair (kernels.cc, kSharedMaxRise);
 // after the block the state moves to c = m_last, as AftStep leaves it. The
 // same sums as the op-by-op blocks, in one pass per channel run with no
 // [B, C, C, D] temporaries. State lengths are left to the caller.
@@ -192,7 +205,8 @@ struct AftPrefillArgs {
   float* den = nullptr;
   float* ring_ek = nullptr;
   float* ring_ekv = nullptr;
-  float* out = nullptr;  // [B, time, D]
+  int64_t first_output = 0;  // queries before it are skipped (OutputsFrom)
+  float* out = nullptr;      // [B, time - first_output, D]
 };
 void AftPrefill(const AftPrefillArgs& a);
 

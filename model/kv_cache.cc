@@ -77,12 +77,12 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
 
 torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
                                      const int64_t* slots, int64_t start, int64_t heads,
-                                     const float* log_slopes) {
+                                     const float* log_slopes, int64_t first_output) {
   const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
   const int64_t head_dim = d / heads;
   const float* qkv_data = qkv.data_ptr<float>();
   auto* lengths = state.length.data_ptr<int64_t>();
-  auto out = torch::empty({batch, time, d}, qkv.options());
+  auto out = torch::empty({batch, time - first_output, d}, qkv.options());
   kernels::CausalPrefillArgs args;
   FillCacheHeadsArgs(batch, heads, head_dim, state, slots, log_slopes, out, &args);
   float* k_cache = state.tensors[0].data_ptr<float>();
@@ -98,6 +98,7 @@ torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state
   args.q = qkv_data;
   args.row_stride = time * 3 * d;
   args.token_stride = 3 * d;
+  args.first_output = first_output;
   kernels::CausalAttentionPrefill(args);
   return out;
 }

@@ -41,10 +41,11 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
 // float, CPU) holds a chunk of C tokens' q, k and v for rows `slots` (all at
 // length `start`). Appends the chunk's keys and values, attends, advances the
 // lengths to start + C; returns the heads' output [B, C, D] before the output
-// projection. log_slopes: ALiBi's log m_h [H], or null.
+// projection. log_slopes: ALiBi's log m_h [H], or null. With first_output
+// > 0 only tokens first_output.. get an output: [B, C - first_output, D].
 torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
                                      const int64_t* slots, int64_t start, int64_t heads,
-                                     const float* log_slopes);
+                                     const float* log_slopes, int64_t first_output = 0);
 
 // Bytes a sequence's cache holds at `context` tokens.
 int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model);

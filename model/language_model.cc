@@ -160,6 +160,17 @@ class LmLayer : public torch::nn::Module {
     return y + ff->forward(ff_norm->forward(y));
   }
 
+  // Apply() of which only the last `keep` positions are wanted: `mix` sees
+  // every position and returns those `keep` ([B, keep, d]); the residual and
+  // the feed-forward run on them alone.
+  template <typename Mix>
+  torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
+    auto mixed = mix(mix_norm->forward(h));
+    if (keep == 0) return mixed;
+    auto y = h.narrow(1, h.size(1) - keep, keep) + mixed;
+    return y + ff->forward(ff_norm->forward(y));
+  }
+
   Norm mix_norm{nullptr};
   std::shared_ptr<SequenceMixer> mixer;
   Norm ff_norm{nullptr};
@@ -244,7 +255,7 @@ void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const 
 }
 
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
-                                    const torch::Tensor& slots, bool last_only) {
+                                    const torch::Tensor& slots, PrefillLogits logits) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
   CheckTokens(tokens);
   auto rows =
@@ -253,12 +264,20 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   auto positions = start.to(tokens.device()).unsqueeze(1) +
                    torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
   auto h = Embed(tokens, positions);
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  // Every layer but the last feeds all positions to the next one's state.
+  const size_t full_layers = logits == PrefillLogits::kAll ? layers_.size() : layers_.size() - 1;
+  for (size_t l = 0; l < full_layers; ++l) {
     auto& mixer = *layers_[l]->mixer;
     h = layers_[l]->Apply(
         h, [&](const torch::Tensor& x) { return mixer.prefill(x, state.layers[l], rows); });
   }
-  return Head(last_only ? h.narrow(1, h.size(1) - 1, 1) : h);
+  if (logits == PrefillLogits::kAll) return Head(h);
+  const size_t last = layers_.size() - 1;
+  const int64_t keep = logits == PrefillLogits::kLast ? 1 : 0;
+  h = layers_[last]->ApplyToLast(h, keep, [&](const torch::Tensor& x) {
+    return layers_[last]->mixer->prefill_last(x, state.layers[last], rows, keep);
+  });
+  return keep == 0 ? torch::Tensor() : Head(h);
 }
 
 int64_t CausalLmImpl::StepGroups(const torch::Tensor& tokens) const {

@@ -7,9 +7,8 @@
 // Three equivalent computations, as for the mixers (model/mixer.h):
 //   forward(tokens)               [B, T] -> logits [B, T, V], parallel;
 //   prefill(tokens, state, slots) [B, C] -> [B, C, V], continuing a state
-//                                 ([B, 1, V], the last position only, when
-//                                 asked: generation needs no more, and the
-//                                 head is a third of a prefill's products);
+//                                 (or the last position's logits only, or
+//                                 none: see PrefillLogits);
 //   step(tokens, slots, state)    [B] -> [B, V], one token per sequence, each
 //                                 at its own position; with several
 //                                 intra-op threads, large batches step in
@@ -67,6 +66,16 @@ struct LmConfig {
   static absl::StatusOr<LmConfig> FromJson(const std::string& json);
 };
 
+// Which logits prefill() returns: every position's [B, C, V] (scoring), the
+// last position's [B, 1, V] (a prompt's last chunk: generation needs no
+// more), or none, an undefined tensor (a prompt's earlier chunks: only the
+// state matters). The state advances the same way in all three. Without
+// kAll the head runs on one position at most, and the last layer computes
+// what the state needs plus that position's output: its mixer keeps one
+// output or none (SequenceMixer::prefill_last) and its feed-forward runs on
+// that one row. A 4-layer model skips about a fifth of a prefill's products.
+enum class PrefillLogits { kAll, kLast, kNone };
+
 // The recurrent state of N sequences: one MixerState per layer.
 struct LmState {
   std::vector<MixerState> layers;
@@ -89,7 +98,8 @@ class CausalLmImpl : public torch::nn::Module {
 
   LmState initial_state(int64_t rows, torch::Device device) const;
   torch::Tensor prefill(const torch::Tensor& tokens, LmState& state,
-                        const torch::Tensor& slots = {}, bool last_only = false);
+                        const torch::Tensor& slots = {},
+                        PrefillLogits logits = PrefillLogits::kAll);
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   // Resets rows `slots` to empty sequences.
   void ResetSlots(LmState& state, const torch::Tensor& slots) const;

@@ -88,10 +88,20 @@ MixerState LinearAttentionImpl::initial_state(int64_t rows, torch::Device device
 
 torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
                                            const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
-              options_.d_model, "], got ", x.sizes());
+  CheckPrefillInput(x, 0);
+  return Prefill(x, state, slots, x.size(1));
+}
+
+torch::Tensor LinearAttentionImpl::prefill_last(const torch::Tensor& x, MixerState& state,
+                                                const torch::Tensor& slots, int64_t keep) {
+  CheckPrefillInput(x, keep);
+  return Prefill(x, state, slots, keep);
+}
+
+torch::Tensor LinearAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
+                                           const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));
-  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows);
+  if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, keep);
   auto index = rows.to(x.device());
   auto s = state.tensors[0].index_select(0, index);
   auto z = state.tensors[1].index_select(0, index);
@@ -102,7 +112,7 @@ torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& s
   auto length_index = rows.to(state.length.device());
   state.length.index_add_(0, length_index,
                           torch::full({rows.size(0)}, x.size(1), state.length.options()));
-  return Dense(MergeHeads(y), out_proj_);
+  return Dense(MergeHeads(y.narrow(2, x.size(1) - keep, keep)), out_proj_);
 }
 
 void LinearAttentionImpl::FillHeadsArgs(int64_t batch, const int64_t* slots,
@@ -122,16 +132,17 @@ void LinearAttentionImpl::FillHeadsArgs(int64_t batch, const int64_t* slots,
 }
 
 torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
-                                                const torch::Tensor& rows) {
+                                                const torch::Tensor& rows, int64_t keep) {
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
   auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
-  auto out = torch::empty({batch, time, d}, x.options());
+  auto out = torch::empty({batch, keep, d}, x.options());
   kernels::LinearPrefillArgs args;
   FillHeadsArgs(batch, rows.data_ptr<int64_t>(), qkv, state, &args);
   args.time = time;
   args.block = options_.chunk;
   args.row_stride = time * 3 * d;
   args.token_stride = 3 * d;
+  args.first_output = time - keep;
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionPrefill(args);
   state.length.index_add_(0, rows, torch::full({batch}, time, state.length.options()));

@@ -56,6 +56,8 @@ class LinearAttentionImpl : public SequenceMixer {
   MixerState initial_state(int64_t rows, torch::Device device) const override;
   torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
                         const torch::Tensor& slots = {}) override;
+  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                             int64_t keep) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return -1; }
@@ -71,9 +73,13 @@ class LinearAttentionImpl : public SequenceMixer {
   // [B, H, T, Dh].
   torch::Tensor CausalBlocks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              torch::Tensor& s, torch::Tensor& z) const;
-  // prefill() through kernels::LinearAttentionPrefill; x contiguous, `rows`
+  // prefill_last(): x checked, `keep` of its C outputs.
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep);
+  // Prefill() through kernels::LinearAttentionPrefill; x contiguous, `rows`
   // the state rows (CPU, long).
-  torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
+  torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,
+                             int64_t keep);
   // The kernel arguments step and prefill share; qkv is in_proj's output.
   void FillHeadsArgs(int64_t batch, const int64_t* slots, const torch::Tensor& qkv,
                      MixerState& state, kernels::LinearHeadsArgs* args) const;

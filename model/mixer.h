@@ -124,6 +124,16 @@ class SequenceMixer : public torch::nn::Module {
   virtual torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
                                 const torch::Tensor& slots = {}) = 0;
 
+  // prefill() of which only the last `keep` tokens' outputs are wanted
+  // (0 <= keep <= C): every token of x still enters the state, and the
+  // result is [B, keep, d_model], equal to prefill(...).narrow(1, C - keep,
+  // keep). A language model's last layer needs no more while it reads a
+  // prompt. This default computes every output and drops the rest; the fused
+  // CPU prefills (AFT, linear, mha) skip the dropped queries' attention and
+  // output projection.
+  virtual torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state,
+                                     const torch::Tensor& slots, int64_t keep);
+
   // One token for each sequence: x [B, d_model] -> [B, d_model]. The rows may
   // be at different lengths. Outside autograd, calls on disjoint `slots` of
   // one state may run concurrently (CausalLm steps groups of rows on several
@@ -146,6 +156,8 @@ class SequenceMixer : public torch::nn::Module {
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
   torch::Tensor ResolveSlots(const MixerState& state, const torch::Tensor& slots,
                              int64_t batch) const;
+  // Throws unless x is [B, C, d_model] and 0 <= keep <= C (prefill_last).
+  void CheckPrefillInput(const torch::Tensor& x, int64_t keep) const;
   // Throws unless the rows `slots` can take `tokens` more tokens.
   void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
   // The checks of a fused step: validates `slots` and that each row can take

@@ -121,8 +121,18 @@ MixerState MultiHeadAttentionImpl::initial_state(int64_t rows, torch::Device dev
 
 torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
                                               const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
-              options_.d_model, "], got ", x.sizes());
+  CheckPrefillInput(x, 0);
+  return Prefill(x, state, slots, x.size(1));
+}
+
+torch::Tensor MultiHeadAttentionImpl::prefill_last(const torch::Tensor& x, MixerState& state,
+                                                   const torch::Tensor& slots, int64_t keep) {
+  CheckPrefillInput(x, keep);
+  return Prefill(x, state, slots, keep);
+}
+
+torch::Tensor MultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
+                                              const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));
   const int64_t chunk = x.size(1);
   CheckCapacity(state, rows, chunk);
@@ -130,14 +140,16 @@ torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState
   if (CanFuse(x, state)) {
     auto qkv = Dense(x.contiguous(), in_proj_).contiguous();  // [B, C, 3D]
     torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
-    return Dense(
-        CachedAttentionPrefill(qkv, state, rows.data_ptr<int64_t>(), start, options_.heads,
-                               log_slopes.defined() ? log_slopes.data_ptr<float>() : nullptr),
-        out_proj_);
+    return Dense(CachedAttentionPrefill(
+                     qkv, state, rows.data_ptr<int64_t>(), start, options_.heads,
+                     log_slopes.defined() ? log_slopes.data_ptr<float>() : nullptr, chunk - keep),
+                 out_proj_);
   }
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
   auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
-  auto y = AttendHeads(qkv[0], keys, values, {}, /*causal=*/true, start);
+  // Queries chunk - keep.. sit at positions start + chunk - keep..
+  auto y = AttendHeads(qkv[0].narrow(2, chunk - keep, keep), keys, values, {}, /*causal=*/true,
+                       start + chunk - keep);
   state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
   return y;
 }

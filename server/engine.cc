@@ -247,7 +247,7 @@ int64_t Engine::Impl::WarmUp() {
     const torch::Tensor slots = torch::tensor({*slot}, torch::kLong).to(device_);
     if (prompt > 0) {
       model_->prefill(torch::zeros({1, prompt}, torch::kLong).to(device_), pool_.state(), slots,
-                      /*last_only=*/true);
+                      PrefillLogits::kLast);
     }
     for (int64_t i = 0; i < steps; ++i) {
       model_->step(torch::zeros({1}, torch::kLong).to(device_), slots, pool_.state());
@@ -376,14 +376,24 @@ bool Engine::Impl::PrefillChunk() {
       tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
       slots.push_back(seq->slot);
     }
+    // Scoring needs every position's logits; generation only the prompt's
+    // last, and nothing from its earlier chunks.
+    const bool scoring = group[0]->scoring();
+    const bool last_chunk = std::any_of(group.begin(), group.end(), [&](const Sequence* seq) {
+      return begin + count == static_cast<int64_t>(seq->request.prompt.size());
+    });
+    const PrefillLogits wanted = scoring      ? PrefillLogits::kAll
+                                 : last_chunk ? PrefillLogits::kLast
+                                              : PrefillLogits::kNone;
     torch::Tensor logits = model_->prefill(
         torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
-        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_),
-        /*last_only=*/!group[0]->scoring());
-    if (group[0]->scoring()) PushScores(*group[0], logits[0], begin, count);
-    torch::Tensor last =
-        logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
-    for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
+        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), wanted);
+    if (scoring) PushScores(*group[0], logits[0], begin, count);
+    if (logits.defined()) {
+      torch::Tensor last =
+          logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
+      for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
+    }
   } catch (const c10::Error& error) {
     for (Sequence* seq : group) {
       EndWithError(*seq, absl::InternalError(

@@ -68,10 +68,14 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
   EXPECT_TRUE(state.length().eq(59).all().item<bool>());
 }
 
-TEST_P(LanguageModelTest, LastOnlyPrefillGivesTheLastPositionAndTheSameState) {
+// How the server prefills a prompt: no logits for the earlier chunks, the
+// last position's for the last one; the state goes on as after a full prefill.
+TEST_P(LanguageModelTest, PrefillWithoutAllLogitsGivesTheLastPositionAndTheSameState) {
   torch::NoGradGuard no_grad;
   auto state = model_->initial_state(3, torch::kCPU);
-  auto last = model_->prefill(tokens_.narrow(1, 0, 30), state, {}, /*last_only=*/true);
+  auto none = model_->prefill(tokens_.narrow(1, 0, 12), state, {}, PrefillLogits::kNone);
+  EXPECT_FALSE(none.defined());
+  auto last = model_->prefill(tokens_.narrow(1, 12, 18), state, {}, PrefillLogits::kLast);
   ASSERT_EQ(last.sizes(), torch::IntArrayRef({3, 1, logits_.size(2)}));
   EXPECT_LT(MaxAbsDiff(last, logits_.narrow(1, 29, 1)), kTolerance);
   auto next = model_->step(tokens_.select(1, 30), {}, state);  // the state went on as usual

@@ -78,6 +78,31 @@ TEST_P(MixerEquivalenceTest, StepsThenPrefillEqualsParallel) {
   EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), parallel_), kTolerance);
 }
 
+// prefill_last keeps the last `keep` outputs of a chunk, and the state it
+// leaves is the full prefill's: none kept, then some (crossing blocks and the
+// window, with a short tile of queries in mha's kernel), then all.
+TEST_P(MixerEquivalenceTest, PrefillLastKeepsTheLastOutputsAndTheWholeState) {
+  torch::NoGradGuard no_grad;
+  auto state = mixer_->initial_state(kBatch, torch::kCPU);
+  auto none = mixer_->prefill_last(x_.narrow(1, 0, 23), state, {}, 0);
+  EXPECT_EQ(none.sizes(), torch::IntArrayRef({kBatch, 0, x_.size(2)}));
+  std::vector<torch::Tensor> outputs;
+  int64_t t = 23;
+  for (auto [chunk, keep] : {std::pair<int64_t, int64_t>{40, 1}, {19, 6}, {3, 3}}) {
+    auto y = mixer_->prefill_last(x_.narrow(1, t, chunk), state, {}, keep);
+    ASSERT_EQ(y.size(1), keep);
+    EXPECT_LT(MaxAbsDiff(y, parallel_.narrow(1, t + chunk - keep, keep)), kTolerance)
+        << "chunk at " << t;
+    t += chunk;
+  }
+  EXPECT_TRUE(state.length.eq(t).all().item<bool>());
+  for (; t < kTime; ++t) {
+    ASSERT_LT(MaxAbsDiff(mixer_->step(x_.select(1, t), state), parallel_.select(1, t)), kTolerance)
+        << "step at t=" << t;
+  }
+  EXPECT_THROW(mixer_->prefill_last(x_.narrow(1, 0, 2), state, {}, 3), c10::Error);
+}
+
 // Rows of one pool at different positions, stepped together through
 // scattered slot indices; rows not named are never touched.
 TEST_P(MixerEquivalenceTest, PoolRowsAtDifferentPositionsStepTogether) {

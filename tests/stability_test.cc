@@ -22,13 +22,14 @@ constexpr double kKeyScale = 1000.0;
 // Scales W_k so that keys are about +-1000 and returns the mixer's q, k, v in
 // float32 cast to float64, the inputs of the reference loops: the comparison
 // then measures the mixing arithmetic, not the rounding of the projection.
-std::array<torch::Tensor, 3> ScaleKeys(torch::nn::Linear in_proj, const torch::Tensor& x) {
+std::array<torch::Tensor, 3> ScaleKeys(torch::nn::Linear in_proj, const torch::Tensor& x,
+                                       double scale = kKeyScale) {
   torch::NoGradGuard no_grad;
   const int64_t d = in_proj->weight.size(1);
-  in_proj->weight.narrow(0, d, d).mul_(kKeyScale);
-  in_proj->bias.narrow(0, d, d).mul_(kKeyScale);
+  in_proj->weight.narrow(0, d, d).mul_(scale);
+  in_proj->bias.narrow(0, d, d).mul_(scale);
   auto qkv = in_proj->forward(x).chunk(3, -1);
-  EXPECT_GT(qkv[1].abs().max().item<double>(), 500.0);
+  EXPECT_GT(qkv[1].abs().max().item<double>(), scale / 2);
   return {qkv[0].to(torch::kDouble), qkv[1].to(torch::kDouble), qkv[2].to(torch::kDouble)};
 }
 
@@ -47,6 +48,17 @@ torch::Tensor Steps(SequenceMixer& mixer, const torch::Tensor& x) {
   return torch::stack(steps, 1);
 }
 
+// The fused prefill in chunks of 20 (blocks of 16 cross them).
+torch::Tensor Prefill(SequenceMixer& mixer, const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  auto state = mixer.initial_state(x.size(0), torch::kCPU);
+  std::vector<torch::Tensor> chunks;
+  for (int64_t t = 0; t < x.size(1); t += 20) {
+    chunks.push_back(mixer.prefill(x.narrow(1, t, std::min<int64_t>(20, x.size(1) - t)), state));
+  }
+  return torch::cat(chunks, 1);
+}
+
 class AftStabilityTest : public ::testing::TestWithParam<MixerKind> {};
 
 TEST_P(AftStabilityTest, HugeKeysStayFiniteAndExact) {
@@ -60,6 +72,22 @@ TEST_P(AftStabilityTest, HugeKeysStayFiniteAndExact) {
   torch::NoGradGuard no_grad;
   ExpectFiniteAndClose(aft->forward(x), expected, "parallel");
   ExpectFiniteAndClose(Steps(*aft, x), expected, "step");
+  ExpectFiniteAndClose(Prefill(*aft, x), expected, "prefill");
+}
+
+// Keys spread by tens: the fused prefill's blocks take the block-wide
+// maximum where keys rise less than 40 within them and each query's own
+// maximum elsewhere (kernels::AftPrefill); at this scale about one block in
+// six takes the second path. Both stay exact.
+TEST_P(AftStabilityTest, KeysSpreadByTensPrefillExactly) {
+  torch::manual_seed(44);
+  Aft aft(SmallOptions(GetParam()));
+  testing::RandomizePositionParameters(*aft);
+  auto x = torch::randn({2, kTime, 32});
+  auto qkv = ScaleKeys(aft->in_proj(), x, 25.0);
+  auto expected = reference::ApplyLinear(
+      aft->out_proj(), reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kTime)));
+  EXPECT_LT(MaxAbsDiff(Prefill(*aft, x), expected), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, AftStabilityTest,
@@ -84,7 +112,7 @@ TEST(AftStability, RisingKeysDoNotUnderflowEarlyPrefixes) {
   aft->out_proj()->bias.zero_();
   // q = 0, so y_t = 0.5 * (softmax-weighted v). y_0 sees only v_0; y_1 and
   // y_2 are dominated by key 1 (+1000).
-  for (const auto& y : {aft->forward(x)[0], Steps(*aft, x)[0]}) {
+  for (const auto& y : {aft->forward(x)[0], Steps(*aft, x)[0], Prefill(*aft, x)[0]}) {
     EXPECT_NEAR(y[0][0].item<double>(), 0.5 * -1.0, 1e-6);
     EXPECT_NEAR(y[1][0].item<double>(), 0.5 * 1.0, 1e-6);
     EXPECT_NEAR(y[2][0].item<double>(), 0.5 * 1.0, 1e-6);

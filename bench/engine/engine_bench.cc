@@ -208,8 +208,10 @@ std::pair<double, double> PrefillVsSteps(attn::CausalLm& model) {
     prefill.push_back(Seconds([&] {
       for (int64_t begin = 0; begin < 512; begin += 256) {
         std::vector<int64_t> chunk(prompt.begin() + begin, prompt.begin() + begin + 256);
-        model->prefill(torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}),
-                       /*last_only=*/true);  // as the server prefills a prompt
+        // As the server prefills a prompt: logits of its last token only.
+        model->prefill(
+            torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}),
+            begin + 256 == 512 ? attn::PrefillLogits::kLast : attn::PrefillLogits::kNone);
       }
     }));
     steps.push_back(Seconds([&] {
