@@ -394,6 +394,31 @@ TEST_F(EngineTest, ScoreEqualsTheParallelForm) {
   }
 }
 
+// A prompt of several chunks: the earlier ones return no logits and the last
+// one only its last position's (PrefillLogits), yet greedy decoding after it
+// equals the parallel form run on the whole growing text.
+TEST_F(EngineTest, GreedyAfterAChunkedPromptEqualsTheParallelForm) {
+  for (MixerKind kind : {MixerKind::kAftConv, MixerKind::kLinearElu, MixerKind::kMha}) {
+    SCOPED_TRACE(MixerKindName(kind));
+    EngineOptions options;
+    options.prefill_chunk = 8;  // 29 tokens: three full chunks and a partial one
+    auto engine = MakeEngine(options, nullptr, kind);
+    const std::vector<int64_t> prompt = Prompt(29, 6);
+    auto stream = std::make_shared<RequestStream>(1000);
+    ASSERT_TRUE(engine->Submit(Greedy(prompt, 5), stream).ok());
+    Output out;
+    RunUntilDone(*engine, {{stream.get(), &out}});
+    torch::InferenceMode guard;
+    std::vector<int64_t> text = prompt, expected;
+    for (int i = 0; i < 5; ++i) {
+      torch::Tensor logits = model_->forward(torch::tensor(text).view({1, -1}))[0];
+      expected.push_back(logits[-1].argmax().item<int64_t>());
+      text.push_back(expected.back());
+    }
+    EXPECT_EQ(out.ids, expected);
+  }
+}
+
 TEST_F(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
   EngineRequest sampled = Greedy(Prompt(5, 1), 16);
   sampled.sampling.temperature = 0.9;
