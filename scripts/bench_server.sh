@@ -42,6 +42,28 @@ start_server() {  # start_server MODEL extra-flags...
 stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
 record() { echo "$1" >> "$OUT/$2.jsonl"; }
 
+# Inter-token latency at concurrency 1 by context, recorded as "context"
+# lines labelled $1 ("shared" or "pinned"); the rest of the arguments prefix
+# the client's command (taskset). Rounds alternate the contexts, so drift in
+# this machine's speed falls on all of them alike; the report takes the
+# median per context. A token interval is a fraction of a millisecond, and
+# with the engine sharing the cores a round's p50 jumps between two levels
+# with the placement of the server's threads (five rounds of two streams
+# read ratios of 0.91-1.22 for a step that is flat in process); with the
+# engine pinned to a core of its own the placement is fixed.
+context_rounds() {
+  local placement=$1; shift
+  local contexts="128 1024 4032"
+  [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
+  for round in $(seq $context_rounds); do
+    for ctx in $contexts; do
+      line=$("$@" "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
+             --max_tokens=64 --streams=4 --json --progress=false)
+      record "{\"name\": \"$model\", \"placement\": \"$placement\", \"context\": $((ctx + 64)), \"round\": $round, \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
+    done
+  done
+}
+
 repeats=30; per_slot=3; concurrencies="1 8 64 256"; ratio_rounds=5; context_rounds=9
 [ "$QUICK" = 1 ] && repeats=5 && per_slot=1 && concurrencies="1 64" && ratio_rounds=2 && context_rounds=2
 
@@ -81,21 +103,7 @@ for model in $MODELS; do
     record "{\"name\": \"$model\", \"threads\": 2, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
   echo "== $model: inter-token latency by context" >&2
-  contexts="128 1024 4032"
-  [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
-  # Rounds that alternate the contexts, so drift in this machine's speed
-  # falls on all of them alike; the report takes the median per context.
-  # At concurrency 1 a token interval is a fraction of a millisecond and a
-  # round's p50 jumps between two levels with the placement of the server's
-  # threads, so nine rounds of four streams: five of two read ratios of
-  # 0.91-1.12 for a step that is flat in process.
-  for round in $(seq $context_rounds); do
-    for ctx in $contexts; do
-      line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \
-             --max_tokens=64 --streams=4 --json --progress=false)
-      record "{\"name\": \"$model\", \"context\": $((ctx + 64)), \"round\": $round, \"rss_mb\": $(rss_mb $server_pid), \"run\": $line}" context
-    done
-  done
+  context_rounds shared
   stop_server
   # The same pairing with the engine on one core of its own: the server's
   # engine thread pinned there (--engine_cpus), its gRPC threads and the
@@ -112,6 +120,8 @@ for model in $MODELS; do
            --prompt_tokens=128 --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
     record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
   done
+  echo "== $model: inter-token latency by context, engine on CPU $engine_cpu" >&2
+  context_rounds pinned taskset -c "$serving_cpus"
   stop_server
 done
 

@@ -97,19 +97,31 @@ def main():
     streams = max((r["run"].get("streams", 1) for r in contexts), default=1)
     print(f"\n### Inter-token latency by context (concurrency 1, {streams} streams of 64 new tokens "
           f"per round, {how})\n")
-    print("| model | context | ITL p50 ms (median of rounds) | vs context 192 | server RSS MB |")
-    print("|---|---|---|---|---|")
+    print("Shared: the engine's 2 threads on the 2 cores the client also uses. Pinned: the engine "
+          "on a core of its own (`--engine_cpus`), gRPC and the client on the other.\n")
+    print("| model | context | shared: ITL p50 ms (median of rounds) | vs context 192 | "
+          "pinned: ITL p50 ms | vs context 192 | server RSS MB |")
+    print("|---|---|---|---|---|---|---|")
     by_context = {}
     for r in contexts:
-        by_context.setdefault((r["name"], r["context"]), []).append(r)
+        key = (r["name"], r["context"])
+        by_context.setdefault(key, {}).setdefault(r.get("placement", "shared"), []).append(r)
     first = {}
-    for (name, context), runs in by_context.items():
-        p50 = statistics.median(r["run"]["itl_ms"]["p50"] for r in runs)
-        first.setdefault(name, p50)
-        ratio = p50 / first[name]
-        flat = name != "mha"
-        mark = f"{ratio:.3f}" + (f" {verdict(ratio <= 1.05)}" if flat and context > 4000 else "")
-        print(f"| {name} | {context} | {p50:.3f} | {mark} | {max(r['rss_mb'] for r in runs):.0f} |")
+    for (name, context), placements in by_context.items():
+        cells = []
+        for placement in ("shared", "pinned"):
+            runs = placements.get(placement, [])
+            if not runs:
+                cells += ["-", "-"]
+                continue
+            p50 = statistics.median(r["run"]["itl_ms"]["p50"] for r in runs)
+            first.setdefault((name, placement), p50)
+            ratio = p50 / first[(name, placement)]
+            flat = name != "mha"
+            mark = f"{ratio:.3f}" + (f" {verdict(ratio <= 1.05)}" if flat and context > 4000 else "")
+            cells += [f"{p50:.3f}", mark]
+        rss = max(r["rss_mb"] for runs in placements.values() for r in runs)
+        print(f"| {name} | {context} | {' | '.join(cells)} | {rss:.0f} |")
     print("\nIn process, one batch-1 step at context 128 vs ~4096 (interleaved): "
           + ", ".join(f"{n} {e['step_ctx_long_ms']/e['step_ctx128_ms']:.3f}x" for n, e in engine.items()) + ".")
 
