@@ -226,18 +226,6 @@ torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
   return Dense(out, out_proj_);
 }
 
-torch::Tensor AftImpl::prefill(const torch::Tensor& x, MixerState& state,
-                               const torch::Tensor& slots) {
-  CheckPrefillInput(x, 0);
-  return Prefill(x, state, slots, x.size(1));
-}
-
-torch::Tensor AftImpl::prefill_last(const torch::Tensor& x, MixerState& state,
-                                    const torch::Tensor& slots, int64_t keep) {
-  CheckPrefillInput(x, keep);
-  return Prefill(x, state, slots, keep);
-}
-
 torch::Tensor AftImpl::Prefill(const torch::Tensor& x, MixerState& state,
                                const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));

@@ -46,10 +46,6 @@ class AftImpl : public SequenceMixer {
 
   torch::Tensor forward(const torch::Tensor& x) override;
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
-                        const torch::Tensor& slots = {}) override;
-  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                             int64_t keep) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override;
@@ -62,6 +58,10 @@ class AftImpl : public SequenceMixer {
 
   torch::nn::Linear in_proj() const { return in_proj_; }
   torch::nn::Linear out_proj() const { return out_proj_; }
+
+ protected:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) override;
 
  private:
   struct Sums;  // the gathered recurrent state of a batch of rows
@@ -76,9 +76,6 @@ class AftImpl : public SequenceMixer {
                       int64_t start, Sums& sums);
   // Blocks of options.chunk tokens over x, continuing `sums`.
   torch::Tensor Blocks(const torch::Tensor& x, int64_t start, Sums& sums);
-  // prefill_last(): x checked, `keep` of its C outputs.
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep);
   // The same blocks in one fused CPU pass (kernels::AftPrefill) that reads
   // and writes the state in place; `rows` are resolved CPU slot ids, all at
   // position `start`. Only the last `keep` tokens' outputs are computed.

@@ -86,18 +86,6 @@ MixerState LinearAttentionImpl::initial_state(int64_t rows, torch::Device device
   return state;
 }
 
-torch::Tensor LinearAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
-                                           const torch::Tensor& slots) {
-  CheckPrefillInput(x, 0);
-  return Prefill(x, state, slots, x.size(1));
-}
-
-torch::Tensor LinearAttentionImpl::prefill_last(const torch::Tensor& x, MixerState& state,
-                                                const torch::Tensor& slots, int64_t keep) {
-  CheckPrefillInput(x, keep);
-  return Prefill(x, state, slots, keep);
-}
-
 torch::Tensor LinearAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
                                            const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));

@@ -54,10 +54,6 @@ class LinearAttentionImpl : public SequenceMixer {
                        bool causal = false);
 
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
-                        const torch::Tensor& slots = {}) override;
-  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                             int64_t keep) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return -1; }
@@ -67,15 +63,16 @@ class LinearAttentionImpl : public SequenceMixer {
   torch::nn::Linear in_proj() const { return in_proj_; }
   torch::nn::Linear out_proj() const { return out_proj_; }
 
+ protected:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) override;
+
  private:
   // Causal linear attention of q, k, v [B, H, T, Dh] continuing the running
   // sums s [B, H, Dh, Dh] and z [B, H, Dh], which are advanced. Returns
   // [B, H, T, Dh].
   torch::Tensor CausalBlocks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              torch::Tensor& s, torch::Tensor& z) const;
-  // prefill_last(): x checked, `keep` of its C outputs.
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep);
   // Prefill() through kernels::LinearAttentionPrefill; x contiguous, `rows`
   // the state rows (CPU, long).
   torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,

@@ -183,18 +183,18 @@ bool SequenceMixer::CanFuse(const torch::Tensor& x, const MixerState& state) con
   return state.length.device().is_cpu() && state.length.is_contiguous();
 }
 
-void SequenceMixer::CheckPrefillInput(const torch::Tensor& x, int64_t keep) const {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
-              options_.d_model, "], got ", x.sizes());
-  TORCH_CHECK(keep >= 0 && keep <= x.size(1), "prefill_last keeps 0 to ", x.size(1),
-              " outputs, got ", keep);
+torch::Tensor SequenceMixer::prefill(const torch::Tensor& x, MixerState& state,
+                                     const torch::Tensor& slots) {
+  return prefill_last(x, state, slots, x.dim() == 3 ? x.size(1) : 0);  // it checks x's shape
 }
 
 torch::Tensor SequenceMixer::prefill_last(const torch::Tensor& x, MixerState& state,
                                           const torch::Tensor& slots, int64_t keep) {
-  CheckPrefillInput(x, keep);
-  auto y = prefill(x, state, slots);
-  return y.narrow(1, y.size(1) - keep, keep);
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
+              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(keep >= 0 && keep <= x.size(1), "prefill_last keeps 0 to ", x.size(1),
+              " outputs, got ", keep);
+  return Prefill(x, state, slots, keep);
 }
 
 torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,

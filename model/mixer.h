@@ -121,18 +121,16 @@ class SequenceMixer : public torch::nn::Module {
   // 0..B-1) with the chunk x: [B, C, d_model]; returns [B, C, d_model] and
   // advances those rows by C tokens. All B sequences must be at the same
   // length (a server prefills each prompt on its own).
-  virtual torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
-                                const torch::Tensor& slots = {}) = 0;
+  torch::Tensor prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots = {});
 
   // prefill() of which only the last `keep` tokens' outputs are wanted
   // (0 <= keep <= C): every token of x still enters the state, and the
   // result is [B, keep, d_model], equal to prefill(...).narrow(1, C - keep,
   // keep). A language model's last layer needs no more while it reads a
-  // prompt. This default computes every output and drops the rest; the fused
-  // CPU prefills (AFT, linear, mha) skip the dropped queries' attention and
-  // output projection.
-  virtual torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state,
-                                     const torch::Tensor& slots, int64_t keep);
+  // prompt. The fused CPU prefills (AFT, linear, mha) skip the dropped
+  // queries' attention and output projection.
+  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                             int64_t keep);
 
   // One token for each sequence: x [B, d_model] -> [B, d_model]. The rows may
   // be at different lengths. Outside autograd, calls on disjoint `slots` of
@@ -156,8 +154,11 @@ class SequenceMixer : public torch::nn::Module {
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
   torch::Tensor ResolveSlots(const MixerState& state, const torch::Tensor& slots,
                              int64_t batch) const;
-  // Throws unless x is [B, C, d_model] and 0 <= keep <= C (prefill_last).
-  void CheckPrefillInput(const torch::Tensor& x, int64_t keep) const;
+  // prefill() and prefill_last() of each kind, x [B, C, d_model] and
+  // 0 <= keep <= C already checked: advances rows `slots` by C tokens and
+  // returns the last `keep` outputs.
+  virtual torch::Tensor Prefill(const torch::Tensor& x, MixerState& state,
+                                const torch::Tensor& slots, int64_t keep) = 0;
   // Throws unless the rows `slots` can take `tokens` more tokens.
   void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
   // The checks of a fused step: validates `slots` and that each row can take

@@ -119,18 +119,6 @@ MixerState MultiHeadAttentionImpl::initial_state(int64_t rows, torch::Device dev
   return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 
-torch::Tensor MultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
-                                              const torch::Tensor& slots) {
-  CheckPrefillInput(x, 0);
-  return Prefill(x, state, slots, x.size(1));
-}
-
-torch::Tensor MultiHeadAttentionImpl::prefill_last(const torch::Tensor& x, MixerState& state,
-                                                   const torch::Tensor& slots, int64_t keep) {
-  CheckPrefillInput(x, keep);
-  return Prefill(x, state, slots, keep);
-}
-
 torch::Tensor MultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
                                               const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));

@@ -61,10 +61,6 @@ class MultiHeadAttentionImpl : public SequenceMixer {
                        bool causal = false);
 
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
-                        const torch::Tensor& slots = {}) override;
-  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                             int64_t keep) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   // Only the lengths: a row's cache beyond its length is never read, and
@@ -81,14 +77,15 @@ class MultiHeadAttentionImpl : public SequenceMixer {
   torch::nn::Linear in_proj() const { return in_proj_; }
   torch::nn::Linear out_proj() const { return out_proj_; }
 
+ protected:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) override;
+
  private:
   // Attention of q [B,H,Tq,Dh] over k, v [B,H,Tk,Dh], then merge and project.
   torch::Tensor AttendHeads(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& key_padding_mask, bool causal,
                             int64_t query_offset);
-  // prefill_last(): x checked, `keep` of its C outputs.
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep);
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};   // d_model -> 3 d_model (q, k, v)

@@ -103,10 +103,8 @@ MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows, torch::De
   return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 
-torch::Tensor RelativeMultiHeadAttentionImpl::prefill(const torch::Tensor& x, MixerState& state,
-                                                      const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
-              options_.d_model, "], got ", x.sizes());
+torch::Tensor RelativeMultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
+                                                      const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));
   const int64_t chunk = x.size(1);
   CheckCapacity(state, rows, chunk);
@@ -115,7 +113,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::prefill(const torch::Tensor& x, Mi
   auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
   auto y = Attend(qkv[0], keys, values, start);
   state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
-  return y;
+  return y.narrow(1, chunk - keep, keep);
 }
 
 torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& state,

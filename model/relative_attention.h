@@ -43,8 +43,6 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
                                                               const torch::Tensor& memory);
 
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor prefill(const torch::Tensor& x, MixerState& state,
-                        const torch::Tensor& slots = {}) override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return options_.max_context; }
@@ -57,6 +55,10 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
   const torch::Tensor& position_bias() const { return v_; }
   // The sinusoidal embeddings R of distances 0..max_context-1: [L, D].
   const torch::Tensor& distance_embeddings() const { return distances_; }
+
+ protected:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) override;
 
  private:
   // W_r R for distances 0..count-1, head-major: [H, count, Dh].
