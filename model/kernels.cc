@@ -24,6 +24,12 @@ constexpr int64_t kChannelBlock = 64;
 
 inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
 
+// Where a prefill kernel writes token t of row b: out holds time -
+// first_output tokens per row (OutputsFrom in kernels.h).
+inline int64_t OutputToken(int64_t b, int64_t t, int64_t time, int64_t first_output) {
+  return b * (time - first_output) + t - first_output;
+}
+
 // The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
 // maxima: a plain max loop stays scalar (reordering it is only allowed under
 // -ffinite-math-only), even under `omp simd reduction(max)`, where perf
@@ -445,7 +451,6 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   const float* v = a.v_cache + row;
   TransposeKeys(k, keys, dh, padded, kt);
   const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
-  const int64_t outputs = a.time - a.first_output;
   for (int64_t t0 = a.first_output; t0 < a.time; t0 += kQueryTile) {
     const int64_t count = std::min(kQueryTile, a.time - t0);
     const float* q[kQueryTile];
@@ -458,7 +463,7 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
     for (int64_t j0 = 0; j0 <= position[kQueryTile - 1]; j0 += kKeyGroup) {
       ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
     }
-    float* out = a.out + ((b * outputs + t0 - a.first_output) * a.heads + h) * dh;
+    float* out = a.out + (OutputToken(b, t0, a.time, a.first_output) * a.heads + h) * dh;
     const int64_t out_stride = a.heads * dh;  // between consecutive queries
     if constexpr (kDh > 0 && kDh % 8 == 0) {
       if (count == kQueryTile) {
@@ -534,8 +539,7 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
 #pragma omp simd reduction(+ : den)
       for (int64_t j = 0; j <= i; ++j) den += scores[j];
       for (int64_t j = 0; j <= i; ++j) AddScaled(scores[j], a.v + at(first + j), dh, acc);
-      float* out =
-          a.out + ((b * (a.time - a.first_output) + first + i - a.first_output) * a.heads + h) * dh;
+      float* out = a.out + (OutputToken(b, first + i, a.time, a.first_output) * a.heads + h) * dh;
       const float inv = 1.0f / (den + a.eps);
       for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv;
     }
@@ -772,8 +776,7 @@ ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, con
     }
   }
   const float* q = r.q(first + i);
-  float* out =
-      a.out + (r.b * (a.time - a.first_output) + first + i - a.first_output) * a.channels + r.begin;
+  float* out = a.out + OutputToken(r.b, first + i, a.time, a.first_output) * a.channels + r.begin;
 #pragma omp simd
   for (int64_t d = 0; d < n; ++d) out[d] = Sigmoid(q[d]) * acc_num[d] / acc_den[d];
 }
@@ -896,17 +899,21 @@ void AftPrefillRunAll(const PrefillRun& r) {
       SharedKeyTerms(r, first, count, block_max, e, ev);
       shared = {e, ev};
     }
+    // Each query's prefix maximum, for the exact path and for a block without
+    // outputs; a shared block has its maximum already.
     std::copy_n(c, r.n, m);
     for (int64_t i = 0; i < count; ++i) {
-      const float* k = r.k(first + i);
-      for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
+      if (shared.e == nullptr) {
+        const float* k = r.k(first + i);
+        for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
+      }
       if (first + i < a.first_output) continue;  // no output wanted: the max is all it needs
       // Offsets up to i + ring reach back to the oldest key the query sees.
       if (per_position) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
       AftPrefillQuery(r, first, i, shared.e != nullptr ? block_max : m, shared, exp_bias.data(),
                       acc_num, acc_den);
     }
-    AftPrefillAdvance(r, first, count, m);
+    AftPrefillAdvance(r, first, count, shared.e != nullptr ? block_max : m);
   }
 }
 

@@ -156,8 +156,7 @@ class LmLayer : public torch::nn::Module {
   // `mix` applies the mixer in the form the caller needs.
   template <typename Mix>
   torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
-    auto y = h + mix(mix_norm->forward(h));
-    return y + ff->forward(ff_norm->forward(y));
+    return AddFeedForward(h + mix(mix_norm->forward(h)));
   }
 
   // Apply() of which only the last `keep` positions are wanted: `mix` sees
@@ -167,7 +166,11 @@ class LmLayer : public torch::nn::Module {
   torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
     auto mixed = mix(mix_norm->forward(h));
     if (keep == 0) return mixed;
-    auto y = h.narrow(1, h.size(1) - keep, keep) + mixed;
+    return AddFeedForward(h.narrow(1, h.size(1) - keep, keep) + mixed);
+  }
+
+  // The layer's second half: y + FF(Norm(y)).
+  torch::Tensor AddFeedForward(const torch::Tensor& y) {
     return y + ff->forward(ff_norm->forward(y));
   }
 
