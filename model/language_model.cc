@@ -35,6 +35,32 @@ constexpr std::pair<PositionKind, const char*> kPositionNames[] = {
 // every weight.
 constexpr int64_t kMinRowsPerGroup = 16;
 
+// Groups of rows that work independent row by row splits into, one per
+// intra-op thread: 1 when there are too few rows, no threads to spare (inside
+// a parallel region already), or the work is not plain CPU inference.
+int64_t RowGroups(int64_t rows, const torch::Tensor& like) {
+  const int64_t threads = at::get_num_threads();
+  if (threads < 2 || rows < 2 * kMinRowsPerGroup || at::in_parallel_region() ||
+      !like.device().is_cpu() || torch::GradMode::is_enabled()) {
+    return 1;
+  }
+  return std::min(threads, rows / kMinRowsPerGroup);
+}
+
+// Calls fn(group, first_row, row_count) for each of `groups` near-equal
+// groups of `rows`, in parallel, with the caller's grad and inference modes.
+template <typename Fn>
+void ForEachRowGroup(int64_t rows, int64_t groups, Fn&& fn) {
+  const at::ThreadLocalState caller;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller);
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t first = rows * g / groups;
+      fn(g, first, rows * (g + 1) / groups - first);
+    }
+  });
+}
+
 }  // namespace
 
 std::string PositionKindName(PositionKind kind) { return EnumName(kPositionNames, kind); }
@@ -156,7 +182,7 @@ class LmLayer : public torch::nn::Module {
   // `mix` applies the mixer in the form the caller needs.
   template <typename Mix>
   torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
-    return AddFeedForward(h + mix(mix_norm->forward(h)));
+    return AddMixedAndFeedForward(h, mix(mix_norm->forward(h)));
   }
 
   // Apply() of which only the last `keep` positions are wanted: `mix` sees
@@ -166,7 +192,25 @@ class LmLayer : public torch::nn::Module {
   torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
     auto mixed = mix(mix_norm->forward(h));
     if (keep == 0) return mixed;
-    return AddFeedForward(h.narrow(1, h.size(1) - keep, keep) + mixed);
+    return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
+  }
+
+  // h + mixed, then the feed-forward half. Its rows are independent, so a
+  // prefill chunk's run in one parallel region, a group of rows per thread,
+  // instead of a fork for each of its operations. The bundled models'
+  // 512-token prefill took 0.6-4% less (medians of six alternating runs, 2
+  // threads); inside a grouped step there is no thread to spare for it.
+  torch::Tensor AddMixedAndFeedForward(const torch::Tensor& h, const torch::Tensor& mixed) {
+    const int64_t d = h.size(-1), rows = h.numel() / d;
+    const int64_t groups = RowGroups(rows, h);
+    if (groups == 1) return AddFeedForward(h + mixed);
+    const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
+    std::vector<torch::Tensor> parts(groups);
+    ForEachRowGroup(rows, groups, [&](int64_t g, int64_t first, int64_t count) {
+      parts[g] =
+          AddFeedForward(h_rows.narrow(0, first, count) + mixed_rows.narrow(0, first, count));
+    });
+    return torch::cat(parts).view(h.sizes());
   }
 
   // The layer's second half: y + FF(Norm(y)).
@@ -283,34 +327,18 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   return keep == 0 ? torch::Tensor() : Head(h);
 }
 
-int64_t CausalLmImpl::StepGroups(const torch::Tensor& tokens) const {
-  const int64_t batch = tokens.size(0);
-  const int64_t threads = at::get_num_threads();
-  if (threads < 2 || batch < 2 * kMinRowsPerGroup || at::in_parallel_region() ||
-      !tokens.device().is_cpu() || torch::GradMode::is_enabled()) {
-    return 1;
-  }
-  return std::min(threads, batch / kMinRowsPerGroup);
-}
-
 torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,
                                  LmState& state) {
   TORCH_CHECK(tokens.dim() == 1, "tokens must be [batch], got ", tokens.sizes());
   CheckTokens(tokens);
-  const int64_t groups = StepGroups(tokens);
-  if (groups == 1) return Head(StepLayers(tokens, slots, state));
   const int64_t batch = tokens.size(0);
+  const int64_t groups = RowGroups(batch, tokens);
+  if (groups == 1) return Head(StepLayers(tokens, slots, state));
   const torch::Tensor rows =
       slots.defined() ? slots.to(torch::kLong) : torch::arange(batch, torch::kLong);
   std::vector<torch::Tensor> hidden(groups);
-  // The pool's threads run with the caller's grad and inference modes.
-  const at::ThreadLocalState caller;
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    at::ThreadLocalStateGuard guard(caller);
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t first = batch * g / groups, count = batch * (g + 1) / groups - first;
-      hidden[g] = StepLayers(tokens.narrow(0, first, count), rows.narrow(0, first, count), state);
-    }
+  ForEachRowGroup(batch, groups, [&](int64_t g, int64_t first, int64_t count) {
+    hidden[g] = StepLayers(tokens.narrow(0, first, count), rows.narrow(0, first, count), state);
   });
   // The head runs once on all rows: its product is the step's largest and
   // splits well across the threads by itself.

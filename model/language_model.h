@@ -115,8 +115,6 @@ class CausalLmImpl : public torch::nn::Module {
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
   torch::Tensor Head(const torch::Tensor& hidden);
-  // How many groups of rows step() runs in parallel (see language_model.cc).
-  int64_t StepGroups(const torch::Tensor& tokens) const;
   // Embedding and every layer's step for rows `slots`: the hidden state
   // before the head.
   torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);

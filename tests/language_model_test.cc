@@ -130,6 +130,9 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
 // A step of many rows with two intra-op threads runs in groups of rows, one
 // per thread (CausalLm::step); each sequence still equals the parallel form,
 // whatever pool rows it holds, and the threads keep the caller's no-grad mode.
+// forward() and prefill() split their feed-forward halves into row groups the
+// same way, while a grouped step's layers do not, so a group that read the
+// wrong rows would show here as well.
 TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
   const int previous_threads = at::get_num_threads();
   at::set_num_threads(2);
