@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A generic gRPC client that knows nothing of attn's .proto files.
+r"""A generic gRPC client that knows nothing of attn's .proto files.
 
 It asks the server's reflection service which services it offers, fetches
 their descriptors, and calls a unary method with a JSON request, the way
@@ -42,7 +42,7 @@ def reflection_stubs():
 
 
 def main():
-    if len(sys.argv) not in (2, 4):
+    if len(sys.argv) not in (2, 4) or sys.argv[1] in ("-h", "--help"):
         sys.exit(__doc__)
     channel = grpc.insecure_channel(sys.argv[1])
     pb2, pb2_grpc = reflection_stubs()
@@ -55,7 +55,11 @@ def main():
             raise LookupError(f"{request}: {reply.error_response.error_message}")
         return reply
 
-    services = [s.name for s in ask(list_services="").list_services_response.service]
+    try:
+        services = [s.name for s in ask(list_services="").list_services_response.service]
+    except grpc.RpcError as error:
+        sys.exit(f"error: cannot list services at {sys.argv[1]}: {error.code().name}: "
+                 f"{error.details()}\nIs the server running there with reflection enabled?")
     pool = descriptor_pool.DescriptorPool()
     added = set()
 
@@ -96,8 +100,11 @@ def main():
                       f"{method.output_type.full_name})")
         return
 
-    service_name, method_name = sys.argv[2].split("/")
-    method = pool.FindServiceByName(service_name).FindMethodByName(method_name)
+    service_name, _, method_name = sys.argv[2].partition("/")
+    try:
+        method = pool.FindServiceByName(service_name).FindMethodByName(method_name)
+    except KeyError:
+        sys.exit(f"error: no method {sys.argv[2]!r}; run with the address alone to list them")
     factory = message_factory.MessageFactory(pool)
     request_class = factory.GetPrototype(method.input_type)
     response_class = factory.GetPrototype(method.output_type)

@@ -156,6 +156,11 @@ $py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" > "$work/reflection.t
 grep -q "attn.v1.TextGeneration" "$work/reflection.txt" || fail "reflection lists no TextGeneration"
 $py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/ListModels '{}' \
   | grep -q '"e2e-linear"' || fail "a reflection-built call"
+# A misspelt method is an error that says what to do, not a traceback.
+if $py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/Generat '{}' \
+  2> "$work/reflection.err"; then fail "an unknown method succeeded"; fi
+grep -q "no method 'attn.v1.TextGeneration/Generat'" "$work/reflection.err" \
+  || fail "unknown method: $(cat "$work/reflection.err")"
 
 echo "== load and metrics"
 "${ctl[@]}" bench --concurrency=8 --streams=24 --prompt_tokens=16 --max_tokens=8 --json \
