@@ -25,7 +25,7 @@ constexpr int64_t kChannelBlock = 64;
 inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
 
 // Where a prefill kernel writes token t of row b: out holds time -
-// first_output tokens per row (OutputsFrom in kernels.h).
+// first_output tokens per row (first_output in kernels.h).
 inline int64_t OutputToken(int64_t b, int64_t t, int64_t time, int64_t first_output) {
   return b * (time - first_output) + t - first_output;
 }
@@ -982,7 +982,9 @@ void LinearAttentionStep(const LinearStepArgs& a) {
 }
 
 void CausalAttentionPrefill(const CausalPrefillArgs& a) {
-  ForEachRowAndHead(a, (a.time - a.first_output + 1) * (a.start + a.time) * 2 * a.head_dim,
+  // No query to attend: each head would only transpose its keys for nothing.
+  if (a.first_output >= a.time) return;
+  ForEachRowAndHead(a, (a.time - a.first_output) * (a.start + a.time) * 2 * a.head_dim,
                     [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
                       CausalPrefillOneHead<head_size()>(a, b, h, scratch);
                     });

@@ -29,7 +29,7 @@ struct CacheHeadsArgs {
   float* out = nullptr;
 };
 
-// OutputsFrom. The prefill kernels take `first_output`: every token of the
+// first_output, in each prefill kernel's arguments: every token of the
 // chunk enters the state, but only tokens t >= first_output get an output,
 // written at out[b][t - first_output]. A language model's last layer needs
 // the output of a prompt's last token only (and of no token in the prompt's
@@ -67,7 +67,8 @@ void CachedAttentionStep(const CachedAttentionArgs& a);
 // over it; here each query's scores are computed only up to its own position
 // and live in a scratch row of the cache's length. out: [B, C, H, Dh].
 // Only queries t >= first_output are attended: out is [B, C - first_output,
-// H, Dh] (see OutputsFrom below).
+// H, Dh] (first_output above). With no query left the kernel returns at
+// once: the keys and values are in the cache already.
 struct CausalPrefillArgs : CacheHeadsArgs {
   int64_t time = 0;          // C
   int64_t start = 0;         // every row's length before the chunk
@@ -143,7 +144,7 @@ struct LinearPrefillArgs : LinearHeadsArgs {
   int64_t time = 0, block = 64;
   // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [H, Dh].
   int64_t row_stride = 0, token_stride = 0;
-  int64_t first_output = 0;  // queries before it are skipped (OutputsFrom)
+  int64_t first_output = 0;  // queries before it are skipped (first_output above)
   float* out = nullptr;      // [B, time - first_output, H, Dh]
 };
 void LinearAttentionPrefill(const LinearPrefillArgs& a);
@@ -205,7 +206,7 @@ struct AftPrefillArgs {
   float* den = nullptr;
   float* ring_ek = nullptr;
   float* ring_ekv = nullptr;
-  int64_t first_output = 0;  // queries before it are skipped (OutputsFrom)
+  int64_t first_output = 0;  // queries before it are skipped (first_output above)
   float* out = nullptr;      // [B, time - first_output, D]
 };
 void AftPrefill(const AftPrefillArgs& a);
