@@ -1,5 +1,5 @@
-// What the CPU kernel files (kernels.cc, row_kernels.cc, packed_gemm.cc)
-// share. Only they include this.
+// What the CPU kernel files (kernels.cc, aft_prefill_kernel.cc,
+// row_kernels.cc, packed_gemm.cc) share. Only they include this.
 #pragma once
 
 #include <algorithm>
@@ -72,6 +72,26 @@ ATTN_INLINE float FastExp(float x) {
   const float in_range =
       x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
   return x != x ? x : in_range;
+}
+
+ATTN_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
+
+// acc += f * x over n channels. Inlined into its callers' clones.
+ATTN_INLINE void AddScaled(float f, const float* x, int64_t n, float* acc) {
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
+}
+
+// Channels per task of the AFT kernels.
+inline constexpr int64_t kChannelBlock = 64;
+
+// The state row of batch element b: slots[b], or b without a slot list.
+inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
+
+// Where a prefill kernel writes token t of row b: out holds time -
+// first_output tokens per row (first_output in kernels.h).
+inline int64_t OutputToken(int64_t b, int64_t t, int64_t time, int64_t first_output) {
+  return b * (time - first_output) + t - first_output;
 }
 
 }  // namespace attn::kernels

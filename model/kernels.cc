@@ -19,17 +19,6 @@
 namespace attn::kernels {
 namespace {
 
-// Channels per task of the AFT window sums.
-constexpr int64_t kChannelBlock = 64;
-
-inline int64_t SlotOf(const int64_t* slots, int64_t b) { return slots ? slots[b] : b; }
-
-// Where a prefill kernel writes token t of row b: out holds time -
-// first_output tokens per row (first_output in kernels.h).
-inline int64_t OutputToken(int64_t b, int64_t t, int64_t time, int64_t first_output) {
-  return b * (time - first_output) + t - first_output;
-}
-
 // The largest x[i] that is not NaN; -inf if there is none. Lanes of partial
 // maxima: a plain max loop stays scalar (reordering it is only allowed under
 // -ffinite-math-only), even under `omp simd reduction(max)`, where perf
@@ -47,8 +36,6 @@ ATTN_HOT float MaxOf(const float* x, int64_t n) {
   for (const float lane : lanes) max = lane > max ? lane : max;
   return max;
 }
-
-ATTN_INLINE float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 
 // phi of linear attention, written to `out`.
 ATTN_INLINE void FeatureMap(const float* x, int64_t n, bool exp_feature, float* out) {
@@ -126,12 +113,6 @@ void ForEachRowAndHead(const Args& a, int64_t work_per_head, OneHead&& one_head)
     default:
       return run(std::integral_constant<int64_t, 0>());
   }
-}
-
-// acc += f * x over n channels. Inlined into its callers' clones.
-ATTN_INLINE void AddScaled(float f, const float* x, int64_t n, float* acc) {
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) acc[d] += f * x[d];
 }
 
 // Scores per vector of the score loop: one AVX-512 register.
@@ -478,80 +459,161 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   }
 }
 
-// One head of one row through all of a.time tokens (LinearAttentionPrefill).
-// kDh > 0 fixes the head size at compile time, so that a query's sums over
-// the head fit in vector registers; 0 reads it from `a`. The block's keys are
-// kept transposed, [Dh][block], so that a query's scores against them
-// accumulate along the keys in vector lanes instead of taking one horizontal
-// sum per key.
+// Rows per register tile of MulAddRows: 6 rows x 4 vectors = 24
+// accumulators, leaving AVX-512's 32 registers room for a row of B and a
+// broadcast.
+constexpr int64_t kTileRows = 6;
+
+// Rounds n up to a multiple of m.
+inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// C[kTileRows x 16V] += A[kTileRows x k] B[k x 16V]: each row of B is read
+// once as V vectors and multiplied by a broadcast of each row's A element,
+// with the whole tile of C in registers over k.
+template <int V>
+ATTN_INLINE void MulAddTile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
+                            float* c, int64_t ldc) {
+  Vec16 acc[kTileRows][V];
+  for (int r = 0; r < kTileRows; ++r) {
+    for (int v = 0; v < V; ++v) std::memcpy(&acc[r][v], c + r * ldc + 16 * v, sizeof(Vec16));
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    Vec16 row[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&row[v], b + kk * ldb + 16 * v, sizeof(Vec16));
+#pragma GCC unroll 6
+    for (int r = 0; r < kTileRows; ++r) {
+      const float x = a[r * lda + kk];
+      for (int v = 0; v < V; ++v) acc[r][v] += x * row[v];
+    }
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    for (int v = 0; v < V; ++v) std::memcpy(c + r * ldc + 16 * v, &acc[r][v], sizeof(Vec16));
+  }
+}
+
+// C[kTileRows x cols] += A[kTileRows x k] B[k x cols] for cols a multiple
+// of 16, in column groups of up to 64.
+ATTN_INLINE void MulAddRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
+                            float* c, int64_t ldc, int64_t cols) {
+  for (int64_t col = 0; col < cols; col += 64) {
+    switch (std::min<int64_t>(64, cols - col) / 16) {
+      case 4:
+        MulAddTile<4>(a, lda, b + col, ldb, k, c + col, ldc);
+        break;
+      case 3:
+        MulAddTile<3>(a, lda, b + col, ldb, k, c + col, ldc);
+        break;
+      case 2:
+        MulAddTile<2>(a, lda, b + col, ldb, k, c + col, ldc);
+        break;
+      default:
+        MulAddTile<1>(a, lda, b + col, ldb, k, c + col, ldc);
+        break;
+    }
+  }
+}
+
+// Where one head's block lives while LinearPrefillOneHead works on it; all
+// padded to whole vectors and whole tiles of rows, so that every product is
+// whole register tiles (padding holds zeros or rows nobody reads).
+struct LinearBlockScratch {
+  int64_t dh, padded_dh, block, padded_block, rows;
+  float *phi_q, *phi_kt, *v, *scores, *numerators, *s;
+  LinearBlockScratch(std::vector<float>& scratch, int64_t head_dim, int64_t block_size)
+      : dh(head_dim),
+        padded_dh(RoundUp(head_dim, 16)),
+        block(block_size),
+        padded_block(RoundUp(block_size, 16)),
+        // A tile of queries may start at any row of the block.
+        rows(std::max(block_size, head_dim) + kTileRows) {
+    const int64_t phi_q_size = rows * dh, phi_kt_size = rows * padded_block;
+    const int64_t v_size = padded_block * padded_dh, scores_size = rows * padded_block;
+    const int64_t numerators_size = rows * padded_dh, s_size = rows * padded_dh;
+    // Not cleared: each product reads only what this call writes, except
+    // the padding of v and s, cleared below.
+    scratch.resize(phi_q_size + phi_kt_size + v_size + scores_size + numerators_size + s_size);
+    phi_q = scratch.data();             // [rows][dh]: query i's features
+    phi_kt = phi_q + phi_q_size;        // [rows][padded_block]: feature r of key j
+    v = phi_kt + phi_kt_size;           // [padded_block][padded_dh]
+    scores = v + v_size;                // [rows][padded_block]: query i . key j
+    numerators = scores + scores_size;  // [rows][padded_dh]
+    s = numerators + numerators_size;   // [rows][padded_dh]: the state's s
+    std::fill_n(v, v_size, 0.0f);
+    std::fill_n(s, s_size, 0.0f);
+  }
+};
+
+// One head of one row through all of a.time tokens (LinearAttentionPrefill),
+// a block at a time, as small matrix products on register tiles:
+//   scores  = phi(Q) phi(K)^T, zero above the diagonal
+//   num     = phi(Q) S + scores V,   den = phi(Q) z + row sums of scores
+//   S      += phi(K)^T V,            z  += column sums of phi(K)^T
+// Written query by query, with the state row by row, the same sums ran at a
+// fifth of the multiply-add peak: every key reloaded and restored a row of S.
 template <int64_t kDh>
 ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_t h,
                                    std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
-  const int64_t block = std::max<int64_t>(1, std::min(a.block, a.time));
   const int64_t slot = SlotOf(a.slots, b);
-  // Padded by a vector: the score loop reads and writes whole vectors.
-  scratch.resize(2 * block * dh + 2 * dh + block + 2 * kScoreLanes);
-  float* phi_q = scratch.data();             // [block][Dh]
-  float* phi_kt = phi_q + block * dh;        // [Dh][block]
-  float* phi_k = phi_kt + dh * block;        // one key, [Dh]
-  float* scores = phi_k + dh + kScoreLanes;  // [block], after phi_kt's overread
-  // With the head size known, a local the compiler can keep in registers.
-  float local_acc[kDh > 0 ? kDh : 1];
-  float* acc = kDh > 0 ? local_acc : scores + block + kScoreLanes;  // [Dh]
+  const LinearBlockScratch m(scratch, dh, std::max<int64_t>(1, std::min(a.block, a.time)));
   float* s = a.s + (slot * a.heads + h) * dh * dh;
   float* z = a.z + (slot * a.heads + h) * dh;
+  for (int64_t r = 0; r < dh; ++r) std::copy_n(s + r * dh, dh, m.s + r * m.padded_dh);
   auto at = [&](int64_t t) { return b * a.row_stride + t * a.token_stride + h * dh; };
-  for (int64_t first = 0; first < a.time; first += block) {
-    const int64_t len = std::min(block, a.time - first);
+  float phi_k[kDh > 0 ? kDh : 1];
+  std::vector<float> phi_k_heap(kDh > 0 ? 0 : dh);
+  float* const key = kDh > 0 ? phi_k : phi_k_heap.data();
+  for (int64_t first = 0; first < a.time; first += m.block) {
+    const int64_t len = std::min(m.block, a.time - first);
     // Queries of this block that get an output: i >= skip.
     const int64_t skip = std::clamp<int64_t>(a.first_output - first, 0, len);
-    for (int64_t i = 0; i < len; ++i) {
-      if (i >= skip) FeatureMap(a.q + at(first + i), dh, a.exp_feature, phi_q + i * dh);
-      FeatureMap(a.k + at(first + i), dh, a.exp_feature, phi_k);
-      for (int64_t r = 0; r < dh; ++r) phi_kt[r * block + i] = phi_k[r];
+    for (int64_t j = 0; j < len; ++j) {
+      if (j >= skip) FeatureMap(a.q + at(first + j), dh, a.exp_feature, m.phi_q + j * dh);
+      FeatureMap(a.k + at(first + j), dh, a.exp_feature, key);
+      for (int64_t r = 0; r < dh; ++r) m.phi_kt[r * m.padded_block + j] = key[r];
+      std::copy_n(a.v + at(first + j), dh, m.v + j * m.padded_dh);
     }
-    for (int64_t i = skip; i < len; ++i) {
-      const float* pq = phi_q + i * dh;
-      // What the state before the block holds...
-      std::fill(acc, acc + dh, 0.0f);
-      float den = Dot(pq, z, dh);
-      for (int64_t r = 0; r < dh; ++r) AddScaled(pq[r], s + r * dh, dh, acc);
-      // ...and the block's keys up to this query's own.
-      for (int64_t j0 = 0; j0 <= i; j0 += kScoreLanes) {
-        float even[kScoreLanes] = {}, odd[kScoreLanes] = {};  // two chains: half the latency
-        int64_t r = 0;
-        for (; r + 1 < dh; r += 2) {
-          const float* keys = phi_kt + r * block + j0;
-#pragma omp simd
-          for (int64_t l = 0; l < kScoreLanes; ++l) {
-            even[l] += pq[r] * keys[l];
-            odd[l] += pq[r + 1] * keys[block + l];
-          }
-        }
-        if (r < dh) {
-#pragma omp simd
-          for (int64_t l = 0; l < kScoreLanes; ++l) even[l] += pq[r] * phi_kt[r * block + j0 + l];
-        }
-#pragma omp simd
-        for (int64_t l = 0; l < kScoreLanes; ++l) scores[j0 + l] = even[l] + odd[l];
+    for (int64_t i0 = skip; i0 < len; i0 += kTileRows) {
+      // The tile's queries see keys 0..last-1: scores of later keys are
+      // neither computed nor read.
+      const int64_t last = std::min(len, i0 + kTileRows), width = RoundUp(last, 16);
+      float* scores = m.scores + i0 * m.padded_block;
+      float* num = m.numerators + i0 * m.padded_dh;
+      for (int64_t r = 0; r < kTileRows; ++r) std::fill_n(scores + r * m.padded_block, width, 0.0f);
+      std::fill_n(num, kTileRows * m.padded_dh, 0.0f);
+      const float* phi_q = m.phi_q + i0 * dh;
+      MulAddRows(phi_q, dh, m.phi_kt, m.padded_block, dh, scores, m.padded_block, width);
+      for (int64_t i = i0; i < last; ++i) {  // causal: no key after the query
+        std::fill(m.scores + i * m.padded_block + i + 1, m.scores + i * m.padded_block + last,
+                  0.0f);
       }
+      MulAddRows(phi_q, dh, m.s, m.padded_dh, dh, num, m.padded_dh, m.padded_dh);
+      MulAddRows(scores, m.padded_block, m.v, m.padded_dh, last, num, m.padded_dh, m.padded_dh);
+      for (int64_t i = i0; i < last; ++i) {
+        const float* row = m.scores + i * m.padded_block;
+        float den = Dot(m.phi_q + i * dh, z, dh);
 #pragma omp simd reduction(+ : den)
-      for (int64_t j = 0; j <= i; ++j) den += scores[j];
-      for (int64_t j = 0; j <= i; ++j) AddScaled(scores[j], a.v + at(first + j), dh, acc);
-      float* out = a.out + (OutputToken(b, first + i, a.time, a.first_output) * a.heads + h) * dh;
-      const float inv = 1.0f / (den + a.eps);
-      for (int64_t c = 0; c < dh; ++c) out[c] = acc[c] * inv;
-    }
-    for (int64_t j = 0; j < len; ++j) {  // the block's keys join the state
-      const float* v = a.v + at(first + j);
-      for (int64_t r = 0; r < dh; ++r) {
-        const float pk = phi_kt[r * block + j];
-        AddScaled(pk, v, dh, s + r * dh);
-        z[r] += pk;
+        for (int64_t j = 0; j <= i; ++j) den += row[j];
+        float* out = a.out + (OutputToken(b, first + i, a.time, a.first_output) * a.heads + h) * dh;
+        const float inv = 1.0f / (den + a.eps);
+        const float* n = m.numerators + i * m.padded_dh;
+        for (int64_t c = 0; c < dh; ++c) out[c] = n[c] * inv;
       }
+    }
+    // The block's keys join the state.
+    for (int64_t r0 = 0; r0 < dh; r0 += kTileRows) {
+      MulAddRows(m.phi_kt + r0 * m.padded_block, m.padded_block, m.v, m.padded_dh, len,
+                 m.s + r0 * m.padded_dh, m.padded_dh, m.padded_dh);
+    }
+    for (int64_t r = 0; r < dh; ++r) {
+      const float* row = m.phi_kt + r * m.padded_block;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < len; ++j) sum += row[j];
+      z[r] += sum;
     }
   }
+  for (int64_t r = 0; r < dh; ++r) std::copy_n(m.s + r * m.padded_dh, dh, s + r * dh);
 }
 
 // Raises the running max c to include k and rescales the sums kept relative
@@ -702,242 +764,6 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
 }
 
 float Exp(float x) { return FastExp(x); }
-
-namespace {
-
-// exp(w(t, delta)) of one bias head for delta < min(window, visible).
-void ExpBiasRow(const AftPrefillArgs& a, int64_t head, int64_t t, int64_t visible, float* out) {
-  const float* row = a.bias + (head * a.bias_rows + (a.bias_rows > 1 ? t : 0)) * a.window;
-  for (int64_t delta = 0; delta < std::min(visible, a.window); ++delta) {
-    out[delta] = FastExp(row[delta]);
-  }
-}
-
-// Where the row's state and inputs for channels [begin, begin + n) live.
-struct PrefillRun {
-  const AftPrefillArgs& a;
-  int64_t b, begin, n, head;
-  const float* q(int64_t j) const { return a.q + b * a.row_stride + j * a.token_stride + begin; }
-  const float* k(int64_t j) const { return a.k + b * a.row_stride + j * a.token_stride + begin; }
-  const float* v(int64_t j) const { return a.v + b * a.row_stride + j * a.token_stride + begin; }
-  int64_t slot() const { return SlotOf(a.slots, b); }
-  float* state(float* base) const { return base + slot() * a.channels + begin; }
-  // The ring entry of position p (slot layout: p mod window).
-  float* ring(float* base, int64_t p) const {
-    return base + (slot() * a.window + p % a.window) * a.channels + begin;
-  }
-};
-
-// Query i of the block starting at token `first` (position t0 = start +
-// first): y_i from the carried sums, the ring and keys first..first+i, all
-// taken relative to `ref`, the query's prefix maximum m_i or the block's
-// maximum. With `shared` (the block's keys as exp(k_j - ref) and that times
-// v_j, kChannelBlock floats apart) the keys cost no exponential; without it
-// each (query, key) pair computes its own.
-struct SharedKeys {
-  const float* e = nullptr;
-  const float* ev = nullptr;
-};
-ATTN_HOT void AftPrefillQuery(const PrefillRun& r, int64_t first, int64_t i, const float* ref,
-                              const SharedKeys& shared, const float* exp_bias, float* acc_num,
-                              float* acc_den) {
-  const AftPrefillArgs& a = r.a;
-  const int64_t n = r.n, t0 = a.start + first, t = t0 + i;
-  const float* c = r.state(a.c);
-  const float* num = r.state(a.num);
-  const float* den = r.state(a.den);
-  std::copy_n(num, n, acc_num);
-  std::copy_n(den, n, acc_den);
-  for (int64_t p = t0 - std::min(a.window, t0); p < t0; ++p) {  // the ring, relative to c
-    const float f = t - p < a.window ? exp_bias[t - p] : 1.0f;
-    AddScaled(f, r.ring(a.ring_ekv, p), n, acc_num);
-    AddScaled(f, r.ring(a.ring_ek, p), n, acc_den);
-  }
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) {
-    const float carried = FastExp(c[d] - ref[d]);  // 0 while c is -inf
-    acc_num[d] *= carried;
-    acc_den[d] *= carried;
-  }
-  for (int64_t j = 0; j <= i; ++j) {  // the block's keys, relative to ref
-    const float f = i - j < a.window ? exp_bias[i - j] : 1.0f;
-    if (shared.e != nullptr) {
-      AddScaled(f, shared.ev + j * kChannelBlock, n, acc_num);
-      AddScaled(f, shared.e + j * kChannelBlock, n, acc_den);
-      continue;
-    }
-    const float* k = r.k(first + j);
-    const float* v = r.v(first + j);
-#pragma omp simd
-    for (int64_t d = 0; d < n; ++d) {
-      const float w = f * FastExp(k[d] - ref[d]);
-      acc_num[d] += w * v[d];
-      acc_den[d] += w;
-    }
-  }
-  const float* q = r.q(first + i);
-  float* out = a.out + OutputToken(r.b, first + i, a.time, a.first_output) * a.channels + r.begin;
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) out[d] = Sigmoid(q[d]) * acc_num[d] / acc_den[d];
-}
-
-// How far (in nats) a block's maximum may rise above its first query's
-// prefix maximum for every query to take its sums relative to the block's
-// maximum. num/den does not depend on the reference, but each query's terms
-// shrink by exp(m_i - max), here by at most e^-40 = 4e-18, while float's
-// normal range reaches e^-87: a query loses precision only if its largest
-// term was below e^-47 already (a bias w < -47, a weight the model treats as
-// zero). In the bundled aft-conv model most blocks rise by more than 16 and
-// nearly all by less than 40; keys of magnitude 1000 take the exact path.
-constexpr float kSharedMaxRise = 40.0f;
-
-// The block's maximum over c and keys first..first+count-1, into
-// `block_max`; returns whether it rises at most kSharedMaxRise above
-// max(c, k_first) in every channel.
-ATTN_HOT bool BlockMaxIsShareable(const PrefillRun& r, int64_t first, int64_t count,
-                                  float* block_max) {
-  const float* c = r.state(r.a.c);
-  const float* k0 = r.k(first);
-  float lowest[kChannelBlock];
-  for (int64_t d = 0; d < r.n; ++d) lowest[d] = block_max[d] = k0[d] > c[d] ? k0[d] : c[d];
-  for (int64_t j = 1; j < count; ++j) {
-    const float* k = r.k(first + j);
-    for (int64_t d = 0; d < r.n; ++d) block_max[d] = k[d] > block_max[d] ? k[d] : block_max[d];
-  }
-  bool shareable = true;
-  for (int64_t d = 0; d < r.n; ++d) shareable &= block_max[d] - lowest[d] <= kSharedMaxRise;
-  return shareable;
-}
-
-// exp(k_j - block_max) and that times v_j for the block's keys, kChannelBlock
-// floats apart.
-ATTN_HOT void SharedKeyTerms(const PrefillRun& r, int64_t first, int64_t count,
-                             const float* block_max, float* e, float* ev) {
-  for (int64_t j = 0; j < count; ++j) {
-    const float* k = r.k(first + j);
-    const float* v = r.v(first + j);
-    float* ej = e + j * kChannelBlock;
-    float* evj = ev + j * kChannelBlock;
-#pragma omp simd
-    for (int64_t d = 0; d < r.n; ++d) {
-      ej[d] = FastExp(k[d] - block_max[d]);
-      evj[d] = ej[d] * v[d];
-    }
-  }
-}
-
-// Moves the state past the block [first, first + count): everything is
-// rescaled to the new max, the keys enter the ring, and the keys that leave
-// the window join the carried sums.
-ATTN_HOT void AftPrefillAdvance(const PrefillRun& r, int64_t first, int64_t count, const float* m) {
-  const AftPrefillArgs& a = r.a;
-  const int64_t n = r.n, t0 = a.start + first;
-  float* c = r.state(a.c);
-  float* num = r.state(a.num);
-  float* den = r.state(a.den);
-  float scale[kChannelBlock];
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) {
-    scale[d] = FastExp(c[d] - m[d]);
-    c[d] = m[d];
-    num[d] *= scale[d];
-    den[d] *= scale[d];
-  }
-  for (int64_t p = t0 - std::min(a.window, t0); p < t0; ++p) {
-    float* ek = r.ring(a.ring_ek, p);
-    float* ekv = r.ring(a.ring_ekv, p);
-#pragma omp simd
-    for (int64_t d = 0; d < n; ++d) {
-      ek[d] *= scale[d];
-      ekv[d] *= scale[d];
-    }
-  }
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t p = t0 + j;
-    const float* k = r.k(first + j);
-    const float* v = r.v(first + j);
-    if (a.window == 0) {  // aft-simple: straight into the sums
-#pragma omp simd
-      for (int64_t d = 0; d < n; ++d) {
-        const float e = FastExp(k[d] - c[d]);
-        num[d] += e * v[d];
-        den[d] += e;
-      }
-      continue;
-    }
-    float* ek = r.ring(a.ring_ek, p);  // holds position p - window, if any
-    float* ekv = r.ring(a.ring_ekv, p);
-    const bool evicts = p >= a.window;
-#pragma omp simd
-    for (int64_t d = 0; d < n; ++d) {
-      if (evicts) {
-        num[d] += ekv[d];
-        den[d] += ek[d];
-      }
-      ek[d] = FastExp(k[d] - c[d]);
-      ekv[d] = ek[d] * v[d];
-    }
-  }
-}
-
-void AftPrefillRunAll(const PrefillRun& r) {
-  const AftPrefillArgs& a = r.a;
-  const float* c = r.state(a.c);
-  float m[kChannelBlock], block_max[kChannelBlock], acc_num[kChannelBlock], acc_den[kChannelBlock];
-  std::vector<float> exp_bias(std::max<int64_t>(a.window, 1));
-  std::vector<float> key_terms(2 * a.block * kChannelBlock);  // SharedKeys of a block
-  float* const e = key_terms.data();
-  float* const ev = e + a.block * kChannelBlock;
-  // One bias row (aft-conv): its factors hold for every query.
-  const bool per_position = a.window > 0 && a.bias_rows > 1;
-  if (a.window > 0 && !per_position) ExpBiasRow(a, r.head, 0, a.window, exp_bias.data());
-  for (int64_t first = 0; first < a.time; first += a.block) {
-    const int64_t count = std::min(a.block, a.time - first);
-    const int64_t t0 = a.start + first;
-    SharedKeys shared;
-    if (first + count > a.first_output && BlockMaxIsShareable(r, first, count, block_max)) {
-      SharedKeyTerms(r, first, count, block_max, e, ev);
-      shared = {e, ev};
-    }
-    // Each query's prefix maximum, for the exact path and for a block without
-    // outputs; a shared block has its maximum already.
-    std::copy_n(c, r.n, m);
-    for (int64_t i = 0; i < count; ++i) {
-      if (shared.e == nullptr) {
-        const float* k = r.k(first + i);
-        for (int64_t d = 0; d < r.n; ++d) m[d] = k[d] > m[d] ? k[d] : m[d];
-      }
-      if (first + i < a.first_output) continue;  // no output wanted: the max is all it needs
-      // Offsets up to i + ring reach back to the oldest key the query sees.
-      if (per_position) ExpBiasRow(a, r.head, t0 + i, t0 + i + 1, exp_bias.data());
-      AftPrefillQuery(r, first, i, shared.e != nullptr ? block_max : m, shared, exp_bias.data(),
-                      acc_num, acc_den);
-    }
-    AftPrefillAdvance(r, first, count, shared.e != nullptr ? block_max : m);
-  }
-}
-
-}  // namespace
-
-void AftPrefill(const AftPrefillArgs& a) {
-  // Runs of at most kChannelBlock channels inside one bias head, so that a
-  // (query, key) pair has one bias factor per run.
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end)
-  const int64_t group = a.channels / a.bias_heads;
-  for (int64_t h = 0; h < a.bias_heads; ++h) {
-    for (int64_t d = h * group; d < (h + 1) * group; d += kChannelBlock) {
-      runs.emplace_back(d, std::min((h + 1) * group, d + kChannelBlock));
-    }
-  }
-  const auto per_row = static_cast<int64_t>(runs.size());
-  const int64_t work = a.time * (std::min(a.block, a.time) + a.window) * kChannelBlock;
-  at::parallel_for(0, a.batch * per_row, GrainFor(work), [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const auto [first, last] = runs[task % per_row];
-      AftPrefillRunAll(PrefillRun{a, task / per_row, first, last - first, first / group});
-    }
-  });
-}
 
 namespace {
 

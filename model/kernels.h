@@ -186,10 +186,11 @@ void AftStep(const AftStepArgs& a);
 //   y_i = sigmoid(q_i) num_i / den_i,   f = exp(w) in the window, 1 beyond;
 // or, where the block's max rises less than 40 above m_0 in every channel,
 // the block's max for every query: the same ratio, with one exponential per
-// key instead of one per (query, key) pair (kernels.cc, kSharedMaxRise);
-// after the block the state moves to c = m_last, as AftStep leaves it. The
-// same sums as the op-by-op blocks, in one pass per channel run with no
-// [B, C, C, D] temporaries. State lengths are left to the caller.
+// key instead of one per (query, key) pair (aft_prefill_kernel.cc,
+// kSharedMaxRise); there the keys at an offset of `window` or more (factor
+// 1) form running sums, so a query costs window + 1 key terms; after the block the state moves to c
+// = m_last, as AftStep leaves it. The same sums as the op-by-op blocks, in one pass per channel run
+// with no [B, C, C, D] temporaries. State lengths are left to the caller.
 struct AftPrefillArgs {
   int64_t batch = 0, time = 0, channels = 0, window = 0, block = 64;
   int64_t bias_heads = 1, bias_rows = 1;

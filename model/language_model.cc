@@ -205,12 +205,17 @@ class LmLayer : public torch::nn::Module {
     const int64_t groups = RowGroups(rows, h);
     if (groups == 1) return AddFeedForward(h + mixed);
     const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
-    std::vector<torch::Tensor> parts(groups);
-    ForEachRowGroup(rows, groups, [&](int64_t g, int64_t first, int64_t count) {
-      parts[g] =
-          AddFeedForward(h_rows.narrow(0, first, count) + mixed_rows.narrow(0, first, count));
+    // Each group writes its rows of the result in place: gathering groups'
+    // own tensors afterwards was a serial copy of the chunk, and the
+    // 512-token prefill took 1.5-2.5% longer with it (interleaved in one
+    // process, medians of 145 runs each).
+    torch::Tensor out = torch::empty({rows, d}, h.options());
+    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
+      torch::Tensor y = out.narrow(0, first, count);
+      torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
+      y.add_(ff->forward(ff_norm->forward(y)));
     });
-    return torch::cat(parts).view(h.sizes());
+    return out.view(h.sizes());
   }
 
   // The layer's second half: y + FF(Norm(y)).

@@ -84,26 +84,33 @@ TEST_P(LinearAttentionTest, NonCausalIsPermutationEquivariant) {
 // loops' result, prefilled in chunks that cross the blocks' edges and then
 // stepped, each continuing the state the one before left.
 TEST_P(LinearAttentionTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize) {
-  for (int64_t head_dim : {8, 32, 40, 64}) {
-    torch::manual_seed(13);
-    auto options = SmallOptions(GetParam());
-    options.heads = 2;
-    options.d_model = 2 * head_dim;
-    LinearAttention attention(options);
-    torch::NoGradGuard no_grad;
-    auto x = torch::randn({2, 50, options.d_model});
-    auto state = attention->initial_state(3, torch::kCPU);
-    const auto slots = torch::tensor({2, 0});
-    // Blocks of 16: every edge case.
-    const auto outputs = PrefillChunksThenStep(*attention, x, state, slots, {20, 1, 24});
-    auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
-    auto expected = reference::ApplyLinear(
-        attention->out_proj(), reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads,
-                                                          exp_feature(), true, options.linear_eps));
-    EXPECT_LT(MaxAbsDiff(outputs, expected), 1e-5) << "head size " << head_dim;
-    EXPECT_TRUE(state.length.equal(torch::tensor({50, 0, 50}, torch::kLong)))
-        << "head size " << head_dim;
-    EXPECT_EQ(state.tensors[0][1].abs().max().item<float>(), 0.0f) << "row 1 was touched";
+  // Head sizes with a kernel of their own and one without (72, wider than a
+  // 64-float column group); blocks of 16 and of 70 (more than a column group
+  // of keys, not whole vectors).
+  for (int64_t head_dim : {8, 32, 40, 64, 72}) {
+    for (int64_t block : {16, 70}) {
+      torch::manual_seed(13);
+      auto options = SmallOptions(GetParam());
+      options.heads = 2;
+      options.d_model = 2 * head_dim;
+      options.chunk = block;
+      LinearAttention attention(options);
+      torch::NoGradGuard no_grad;
+      auto x = torch::randn({2, 100, options.d_model});
+      auto state = attention->initial_state(3, torch::kCPU);
+      const auto slots = torch::tensor({2, 0});
+      const auto outputs = PrefillChunksThenStep(*attention, x, state, slots, {20, 1, 75});
+      auto qkv = reference::ProjectQkv(attention->in_proj(), x, x);
+      auto expected = reference::ApplyLinear(
+          attention->out_proj(),
+          reference::LinearAttention(qkv[0], qkv[1], qkv[2], options.heads, exp_feature(), true,
+                                     options.linear_eps));
+      const std::string where =
+          "head size " + std::to_string(head_dim) + ", block " + std::to_string(block);
+      EXPECT_LT(MaxAbsDiff(outputs, expected), 1e-5) << where;
+      EXPECT_TRUE(state.length.equal(torch::tensor({100, 0, 100}, torch::kLong))) << where;
+      EXPECT_EQ(state.tensors[0][1].abs().max().item<float>(), 0.0f) << "row 1 was touched";
+    }
   }
 }
 
