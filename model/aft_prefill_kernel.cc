@@ -105,6 +105,21 @@ ATTN_HOT bool BlockMaxIsShareable(const PrefillRun& r, int64_t first, int64_t co
   return shareable;
 }
 
+// Moves the running maximum c to `m` and rescales the carried sums with it;
+// scale[d] = exp(c_old - m), 0 while c is -inf.
+ATTN_INLINE void MoveCarriedSums(const PrefillRun& r, const float* m, float* scale) {
+  float* c = r.state(r.a.c);
+  float* num = r.state(r.a.num);
+  float* den = r.state(r.a.den);
+#pragma omp simd
+  for (int64_t d = 0; d < r.n; ++d) {
+    scale[d] = FastExp(c[d] - m[d]);
+    c[d] = m[d];
+    num[d] *= scale[d];
+    den[d] *= scale[d];
+  }
+}
+
 // Where AftPrefillSharedBlock lays out the keys a block's queries see:
 // rows of kChannelBlock floats, exp(k - block max) for `rows` keys, then the
 // same times v.
@@ -134,17 +149,10 @@ ATTN_HOT void AftPrefillSharedBlock(const PrefillRun& r, int64_t first, int64_t 
   const int64_t keys = ring + count;  // key j is at position t0 - ring + j
   scratch.resize(2 * keys * kChannelBlock);
   const KeyTerms terms(scratch, keys);
-  float* c = r.state(a.c);
   float* num = r.state(a.num);
   float* den = r.state(a.den);
   float scale[kChannelBlock];
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) {
-    scale[d] = FastExp(c[d] - block_max[d]);  // 0 while c is -inf
-    c[d] = block_max[d];
-    num[d] *= scale[d];
-    den[d] *= scale[d];
-  }
+  MoveCarriedSums(r, block_max, scale);
   for (int64_t j = 0; j < ring; ++j) {
     const float* ek = r.ring(a.ring_ek, t0 - ring + j);
     const float* ekv = r.ring(a.ring_ekv, t0 - ring + j);
@@ -210,17 +218,11 @@ ATTN_HOT void AftPrefillSharedBlock(const PrefillRun& r, int64_t first, int64_t 
 ATTN_HOT void AftPrefillAdvance(const PrefillRun& r, int64_t first, int64_t count, const float* m) {
   const AftPrefillArgs& a = r.a;
   const int64_t n = r.n, t0 = a.start + first;
-  float* c = r.state(a.c);
+  const float* c = r.state(a.c);
   float* num = r.state(a.num);
   float* den = r.state(a.den);
   float scale[kChannelBlock];
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) {
-    scale[d] = FastExp(c[d] - m[d]);
-    c[d] = m[d];
-    num[d] *= scale[d];
-    den[d] *= scale[d];
-  }
+  MoveCarriedSums(r, m, scale);
   for (int64_t p = t0 - std::min(a.window, t0); p < t0; ++p) {
     float* ek = r.ring(a.ring_ek, p);
     float* ekv = r.ring(a.ring_ekv, p);
