@@ -518,7 +518,7 @@ ATTN_INLINE void MulAddRows(const float* a, int64_t lda, const float* b, int64_t
 // whole register tiles (padding holds zeros or rows nobody reads).
 struct LinearBlockScratch {
   int64_t dh, padded_dh, block, padded_block, rows;
-  float *phi_q, *phi_kt, *v, *scores, *numerators, *s;
+  float *phi_q, *phi_kt, *v, *scores, *numerators, *s, *phi_k;
   LinearBlockScratch(std::vector<float>& scratch, int64_t head_dim, int64_t block_size)
       : dh(head_dim),
         padded_dh(RoundUp(head_dim, 16)),
@@ -529,15 +529,18 @@ struct LinearBlockScratch {
     const int64_t phi_q_size = rows * dh, phi_kt_size = rows * padded_block;
     const int64_t v_size = padded_block * padded_dh, scores_size = rows * padded_block;
     const int64_t numerators_size = rows * padded_dh, s_size = rows * padded_dh;
+    const int64_t phi_k_size = dh;
     // Not cleared: each product reads only what this call writes, except
     // the padding of v and s, cleared below.
-    scratch.resize(phi_q_size + phi_kt_size + v_size + scores_size + numerators_size + s_size);
+    scratch.resize(phi_q_size + phi_kt_size + v_size + scores_size + numerators_size + s_size +
+                   phi_k_size);
     phi_q = scratch.data();             // [rows][dh]: query i's features
     phi_kt = phi_q + phi_q_size;        // [rows][padded_block]: feature r of key j
     v = phi_kt + phi_kt_size;           // [padded_block][padded_dh]
     scores = v + v_size;                // [rows][padded_block]: query i . key j
     numerators = scores + scores_size;  // [rows][padded_dh]
     s = numerators + numerators_size;   // [rows][padded_dh]: the state's s
+    phi_k = s + s_size;                 // [dh]: one key's features, before transposing
     std::fill_n(v, v_size, 0.0f);
     std::fill_n(s, s_size, 0.0f);
   }
@@ -560,17 +563,14 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
   float* z = a.z + (slot * a.heads + h) * dh;
   for (int64_t r = 0; r < dh; ++r) std::copy_n(s + r * dh, dh, m.s + r * m.padded_dh);
   auto at = [&](int64_t t) { return b * a.row_stride + t * a.token_stride + h * dh; };
-  float phi_k[kDh > 0 ? kDh : 1];
-  std::vector<float> phi_k_heap(kDh > 0 ? 0 : dh);
-  float* const key = kDh > 0 ? phi_k : phi_k_heap.data();
   for (int64_t first = 0; first < a.time; first += m.block) {
     const int64_t len = std::min(m.block, a.time - first);
     // Queries of this block that get an output: i >= skip.
     const int64_t skip = std::clamp<int64_t>(a.first_output - first, 0, len);
     for (int64_t j = 0; j < len; ++j) {
       if (j >= skip) FeatureMap(a.q + at(first + j), dh, a.exp_feature, m.phi_q + j * dh);
-      FeatureMap(a.k + at(first + j), dh, a.exp_feature, key);
-      for (int64_t r = 0; r < dh; ++r) m.phi_kt[r * m.padded_block + j] = key[r];
+      FeatureMap(a.k + at(first + j), dh, a.exp_feature, m.phi_k);
+      for (int64_t r = 0; r < dh; ++r) m.phi_kt[r * m.padded_block + j] = m.phi_k[r];
       std::copy_n(a.v + at(first + j), dh, m.v + j * m.padded_dh);
     }
     for (int64_t i0 = skip; i0 < len; i0 += kTileRows) {
