@@ -168,26 +168,45 @@ ATTN_INLINE void DotsOfFour(const float* q, const float* k, float* out) {
   std::memcpy(out, &sums, sizeof(sums));
 }
 
-// The causal prefill's score loop works on tiles of kQueryTile queries by
-// kKeyGroup keys: 16 vector accumulators, each key vector loaded once for
-// all the tile's queries, each query's q[r] broadcast once for all the keys.
-constexpr int64_t kQueryTile = 4;
+// The causal prefill works on tiles of kQueryTile queries. Its score loop
+// takes kScoreTile of them by kKeyGroup keys at a time: 16 vector
+// accumulators, each key vector loaded once for the four queries, each
+// query's q[r] broadcast once for all the keys. (Six queries, 24
+// accumulators, ran slower.)
+constexpr int64_t kQueryTile = 8;
+constexpr int64_t kScoreTile = 4;
 constexpr int64_t kKeyGroup = 4 * kScoreLanes;
 
+// The largest lane of x (whose lanes are never NaN).
+ATTN_INLINE float LargestLane(const Vec16& x) {
+  const Vec8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+  const Vec8 b = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Vec8 m8 = a > b ? a : b;
+  const Vec4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+  const Vec4 d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  const Vec4 m4 = c > d ? c : d;
+  float largest = m4[0];
+  for (int l = 1; l < 4; ++l) largest = m4[l] > largest ? m4[l] : largest;
+  return largest;
+}
+
 // scores[i][j0 + l] = q_i . key_{j0 + l} * scale - slope * (position_i -
-// j0 - l) for the tile's queries i and l < kKeyGroup; keys stored transposed
-// in kt ([dh][padded]), score rows `padded` apart.
+// j0 - l) for the tile's queries i and l < kKeyGroup, and -inf for keys after
+// position_i: the causal mask, which the softmax's exponent turns into 0.
+// Keys stored transposed in kt ([dh][padded]), score rows `padded` apart.
+// Each query's lanes of running maxima, max[i], take in its scores (NaN
+// never wins), so that the softmax needs no pass of its own for the maximum.
 ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const float* kt,
                            int64_t padded, int64_t dh, int64_t j0, float scale, float slope,
-                           float* scores) {
-  Vec16 sum[kQueryTile][4] = {};
+                           float* scores, Vec16* max) {
+  Vec16 sum[kScoreTile][4] = {};
   for (int64_t r = 0; r < dh; ++r) {
     const float* column = kt + r * padded + j0;
     Vec16 keys[4];  // loaded one by one: copied whole, the array went through the stack
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) std::memcpy(&keys[g], column + g * kScoreLanes, sizeof(keys[g]));
 #pragma GCC unroll 4
-    for (int i = 0; i < kQueryTile; ++i) {
+    for (int i = 0; i < kScoreTile; ++i) {
       const float qr = q[i][r];
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) sum[i][g] += qr * keys[g];
@@ -195,11 +214,15 @@ ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const
   }
   Vec16 lane;
   for (int l = 0; l < kScoreLanes; ++l) lane[l] = static_cast<float>(l);
-  for (int i = 0; i < kQueryTile; ++i) {
+  const Vec16 masked = Vec16{} - std::numeric_limits<float>::infinity();
+  for (int i = 0; i < kScoreTile; ++i) {
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const float first = static_cast<float>(position[i] - j0 - g * kScoreLanes);
-      const Vec16 biased = sum[i][g] * scale - slope * (first - lane);
+      const Vec16 distance = first - lane;
+      Vec16 biased = sum[i][g] * scale - slope * distance;
+      biased = distance < 0.0f ? masked : biased;
+      max[i] = biased > max[i] ? biased : max[i];
       std::memcpy(scores + i * padded + j0 + g * kScoreLanes, &biased, sizeof(biased));
     }
   }
@@ -259,9 +282,8 @@ ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count
 }
 
 // scores[j] = exp(scores[j] - max) over the first `count` scores; returns
-// their sum, the softmax's denominator.
-ATTN_INLINE float ExpScores(float* scores, int64_t count) {
-  const float max = MaxOf(scores, count);
+// their sum, the softmax's denominator. ExpScores finds the max itself.
+ATTN_INLINE float ExpShifted(float* scores, int64_t count, float max) {
   float total = 0.0f;
 #pragma omp simd reduction(+ : total)
   for (int64_t j = 0; j < count; ++j) {
@@ -269,6 +291,10 @@ ATTN_INLINE float ExpScores(float* scores, int64_t count) {
     total += scores[j];
   }
   return total;
+}
+
+ATTN_INLINE float ExpScores(float* scores, int64_t count) {
+  return ExpShifted(scores, count, MaxOf(scores, count));
 }
 
 // out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
@@ -288,19 +314,23 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v
   for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
 }
 
-// acc[i][0..kDh) = sum_j p[i * stride + j] v_j for the kQueryTile queries i
-// of a prefill tile, j = 0..count-1. Each row of v is loaded once for the
-// four queries: one query at a time (WeightedSumOfRows) the sum made one
-// vector load per multiply-add and read the whole value cache once per
-// query.
+// Queries per pass of TileWeightedSum at head size kDh: as many as keep
+// their sums in about 24 of AVX-512's 32 registers.
 template <int64_t kDh>
+constexpr int64_t kWeightedRows = kDh <= 48 ? 8 : 4;
+
+// acc[i][0..kDh) = sum_j p[i * stride + j] v_j for kRows queries i of a
+// prefill tile, j = 0..count-1. Each row of v is loaded once for all of
+// them: one query at a time (WeightedSumOfRows) the sum made one vector
+// load per multiply-add and read the whole value cache once per query.
+template <int64_t kDh, int64_t kRows>
 ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
                                  float* acc) {
   static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
   constexpr int kFull = kDh / 16;
   constexpr bool kHalf = kDh % 16 != 0;
-  Vec16 full[kQueryTile][kFull > 0 ? kFull : 1] = {};
-  Vec8 half[kQueryTile] = {};
+  Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
+  Vec8 half[kRows] = {};
   for (int64_t j = 0; j < count; ++j) {
     const float* row = v + j * kDh;
     Vec16 x[kFull > 0 ? kFull : 1];
@@ -308,16 +338,16 @@ ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v,
 #pragma GCC unroll 4
     for (int f = 0; f < kFull; ++f) std::memcpy(&x[f], row + 16 * f, sizeof(x[f]));
     if (kHalf) std::memcpy(&y, row + 16 * kFull, sizeof(y));
-#pragma GCC unroll 4
-    for (int i = 0; i < kQueryTile; ++i) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
       const float weight = p[i * stride + j];
 #pragma GCC unroll 4
       for (int f = 0; f < kFull; ++f) full[i][f] += weight * x[f];
       if (kHalf) half[i] += weight * y;
     }
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < kQueryTile; ++i) {
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
 #pragma GCC unroll 4
     for (int f = 0; f < kFull; ++f) std::memcpy(acc + i * kDh + 16 * f, &full[i][f], sizeof(Vec16));
     if (kHalf) std::memcpy(acc + i * kDh + 16 * kFull, &half[i], sizeof(half[i]));
@@ -391,21 +421,23 @@ ATTN_INLINE void TransposeKeys(const float* k, int64_t keys, int64_t dh, int64_t
 }
 
 // The softmax-weighted sums of a full tile of prefill queries: each query's
-// scores (rows `stride` apart) become exp(score - max) up to its own
-// position and 0 after it, up to the tile's last position, so that the four
-// share one pass over the values (TileWeightedSum). Query i's output goes
-// to out + i * out_stride; acc is kQueryTile * kDh floats of scratch.
+// scores (rows `stride` apart, masked by ScoreTile past its position)
+// become exp(score - max[i]) up to the tile's last position, so that the
+// tile shares one pass over the values (TileWeightedSum). Query i's output
+// goes to out + i * out_stride; acc is kQueryTile * kDh floats of scratch.
 template <int64_t kDh>
-ATTN_INLINE void SoftmaxTile(float* scores, int64_t stride, const int64_t* position, const float* v,
-                             float* acc, float* out, int64_t out_stride) {
-  const int64_t count = position[kQueryTile - 1] + 1;
+ATTN_INLINE void SoftmaxTile(float* scores, int64_t stride, const int64_t* position,
+                             const float* max, const float* v, float* acc, float* out,
+                             int64_t out_stride) {
+  constexpr int64_t kRows = kWeightedRows<kDh>;
   float inv_total[kQueryTile];
-  for (int i = 0; i < kQueryTile; ++i) {
-    float* row = scores + i * stride;
-    inv_total[i] = 1.0f / ExpScores(row, position[i] + 1);
-    std::fill(row + position[i] + 1, row + count, 0.0f);
+  for (int64_t i0 = 0; i0 < kQueryTile; i0 += kRows) {
+    const int64_t count = position[i0 + kRows - 1] + 1;
+    for (int64_t i = i0; i < i0 + kRows; ++i) {
+      inv_total[i] = 1.0f / ExpShifted(scores + i * stride, count, max[i]);
+    }
+    TileWeightedSum<kDh, kRows>(scores + i0 * stride, stride, v, count, acc + i0 * kDh);
   }
-  TileWeightedSum<kDh>(scores, stride, v, count, acc);
   for (int i = 0; i < kQueryTile; ++i) {
     for (int64_t d = 0; d < kDh; ++d) out[i * out_stride + d] = acc[i * kDh + d] * inv_total[i];
   }
@@ -420,6 +452,9 @@ template <int64_t kDh>
 ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_t h,
                                    std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  // Queries that share one pass over the values (SoftmaxTile), or one
+  // score tile's when each query takes its own pass.
+  constexpr int64_t kSharedRows = kDh > 0 && kDh % 8 == 0 ? kWeightedRows<kDh> : kScoreTile;
   const int64_t keys = a.start + a.time;
   // Padded to whole key groups: the score loop reads and writes them whole.
   const int64_t padded = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
@@ -441,14 +476,23 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
       q[i] = a.q + b * a.row_stride + t * a.token_stride + h * dh;
       position[i] = a.start + t;
     }
-    for (int64_t j0 = 0; j0 <= position[kQueryTile - 1]; j0 += kKeyGroup) {
-      ScoreTile(q, position, kt, padded, dh, j0, a.scale, slope, scores);
+    Vec16 lanes_max[kQueryTile];
+    for (Vec16& lanes : lanes_max) lanes = Vec16{} - std::numeric_limits<float>::infinity();
+    for (int64_t i0 = 0; i0 < kQueryTile; i0 += kScoreTile) {
+      // Up to the last key any query of this pass over the values reads.
+      const int64_t last = position[(i0 / kSharedRows + 1) * kSharedRows - 1];
+      for (int64_t j0 = 0; j0 <= last; j0 += kKeyGroup) {
+        ScoreTile(q + i0, position + i0, kt, padded, dh, j0, a.scale, slope, scores + i0 * padded,
+                  lanes_max + i0);
+      }
     }
     float* out = a.out + (OutputToken(b, t0, a.time, a.first_output) * a.heads + h) * dh;
     const int64_t out_stride = a.heads * dh;  // between consecutive queries
     if constexpr (kDh > 0 && kDh % 8 == 0) {
       if (count == kQueryTile) {
-        SoftmaxTile<kDh>(scores, padded, position, v, acc, out, out_stride);
+        float max[kQueryTile];
+        for (int64_t i = 0; i < kQueryTile; ++i) max[i] = LargestLane(lanes_max[i]);
+        SoftmaxTile<kDh>(scores, padded, position, max, v, acc, out, out_stride);
         continue;
       }
     }

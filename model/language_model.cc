@@ -248,6 +248,11 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
     learned_positions_ =
         register_module("positions", LearnedPositions(config.max_context, config.d_model));
   }
+  if (config.positions == PositionKind::kSinusoidal) {
+    // Covers the usual contexts; later positions are computed when asked.
+    constexpr int64_t kTablePositions = 4096;
+    sinusoidal_positions_ = SinusoidalPositions(config.d_model, kTablePositions);
+  }
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < config.layers; ++l) {
     layers_.push_back(std::make_shared<LmLayer>(config));
@@ -273,7 +278,7 @@ torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tens
     case PositionKind::kNone:
       return h;
     case PositionKind::kSinusoidal:
-      return h + SinusoidalEmbedding(positions, config_.d_model).to(h.options());
+      return h + sinusoidal_positions_->forward(positions).to(h.options());
     case PositionKind::kLearned:
       return h + learned_positions_->forward(positions);
   }

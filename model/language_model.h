@@ -123,7 +123,8 @@ class CausalLmImpl : public torch::nn::Module {
   LmConfig config_;
   torch::nn::Embedding embedding_{nullptr};
   LearnedPositions learned_positions_{nullptr};
-  std::vector<std::shared_ptr<LmLayer>> layers_;  // also in a ModuleList, for names
+  SinusoidalPositions sinusoidal_positions_{nullptr};  // not registered: no parameters
+  std::vector<std::shared_ptr<LmLayer>> layers_;       // also in a ModuleList, for names
   Norm final_norm_{nullptr};
 };
 TORCH_MODULE(CausalLm);

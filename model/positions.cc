@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <vector>
 
 namespace attn {
 
@@ -17,12 +18,23 @@ torch::Tensor SinusoidalEmbedding(const torch::Tensor& positions, int64_t d_mode
   return pe.to(torch::kFloat);
 }
 
-SinusoidalPositionsImpl::SinusoidalPositionsImpl(int64_t d_model) : d_model_(d_model) {
+SinusoidalPositionsImpl::SinusoidalPositionsImpl(int64_t d_model, int64_t table_positions)
+    : d_model_(d_model) {
   TORCH_CHECK(d_model % 2 == 0, "sinusoidal positions need an even d_model, got ", d_model);
+  if (table_positions > 0) {
+    table_ = SinusoidalEmbedding(torch::arange(table_positions, torch::kLong), d_model);
+  }
 }
 
 torch::Tensor SinusoidalPositionsImpl::forward(const torch::Tensor& positions) const {
-  return SinusoidalEmbedding(positions, d_model_);
+  const bool in_table = table_.defined() && positions.device() == table_.device() &&
+                        !positions.is_floating_point() && positions.numel() > 0 &&
+                        positions.min().item<int64_t>() >= 0 &&
+                        positions.max().item<int64_t>() < table_.size(0);
+  if (!in_table) return SinusoidalEmbedding(positions, d_model_);
+  std::vector<int64_t> sizes = positions.sizes().vec();
+  sizes.push_back(d_model_);
+  return table_.index_select(0, positions.reshape(-1).to(torch::kLong)).view(sizes);
 }
 
 LearnedPositionsImpl::LearnedPositionsImpl(int64_t max_positions, int64_t d_model) {

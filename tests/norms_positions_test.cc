@@ -92,6 +92,19 @@ TEST(Positions, SinusoidMatchesTheFormula) {
   EXPECT_TRUE(module->forward(torch::arange(50)).equal(table));
 }
 
+TEST(Positions, SinusoidTableGivesTheComputedValuesInsideAndPastIt) {
+  SinusoidalPositions tabled(24, /*table_positions=*/40);
+  // Inside the table, past it, straddling its end, and in a [B, T] shape.
+  for (const auto& positions :
+       {torch::arange(40), torch::arange(40, 60), torch::arange(30, 50),
+        torch::tensor({{3, 39}, {0, 17}}), torch::tensor({5}).view({1, 1})}) {
+    const auto expected = SinusoidalEmbedding(positions, 24);
+    const auto got = tabled->forward(positions);
+    EXPECT_EQ(got.sizes(), expected.sizes()) << positions;
+    EXPECT_TRUE(got.equal(expected)) << positions;
+  }
+}
+
 TEST(Positions, LearnedTableIsTrainedAndBounded) {
   LearnedPositions positions(10, 8);
   auto y = positions->forward(torch::tensor({{0, 3, 9}}));
