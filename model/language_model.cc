@@ -249,8 +249,8 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
         register_module("positions", LearnedPositions(config.max_context, config.d_model));
   }
   if (config.positions == PositionKind::kSinusoidal) {
-    // Covers the usual contexts; later positions are computed when asked.
-    constexpr int64_t kTablePositions = 4096;
+    // 2 x 2048 rows: every position below 4M at the same cost.
+    constexpr int64_t kTablePositions = 2048;
     sinusoidal_positions_ = SinusoidalPositions(config.d_model, kTablePositions);
   }
   auto list = register_module("layers", torch::nn::ModuleList());

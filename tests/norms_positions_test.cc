@@ -92,17 +92,23 @@ TEST(Positions, SinusoidMatchesTheFormula) {
   EXPECT_TRUE(module->forward(torch::arange(50)).equal(table));
 }
 
-TEST(Positions, SinusoidTableGivesTheComputedValuesInsideAndPastIt) {
+TEST(Positions, SinusoidTablesGiveTheComputedValuesAtEveryPosition) {
   SinusoidalPositions tabled(24, /*table_positions=*/40);
-  // Inside the table, past it, straddling its end, and in a [B, T] shape.
+  // Positions q * 40 + r: q = 0 (the first table alone: exact), q > 0 (the
+  // angle-addition formulas), past 40^2 (computed), in [B, T] shapes.
   for (const auto& positions :
-       {torch::arange(40), torch::arange(40, 60), torch::arange(30, 50),
-        torch::tensor({{3, 39}, {0, 17}}), torch::tensor({5}).view({1, 1})}) {
+       {torch::arange(40), torch::arange(30, 130), torch::arange(1550, 1650),
+        torch::tensor({{3, 39}, {0, 1599}}), torch::tensor({5}).view({1, 1})}) {
     const auto expected = SinusoidalEmbedding(positions, 24);
     const auto got = tabled->forward(positions);
-    EXPECT_EQ(got.sizes(), expected.sizes()) << positions;
-    EXPECT_TRUE(got.equal(expected)) << positions;
+    ASSERT_EQ(got.sizes(), expected.sizes()) << positions;
+    EXPECT_LT(MaxAbsDiff(got, expected), 3e-7) << positions;
   }
+  EXPECT_TRUE(tabled->forward(torch::arange(40)).equal(SinusoidalEmbedding(torch::arange(40), 24)));
+  // The language model's tables (2048 rows) at positions up to 2048^2 - 1.
+  SinusoidalPositions large(160, 2048);
+  const auto far = torch::tensor({2047, 2048, 4095, 100000, 2048 * 2048 - 1});
+  EXPECT_LT(MaxAbsDiff(large->forward(far), SinusoidalEmbedding(far, 160)), 3e-7);
 }
 
 TEST(Positions, LearnedTableIsTrainedAndBounded) {
