@@ -282,7 +282,7 @@ ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count
 }
 
 // scores[j] = exp(scores[j] - max) over the first `count` scores; returns
-// their sum, the softmax's denominator. ExpScores finds the max itself.
+// their sum, the softmax's denominator.
 ATTN_INLINE float ExpShifted(float* scores, int64_t count, float max) {
   float total = 0.0f;
 #pragma omp simd reduction(+ : total)
@@ -293,17 +293,14 @@ ATTN_INLINE float ExpShifted(float* scores, int64_t count, float max) {
   return total;
 }
 
-ATTN_INLINE float ExpScores(float* scores, int64_t count) {
-  return ExpShifted(scores, count, MaxOf(scores, count));
-}
-
 // out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
-// dh floats apart); scores are overwritten with exp(score - max), acc is dh
-// floats of scratch. Shared by the decode step and the causal prefill.
+// dh floats apart), whose largest is `max`; scores are overwritten with
+// exp(score - max), acc is dh floats of scratch. Shared by the decode step
+// and the causal prefill.
 template <int64_t kDh>
-ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, const float* v, int64_t dh,
-                                    float* acc, float* out) {
-  const float total = ExpScores(scores, count);
+ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, const float* v,
+                                    int64_t dh, float* acc, float* out) {
+  const float total = ExpShifted(scores, count, max);
   if constexpr (kDh > 0 && kDh % 8 == 0) {
     WeightedSumOfRows<kDh>(scores, v, count, acc);
   } else {
@@ -397,7 +394,8 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j <= length; ++j) {
     scores[j] = scores[j] * a.scale - slope * static_cast<float>(length - j);
   }
-  SoftmaxWeightedSum<kDh>(scores, length + 1, values, dh, acc, a.out + (b * a.heads + h) * dh);
+  SoftmaxWeightedSum<kDh>(scores, length + 1, MaxOf(scores, length + 1), values, dh, acc,
+                          a.out + (b * a.heads + h) * dh);
 }
 
 // kt[r * padded + j] = k[j * dh + r] for the first `keys` rows of k, a
@@ -488,16 +486,16 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
     }
     float* out = a.out + (OutputToken(b, t0, a.time, a.first_output) * a.heads + h) * dh;
     const int64_t out_stride = a.heads * dh;  // between consecutive queries
+    float max[kQueryTile];
+    for (int64_t i = 0; i < kQueryTile; ++i) max[i] = LargestLane(lanes_max[i]);
     if constexpr (kDh > 0 && kDh % 8 == 0) {
       if (count == kQueryTile) {
-        float max[kQueryTile];
-        for (int64_t i = 0; i < kQueryTile; ++i) max[i] = LargestLane(lanes_max[i]);
         SoftmaxTile<kDh>(scores, padded, position, max, v, acc, out, out_stride);
         continue;
       }
     }
     for (int64_t i = 0; i < count; ++i) {
-      SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, v, dh, acc,
+      SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, max[i], v, dh, acc,
                               out + i * out_stride);
     }
   }
