@@ -208,7 +208,7 @@ torch::Tensor AftImpl::forward(const torch::Tensor& x) {
 torch::Tensor AftImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
                                     const torch::Tensor& rows, int64_t start, int64_t keep) {
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
-  auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
+  auto qkv = DenseLeadingColumnsForLast(x, in_proj_, d, keep).contiguous();  // [B, T, 3D]
   auto out = torch::empty({batch, keep, d}, x.options());
   torch::Tensor bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
   kernels::AftPrefillArgs args;

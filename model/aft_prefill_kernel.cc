@@ -289,16 +289,30 @@ void AftPrefillRunAll(const PrefillRun& r) {
   }
 }
 
+// How many runs each bias head's `group` channels split into: at most
+// kChannelBlock channels each, and more, down to 16 channels, until every
+// thread gets as many runs. One head of 160 channels made runs of 64, 64 and
+// 32, two for one thread and one for the other; in four runs of 40, AFT-full
+// prefills 256-token chunks at d_model 160 in 0.94 of the time (AFT-local
+// and AFT-simple, whose runs cost about the same at any width, unchanged).
+int64_t RunsPerHead(int64_t group, int64_t tasks_per_run) {
+  const int64_t threads = at::get_num_threads();
+  int64_t runs = (group + kChannelBlock - 1) / kChannelBlock;
+  while ((tasks_per_run * runs) % threads != 0 && group / (runs + 1) >= 16) ++runs;
+  return runs;
+}
+
 }  // namespace
 
 void AftPrefill(const AftPrefillArgs& a) {
-  // Runs of at most kChannelBlock channels inside one bias head, so that a
-  // (query, key) pair has one bias factor per run.
+  // Runs of channels inside one bias head, so that a (query, key) pair has
+  // one bias factor per run.
   std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end)
   const int64_t group = a.channels / a.bias_heads;
+  const int64_t per_head = RunsPerHead(group, a.batch * a.bias_heads);
   for (int64_t h = 0; h < a.bias_heads; ++h) {
-    for (int64_t d = h * group; d < (h + 1) * group; d += kChannelBlock) {
-      runs.emplace_back(d, std::min((h + 1) * group, d + kChannelBlock));
+    for (int64_t r = 0; r < per_head; ++r) {
+      runs.emplace_back(h * group + group * r / per_head, h * group + group * (r + 1) / per_head);
     }
   }
   const auto per_row = static_cast<int64_t>(runs.size());

@@ -104,6 +104,36 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
 
 }  // namespace
 
+torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn::Linear& layer,
+                                         int64_t leading, int64_t keep) {
+  const torch::Tensor& weight = layer->weight;
+  const torch::Tensor& bias = layer->bias;
+  const bool packable = !torch::GradMode::is_enabled() && x.dim() == 3 && x.is_contiguous() &&
+                        x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
+  const int64_t batch = x.dim() == 3 ? x.size(0) : 0, chunk = x.dim() == 3 ? x.size(1) : 0;
+  const int64_t in = weight.size(1), out = weight.size(0);
+  if (!packable || keep >= chunk || leading <= 0 || leading >= out ||
+      leading % kernels::kPanelWidth != 0) {
+    return Dense(x, weight, bias);
+  }
+  const auto packed = SharedPackedWeights().Get(weight);
+  const float* trailing_weights =
+      packed->data() + leading / kernels::kPanelWidth * in * kernels::kPanelWidth;
+  const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  torch::Tensor y = torch::empty({batch, chunk, out}, x.options());
+  for (int64_t sequence = 0; sequence < batch; ++sequence) {
+    const float* rows = x.data_ptr<float>() + sequence * chunk * in;
+    float* y_rows = y.data_ptr<float>() + sequence * chunk * out;
+    const int64_t dropped = chunk - keep;
+    kernels::PackedGemm(rows, dropped, in, trailing_weights, out - leading, in,
+                        bias_data == nullptr ? nullptr : bias_data + leading, y_rows + leading,
+                        out);
+    kernels::PackedGemm(rows + dropped * in, keep, in, packed->data(), out, in, bias_data,
+                        y_rows + dropped * out, out);
+  }
+  return y;
+}
+
 torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
                     const torch::Tensor& bias) {
   const bool tracked =

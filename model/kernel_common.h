@@ -43,20 +43,14 @@ ATTN_INLINE float Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// exp(x) within 2 ulp for x in [-87, 88], 0 below, +inf above; free of
-// branches and calls so that loops over it vectorise (std::exp does not).
-// Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial
-// for e^r (the classic Cephes expf coefficients) and 2^n from the exponent
-// bits.
-ATTN_INLINE float FastExp(float x) {
-  // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
-  // ruled out, which kept every loop around this function scalar. A NaN fails
-  // both tests and becomes -87, so the integer conversion below is always
-  // defined; the NaN itself is returned at the end.
-  float clamped = x > -87.0f ? x : -87.0f;
-  clamped = clamped < 88.0f ? clamped : 88.0f;
-  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
-  float r = clamped - n * 0.693359375f;
+// e^x for x already inside [-87, 88], within 2 ulp: range reduction
+// x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for e^r (the
+// classic Cephes expf coefficients) and 2^n from the exponent bits. Callers
+// that know their argument's range (GELU's exp(-a^2) is never positive)
+// clamp it themselves and skip FastExp's tests for the other ends.
+ATTN_INLINE float ExpInRange(float x) {
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
   r -= n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -68,7 +62,19 @@ ATTN_INLINE float FastExp(float x) {
   const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  const float y = er * scale;
+  return er * scale;
+}
+
+// exp(x) within 2 ulp for x in [-87, 88], 0 below, +inf above; free of
+// branches and calls so that loops over it vectorise (std::exp does not).
+ATTN_INLINE float FastExp(float x) {
+  // Comparisons, not std::fmin/fmax: those stay library calls unless NaN is
+  // ruled out, which kept every loop around this function scalar. A NaN fails
+  // both tests and becomes -87, so the integer conversion in ExpInRange is
+  // always defined; the NaN itself is returned at the end.
+  float clamped = x > -87.0f ? x : -87.0f;
+  clamped = clamped < 88.0f ? clamped : 88.0f;
+  const float y = ExpInRange(clamped);
   const float in_range =
       x < -87.0f ? 0.0f : (x > 88.0f ? std::numeric_limits<float>::infinity() : y);
   return x != x ? x : in_range;

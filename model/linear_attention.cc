@@ -122,7 +122,7 @@ void LinearAttentionImpl::FillHeadsArgs(int64_t batch, const int64_t* slots,
 torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerState& state,
                                                 const torch::Tensor& rows, int64_t keep) {
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
-  auto qkv = Dense(x, in_proj_).contiguous();  // [B, T, 3D]
+  auto qkv = DenseLeadingColumnsForLast(x, in_proj_, d, keep).contiguous();  // [B, T, 3D]
   auto out = torch::empty({batch, keep, d}, x.options());
   kernels::LinearPrefillArgs args;
   FillHeadsArgs(batch, rows.data_ptr<int64_t>(), qkv, state, &args);

@@ -126,7 +126,8 @@ torch::Tensor MultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState
   CheckCapacity(state, rows, chunk);
   const int64_t start = CommonLength(state, rows);
   if (CanFuse(x, state)) {
-    auto qkv = Dense(x.contiguous(), in_proj_).contiguous();  // [B, C, 3D]
+    auto qkv = DenseLeadingColumnsForLast(x.contiguous(), in_proj_, options_.d_model, keep)
+                   .contiguous();  // [B, C, 3D]
     torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
     return Dense(CachedAttentionPrefill(
                      qkv, state, rows.data_ptr<int64_t>(), start, options_.heads,

@@ -82,6 +82,38 @@ TEST(Dense, MismatchedShapesFailAsLinearDoes) {
                c10::Error);
 }
 
+// Every column of the kept tokens and the trailing columns of the others
+// equal Linear's, whichever path the shapes take: whole panels of leading
+// columns (skipped for the dropped tokens), a leading width inside a panel,
+// and a transposed input (both computed in full).
+TEST(Dense, LeadingColumnsForTheLastTokensEqualLinearWhereSpecified) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  torch::nn::Linear layer(48, 3 * 64);
+  for (int64_t leading : {32, 64, 40}) {
+    for (int64_t batch : {1, 3}) {
+      for (int64_t keep : {0, 1, 13, 37}) {
+        for (bool transposed : {false, true}) {
+          const torch::Tensor x = transposed ? torch::randn({batch, 48, 37}).transpose(1, 2)
+                                             : torch::randn({batch, 37, 48});
+          const torch::Tensor expected =
+              torch::nn::functional::linear(x, layer->weight, layer->bias);
+          const torch::Tensor got = DenseLeadingColumnsForLast(x, layer, leading, keep);
+          ASSERT_EQ(got.sizes(), expected.sizes());
+          const auto trailing = [&](const torch::Tensor& y) {
+            return y.narrow(2, leading, 192 - leading);
+          };
+          const auto kept = [&](const torch::Tensor& y) { return y.narrow(1, 37 - keep, keep); };
+          EXPECT_TRUE(torch::allclose(trailing(got), trailing(expected), 1e-5, 1e-4))
+              << "leading " << leading << " batch " << batch << " keep " << keep;
+          EXPECT_TRUE(torch::allclose(kept(got), kept(expected), 1e-5, 1e-4))
+              << "leading " << leading << " batch " << batch << " keep " << keep;
+        }
+      }
+    }
+  }
+}
+
 TEST(Dense, ProductsAutogradTracksKeepTheirGradients) {
   torch::manual_seed(7);
   const torch::Tensor w = torch::randn({16, 8}, torch::requires_grad());
