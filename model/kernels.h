@@ -188,9 +188,11 @@ void AftStep(const AftStepArgs& a);
 // the block's max for every query: the same ratio, with one exponential per
 // key instead of one per (query, key) pair (aft_prefill_kernel.cc,
 // kSharedMaxRise); there the keys at an offset of `window` or more (factor
-// 1) form running sums, so a query costs window + 1 key terms; after the block the state moves to c
-// = m_last, as AftStep leaves it. The same sums as the op-by-op blocks, in one pass per channel run
-// with no [B, C, C, D] temporaries. State lengths are left to the caller.
+// 1) form running sums, so a query costs window + 1 key terms. After the
+// block the state moves to c = m_last, as AftStep leaves it. The same sums
+// as the op-by-op blocks, in one pass per run of channels (runs split each
+// bias head evenly across the threads), with no [B, C, C, D] temporaries.
+// State lengths are left to the caller.
 struct AftPrefillArgs {
   int64_t batch = 0, time = 0, channels = 0, window = 0, block = 64;
   int64_t bias_heads = 1, bias_rows = 1;
