@@ -19,6 +19,7 @@ cmake --build "$BUILD_DIR" --target attn-server attnctl attn-engine-bench > /dev
 server_bin=$BUILD_DIR/server/attn-server
 ctl_bin=$BUILD_DIR/client/attnctl
 port=51051
+metrics_port=51052
 server_pid=""
 trap '[ -n "$server_pid" ] && kill -9 $server_pid 2>/dev/null || true' EXIT
 
@@ -34,13 +35,34 @@ rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 start_server() {  # start_server MODEL extra-flags...
   local model=$1; shift
   "$server_bin" --models="models/$model.pt" --default_model="$model" --host=127.0.0.1 \
-    --port=$port --metrics_port=-1 "$@" > "$OUT/server-$model.log" 2>&1 &
+    --port=$port --metrics_port=$metrics_port "$@" > "$OUT/server-$model.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 200); do "$ctl_bin" --server=127.0.0.1:$port health > /dev/null 2>&1 && return; sleep 0.1; done
   echo "server did not start: $(tail -3 "$OUT/server-$model.log")" >&2; exit 1
 }
 stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
 record() { echo "$1" >> "$OUT/$2.jsonl"; }
+# The server engine's step totals from its attn_step_duration_seconds:
+# "decode_sum decode_count prefill_sum prefill_count" (seconds, steps).
+step_totals() {
+  $py - "$metrics_port" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+totals = []
+for phase in ("decode", "prefill"):
+    for kind in ("sum", "count"):
+        pattern = r'^attn_step_duration_seconds_%s\{[^}]*phase="%s"[^}]*\} (\S+)$' % (kind, phase)
+        totals.append(sum(float(v) for v in re.findall(pattern, text, re.M)))
+print(" ".join(map(str, totals)))
+PY
+}
+# Mean decode step and prefill chunk (ms) between two step_totals.
+step_means() {
+  echo "$1 $2" | awk '{
+    d = $6 - $2; p = $8 - $4
+    printf "{\"decode_ms\": %.4f, \"prefill_ms\": %.4f}", (d > 0 ? ($5 - $1) / d * 1000 : 0),
+           (p > 0 ? ($7 - $3) / p * 1000 : 0) }'
+}
 
 # Inter-token latency at concurrency 1 by context, recorded as "context"
 # lines labelled $1 ("shared" or "pinned"); the rest of the arguments prefix
@@ -98,9 +120,11 @@ for model in $MODELS; do
   for round in $(seq $ratio_rounds); do
     engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" \
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
+    before=$(step_totals)
     grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
            --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
-    record "{\"name\": \"$model\", \"threads\": 2, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
+    steps=$(step_means "$before" "$(step_totals)")
+    record "{\"name\": \"$model\", \"threads\": 2, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc, \"server_steps\": $steps}" ratio
   done
   echo "== $model: inter-token latency by context" >&2
   context_rounds shared
@@ -116,9 +140,11 @@ for model in $MODELS; do
     engine=$(taskset -c "$engine_cpu" "$BUILD_DIR/bench/engine/attn-engine-bench" \
              --model="models/$model.pt" --threads=1 \
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
+    before=$(step_totals)
     grpc=$(taskset -c "$serving_cpus" "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 \
            --prompt_tokens=128 --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
-    record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc}" ratio
+    steps=$(step_means "$before" "$(step_totals)")
+    record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc, \"server_steps\": $steps}" ratio
   done
   echo "== $model: inter-token latency by context, engine on CPU $engine_cpu" >&2
   context_rounds pinned taskset -c "$serving_cpus"

@@ -18,6 +18,15 @@ def verdict(ok):
     return "met" if ok else "**not met**"
 
 
+def step_pair(rounds, phase):
+    """Median over rounds of the mean `phase` step in process and in the server, or "-"."""
+    engine = [r["engine"].get(f"{phase}_step_ms", {}).get("64") for r in rounds]
+    server = [r.get("server_steps", {}).get(f"{phase}_ms") for r in rounds]
+    if None in engine or None in server or not rounds:
+        return "-"
+    return f"{statistics.median(engine):.2f} / {statistics.median(server):.2f}"
+
+
 def main():
     out = sys.argv[1]
     engine = {e["name"]: e for e in load(out, "engine")}
@@ -78,8 +87,14 @@ def main():
               "`taskset` for the engine bench), while gRPC's threads and the client run on the "
               "other, as a client on its own machine would; that row shows what the serving "
               "layer itself costs.\n")
-        print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) |")
-        print("|---|---|---|---|---|---|")
+        print("The last two columns are the engine's mean decode step and prefill chunk (ms, "
+              "medians over the rounds), in process and in the server (from its "
+              "`attn_step_duration_seconds`): the same model's steps on about the same batches "
+              "(the server's decode batches run a few rows short while clients reconnect), so "
+              "where the server's take longer, its engine lost time to the threads it shares its "
+              "cores with.\n")
+        print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) | decode step ms: in process / server | prefill chunk ms: in process / server |")
+        print("|---|---|---|---|---|---|---|---|")
         by_model = {}
         for r in ratio_rounds:
             by_model.setdefault((r["name"], r.get("threads", 2)), []).append(r)
@@ -90,7 +105,8 @@ def main():
             median = statistics.median(ratios)
             print(f"| {name} | {threads} | {' / '.join(f'{e:.0f}' for e in engines)} | "
                   f"{' / '.join(f'{g:.0f}' for g in grpcs)} | {' / '.join(f'{x:.2f}' for x in ratios)} | "
-                  f"{median:.2f} {verdict(median >= 0.9)} |")
+                  f"{median:.2f} {verdict(median >= 0.9)} | {step_pair(rounds, 'decode')} | "
+                  f"{step_pair(rounds, 'prefill')} |")
     if memory:
         print("\nIdle server RSS after start (MB, includes the preallocated state pool of 256 slots): "
               + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()) + ".")

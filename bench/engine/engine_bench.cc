@@ -81,18 +81,40 @@ struct ThroughputResult {
   double tokens_per_second = 0;
   double median_token_interval_ms = 0;  // between consecutive tokens of a request
   double median_decode_step_ms = 0;     // the model's decode step inside that interval
+  double mean_decode_step_ms = 0;       // over the run, every batch size
+  double mean_prefill_step_ms = 0;      // one batched prefill chunk
 };
 
-// Records how long the engine's decode steps take (model call and logits copy).
-class DecodeStepTimer : public attn::serving::EngineObserver {
+// Records how long the engine's steps take (model call and logits copy):
+// every decode step, for the median at concurrency 1, and the totals of
+// both phases, which the server's attn_step_duration_seconds also exports,
+// so that a gRPC run's steps can be set against these.
+class StepTimer : public attn::serving::EngineObserver {
  public:
   void OnStep(Phase phase, absl::Duration took, int64_t /*rows*/, int64_t /*tokens*/) override {
-    if (phase == Phase::kDecode) steps_ms_.push_back(absl::ToDoubleMilliseconds(took));
+    const double ms = absl::ToDoubleMilliseconds(took);
+    if (phase == Phase::kDecode) {
+      decode_ms_.push_back(ms);
+    } else {
+      prefill_total_ms_ += ms;
+      ++prefills_;
+    }
   }
-  double median_ms() const { return Median(steps_ms_); }
+  double median_decode_ms() const { return Median(decode_ms_); }
+  double mean_decode_ms() const {
+    double total = 0;
+    for (double ms : decode_ms_) total += ms;
+    return decode_ms_.empty() ? 0.0 : total / static_cast<double>(decode_ms_.size());
+  }
+  double mean_prefill_ms() const {
+    return prefills_ == 0 ? 0.0 : prefill_total_ms_ / static_cast<double>(prefills_);
+  }
 
  private:
-  std::vector<double> steps_ms_;  // engine thread only, read after Stop()
+  // Engine thread only, read after Stop().
+  std::vector<double> decode_ms_;
+  double prefill_total_ms_ = 0;
+  int64_t prefills_ = 0;
 };
 
 // Generated tokens per second with `concurrency` requests kept in flight.
@@ -103,7 +125,7 @@ ThroughputResult Throughput(attn::CausalLm& model, const attn::Tokenizer& tokeni
   options.max_active = concurrency;
   options.max_waiting = concurrency;
   options.stream_buffer = max_tokens + 2;  // never pauses: the bench reads only at the end
-  DecodeStepTimer step_timer;
+  StepTimer step_timer;
   Engine engine(model, tokenizer, options, attn::serving::RealClock(), &step_timer);
   engine.Start();
   const int64_t total = concurrency * absl::GetFlag(FLAGS_requests_per_slot);
@@ -160,7 +182,8 @@ ThroughputResult Throughput(attn::CausalLm& model, const attn::Tokenizer& tokeni
   engine.Stop();
   for (auto& stream : streams) stream->ClearListener();
   return {static_cast<double>(tokens) / absl::ToDoubleSeconds(absl::Now() - start),
-          Median(intervals), step_timer.median_ms()};
+          Median(intervals), step_timer.median_decode_ms(), step_timer.mean_decode_ms(),
+          step_timer.mean_prefill_ms()};
 }
 
 struct Flops {
@@ -281,7 +304,8 @@ int main(int argc, char** argv) {
   std::printf("model %s (%s, %ld parameters), %d threads\n", absl::GetFlag(FLAGS_model).c_str(),
               mixer.c_str(), static_cast<long>(model->parameter_count()), threads);
 
-  std::vector<std::string> throughput_json;
+  // Per concurrency: tokens/s, and the mean decode step and prefill chunk.
+  std::vector<std::string> throughput_json, decode_json, prefill_json;
   double token_interval_ms = 0, decode_step_c1_ms = 0;
   for (const std::string& text : absl::GetFlag(FLAGS_concurrency)) {
     const int concurrency = std::stoi(text);
@@ -290,6 +314,8 @@ int main(int argc, char** argv) {
     std::printf("throughput  concurrency %4d: %9.1f tokens/s\n", concurrency,
                 result.tokens_per_second);
     throughput_json.push_back(absl::StrCat("\"", concurrency, "\": ", result.tokens_per_second));
+    decode_json.push_back(absl::StrCat("\"", concurrency, "\": ", result.mean_decode_step_ms));
+    prefill_json.push_back(absl::StrCat("\"", concurrency, "\": ", result.mean_prefill_step_ms));
     if (concurrency == 1) {
       token_interval_ms = result.median_token_interval_ms;
       decode_step_c1_ms = result.median_decode_step_ms;
@@ -300,8 +326,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_throughput_only)) {
     std::printf(
         "{\"model\": \"%s\", \"threads\": %d, \"throughput\": {%s}, "
+        "\"decode_step_ms\": {%s}, \"prefill_step_ms\": {%s}, "
         "\"token_interval_c1_ms\": %.4f, \"decode_step_c1_ms\": %.4f}\n",
         absl::GetFlag(FLAGS_model).c_str(), threads, absl::StrJoin(throughput_json, ", ").c_str(),
+        absl::StrJoin(decode_json, ", ").c_str(), absl::StrJoin(prefill_json, ", ").c_str(),
         token_interval_ms, decode_step_c1_ms);
     return 0;
   }
