@@ -109,7 +109,7 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
   const torch::Tensor& weight = layer->weight;
   const torch::Tensor& bias = layer->bias;
   const bool packable = !torch::GradMode::is_enabled() && x.dim() == 3 && x.is_contiguous() &&
-                        x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
+                        x.size(0) * x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
   const int64_t batch = x.dim() == 3 ? x.size(0) : 0, chunk = x.dim() == 3 ? x.size(1) : 0;
   const int64_t in = weight.size(1), out = weight.size(0);
   if (!packable || keep >= chunk || leading <= 0 || leading >= out ||
@@ -120,16 +120,18 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
   const float* trailing_weights =
       packed->data() + leading / kernels::kPanelWidth * in * kernels::kPanelWidth;
   const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  const float* x_data = x.data_ptr<float>();
   torch::Tensor y = torch::empty({batch, chunk, out}, x.options());
+  float* y_data = y.data_ptr<float>();
+  // The trailing columns (keys and values) of every token in one product;
+  // the leading panels (queries) come first in the packed weight, so the
+  // kept tokens of each sequence multiply them alone.
+  kernels::PackedGemm(x_data, batch * chunk, in, trailing_weights, out - leading, in,
+                      bias_data == nullptr ? nullptr : bias_data + leading, y_data + leading, out);
   for (int64_t sequence = 0; sequence < batch; ++sequence) {
-    const float* rows = x.data_ptr<float>() + sequence * chunk * in;
-    float* y_rows = y.data_ptr<float>() + sequence * chunk * out;
-    const int64_t dropped = chunk - keep;
-    kernels::PackedGemm(rows, dropped, in, trailing_weights, out - leading, in,
-                        bias_data == nullptr ? nullptr : bias_data + leading, y_rows + leading,
-                        out);
-    kernels::PackedGemm(rows + dropped * in, keep, in, packed->data(), out, in, bias_data,
-                        y_rows + dropped * out, out);
+    const int64_t first_kept = sequence * chunk + chunk - keep;
+    kernels::PackedGemm(x_data + first_kept * in, keep, in, packed->data(), leading, in, bias_data,
+                        y_data + first_kept * out, out);
   }
   return y;
 }
