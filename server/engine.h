@@ -126,7 +126,9 @@ class Engine {
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
 
   // Runs iterations on an own thread until Stop(). Also releases the calling
-  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h). Returns
+  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h), and the
+  // engine thread releases its own after an idle wait (about 20 ms without
+  // work), so that idle engines do not slow a busy one. Returns
   // once that thread has warmed up: a short prefill and two decode steps on
   // a scratch slot, which pack the weights, start the intra-op threads and
   // grow the allocator, so that the first request does not pay for them.

@@ -2,12 +2,16 @@
 // clock and tiny random models.
 #include "server/engine.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "tests/server/tiny_model.h"
@@ -503,6 +507,89 @@ TEST_F(EngineTest, WarmUpPromptFitsThePrefillChunk) {
   engine->Start();
   EXPECT_EQ(engine->warm_up().tokens, 4 + 2);
   engine->Stop();
+}
+
+// Ids of this process's threads named like the engine thread: the engine
+// thread and the threads it started, which inherit its name. Those are its
+// OpenMP workers, and the workers of LibTorch's own thread pool, which some
+// operators start and which then live as long as the process.
+std::set<std::string> EngineNamedThreads() {
+  std::set<std::string> ids;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return ids;
+  while (const dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "attn-engine") ids.insert(entry->d_name);
+  }
+  closedir(tasks);
+  return ids;
+}
+
+// Those of `ids` that are no longer running.
+std::set<std::string> Ended(const std::set<std::string>& ids) {
+  const std::set<std::string> now = EngineNamedThreads();
+  std::set<std::string> ended;
+  std::set_difference(ids.begin(), ids.end(), now.begin(), now.end(),
+                      std::inserter(ended, ended.begin()));
+  return ended;
+}
+
+// An engine that has nothing to do hands its OpenMP workers back, so that
+// with several models hosted the idle engines do not slow the busy one; the
+// next request builds a new team and gives the same output.
+TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(2);
+  // Wide enough that a prompt's prefill runs parallel loops (the tiny
+  // model's are too small to fork).
+  LmConfig config;
+  config.vocab_size = TinyTokenizer().vocab_size();
+  config.d_model = 256;
+  config.layers = 1;
+  config.heads = 4;
+  config.ff_hidden = 1024;
+  config.mixer = MixerKind::kAftConv;
+  config.window = 4;
+  torch::manual_seed(3);
+  model_ = CausalLm(config);
+  model_->eval();
+  auto engine = std::make_unique<Engine>(model_, TinyTokenizer(), EngineOptions{}, clock_, nullptr);
+  engine->Start();
+  const EngineRequest request = Greedy(Prompt(200, 5), 40);
+  std::vector<Output> outputs(2);
+  std::vector<std::set<std::string>> running(2);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto stream = std::make_shared<RequestStream>(1000);
+    ASSERT_TRUE(engine->Submit(request, stream).ok());
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (!outputs[i].done && absl::Now() < give_up) {
+      running[i].merge(EngineNamedThreads());
+      absl::SleepFor(absl::Milliseconds(1));
+      Read(*stream, &outputs[i]);
+    }
+    ASSERT_TRUE(outputs[i].done);
+    EXPECT_TRUE(outputs[i].last.status.ok()) << outputs[i].last.status;
+    running[i].merge(EngineNamedThreads());
+    // The engine hands its team back after about 20 ms without work.
+    std::set<std::string> ended;
+    for (const absl::Time until = absl::Now() + absl::Seconds(5);
+         absl::Now() < until && ended.empty(); absl::SleepFor(absl::Milliseconds(5))) {
+      ended = Ended(running[i]);
+    }
+    EXPECT_FALSE(ended.empty()) << "request " << i << ": the idle engine kept all "
+                                << running[i].size() << " of its threads";
+  }
+  engine->Stop();
+  at::set_num_threads(threads_before);
+  std::set<std::string> new_in_second;
+  std::set_difference(running[1].begin(), running[1].end(), running[0].begin(), running[0].end(),
+                      std::inserter(new_in_second, new_in_second.begin()));
+  EXPECT_FALSE(new_in_second.empty()) << "the second request ran without a new team";
+  EXPECT_EQ(outputs[1].ids, outputs[0].ids);
+  EXPECT_EQ(outputs[0].ids.size(), 40u);
 }
 
 }  // namespace
