@@ -56,6 +56,47 @@ for phase in ("decode", "prefill"):
 print(" ".join(map(str, totals)))
 PY
 }
+# CPU seconds the server has used: "total serving". Serving is the threads
+# not named attn-engine (gRPC's, the delivery thread, the main thread), which
+# live as long as the server; the engine's share is total - serving, since
+# its OpenMP workers come and go and a process's total keeps the time of
+# threads that ended.
+server_cpu() {
+  $py - "$server_pid" <<'PY'
+import os, sys
+pid = sys.argv[1]
+def parse(path):
+    text = open(path).read()
+    fields = text[text.rindex(")") + 2:].split()
+    return text[text.index("(") + 1:text.rindex(")")], int(fields[11]) + int(fields[12])
+total = parse(f"/proc/{pid}/stat")[1]
+serving = 0
+for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        name, ticks = parse(f"/proc/{pid}/task/{tid}/stat")
+    except OSError:  # the thread ended meanwhile
+        continue
+    serving += ticks if name != "attn-engine" else 0
+hz = os.sysconf("SC_CLK_TCK")
+print(total / hz, serving / hz)
+PY
+}
+# One closed-loop gRPC run at 64 streams, its arguments prefixing the
+# client's command (taskset). Prints the client's JSON line with what the
+# run cost in CPU: seconds of wall time, of the server's engine and serving
+# threads, and of the client (user + system, from /usr/bin/time).
+grpc_round() {
+  local before after start end line
+  before=$(server_cpu); start=$(date +%s.%N)
+  line=$("$@" /usr/bin/time -f "%U %S" -o "$OUT/client.time" "$ctl_bin" --server=127.0.0.1:$port \
+         bench --concurrency=64 --prompt_tokens=128 --max_tokens=128 --streams=$((64 * per_slot)) \
+         --json --progress=false)
+  end=$(date +%s.%N); after=$(server_cpu)
+  echo "$before $after $start $end $(cat "$OUT/client.time")" | awk -v line="$line" -v cpus="$(nproc)" '{
+    serving = $4 - $2; engine = ($3 - $1) - serving
+    printf "{\"run\": %s, \"cpu\": {\"cpus\": %d, \"wall_s\": %.3f, \"engine_s\": %.3f, \"serving_s\": %.3f, \"client_s\": %.3f}}",
+           line, cpus, $6 - $5, engine, serving, $7 + $8 }'
+}
 # Mean decode step and prefill chunk (ms) between two step_totals.
 step_means() {
   echo "$1 $2" | awk '{
@@ -121,8 +162,7 @@ for model in $MODELS; do
     engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model="models/$model.pt" \
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
     before=$(step_totals)
-    grpc=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 --prompt_tokens=128 \
-           --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
+    grpc=$(grpc_round)
     steps=$(step_means "$before" "$(step_totals)")
     record "{\"name\": \"$model\", \"threads\": 2, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc, \"server_steps\": $steps}" ratio
   done
@@ -141,8 +181,7 @@ for model in $MODELS; do
              --model="models/$model.pt" --threads=1 \
              --concurrency=64 --requests_per_slot=$per_slot --throughput_only | tail -1)
     before=$(step_totals)
-    grpc=$(taskset -c "$serving_cpus" "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=64 \
-           --prompt_tokens=128 --max_tokens=128 --streams=$((64 * per_slot)) --json --progress=false)
+    grpc=$(grpc_round taskset -c "$serving_cpus")
     steps=$(step_means "$before" "$(step_totals)")
     record "{\"name\": \"$model\", \"threads\": 1, \"round\": $round, \"engine\": $engine, \"grpc\": $grpc, \"server_steps\": $steps}" ratio
   done

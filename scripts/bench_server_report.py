@@ -27,6 +27,30 @@ def step_pair(rounds, phase):
     return f"{statistics.median(engine):.2f} / {statistics.median(server):.2f}"
 
 
+def grpc_run(ratio_round):
+    """The client's result of a ratio round (older recordings hold it bare)."""
+    grpc = ratio_round["grpc"]
+    return grpc.get("run", grpc)
+
+
+def cpu_cells(rounds, threads):
+    """Where the CPU went during the gRPC runs (medians over rounds): the shares
+    of the machine's CPUs taken by the engine's threads, the server's other
+    threads and the client; and the engine's tokens/s per CPU it used in the
+    server against in process (where it keeps its `threads` CPUs busy)."""
+    usage = [r["grpc"].get("cpu") for r in rounds]
+    if not rounds or None in usage:
+        return "- | -"
+    def share(key):
+        return statistics.median(u[key] / (u["wall_s"] * u["cpus"]) for u in usage)
+    per_cpu = statistics.median(
+        (grpc_run(r)["tokens_per_s"] / (u["engine_s"] / u["wall_s"]))
+        / (r["engine"]["throughput"]["64"] / threads)
+        for r, u in zip(rounds, usage) if u["engine_s"] > 0)
+    return (f"{100 * share('engine_s'):.0f}% / {100 * share('serving_s'):.0f}% / "
+            f"{100 * share('client_s'):.0f}% | {per_cpu:.2f}")
+
+
 def main():
     out = sys.argv[1]
     engine = {e["name"]: e for e in load(out, "engine")}
@@ -81,32 +105,37 @@ def main():
     if ratio_rounds:
         print("\n### gRPC against the engine at 64 streams (rounds alternating the two)\n")
         print("The ratios in the table above compare runs minutes apart; these pair each "
-              "gRPC run with an engine run just before it. With 2 engine threads the engine "
-              "shares both cores with gRPC's threads and the client. With 1, the engine has a "
-              "core of its own, in process and in the server alike (`--engine_cpus`, and "
-              "`taskset` for the engine bench), while gRPC's threads and the client run on the "
-              "other, as a client on its own machine would; that row shows what the serving "
-              "layer itself costs.\n")
+              "gRPC run with an engine run just before it. The target is judged where the "
+              "engine has the same CPU in both: with 1 engine thread it has a core of its own, "
+              "in process and in the server alike (`--engine_cpus`, and `taskset` for the "
+              "engine bench), while gRPC's threads and the client run on the other, as a "
+              "client on its own machine would. That row is what the serving layer costs. "
+              "With 2 engine threads the server's engine also shares both cores with gRPC's "
+              "threads and the client, which the engine in process does not; the CPU columns "
+              "show what they take, and the last but two shows the engine's tokens/s per CPU "
+              "it used, in the server against in process.\n")
         print("The last two columns are the engine's mean decode step and prefill chunk (ms, "
               "medians over the rounds), in process and in the server (from its "
               "`attn_step_duration_seconds`): the same model's steps on about the same batches "
-              "(the server's decode batches run a few rows short while clients reconnect), so "
-              "where the server's take longer, its engine lost time to the threads it shares its "
-              "cores with.\n")
-        print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | median ratio (>= 0.90) | decode step ms: in process / server | prefill chunk ms: in process / server |")
-        print("|---|---|---|---|---|---|---|---|")
+              "(the server's decode batches run a few rows short while clients reconnect).\n")
+        print("| model | engine threads | engine tok/s per round | gRPC tok/s per round | ratios | "
+              "median ratio (>= 0.90) | CPU during gRPC: engine / serving / client | "
+              "engine tok/s per CPU: server / in process | decode step ms: in process / server | "
+              "prefill chunk ms: in process / server |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         by_model = {}
         for r in ratio_rounds:
             by_model.setdefault((r["name"], r.get("threads", 2)), []).append(r)
         for (name, threads), rounds in sorted(by_model.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
             engines = [r["engine"]["throughput"]["64"] for r in rounds]
-            grpcs = [r["grpc"]["tokens_per_s"] for r in rounds]
+            grpcs = [grpc_run(r)["tokens_per_s"] for r in rounds]
             ratios = [g / e for g, e in zip(grpcs, engines)]
             median = statistics.median(ratios)
+            judged = verdict(median >= 0.9) if threads == 1 else "(cores shared with the client)"
             print(f"| {name} | {threads} | {' / '.join(f'{e:.0f}' for e in engines)} | "
                   f"{' / '.join(f'{g:.0f}' for g in grpcs)} | {' / '.join(f'{x:.2f}' for x in ratios)} | "
-                  f"{median:.2f} {verdict(median >= 0.9)} | {step_pair(rounds, 'decode')} | "
-                  f"{step_pair(rounds, 'prefill')} |")
+                  f"{median:.2f} {judged} | {cpu_cells(rounds, threads)} | "
+                  f"{step_pair(rounds, 'decode')} | {step_pair(rounds, 'prefill')} |")
     if memory:
         print("\nIdle server RSS after start (MB, includes the preallocated state pool of 256 slots): "
               + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()) + ".")
