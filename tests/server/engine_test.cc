@@ -19,6 +19,7 @@
 namespace attn::serving {
 namespace {
 
+using attn::testing::TinyConfig;
 using attn::testing::TinyModel;
 using attn::testing::TinyTokenizer;
 
@@ -545,14 +546,10 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
   at::set_num_threads(2);
   // Wide enough that a prompt's prefill runs parallel loops (the tiny
   // model's are too small to fork).
-  LmConfig config;
-  config.vocab_size = TinyTokenizer().vocab_size();
+  LmConfig config = TinyConfig(MixerKind::kAftConv);
   config.d_model = 256;
   config.layers = 1;
-  config.heads = 4;
   config.ff_hidden = 1024;
-  config.mixer = MixerKind::kAftConv;
-  config.window = 4;
   torch::manual_seed(3);
   model_ = CausalLm(config);
   model_->eval();

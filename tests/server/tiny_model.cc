@@ -28,7 +28,7 @@ const Tokenizer& TinyTokenizer() {
   return *tokenizer;
 }
 
-CausalLm TinyModel(MixerKind kind, uint64_t seed) {
+LmConfig TinyConfig(MixerKind kind) {
   LmConfig c;
   c.vocab_size = TinyTokenizer().vocab_size();
   c.d_model = 32;
@@ -40,8 +40,12 @@ CausalLm TinyModel(MixerKind kind, uint64_t seed) {
   c.max_context = 512;
   if (kind == MixerKind::kMha || kind == MixerKind::kRelative)
     c.positions = PositionKind::kSinusoidal;
+  return c;
+}
+
+CausalLm TinyModel(MixerKind kind, uint64_t seed) {
   torch::manual_seed(seed);
-  CausalLm model(c);
+  CausalLm model(TinyConfig(kind));
   RandomizePositionParameters(*model, 0.3);
   // Larger output logits than the initialisation gives, so greedy choices
   // are not near-ties that float noise could flip.

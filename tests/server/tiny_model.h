@@ -12,7 +12,11 @@ namespace attn::testing {
 // Trained on first use; lives until the process ends.
 const Tokenizer& TinyTokenizer();
 
-// d_model 32, 2 layers, 4 heads; max_context 512 for the mixers that need it.
+// d_model 32, 2 layers, 4 heads, window 4; max_context 512 for the mixers
+// that need it; sinusoidal positions for the softmax ones.
+LmConfig TinyConfig(MixerKind kind);
+
+// A model of TinyConfig(kind).
 CausalLm TinyModel(MixerKind kind, uint64_t seed = 7);
 
 // Writes `dir`/`name`.pt holding TinyModel(kind) and TinyTokenizer().
