@@ -574,8 +574,9 @@ void Engine::Impl::Loop() {
       // the threads of every thread's team; with several models hosted, idle
       // engines' teams push the count over the CPUs, and then every team
       // sleeps on a futex between parallel ops instead of spinning, so the
-      // busy engine paid for the idle ones (13-25% fewer tokens/s with three
-      // models on 2 CPUs). The next parallel op builds a new team.
+      // busy engine paid for the idle ones (a fifth fewer tokens/s at 64
+      // streams with three models on 2 CPUs). The next parallel op builds a
+      // new team.
       lock.unlock();
       ReleaseThreadTeam();
       holds_team = false;

@@ -87,7 +87,11 @@ class EngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> MakeEngine(EngineOptions options = {}, EngineObserver* observer = nullptr,
                                      MixerKind kind = MixerKind::kAftConv) {
-    model_ = TinyModel(kind);
+    return EngineFor(TinyModel(kind), options, observer);
+  }
+  std::unique_ptr<Engine> EngineFor(CausalLm model, EngineOptions options = {},
+                                    EngineObserver* observer = nullptr) {
+    model_ = std::move(model);
     return std::make_unique<Engine>(model_, TinyTokenizer(), options, clock_, observer);
   }
   // Runs iterations until every output is done (at most `limit`).
@@ -529,13 +533,12 @@ std::set<std::string> EngineNamedThreads() {
   return ids;
 }
 
-// Those of `ids` that are no longer running.
-std::set<std::string> Ended(const std::set<std::string>& ids) {
-  const std::set<std::string> now = EngineNamedThreads();
-  std::set<std::string> ended;
-  std::set_difference(ids.begin(), ids.end(), now.begin(), now.end(),
-                      std::inserter(ended, ended.begin()));
-  return ended;
+// The ids in `a` and not in `b`.
+std::set<std::string> Minus(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::set<std::string> difference;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(),
+                      std::inserter(difference, difference.begin()));
+  return difference;
 }
 
 // An engine that has nothing to do hands its OpenMP workers back, so that
@@ -551,9 +554,9 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
   config.layers = 1;
   config.ff_hidden = 1024;
   torch::manual_seed(3);
-  model_ = CausalLm(config);
-  model_->eval();
-  auto engine = std::make_unique<Engine>(model_, TinyTokenizer(), EngineOptions{}, clock_, nullptr);
+  CausalLm wide(config);
+  wide->eval();
+  auto engine = EngineFor(wide);
   engine->Start();
   const EngineRequest request = Greedy(Prompt(200, 5), 40);
   std::vector<Output> outputs(2);
@@ -574,17 +577,15 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
     std::set<std::string> ended;
     for (const absl::Time until = absl::Now() + absl::Seconds(5);
          absl::Now() < until && ended.empty(); absl::SleepFor(absl::Milliseconds(5))) {
-      ended = Ended(running[i]);
+      ended = Minus(running[i], EngineNamedThreads());
     }
     EXPECT_FALSE(ended.empty()) << "request " << i << ": the idle engine kept all "
                                 << running[i].size() << " of its threads";
   }
   engine->Stop();
   at::set_num_threads(threads_before);
-  std::set<std::string> new_in_second;
-  std::set_difference(running[1].begin(), running[1].end(), running[0].begin(), running[0].end(),
-                      std::inserter(new_in_second, new_in_second.begin()));
-  EXPECT_FALSE(new_in_second.empty()) << "the second request ran without a new team";
+  EXPECT_FALSE(Minus(running[1], running[0]).empty())
+      << "the second request ran without a new team";
   EXPECT_EQ(outputs[1].ids, outputs[0].ids);
   EXPECT_EQ(outputs[0].ids.size(), 40u);
 }
