@@ -25,8 +25,8 @@
 #include <string>
 #include <thread>
 
-#include "model/cpus.h"
-#include "model/mixer.h"
+#include "util/cpus.h"
+#include "model/mixers/mixer.h"
 
 namespace attn {
 namespace {

@@ -25,6 +25,7 @@
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
 #include "client/health.h"
+#include "util/flags.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
 ABSL_FLAG(std::string, model, "", "Model name; empty: the server's default.");
@@ -254,6 +255,7 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "attnctl <models|generate|stream|score|tokenize|detokenize|health|bench> [flags]");
+  attn::ListFlagsOfFolderInHelp(__FILE__);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());

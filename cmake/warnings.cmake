@@ -8,8 +8,13 @@ function(attn_project_options target)
   endif()
 endfunction()
 
-# attn_torch_pch(<target>): precompiles the LibTorch headers for a target.
-# One translation unit that parses <torch/torch.h> costs ~15-20 s here.
+# attn_torch_pch(<target>): the target's files start from the precompiled
+# <torch/torch.h> of the attn_torch_pch target (top-level CMakeLists.txt).
+# Parsing the header costs a translation unit 15-20 s; one shared
+# precompiled copy is built once instead of once per target. Files that do
+# not use LibTorch set SKIP_PRECOMPILE_HEADERS. -Winvalid-pch reports a
+# target whose flags would make gcc ignore the shared header.
 function(attn_torch_pch target)
-  target_precompile_headers(${target} PRIVATE <torch/torch.h>)
+  target_precompile_headers(${target} REUSE_FROM attn_torch_pch)
+  target_compile_options(${target} PRIVATE -Winvalid-pch)
 endfunction()

@@ -8,9 +8,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "model/cpus.h"
-#include "model/generation.h"
-#include "model/model_package.h"
+#include "util/cpus.h"
+#include "model/lm/generation.h"
+#include "model/lm/model_package.h"
+#include "util/flags.h"
 
 ABSL_FLAG(std::string, model, "", "model package (*.pt)");
 ABSL_FLAG(std::string, prompt, "", "text to continue");
@@ -25,6 +26,7 @@ ABSL_FLAG(int, threads, 0,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Streams a completion of --prompt from a model package.");
+  attn::ListFlagsOfFolderInHelp(__FILE__);
   absl::ParseCommandLine(argc, argv);
   attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   auto package = attn::LoadPackage(absl::GetFlag(FLAGS_model));

@@ -140,7 +140,7 @@ for model in $MODELS; do
     # that drift in this machine's speed falls on both sides of each ratio.
     echo "== Python eager baseline against the engine (aft-conv, batch 1), alternating" >&2
     for round in $(seq $ratio_rounds); do
-      python=$($py scripts/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2)
+      python=$($py tests/tools/python_eager_baseline.py models/aft-conv.pt --tokens 200 --threads 2)
       engine=$("$BUILD_DIR/bench/engine/attn-engine-bench" --model=models/aft-conv.pt \
                --concurrency=1 --requests_per_slot=3 --throughput_only | tail -1)
       record "{\"round\": $round, \"python\": $python, \"engine\": $engine}" python

@@ -179,7 +179,7 @@ def main():
         steps = [r["engine"]["decode_step_c1_ms"] for r in python]
         ratios = [p / e for p, e in zip(pythons, engines)]
         median = statistics.median(ratios)
-        print("\n### Batch 1 against plain Python eager PyTorch (`scripts/python_eager_baseline.py`)\n")
+        print("\n### Batch 1 against plain Python eager PyTorch (`tests/tools/python_eager_baseline.py`)\n")
         print(f"aft-conv; {len(python)} rounds, each the Python loop then the engine.\n")
         print("| | ms per token, per round |")
         print("|---|---|")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian packages. Idempotent:
-# a second run only checks that everything is present. python3-grpcio,
+# a second run only checks that everything is present. clang-14 runs the
+# thread-safety analysis (scripts/check_thread_safety.sh). python3-grpcio,
 # python3-grpc-tools and prometheus (promtool) serve the end-to-end tests.
 set -euo pipefail
 
@@ -10,7 +11,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsentencepiece-dev
+  libsentencepiece-dev nlohmann-json3-dev
+  clang-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl
 )

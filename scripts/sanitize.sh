@@ -3,7 +3,7 @@
 # and runs them. The tests that load the SentencePiece plugin (the tokenizer,
 # generation and trainer tests, and the bundled packages, whose tokenizers
 # are SentencePiece models) are left out: sanitizer runtimes refuse dlopen's
-# RTLD_DEEPBIND, which the plugin needs (see model/sentencepiece_backend.h).
+# RTLD_DEEPBIND, which the plugin needs (see model/text/sentencepiece_backend.h).
 # For the same reason the server tests, whose tiny model has a SentencePiece
 # tokenizer, cannot run here. Takes about 20 minutes on 2 cores from a clean
 # build directory.

@@ -16,32 +16,32 @@ DeliveryThread::DeliveryThread()
 
 DeliveryThread::~DeliveryThread() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_one();
+  cv_.Signal();
   thread_.join();
 }
 
 void DeliveryThread::Schedule(std::shared_ptr<RequestStream> stream) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     scheduled_.push_back(std::move(stream));
     wake = sleeping_;
     sleeping_ = false;  // one wake-up per sleep, not one per event
   }
-  if (wake) cv_.notify_one();
+  if (wake) cv_.Signal();
 }
 
 void DeliveryThread::Loop() {
   std::vector<std::shared_ptr<RequestStream>> batch;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       while (scheduled_.empty() && !stopping_) {
         sleeping_ = true;
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
       }
       sleeping_ = false;
       if (scheduled_.empty()) return;  // stopping, and nothing left to run

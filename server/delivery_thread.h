@@ -6,11 +6,12 @@
 // decode step added a quarter to each iteration. Handing the stream to this
 // thread costs the engine one short critical section per event.
 #pragma once
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace attn::serving {
 
@@ -32,11 +33,11 @@ class DeliveryThread {
  private:
   void Loop();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::shared_ptr<RequestStream>> scheduled_;
-  bool sleeping_ = false;
-  bool stopping_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled when work arrives for a sleeping Loop()
+  std::vector<std::shared_ptr<RequestStream>> scheduled_ ABSL_GUARDED_BY(mu_);
+  bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the fields above exist
 };
 

@@ -9,14 +9,18 @@
 #include <cstdio>
 #include <future>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/cpus.h"
-#include "model/language_model.h"
-#include "model/tokenizer.h"
-#include "server/text_assembler.h"
+#include "absl/synchronization/mutex.h"
+#include "model/lm/continuation.h"
+#include "model/lm/language_model.h"
+#include "model/lm/state_pool.h"
+#include "model/text/tokenizer.h"
+#include "util/cpus.h"
+#include "util/field_error.h"
 
 namespace attn::serving {
 namespace {
@@ -32,18 +36,27 @@ class SystemClock : public Clock {
 
 // Wakes the engine thread; shared with the streams, which may outlive it.
 struct Signal {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool woken = false;
-  bool stopping = false;
+  absl::Mutex mu;
+  bool woken ABSL_GUARDED_BY(mu) = false;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+
   void Wake() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      woken = true;
-    }
-    cv.notify_one();
+    absl::MutexLock lock(&mu);
+    woken = true;
   }
+  bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
 };
+
+ContinuationOptions ContinuationOptionsFor(const EngineRequest& request,
+                                           int64_t context_limit) {
+  ContinuationOptions options;
+  options.max_tokens = request.max_tokens;
+  options.stop = request.stop;
+  options.ignore_eos = request.ignore_eos;
+  options.context_limit = context_limit;
+  options.sampling = request.sampling;
+  return options;
+}
 
 std::vector<float> RowToVector(const torch::Tensor& row) {
   torch::Tensor cpu = row.to(torch::kCPU, torch::kFloat).contiguous();
@@ -58,8 +71,7 @@ struct Sequence {
   int64_t slot = -1;
   int64_t prefilled = 0;           // prompt tokens in the state
   std::vector<float> last_logits;  // after the last token in the state
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<TextAssembler> text;
+  std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
   int64_t generated = 0;
   int64_t next_token = -1;    // fed to the next decode step
   int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
@@ -70,6 +82,33 @@ struct Sequence {
 };
 
 }  // namespace
+
+absl::Status EngineOptions::Validate() const {
+  const struct {
+    const char* name;
+    int64_t value, min;
+  } bounds[] = {{"max_active", max_active, 1},
+                {"max_waiting", max_waiting, 0},
+                {"prefill_chunk", prefill_chunk, 1},
+                {"max_decode_rows", max_decode_rows, 1},
+                {"stream_buffer", stream_buffer, 1},
+                {"stream_interval", stream_interval, 1},
+                {"max_prompt_tokens", limits.max_prompt_tokens, 1},
+                {"max_tokens", limits.max_tokens, 1},
+                {"default_max_tokens", limits.default_max_tokens, 1},
+                {"max_stop_strings", limits.max_stop_strings, 0},
+                {"max_context", limits.max_context, 0}};
+  for (const auto& bound : bounds) {
+    if (bound.value < bound.min) {
+      return InvalidField(bound.name, "must be at least ", bound.min, ", got ", bound.value);
+    }
+  }
+  if (limits.default_max_tokens > limits.max_tokens) {
+    return InvalidField("default_max_tokens", limits.default_max_tokens,
+                        " exceeds max_tokens (", limits.max_tokens, ")");
+  }
+  return absl::OkStatus();
+}
 
 Clock& RealClock() {
   static SystemClock clock;
@@ -118,7 +157,7 @@ class Engine::Impl {
   }
   EngineWarmUp warm_up() const { return warm_up_; }
   void Drain() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     draining_ = true;
   }
   void Stop(const absl::Status& status);
@@ -126,7 +165,16 @@ class Engine::Impl {
     return {running_.load(), waiting_count_.load(), running_.load() * pool_.bytes_per_slot()};
   }
   int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
-  int64_t unfinished() const { return unfinished_.load(); }
+  bool WaitIdle(absl::Time deadline) const {
+    absl::MutexLock lock(&published_mu_);
+    return published_mu_.AwaitWithDeadline(absl::Condition(this, &Impl::Idle), deadline);
+  }
+  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done,
+                 absl::Time deadline) const {
+    auto holds = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done(load()); };
+    absl::MutexLock lock(&published_mu_);
+    return published_mu_.AwaitWithDeadline(absl::Condition(&holds), deadline);
+  }
 
  private:
   // Returns the tokens it ran (0 if it failed).
@@ -153,7 +201,6 @@ class Engine::Impl {
   }
   void RemoveEnded();
   void PublishLoad();
-  int64_t ContextLimit() const { return model_->max_context(); }
 
   CausalLm model_;
   const Tokenizer& tokenizer_;
@@ -167,9 +214,9 @@ class Engine::Impl {
   std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::thread thread_;
 
-  mutable std::mutex mu_;  // guards waiting_ and draining_
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  bool draining_ = false;
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
 
   int64_t decode_steps_ = 0;  // engine thread only
   // Written by the engine thread before Start() returns, read after.
@@ -179,25 +226,31 @@ class Engine::Impl {
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};
   std::atomic<int64_t> unfinished_{0};  // submitted, last event not yet pushed
+  // Released by PublishLoad() after every iteration, which makes waiters
+  // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
+  mutable absl::Mutex published_mu_;
+  bool Idle() const { return unfinished_.load() == 0; }
 };
 
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
+  const RequestLimits& limits = options_.limits;
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
-  if (prompt_size == 0 || prompt_size > options_.max_prompt_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt: ", prompt_size, " tokens, expected 1 to ", options_.max_prompt_tokens));
+  if (prompt_size == 0 || prompt_size > limits.max_prompt_tokens) {
+    return InvalidField("prompt", prompt_size, " tokens, expected 1 to ",
+                        limits.max_prompt_tokens);
   }
-  if (request.kind == EngineRequest::Kind::kGenerate &&
-      (request.max_tokens < 1 || request.max_tokens > options_.max_tokens)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_tokens: ", request.max_tokens, ", expected 1 to ", options_.max_tokens));
+  if (request.kind == EngineRequest::Kind::kGenerate) {
+    if (request.max_tokens == 0) request.max_tokens = limits.default_max_tokens;
+    if (request.max_tokens < 1 || request.max_tokens > limits.max_tokens) {
+      return InvalidField("max_tokens", request.max_tokens, ", expected 1 to ", limits.max_tokens);
+    }
   }
   auto seq = std::make_unique<Sequence>();
   seq->request = std::move(request);
   seq->stream = std::move(stream);
   seq->arrival = clock_.Now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
     const int64_t room = options_.max_waiting + free_slots_.load();
     if (static_cast<int64_t>(waiting_.size()) >= room) {
@@ -233,10 +286,10 @@ int64_t Engine::Impl::WarmUp() {
   torch::InferenceMode inference;
   auto slot = pool_.Acquire();
   if (!slot.ok()) return 0;  // no slots: nothing will ever run
-  // Measured on the bundled models: the first request took about 140 ms
-  // more than the next ones without this. Within a short context limit the
+  // Without this the first request pays for packing, thread start-up and
+  // allocator growth (docs/benchmarks.md). Within a short context limit the
   // prompt shrinks; the tokens are id 0, which every vocabulary has.
-  const int64_t limit = ContextLimit();
+  const int64_t limit = model_->max_context();
   int64_t prompt = std::min<int64_t>(16, options_.prefill_chunk), steps = 2;
   if (limit > 0) {
     prompt = std::min(prompt, limit / 2);
@@ -283,7 +336,7 @@ bool Engine::Impl::Admit(absl::Time now) {
   std::vector<std::unique_ptr<Sequence>> admitted;
   std::vector<std::unique_ptr<Sequence>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       Sequence& seq = **it;
       if (seq.stream->cancelled() || now >= seq.request.deadline) {
@@ -310,8 +363,8 @@ bool Engine::Impl::Admit(absl::Time now) {
   }
   for (auto& seq : admitted) {
     seq->slot = pool_.Acquire().value();  // free_slots_ said there is one
-    seq->sampler = std::make_unique<Sampler>(seq->request.sampling, seq->request.prompt);
-    seq->text = std::make_unique<TextAssembler>(tokenizer_, seq->request.stop);
+    seq->continuation = std::make_unique<Continuation>(tokenizer_, seq->request.prompt,
+                                                       ContinuationOptionsFor(seq->request, model_->max_context()));
     observer_->OnAdmitted(now - seq->arrival);
     active_.push_back(std::move(seq));
   }
@@ -409,7 +462,7 @@ bool Engine::Impl::PrefillChunk() {
       End(*seq, StreamEvent{});
     } else {
       const auto& logits = seq->last_logits;
-      Emit(*seq, seq->sampler->Next(logits.data(), static_cast<int64_t>(logits.size())));
+      Emit(*seq, seq->continuation->Sample(logits.data(), static_cast<int64_t>(logits.size())));
     }
   }
   return true;
@@ -468,7 +521,7 @@ bool Engine::Impl::DecodeStep() {
   std::vector<SampledToken> sampled(rows);
   at::parallel_for(0, rows, kRowsPerSamplingTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      sampled[i] = batch[i]->sampler->Next(data + i * vocab, vocab);
+      sampled[i] = batch[i]->continuation->Sample(data + i * vocab, vocab);
     }
   });
   for (int64_t i = 0; i < rows; ++i) Emit(*batch[i], sampled[i]);
@@ -487,17 +540,9 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   StreamEvent& event = seq.pending;
   event.token_ids.push_back(token.id);
   if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
-  const bool eos = !seq.request.ignore_eos && token.id == tokenizer_.eos_id();
-  if (token.id != tokenizer_.eos_id()) event.text += seq.text->Push(token.id);
-  const int64_t length = static_cast<int64_t>(seq.request.prompt.size()) + seq.generated;
-  const int64_t limit = ContextLimit();
-  if (seq.text->stopped()) {
-    event.finish_reason = FinishReason::kStop;
-  } else if (eos) {
-    event.finish_reason = FinishReason::kEos;
-  } else if (seq.generated >= seq.request.max_tokens || (limit > 0 && length >= limit)) {
-    event.finish_reason = FinishReason::kLength;
-  }
+  AcceptedToken accepted = seq.continuation->Accept(token.id);
+  event.text += accepted.text;
+  event.finish_reason = accepted.finish_reason;
   if (event.finish_reason == FinishReason::kUnspecified) {
     seq.next_token = token.id;
     // The first token goes out at once (time to first token); later ones
@@ -508,7 +553,6 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
     }
     return;
   }
-  if (event.finish_reason != FinishReason::kStop) event.text += seq.text->Finish();
   End(seq, std::exchange(seq.pending, StreamEvent()));
 }
 
@@ -542,6 +586,7 @@ void Engine::Impl::RemoveEnded() {
 void Engine::Impl::PublishLoad() {
   running_ = static_cast<int64_t>(active_.size());
   observer_->OnLoad(running_, waiting_count_, running_ * pool_.bytes_per_slot());
+  absl::MutexLock wake_waiters(&published_mu_);
 }
 
 void Engine::Impl::Loop() {
@@ -560,24 +605,25 @@ void Engine::Impl::Loop() {
       RemoveEnded();
     }
     holds_team = holds_team || worked;
-    std::unique_lock<std::mutex> lock(signal_->mu);
-    if (signal_->stopping) return;
-    bool woken = signal_->woken;
-    if (!worked && !woken) {
-      // The timeout bounds how late a deadline is noticed while idle.
-      woken = signal_->cv.wait_for(lock, std::chrono::milliseconds(20),
-                                   [this] { return signal_->woken || signal_->stopping; });
+    bool woken = false;
+    {
+      absl::MutexLock lock(&signal_->mu);
+      if (signal_->stopping) return;
+      woken = signal_->woken;
+      if (!worked && !woken) {
+        // The timeout bounds how late a deadline is noticed while idle.
+        woken = signal_->mu.AwaitWithTimeout(
+            absl::Condition(signal_.get(), &Signal::WokenOrStopping), absl::Milliseconds(20));
+      }
+      signal_->woken = false;
     }
-    signal_->woken = false;
     if (!worked && !woken && holds_team) {
       // A whole wait passed without work: hand the team back. libgomp counts
       // the threads of every thread's team; with several models hosted, idle
       // engines' teams push the count over the CPUs, and then every team
       // sleeps on a futex between parallel ops instead of spinning, so the
-      // busy engine paid for the idle ones (a fifth fewer tokens/s at 64
-      // streams with three models on 2 CPUs). The next parallel op builds a
-      // new team.
-      lock.unlock();
+      // busy engine paid for the idle ones (docs/benchmarks.md). The next
+      // parallel op builds a new team.
       ReleaseThreadTeam();
       holds_team = false;
     }
@@ -586,14 +632,13 @@ void Engine::Impl::Loop() {
 
 void Engine::Impl::Stop(const absl::Status& status) {
   {
-    std::lock_guard<std::mutex> lock(signal_->mu);
+    absl::MutexLock lock(&signal_->mu);
     signal_->stopping = true;
   }
-  signal_->cv.notify_one();
   if (thread_.joinable()) thread_.join();
   std::deque<std::unique_ptr<Sequence>> waiting;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     draining_ = true;
     waiting.swap(waiting_);
     waiting_count_ = 0;
@@ -624,12 +669,10 @@ bool Engine::RunOnce() { return impl_->RunOnce(); }
 EngineLoad Engine::load() const { return impl_->load(); }
 int64_t Engine::state_bytes_per_slot() const { return impl_->bytes_per_slot(); }
 
-bool Engine::WaitIdle(absl::Time deadline) {
-  while (true) {
-    if (impl_->unfinished() == 0) return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+bool Engine::WaitIdle(absl::Time deadline) { return impl_->WaitIdle(deadline); }
+bool Engine::AwaitLoad(const std::function<bool(const EngineLoad&)>& done,
+                       absl::Time deadline) const {
+  return impl_->AwaitLoad(done, deadline);
 }
 
 }  // namespace attn::serving

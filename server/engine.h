@@ -24,19 +24,17 @@
 // All model work happens on the engine thread; callers only queue requests
 // and read RequestStreams. Thread-safe.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "model/sampling.h"
+#include "model/lm/sampling.h"
 #include "server/request_stream.h"
 
 namespace attn {
@@ -46,15 +44,25 @@ class CausalLm;
 
 namespace attn::serving {
 
+// What a request may ask of one model. The one source of these bounds:
+// attn-server's flags fill it, the model registry sets max_context per
+// model, and request validation and the engine both read it from the
+// engine's options.
+struct RequestLimits {
+  int64_t max_prompt_tokens = 4096;  // prompt (or scored text) tokens per request
+  int64_t max_tokens = 4096;         // the largest max_tokens a request may ask for
+  int64_t default_max_tokens = 128;  // max_tokens when a request leaves it unset
+  int64_t max_stop_strings = 16;     // stop strings per request
+  int64_t max_context = 0;           // the model's context in tokens; 0: unbounded
+};
+
 struct EngineOptions {
-  int64_t max_active = 256;          // state slots: sequences running at once
-  int64_t max_waiting = 1024;        // queued beyond them; more: RESOURCE_EXHAUSTED
-  int64_t max_prompt_tokens = 4096;  // per request
-  int64_t max_tokens = 4096;         // per request
-  int64_t prefill_chunk = 256;       // prompt tokens per iteration
-  int64_t max_decode_rows = 256;     // sequences per decode step
-  int64_t stream_buffer = 16;        // events a stream queues before its sequence pauses
-                                     // (the capacity callers give RequestStreams)
+  int64_t max_active = 256;       // state slots: sequences running at once
+  int64_t max_waiting = 1024;     // queued beyond them; more: RESOURCE_EXHAUSTED
+  int64_t prefill_chunk = 256;    // prompt tokens per iteration
+  int64_t max_decode_rows = 256;  // sequences per decode step
+  int64_t stream_buffer = 16;     // events a stream queues before its sequence pauses
+                                  // (the capacity callers give RequestStreams)
   // Tokens per streamed message after the first, which always goes out at
   // once. 1 streams every token; more send fewer, larger messages, trading
   // smoothness for throughput where per-message cost matters (each message
@@ -63,13 +71,18 @@ struct EngineOptions {
   // CPUs the engine thread and its intra-op threads run on; empty: wherever
   // the process may run. Startup validates them (PinCallingThread).
   std::vector<int> cpus;
+  RequestLimits limits;
+
+  // kInvalidArgument naming the first field out of range, by the name of
+  // attn-server's flag for it ("max_active: must be at least 1, got 0").
+  absl::Status Validate() const;
 };
 
 struct EngineRequest {
   enum class Kind { kGenerate, kScore };
   Kind kind = Kind::kGenerate;
   std::vector<int64_t> prompt;  // valid ids; scoring: the text to score
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 0;       // generation; 0: limits.default_max_tokens
   SamplingOptions sampling;
   std::vector<std::string> stop;
   bool logprobs = false;
@@ -126,7 +139,7 @@ class Engine {
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
 
   // Runs iterations on an own thread until Stop(). Also releases the calling
-  // thread's idle OpenMP team (ReleaseThreadTeam in model/cpus.h), and the
+  // thread's idle OpenMP team (ReleaseThreadTeam in util/cpus.h), and the
   // engine thread releases its own after an idle wait (about 20 ms without
   // work), so that idle engines do not slow a busy one. Returns
   // once that thread has warmed up: a short prefill and two decode steps on
@@ -140,6 +153,11 @@ class Engine {
   void Drain();
   // Waits until no request is left or `deadline` passes; true when idle.
   bool WaitIdle(absl::Time deadline);
+  // Waits until `done(load())` holds or `deadline` passes; returns whether
+  // it held. Re-checked whenever the engine publishes its load (after every
+  // iteration, and at least every 20 ms while its thread runs).
+  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done,
+                 absl::Time deadline) const;
   // Ends every request left with `status` and joins the thread.
   void Stop(const absl::Status& status = absl::UnavailableError("the server is shutting down"));
 

@@ -18,8 +18,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "model/cpus.h"
+#include "util/cpus.h"
+#include "util/flags.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, models, "models",
@@ -57,35 +59,17 @@ ABSL_FLAG(int, shutdown_grace_seconds, 30,
 
 namespace {
 
-const char* const kFlagNames[] = {"models",
-                                  "default_model",
-                                  "host",
-                                  "port",
-                                  "metrics_port",
-                                  "device",
-                                  "threads",
-                                  "engine_cpus",
-                                  "max_active",
-                                  "max_waiting",
-                                  "max_prompt_tokens",
-                                  "max_tokens",
-                                  "default_max_tokens",
-                                  "prefill_chunk",
-                                  "max_decode_rows",
-                                  "stream_buffer",
-                                  "stream_interval",
-                                  "shutdown_grace_seconds"};
 
 // ATTN_<FLAG> environment variables become flag values before the command
 // line is parsed, so the command line wins.
 void ApplyEnvironment() {
-  for (const char* name : kFlagNames) {
-    const std::string variable = "ATTN_" + absl::AsciiStrToUpper(name);
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!attn::IsFlagOfFile(*flag, __FILE__)) continue;
+    const std::string variable = absl::StrCat("ATTN_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(variable.c_str());
     if (value == nullptr) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     std::string error;
-    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+    if (!flag->ParseFrom(value, &error)) {
       std::fprintf(stderr, "error: %s=%s: %s\n", variable.c_str(), value, error.c_str());
       std::exit(2);
     }
@@ -103,45 +87,22 @@ attn::serving::ServerOptions OptionsFromFlags() {
   attn::serving::EngineOptions& engine = options.registry.engine;
   engine.max_active = absl::GetFlag(FLAGS_max_active);
   engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  engine.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
-  engine.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  engine.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  engine.limits.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  engine.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
-  options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   return options;
 }
 
 // A bound out of range is a startup error naming the flag.
 bool CheckBounds(const attn::serving::ServerOptions& options) {
-  const attn::serving::EngineOptions& e = options.registry.engine;
-  struct Bound {
-    const char* flag;
-    int64_t value;
-    int64_t min;
-  } bounds[] = {{"--max_active", e.max_active, 1},
-                {"--max_waiting", e.max_waiting, 0},
-                {"--max_prompt_tokens", e.max_prompt_tokens, 1},
-                {"--max_tokens", e.max_tokens, 1},
-                {"--default_max_tokens", options.limits.default_max_tokens, 1},
-                {"--prefill_chunk", e.prefill_chunk, 1},
-                {"--max_decode_rows", e.max_decode_rows, 1},
-                {"--stream_buffer", e.stream_buffer, 1},
-                {"--stream_interval", e.stream_interval, 1}};
-  for (const Bound& bound : bounds) {
-    if (bound.value < bound.min) {
-      std::fprintf(stderr, "error: %s=%ld must be at least %ld\n", bound.flag,
-                   static_cast<long>(bound.value), static_cast<long>(bound.min));
-      return false;
-    }
-  }
-  if (options.limits.default_max_tokens > e.max_tokens) {
-    std::fprintf(stderr, "error: --default_max_tokens exceeds --max_tokens\n");
-    return false;
-  }
-  return true;
+  const absl::Status valid = options.registry.engine.Validate();
+  if (!valid.ok()) std::fprintf(stderr, "error: --%s\n", std::string(valid.message()).c_str());
+  return valid.ok();
 }
 
 // --engine_cpus: the engines get those CPUs (their threads pin themselves
@@ -187,6 +148,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves language-model packages over gRPC.\n  attn-server --models=models "
       "--port=50051 --metrics_port=9090");
+  attn::ListFlagsOfFolderInHelp(__FILE__);
   ApplyEnvironment();
   absl::ParseCommandLine(argc, argv);
   attn::serving::ServerOptions options = OptionsFromFlags();

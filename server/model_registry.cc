@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/language_model.h"
-#include "model/model_package.h"
-#include "model/tokenizer.h"
+#include "model/lm/language_model.h"
+#include "model/lm/model_package.h"
+#include "model/text/tokenizer.h"
 #include "server/metrics.h"
 
 namespace attn::serving {
@@ -42,7 +42,7 @@ absl::StatusOr<std::vector<std::string>> PackageFiles(const std::vector<std::str
 
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
                                                        const torch::Device& device,
-                                                       const EngineOptions& engine_options,
+                                                       EngineOptions engine_options,
                                                        Metrics* metrics) {
   auto package = LoadPackage(path, device);
   if (!package.ok()) return package.status();
@@ -73,6 +73,8 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   // Constant for the recurrent mixers; the cache at its longest otherwise.
   d.state_bytes_per_sequence =
       model->state_bytes_per_sequence(d.max_context > 0 ? d.max_context : 4096);
+  // The request limits of this model: the server's, within its context.
+  engine_options.limits.max_context = d.max_context;
   EngineObserver* observer = nullptr;
   if (metrics != nullptr) {
     observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
@@ -111,6 +113,7 @@ absl::StatusOr<std::string> CheckDevice(const std::string& device) {
 
 absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const RegistryOptions& options,
                                                                    Metrics* metrics) {
+  if (absl::Status valid = options.engine.Validate(); !valid.ok()) return valid;
   auto device_name = CheckDevice(options.device);
   if (!device_name.ok()) return device_name.status();
   auto files = PackageFiles(options.paths);

@@ -6,30 +6,16 @@
 
 namespace attn::serving {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kUnspecified:
-      break;
-  }
-  return "";
-}
-
 RequestStream::RequestStream(size_t capacity, DeliveryThread* delivery)
     : capacity_(capacity < 1 ? 1 : capacity), delivery_(delivery) {}
 
 void RequestStream::SetListener(std::function<void()> on_event) {
-  std::lock_guard<std::mutex> lock(listener_mu_);
+  absl::MutexLock lock(&listener_mu_);
   listener_ = std::move(on_event);
 }
 
 void RequestStream::ClearListener() {
-  std::lock_guard<std::mutex> lock(listener_mu_);
+  absl::MutexLock lock(&listener_mu_);
   listener_ = nullptr;
 }
 
@@ -37,7 +23,7 @@ std::vector<StreamEvent> RequestStream::PopReady() {
   WakeFn wake;
   std::vector<StreamEvent> taken;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const bool was_full = events_.size() >= capacity_;
     while (!events_.empty()) {
       if (!taken.empty() && !events_.front().status.ok()) break;
@@ -54,7 +40,7 @@ std::vector<StreamEvent> RequestStream::PopReady() {
 void RequestStream::Cancel() {
   WakeFn wake;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     cancelled_ = true;
     wake = wake_;
   }
@@ -62,19 +48,19 @@ void RequestStream::Cancel() {
 }
 
 bool RequestStream::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return cancelled_;
 }
 
 bool RequestStream::full() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return events_.size() >= capacity_;
 }
 
 void RequestStream::Push(StreamEvent event) {
   bool schedule = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     events_.push_back(std::move(event));
     schedule = delivery_ != nullptr && !delivery_scheduled_;
     if (schedule) delivery_scheduled_ = true;
@@ -90,15 +76,15 @@ void RequestStream::RunListener() {
   {
     // Cleared before the call: an event pushed while the listener runs
     // schedules another call instead of being missed.
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     delivery_scheduled_ = false;
   }
-  std::lock_guard<std::mutex> lock(listener_mu_);
+  absl::MutexLock lock(&listener_mu_);
   if (listener_) listener_();
 }
 
 void RequestStream::SetWake(WakeFn wake) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   wake_ = std::move(wake);
 }
 

@@ -10,16 +10,15 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "model/lm/finish_reason.h"
 
 namespace attn::serving {
-
-enum class FinishReason { kUnspecified, kLength, kStop, kEos };
-const char* FinishReasonName(FinishReason reason);  // "length", "stop", "eos", ""
 
 struct StreamEvent {
   std::string text;                // new text (whole UTF-8 characters)
@@ -72,13 +71,16 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
 
   const size_t capacity_;
   DeliveryThread* const delivery_;
-  mutable std::mutex mu_;
-  std::deque<StreamEvent> events_;
-  bool cancelled_ = false;
-  bool delivery_scheduled_ = false;
-  WakeFn wake_;
-  std::mutex listener_mu_;  // held while the listener runs
-  std::function<void()> listener_;
+  mutable absl::Mutex mu_;
+  std::deque<StreamEvent> events_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool delivery_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  WakeFn wake_ ABSL_GUARDED_BY(mu_);
+  // Held while the listener runs, so that ClearListener() waits for a
+  // running call. The listener takes mu_ (PopReady) under it, never the
+  // other way round.
+  absl::Mutex listener_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace attn::serving

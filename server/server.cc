@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   if (!registry.ok()) return registry.status();
   server->registry_ = std::move(*registry);
   server->service_ = std::make_unique<TextGenerationService>(*server->registry_,
-                                                            server->metrics_.get(), options.limits);
+                                                            server->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -21,8 +21,7 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 50051;          // 0: any free port
   int metrics_port = 9090;   // 0: any free port; -1: no metrics endpoint
-  RegistryOptions registry;  // models, device, engine bounds
-  ServiceLimits limits;
+  RegistryOptions registry;  // models, device, engine options and request limits
   absl::Duration shutdown_grace = absl::Seconds(30);
 };
 

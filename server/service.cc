@@ -7,8 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/tokenizer.h"
+#include "absl/synchronization/mutex.h"
+#include "model/text/tokenizer.h"
 #include "server/metrics.h"
+#include "util/field_error.h"
+#include "util/utf8.h"
 
 namespace attn::serving {
 namespace {
@@ -83,12 +86,12 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
     stream_->SetListener([this] { Pump(); });
   }
   void Fail(const absl::Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     FinishLocked(ToGrpcStatus(status));
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
       stream_->Cancel();
@@ -99,22 +102,22 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
   }
   void OnCancel() override {
     stream_->Cancel();  // the engine frees the slot at its next iteration
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     cancelled_ = true;
     if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
   void OnDone() override {
     stream_->ClearListener();
-    if (metrics_ != nullptr) metrics_->CountRequest(model_, "GenerateStream", code_);
+    if (metrics_ != nullptr) metrics_->CountRequest(model_, "GenerateStream", Code());
     delete this;
   }
 
  private:
   void Pump() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     PumpLocked();
   }
-  void PumpLocked() {
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finished_) return;
     if (cancelled_) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
@@ -138,7 +141,11 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
       StartWrite(&response_);
     }
   }
-  void FinishLocked(const grpc::Status& status) {
+  std::string Code() {
+    absl::MutexLock lock(&mu_);
+    return code_;
+  }
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     code_ = CodeName(status);
@@ -149,12 +156,15 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
   const std::string model_;
   const std::shared_ptr<RequestStream> stream_;
   const bool logprobs_;
-  std::mutex mu_;
-  GenerateResponse response_;
-  bool writing_ = false;
-  bool finished_ = false;
-  bool cancelled_ = false;
-  std::string code_ = "UNKNOWN";
+  absl::Mutex mu_;
+  // The message being written: it must live until OnWriteDone.
+  GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // The call's status code for metrics; read by OnDone, after the last
+  // reaction that could write it.
+  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
 };
 
 // Gathers all of a request's events into one unary response.
@@ -174,7 +184,7 @@ class CollectReactor : public grpc::ServerUnaryReactor {
     stream_->SetListener([this] { Collect(); });
   }
   void Fail(const absl::Status& status) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     FinishLocked(ToGrpcStatus(status));
   }
   // The engine ends the request at its next iteration and pushes the last
@@ -182,13 +192,13 @@ class CollectReactor : public grpc::ServerUnaryReactor {
   void OnCancel() override { stream_->Cancel(); }
   void OnDone() override {
     stream_->ClearListener();
-    if (metrics_ != nullptr) metrics_->CountRequest(model_, method_, code_);
+    if (metrics_ != nullptr) metrics_->CountRequest(model_, method_, Code());
     delete this;
   }
 
  private:
   void Collect() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto events = stream_->PopReady(); !events.empty(); events = stream_->PopReady()) {
       for (const StreamEvent& event : events) {
         if (finished_) continue;
@@ -204,7 +214,11 @@ class CollectReactor : public grpc::ServerUnaryReactor {
       }
     }
   }
-  void FinishLocked(const grpc::Status& status) {
+  std::string Code() {
+    absl::MutexLock lock(&mu_);
+    return code_;
+  }
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
     code_ = CodeName(status);
@@ -217,9 +231,9 @@ class CollectReactor : public grpc::ServerUnaryReactor {
   const std::shared_ptr<RequestStream> stream_;
   std::function<void(const StreamEvent&)> on_event_;
   std::function<void()> on_success_;
-  std::mutex mu_;
-  bool finished_ = false;
-  std::string code_ = "UNKNOWN";
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
 };
 
 // A stream rejected before it started.
@@ -236,23 +250,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
-                                             const ServiceLimits& limits)
-    : registry_(registry), metrics_(metrics), limits_(limits) {}
+TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics)
+    : registry_(registry), metrics_(metrics) {}
 
 absl::StatusOr<HostedModel*> TextGenerationService::Resolve(const std::string& name) const {
   if (!accepting_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
   return registry_.Find(name);
-}
-
-RequestLimits TextGenerationService::LimitsFor(const HostedModel& model) const {
-  RequestLimits limits;
-  const EngineOptions& engine = model.engine->options();
-  limits.max_prompt_tokens = engine.max_prompt_tokens;
-  limits.max_tokens = engine.max_tokens;
-  limits.default_max_tokens = limits_.default_max_tokens;
-  limits.max_context = model.description.max_context;
-  return limits;
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContext* context,
@@ -273,7 +276,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
   HostedModel& hosted = **model;
   const std::string& name = hosted.description.name;
   auto engine_request =
-      ToEngineRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
+      ToEngineRequest(*request, *hosted.tokenizer, hosted.engine->options().limits, DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
   const bool logprobs = engine_request->logprobs;
   auto stream = NewStream(hosted, &delivery_);
@@ -293,7 +296,7 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
   auto model = Resolve(request->model());
   absl::StatusOr<EngineRequest> engine_request =
       model.ok()
-          ? ToEngineRequest(*request, *(*model)->tokenizer, LimitsFor(**model), DeadlineOf(context))
+          ? ToEngineRequest(*request, *(*model)->tokenizer, (*model)->engine->options().limits, DeadlineOf(context))
           : absl::StatusOr<EngineRequest>(model.status());
   if (!engine_request.ok()) {
     const std::string name = model.ok() ? (*model)->description.name : request->model();
@@ -321,7 +324,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
   HostedModel& hosted = **model;
   const std::string& name = hosted.description.name;
   auto engine_request =
-      ToScoreRequest(*request, *hosted.tokenizer, LimitsFor(hosted), DeadlineOf(context));
+      ToScoreRequest(*request, *hosted.tokenizer, hosted.engine->options().limits, DeadlineOf(context));
   if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
   auto stream = NewStream(hosted, &delivery_);
   response->set_model(name);
@@ -350,7 +353,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
   if (!model.ok()) return Done(context, request->model(), "Tokenize", model.status());
   const std::string& name = (*model)->description.name;
   if (!IsValidUtf8(request->text())) {
-    return Done(context, name, "Tokenize", absl::InvalidArgumentError("text: is not valid UTF-8"));
+    return Done(context, name, "Tokenize", InvalidField("text", "is not valid UTF-8"));
   }
   response->set_model(name);
   for (int64_t id : (*model)->tokenizer->Encode(request->text())) response->add_token_ids(id);

@@ -21,16 +21,11 @@ class Metrics;
 // The one place absl statuses become gRPC statuses.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// What the service adds to each model engine's own bounds (EngineOptions:
-// prompt and max_tokens limits, stream buffer), which it reads from there.
-struct ServiceLimits {
-  int64_t default_max_tokens = 128;  // max_tokens when a request leaves it unset
-};
-
 class TextGenerationService final : public attn::v1::TextGeneration::CallbackService {
  public:
-  TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
-                        const ServiceLimits& limits);
+  // Requests are checked against each model's RequestLimits (its engine's
+  // options).
+  TextGenerationService(const ModelRegistry& registry, Metrics* metrics);
 
   // New requests get UNAVAILABLE from now on (shutdown has begun).
   void StopAccepting() { accepting_ = false; }
@@ -56,14 +51,12 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
  private:
   // The model a request names, or why it cannot run now.
   absl::StatusOr<HostedModel*> Resolve(const std::string& name) const;
-  RequestLimits LimitsFor(const HostedModel& model) const;
   // Finishes a unary call at once and counts it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
                                  const std::string& method, const absl::Status& status);
 
   const ModelRegistry& registry_;
   Metrics* metrics_;
-  ServiceLimits limits_;
   std::atomic<bool> accepting_{true};
   // Writes responses for every model's streams; the engines only queue
   // events. Declared last: it stops before anything its listeners use. The

@@ -4,19 +4,18 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "model/tokenizer.h"
+#include "absl/synchronization/mutex.h"
+#include "model/text/tokenizer.h"
+#include "util/field_error.h"
+#include "util/utf8.h"
 
 namespace attn::serving {
 namespace {
 
-absl::Status Invalid(const std::string& field, const std::string& problem) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
-}
-
 uint64_t RandomSeed() {
-  static std::random_device device;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
+  static std::random_device device;  // not thread-safe: used under mu
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
@@ -28,9 +27,9 @@ absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& reques
   options.repetition_penalty =
       request.has_repetition_penalty() ? request.repetition_penalty() : 1.0;
   options.seed = request.has_seed() ? request.seed() : RandomSeed();
-  if (std::isnan(options.temperature)) return Invalid("temperature", "is NaN");
-  if (std::isnan(options.top_p)) return Invalid("top_p", "is NaN");
-  if (std::isnan(options.repetition_penalty)) return Invalid("repetition_penalty", "is NaN");
+  if (std::isnan(options.temperature)) return InvalidField("temperature", "is NaN");
+  if (std::isnan(options.top_p)) return InvalidField("top_p", "is NaN");
+  if (std::isnan(options.repetition_penalty)) return InvalidField("repetition_penalty", "is NaN");
   absl::Status status = options.Validate();  // names the field
   if (!status.ok()) return status;
   return options;
@@ -38,44 +37,11 @@ absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& reques
 
 }  // namespace
 
-bool IsValidUtf8(const std::string& text) {
-  size_t i = 0;
-  const size_t n = text.size();
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t len = 0;
-    uint32_t min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, min = 0x10000;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    uint32_t code = c & (0x7F >> len);
-    for (size_t k = 1; k < len; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
-
 absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
                            const std::string& field) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!tokenizer.IsValidId(ids[i])) {
-      return Invalid(absl::StrCat(field, "[", i, "]"),
+      return InvalidField(absl::StrCat(field, "[", i, "]"),
                      absl::StrCat(ids[i], " is not a token id (the vocabulary has ",
                                   tokenizer.vocab_size(), " tokens)"));
     }
@@ -90,7 +56,7 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                   const std::string& ids_field,
                                                   int64_t max_tokens) {
   if (has_text && !text.empty() && !ids.empty()) {
-    return Invalid(absl::StrCat(text_field, ", ", ids_field), "give one of the two, not both");
+    return InvalidField(absl::StrCat(text_field, ", ", ids_field), "give one of the two, not both");
   }
   std::vector<int64_t> tokens;
   if (!ids.empty()) {
@@ -99,14 +65,14 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
     tokens = ids;
   } else {
     if (text.empty()) {
-      return Invalid(text_field, absl::StrCat("empty; give text in ", text_field,
+      return InvalidField(text_field, absl::StrCat("empty; give text in ", text_field,
                                               " or token ids in ", ids_field));
     }
-    if (!IsValidUtf8(text)) return Invalid(text_field, "is not valid UTF-8");
+    if (!IsValidUtf8(text)) return InvalidField(text_field, "is not valid UTF-8");
     tokens = tokenizer.Encode(text);
   }
   if (static_cast<int64_t>(tokens.size()) > max_tokens) {
-    return Invalid(text_field, absl::StrCat(tokens.size(), " tokens, more than the limit of ",
+    return InvalidField(text_field, absl::StrCat(tokens.size(), " tokens, more than the limit of ",
                                             max_tokens, " (--max_prompt_tokens)"));
   }
   return tokens;
@@ -125,12 +91,12 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
   out.prompt = std::move(*prompt);
   out.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;
   if (out.max_tokens < 1 || out.max_tokens > limits.max_tokens) {
-    return Invalid("max_tokens", absl::StrCat(out.max_tokens, " is outside 1 to ",
+    return InvalidField("max_tokens", absl::StrCat(out.max_tokens, " is outside 1 to ",
                                               limits.max_tokens, " (--max_tokens)"));
   }
   const auto length = static_cast<int64_t>(out.prompt.size()) + out.max_tokens;
   if (limits.max_context > 0 && length > limits.max_context) {
-    return Invalid("max_tokens", absl::StrCat("the prompt's ", out.prompt.size(), " tokens plus ",
+    return InvalidField("max_tokens", absl::StrCat("the prompt's ", out.prompt.size(), " tokens plus ",
                                               out.max_tokens, " exceed the model's context of ",
                                               limits.max_context, " tokens"));
   }
@@ -138,14 +104,14 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
   if (!sampling.ok()) return sampling.status();
   out.sampling = *sampling;
   if (request.stop_size() > limits.max_stop_strings) {
-    return Invalid("stop", absl::StrCat(request.stop_size(), " strings, at most ",
+    return InvalidField("stop", absl::StrCat(request.stop_size(), " strings, at most ",
                                         limits.max_stop_strings));
   }
   for (int i = 0; i < request.stop_size(); ++i) {
     const std::string& stop = request.stop(i);
     const std::string field = absl::StrCat("stop[", i, "]");
-    if (stop.empty()) return Invalid(field, "is empty");
-    if (!IsValidUtf8(stop)) return Invalid(field, "is not valid UTF-8");
+    if (stop.empty()) return InvalidField(field, "is empty");
+    if (!IsValidUtf8(stop)) return InvalidField(field, "is not valid UTF-8");
     out.stop.push_back(stop);
   }
   out.logprobs = request.logprobs();
@@ -165,10 +131,10 @@ absl::StatusOr<EngineRequest> ToScoreRequest(const attn::v1::ScoreRequest& reque
                    limits.max_prompt_tokens);
   if (!tokens.ok()) return tokens.status();
   if (tokens->size() < 2) {
-    return Invalid("text", "needs at least 2 tokens: the first one has no context to score");
+    return InvalidField("text", "needs at least 2 tokens: the first one has no context to score");
   }
   if (limits.max_context > 0 && static_cast<int64_t>(tokens->size()) > limits.max_context) {
-    return Invalid("text", absl::StrCat(tokens->size(), " tokens exceed the model's context of ",
+    return InvalidField("text", absl::StrCat(tokens->size(), " tokens exceed the model's context of ",
                                         limits.max_context));
   }
   out.prompt = std::move(*tokens);

@@ -1,6 +1,7 @@
-// Turning API requests into engine requests. Every rejection is
-// kInvalidArgument with a message that starts with the offending field's
-// name ("top_p: 1.5 is outside (0, 1]"), so a client knows what to fix.
+// Turning API requests into engine requests, within a model's RequestLimits
+// (server/engine.h). Every rejection is kInvalidArgument in the one format
+// of util/field_error.h ("top_p: 1.5 is outside (0, 1]"), so a client knows
+// what to fix.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,16 +17,6 @@ class Tokenizer;
 }
 
 namespace attn::serving {
-
-struct RequestLimits {
-  int64_t max_prompt_tokens = 4096;
-  int64_t max_tokens = 4096;
-  int64_t default_max_tokens = 128;
-  int64_t max_context = 0;  // the model's; 0: unbounded
-  int64_t max_stop_strings = 16;
-};
-
-bool IsValidUtf8(const std::string& text);
 
 // The prompt's ids from `text` or `ids` (exactly one), checked against the
 // vocabulary and the limits. `text_field`/`ids_field` name the fields.

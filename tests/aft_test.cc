@@ -1,4 +1,4 @@
-#include "model/aft.h"
+#include "model/mixers/aft.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

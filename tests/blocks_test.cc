@@ -1,10 +1,10 @@
-#include "model/blocks.h"
+#include "model/blocks/blocks.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/mixer.h"
-#include "model/relative_attention.h"
+#include "model/mixers/mixer.h"
+#include "model/mixers/relative_attention.h"
 #include "tests/test_util.h"
 
 namespace attn {

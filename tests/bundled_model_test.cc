@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "model/generation.h"
-#include "model/model_package.h"
-#include "model/tokenizer.h"
+#include "model/lm/generation.h"
+#include "model/lm/model_package.h"
+#include "model/text/tokenizer.h"
 
 namespace attn {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/cpus.h"
+#include "util/cpus.h"
 
 #include <gtest/gtest.h>
 #include <malloc.h>

@@ -1,4 +1,4 @@
-#include "model/dense.h"
+#include "model/layers/dense.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

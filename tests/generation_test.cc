@@ -1,4 +1,4 @@
-#include "model/generation.h"
+#include "model/lm/generation.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "tests/test_util.h"
+#include "tests/tiny_model.h"
 
 namespace attn {
 namespace {
@@ -28,15 +29,7 @@ class GenerationTest : public ::testing::TestWithParam<MixerKind> {
   static void TearDownTestSuite() { delete tokenizer_; }
 
   CausalLm Model() const {
-    LmConfig c;
-    c.vocab_size = tokenizer_->vocab_size();
-    c.d_model = 32;
-    c.layers = 2;
-    c.heads = 4;
-    c.ff_hidden = 48;
-    c.mixer = GetParam();
-    c.window = 4;
-    c.max_context = 64;
+    const LmConfig c = testing::SmallLmConfig(GetParam(), tokenizer_->vocab_size());
     torch::manual_seed(91);
     CausalLm model(c);
     testing::RandomizePositionParameters(*model, 0.3);

@@ -1,4 +1,4 @@
-#include "model/kernels.h"
+#include "model/kernels/kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,12 @@
-#include "model/language_model.h"
+#include "model/lm/language_model.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "model/lm/state_pool.h"
 #include "tests/test_util.h"
+#include "tests/tiny_model.h"
 
 namespace attn {
 namespace {
@@ -14,13 +16,7 @@ using testing::MaxAbsDiff;
 constexpr double kTolerance = 1e-5;
 
 LmConfig TinyConfig(MixerKind kind) {
-  LmConfig c;
-  c.vocab_size = 61;
-  c.d_model = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.ff_hidden = 48;
-  c.mixer = kind;
+  LmConfig c = testing::SmallLmConfig(kind, 61);
   c.window = 8;
   c.max_context = 128;
   c.chunk = 16;
@@ -158,45 +154,6 @@ TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
 
 INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
-
-TEST(LmConfig, JsonRoundTrips) {
-  auto config = TinyConfig(MixerKind::kAftLocal);
-  config.norm = NormKind::kScaleNorm;
-  config.positions = PositionKind::kLearned;
-  auto parsed = LmConfig::FromJson(config.ToJson());
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->ToJson(), config.ToJson());
-  EXPECT_EQ(parsed->mixer, MixerKind::kAftLocal);
-  EXPECT_EQ(parsed->norm, NormKind::kScaleNorm);
-  EXPECT_EQ(parsed->positions, PositionKind::kLearned);
-}
-
-TEST(LmConfig, ErrorsNameTheField) {
-  const std::string good = TinyConfig(MixerKind::kAftConv).ToJson();
-  struct Case {
-    std::string from, to, message;
-  };
-  const std::vector<Case> cases = {
-      {"\"heads\": 4", "\"heads\": 5", "divisible by heads"},
-      {"\"d_model\": 32", "\"d_model\": -32", "d_model must be positive"},
-      {"\"mixer\": \"aft-conv\"", "\"mixer\": \"rnn\"", "unknown mixer \"rnn\""},
-      {"\"layers\": 2", "\"layers\": \"2\"", "\"layers\" must be a number"},
-      {"\"layers\": 2", "\"layerz\": 2", "missing \"layers\""},
-      {"\"chunk\": 16", "\"chunk\": 16, \"dropout\": 0.1", "unknown config key \"dropout\""},
-      {"}", "", "invalid JSON"},
-  };
-  for (const auto& c : cases) {
-    std::string json = good;
-    const auto at = json.find(c.from);
-    ASSERT_NE(at, std::string::npos) << c.from;
-    json.replace(at, c.from.size(), c.to);
-    auto parsed = LmConfig::FromJson(json);
-    ASSERT_FALSE(parsed.ok()) << json;
-    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(std::string(parsed.status().message()).find(c.message), std::string::npos)
-        << parsed.status();
-  }
-}
 
 TEST(StatePool, HandsOutEveryRowOnceThenRefuses) {
   CausalLm model(TinyConfig(MixerKind::kAftSimple));

@@ -1,4 +1,4 @@
-#include "model/linear_attention.h"
+#include "model/mixers/linear_attention.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/mixer.h"
+#include "model/mixers/mixer.h"
 #include "tests/test_util.h"
 
 namespace attn {

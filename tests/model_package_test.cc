@@ -1,4 +1,4 @@
-#include "model/model_package.h"
+#include "model/lm/model_package.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>
@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "tests/test_util.h"
+#include "tests/tiny_model.h"
 
 namespace attn {
 namespace {
@@ -15,15 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 LmConfig SmallConfig(MixerKind kind) {
-  LmConfig c;
-  c.vocab_size = 40;
-  c.d_model = 32;
-  c.layers = 2;
-  c.heads = 4;
-  c.ff_hidden = 48;
-  c.mixer = kind;
-  c.window = 4;
-  c.max_context = 64;
+  LmConfig c = testing::SmallLmConfig(kind, 40);
   c.positions = PositionKind::kLearned;
   return c;
 }
@@ -114,7 +107,7 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](auto& m) { m.setattr("format_version", int64_t{99}); }, "format version 99"},
-      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); }, "config: missing"},
+      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); }, "config: vocab_size: missing"},
       {[](auto& m) { m.register_buffer("extra.weight", torch::zeros({2})); },
        "tensor extra.weight is not part of a model"},
   };

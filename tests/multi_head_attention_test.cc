@@ -1,4 +1,4 @@
-#include "model/multi_head_attention.h"
+#include "model/mixers/multi_head_attention.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

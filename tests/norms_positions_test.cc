@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "model/norms.h"
-#include "model/positions.h"
+#include "model/layers/norms.h"
+#include "model/layers/positions.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-#include "model/packed_gemm.h"
+#include "model/kernels/packed_gemm.h"
 
 #include <gtest/gtest.h>
 

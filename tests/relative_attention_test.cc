@@ -1,4 +1,4 @@
-#include "model/relative_attention.h"
+#include "model/mixers/relative_attention.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

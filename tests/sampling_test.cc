@@ -1,4 +1,4 @@
-#include "model/sampling.h"
+#include "model/lm/sampling.h"
 
 #include <gtest/gtest.h>
 

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/aft.h"
-#include "model/linear_attention.h"
-#include "model/multi_head_attention.h"
+#include "model/mixers/aft.h"
+#include "model/mixers/linear_attention.h"
+#include "model/mixers/multi_head_attention.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 

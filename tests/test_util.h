@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "model/aft.h"
-#include "model/mixer.h"
+#include "model/mixers/aft.h"
+#include "model/mixers/mixer.h"
 
 namespace attn::testing {
 
@@ -114,7 +114,7 @@ inline torch::Tensor PrefillChunksThenStep(SequenceMixer& mixer, const torch::Te
 }
 
 // w_{t,t'} of an AFT module as a dense [G, T, T] tensor, built from the bias
-// table by the definition in model/aft.h (0 outside the window).
+// table by the definition in model/mixers/aft.h (0 outside the window).
 inline torch::Tensor AftBiasMatrix(const AftImpl& aft, int64_t time) {
   const int64_t window = aft.window();
   const auto table = aft.position_bias();

@@ -1,4 +1,4 @@
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <random>
 
 #include "tests/test_util.h"
+#include "util/utf8.h"
 
 namespace attn {
 namespace {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "model/model_package.h"
+#include "model/lm/model_package.h"
 
 namespace attn {
 namespace {

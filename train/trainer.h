@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/language_model.h"
-#include "model/tokenizer.h"
+#include "model/lm/language_model.h"
+#include "model/text/tokenizer.h"
 
 namespace attn {
 

@@ -31,10 +31,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "model/cpus.h"
-#include "model/language_model.h"
-#include "model/model_package.h"
-#include "model/tokenizer.h"
+#include "util/cpus.h"
+#include "model/lm/language_model.h"
+#include "model/lm/model_package.h"
+#include "model/lm/state_pool.h"
+#include "model/text/tokenizer.h"
 #include "server/engine.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");

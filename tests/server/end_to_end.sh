@@ -152,12 +152,12 @@ expect_error INVALID_ARGUMENT "prompt_token_ids\[1\]:" generate --ids=5,99999
 expect_error DEADLINE_EXCEEDED "" generate --prompt=hi --max_tokens=4000 --ignore_eos --timeout_s=0.05
 
 echo "== reflection (no .proto files on the client side)"
-$py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" > "$work/reflection.txt" || fail "reflection"
+$py "$repo/tests/tools/reflection_client.py" "127.0.0.1:$port" > "$work/reflection.txt" || fail "reflection"
 grep -q "attn.v1.TextGeneration" "$work/reflection.txt" || fail "reflection lists no TextGeneration"
-$py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/ListModels '{}' \
+$py "$repo/tests/tools/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/ListModels '{}' \
   | grep -q '"e2e-linear"' || fail "a reflection-built call"
 # A misspelt method is an error that says what to do, not a traceback.
-if $py "$repo/scripts/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/Generat '{}' \
+if $py "$repo/tests/tools/reflection_client.py" "127.0.0.1:$port" attn.v1.TextGeneration/Generat '{}' \
   2> "$work/reflection.err"; then fail "an unknown method succeeded"; fi
 grep -q "no method 'attn.v1.TextGeneration/Generat'" "$work/reflection.err" \
   || fail "unknown method: $(cat "$work/reflection.err")"

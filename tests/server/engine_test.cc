@@ -7,14 +7,18 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
-#include "tests/server/tiny_model.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/server/fake_clock.h"
+#include "tests/tiny_model.h"
 
 namespace attn::serving {
 namespace {
@@ -23,14 +27,7 @@ using attn::testing::TinyConfig;
 using attn::testing::TinyModel;
 using attn::testing::TinyTokenizer;
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
-
- private:
-  absl::Time now_ = absl::UnixEpoch() + absl::Hours(1);
-};
+using attn::testing::FakeClock;
 
 // Rows per step, by phase.
 class StepLog : public EngineObserver {
@@ -65,6 +62,29 @@ void Read(RequestStream& stream, Output* out) {
       }
     }
   }
+}
+
+// Reads `stream` into `out` as events arrive, woken by its listener, until
+// the last event or `timeout`; returns whether the request ended.
+bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout) {
+  absl::Mutex mu;
+  bool pushed = false;
+  stream.SetListener([&] {
+    absl::MutexLock lock(&mu);
+    pushed = true;
+  });
+  const absl::Time give_up = absl::Now() + timeout;
+  Read(stream, out);
+  while (!out->done) {
+    {
+      absl::MutexLock lock(&mu);
+      if (!mu.AwaitWithDeadline(absl::Condition(&pushed), give_up)) break;
+      pushed = false;
+    }
+    Read(stream, out);
+  }
+  stream.ClearListener();
+  return out->done;
 }
 
 EngineRequest Greedy(std::vector<int64_t> prompt, int64_t max_tokens) {
@@ -490,11 +510,7 @@ TEST_F(EngineTest, StartWarmsUpOnAScratchSlotAndLeavesNoTrace) {
   auto stream = std::make_shared<RequestStream>(1000);
   ASSERT_TRUE(engine->Submit(request, stream).ok());
   Output out;
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (!out.done && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-    Read(*stream, &out);
-  }
+  ReadUntilDone(*stream, &out, absl::Seconds(60));
   engine->Stop();
   ASSERT_TRUE(out.done);
   EXPECT_TRUE(out.last.status.ok()) << out.last.status;
@@ -561,15 +577,24 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
   const EngineRequest request = Greedy(Prompt(200, 5), 40);
   std::vector<Output> outputs(2);
   std::vector<std::set<std::string>> running(2);
+  absl::Mutex running_mu;
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto stream = std::make_shared<RequestStream>(1000);
     ASSERT_TRUE(engine->Submit(request, stream).ok());
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (!outputs[i].done && absl::Now() < give_up) {
-      running[i].merge(EngineNamedThreads());
-      absl::SleepFor(absl::Milliseconds(1));
-      Read(*stream, &outputs[i]);
-    }
+    // Samples the engine's threads while the request runs: a thread's life
+    // has no event to wait on.
+    std::atomic<bool> done{false};
+    std::thread sampler([&] {
+      while (!done) {
+        const auto names = EngineNamedThreads();
+        absl::MutexLock lock(&running_mu);
+        running[i].insert(names.begin(), names.end());
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    });
+    ReadUntilDone(*stream, &outputs[i], absl::Seconds(60));
+    done = true;
+    sampler.join();
     ASSERT_TRUE(outputs[i].done);
     EXPECT_TRUE(outputs[i].last.status.ok()) << outputs[i].last.status;
     running[i].merge(EngineNamedThreads());

@@ -5,6 +5,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <regex>
 #include <thread>
 
@@ -14,7 +16,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/server.h"
-#include "tests/server/tiny_model.h"
+#include "tests/tiny_model.h"
 #include "tests/test_util.h"
 
 namespace attn::serving {
@@ -26,8 +28,12 @@ using grpc::health::v1::HealthCheckResponse;
 
 const char* const kModels[] = {"tiny-aft", "tiny-linear", "tiny-mha"};
 
-std::unique_ptr<InferenceServer> StartServer(const std::string& dir, EngineOptions engine = {},
-                                             ServiceLimits limits = {}) {
+// An engine load with `n` sequences running (Engine::AwaitLoad).
+std::function<bool(const EngineLoad&)> Running(int64_t n) {
+  return [n](const EngineLoad& load) { return load.running == n; };
+}
+
+std::unique_ptr<InferenceServer> StartServer(const std::string& dir, EngineOptions engine = {}) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
@@ -35,7 +41,6 @@ std::unique_ptr<InferenceServer> StartServer(const std::string& dir, EngineOptio
   options.registry.paths = {dir};
   options.registry.default_model = "tiny-aft";
   options.registry.engine = engine;
-  options.limits = limits;
   options.shutdown_grace = absl::Seconds(10);
   auto server = InferenceServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
@@ -242,19 +247,13 @@ TEST_F(ServiceTest, CancelledStreamFreesItsSlot) {
   auto reader = stub_->GenerateStream(&context, Greedy("tiny-linear", "the river", 4000));
   GenerateResponse message;
   ASSERT_TRUE(reader->Read(&message));
-  const absl::Time started = absl::Now();  // the engine publishes its load after each step
-  while (EngineOf("tiny-linear").load().running == 0 && absl::Now() < started + absl::Seconds(2)) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  EXPECT_TRUE(EngineOf("tiny-linear").AwaitLoad(Running(1), absl::Now() + absl::Seconds(2)));
   EXPECT_EQ(EngineOf("tiny-linear").load().running, 1);
   context.TryCancel();
   while (reader->Read(&message)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  while (EngineOf("tiny-linear").load().running > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  EXPECT_TRUE(EngineOf("tiny-linear").AwaitLoad(Running(0), absl::Now() + absl::Seconds(2)));
   EXPECT_EQ(EngineOf("tiny-linear").load().running, 0);
 }
 
@@ -316,10 +315,7 @@ TEST_F(ServiceTest, DeadlineIsHonoured) {
   GenerateResponse response;
   grpc::Status status = Unary(Greedy("tiny-aft", "the river", 4000), &response, 30);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  while (EngineOf("tiny-aft").load().running > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  EXPECT_TRUE(EngineOf("tiny-aft").AwaitLoad(Running(0), absl::Now() + absl::Seconds(2)));
   EXPECT_EQ(EngineOf("tiny-aft").load().running, 0);
 }
 
@@ -366,7 +362,8 @@ TEST_F(ServiceTest, MetricCountersMove) {
   GenerateRequest bad = Greedy("tiny-aft", "the river", 0);
   EXPECT_FALSE(Unary(bad, &response).ok());
   // A call is counted when its reactor is done, which may be just after the
-  // client has its response.
+  // client has its response; gRPC tells no one outside the server when that
+  // is, so this one wait polls the exposition.
   std::string after = metrics.Exposition();
   for (int i = 0; i < 200 && MetricValue(after, ok_series) == MetricValue(before, ok_series); ++i) {
     absl::SleepFor(absl::Milliseconds(10));

@@ -5,24 +5,12 @@
 #include <functional>
 
 #include "absl/strings/match.h"
-#include "tests/server/tiny_model.h"
+#include "tests/tiny_model.h"
 
 namespace attn::serving {
 namespace {
 
 using attn::testing::TinyTokenizer;
-
-TEST(ValidationTest, Utf8) {
-  EXPECT_TRUE(IsValidUtf8(""));
-  EXPECT_TRUE(IsValidUtf8("plain"));
-  EXPECT_TRUE(IsValidUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"));   // é, an emoji
-  EXPECT_FALSE(IsValidUtf8("\xC3"));                          // cut short
-  EXPECT_FALSE(IsValidUtf8("\xFF"));                          // never valid
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));                      // overlong '/'
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));                  // a surrogate
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));              // past U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("a\x80"));                         // a stray continuation
-}
 
 struct Case {
   const char* name;

@@ -14,9 +14,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "model/cpus.h"
-#include "model/mixer.h"
+#include "util/cpus.h"
+#include "model/mixers/mixer.h"
 #include "train/trainer.h"
+#include "util/flags.h"
 
 ABSL_FLAG(std::string, corpus, "", "comma-separated plain-text files to train on");
 ABSL_FLAG(std::string, output, "model.pt", "where to write the model package");
@@ -107,6 +108,7 @@ bool ParseConfig(attn::LmConfig* config) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Trains a language model on text files and writes a model package.");
+  attn::ListFlagsOfFolderInHelp(__FILE__);
   absl::ParseCommandLine(argc, argv);
   attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
 

@@ -1,0 +1,433 @@
+// Softmax attention over a key/value cache: the one-token step, the causal
+// prefill of a chunk, and appending to the cache (kernels.h).
+#include "model/kernels/kernels.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "model/kernels/kernel_common.h"
+#include "model/kernels/head_tasks.h"
+
+namespace attn::kernels {
+namespace {
+
+// Scores per vector of the score loop: one AVX-512 register.
+constexpr int64_t kScoreLanes = 16;
+
+// out[i] = q . k_i for the four rows k_0..k_3 of kDh floats (kDh % 8 == 0),
+// each row's sum in its own registers; the four are then folded together,
+// three shuffles and adds in all, instead of one serial horizontal sum each.
+template <int64_t kDh>
+ATTN_INLINE void DotsOfFour(const float* q, const float* k, float* out) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec8 folded[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const float* row = k + i * kDh;
+    Vec16 sum = {};
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x, y;
+      std::memcpy(&x, q + 16 * f, sizeof(x));
+      std::memcpy(&y, row + 16 * f, sizeof(y));
+      sum += x * y;
+    }
+    Vec8 half = {};
+    if (kHalf) {
+      Vec8 x, y;
+      std::memcpy(&x, q + 16 * kFull, sizeof(x));
+      std::memcpy(&y, row + 16 * kFull, sizeof(y));
+      half = x * y;
+    }
+    folded[i] = __builtin_shufflevector(sum, sum, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(sum, sum, 8, 9, 10, 11, 12, 13, 14, 15) + half;
+  }
+  // [a b] -> per 4-lane half: a[0..3] + a[4..7], b[0..3] + b[4..7].
+  const Vec8 ab = __builtin_shufflevector(folded[0], folded[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(folded[0], folded[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  const Vec8 cd = __builtin_shufflevector(folded[2], folded[3], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(folded[2], folded[3], 4, 5, 6, 7, 12, 13, 14, 15);
+  // Pairs: [a0+a2, a1+a3, b.., b.., c.., c.., d.., d..].
+  const Vec8 pairs = __builtin_shufflevector(ab, cd, 0, 1, 4, 5, 8, 9, 12, 13) +
+                     __builtin_shufflevector(ab, cd, 2, 3, 6, 7, 10, 11, 14, 15);
+  const Vec4 sums = __builtin_shufflevector(pairs, pairs, 0, 2, 4, 6) +
+                    __builtin_shufflevector(pairs, pairs, 1, 3, 5, 7);
+  std::memcpy(out, &sums, sizeof(sums));
+}
+
+// The causal prefill works on tiles of kQueryTile queries. Its score loop
+// takes kScoreTile of them by kKeyGroup keys at a time: 16 vector
+// accumulators, each key vector loaded once for the four queries, each
+// query's q[r] broadcast once for all the keys. (Six queries, 24
+// accumulators, ran slower.)
+constexpr int64_t kQueryTile = 8;
+constexpr int64_t kScoreTile = 4;
+constexpr int64_t kKeyGroup = 4 * kScoreLanes;
+
+// The largest lane of x (whose lanes are never NaN).
+ATTN_INLINE float LargestLane(const Vec16& x) {
+  const Vec8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+  const Vec8 b = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Vec8 m8 = a > b ? a : b;
+  const Vec4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+  const Vec4 d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  const Vec4 m4 = c > d ? c : d;
+  float largest = m4[0];
+  for (int l = 1; l < 4; ++l) largest = m4[l] > largest ? m4[l] : largest;
+  return largest;
+}
+
+// scores[i][j0 + l] = q_i . key_{j0 + l} * scale - slope * (position_i -
+// j0 - l) for the tile's queries i and l < kKeyGroup, and -inf for keys after
+// position_i: the causal mask, which the softmax's exponent turns into 0.
+// Keys stored transposed in kt ([dh][padded]), score rows `padded` apart.
+// Each query's lanes of running maxima, max[i], take in its scores (NaN
+// never wins), so that the softmax needs no pass of its own for the maximum.
+ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const float* kt,
+                           int64_t padded, int64_t dh, int64_t j0, float scale, float slope,
+                           float* scores, Vec16* max) {
+  Vec16 sum[kScoreTile][4] = {};
+  for (int64_t r = 0; r < dh; ++r) {
+    const float* column = kt + r * padded + j0;
+    Vec16 keys[4];  // loaded one by one: copied whole, the array went through the stack
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) std::memcpy(&keys[g], column + g * kScoreLanes, sizeof(keys[g]));
+#pragma GCC unroll 4
+    for (int i = 0; i < kScoreTile; ++i) {
+      const float qr = q[i][r];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) sum[i][g] += qr * keys[g];
+    }
+  }
+  Vec16 lane;
+  for (int l = 0; l < kScoreLanes; ++l) lane[l] = static_cast<float>(l);
+  const Vec16 masked = Vec16{} - std::numeric_limits<float>::infinity();
+  for (int i = 0; i < kScoreTile; ++i) {
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const float first = static_cast<float>(position[i] - j0 - g * kScoreLanes);
+      const Vec16 distance = first - lane;
+      Vec16 biased = sum[i][g] * scale - slope * distance;
+      biased = distance < 0.0f ? masked : biased;
+      max[i] = biased > max[i] ? biased : max[i];
+      std::memcpy(scores + i * padded + j0 + g * kScoreLanes, &biased, sizeof(biased));
+    }
+  }
+}
+
+// acc[0..kDh) = sum_j p[j] v[j], j = 0..count-1, rows of v kDh floats apart.
+// The sums stay in registers: kDh / 16 vectors and an 8-float half, twice
+// (even and odd keys), so that consecutive keys do not wait on each other.
+template <int64_t kDh>
+ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count, float* acc) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec16 even[kFull > 0 ? kFull : 1] = {}, odd[kFull > 0 ? kFull : 1] = {};
+  Vec8 even_half = {}, odd_half = {};
+  int64_t j = 0;
+  for (; j + 1 < count; j += 2) {
+    const float* row = v + j * kDh;
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x, y;
+      std::memcpy(&x, row + 16 * f, sizeof(x));
+      std::memcpy(&y, row + kDh + 16 * f, sizeof(y));
+      even[f] += p[j] * x;
+      odd[f] += p[j + 1] * y;
+    }
+    if (kHalf) {
+      Vec8 x, y;
+      std::memcpy(&x, row + 16 * kFull, sizeof(x));
+      std::memcpy(&y, row + kDh + 16 * kFull, sizeof(y));
+      even_half += p[j] * x;
+      odd_half += p[j + 1] * y;
+    }
+  }
+  if (j < count) {
+    const float* row = v + j * kDh;
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) {
+      Vec16 x;
+      std::memcpy(&x, row + 16 * f, sizeof(x));
+      even[f] += p[j] * x;
+    }
+    if (kHalf) {
+      Vec8 x;
+      std::memcpy(&x, row + 16 * kFull, sizeof(x));
+      even_half += p[j] * x;
+    }
+  }
+  for (int f = 0; f < kFull; ++f) {
+    const Vec16 total = even[f] + odd[f];
+    std::memcpy(acc + 16 * f, &total, sizeof(total));
+  }
+  if (kHalf) {
+    const Vec8 total = even_half + odd_half;
+    std::memcpy(acc + 16 * kFull, &total, sizeof(total));
+  }
+}
+
+// scores[j] = exp(scores[j] - max) over the first `count` scores; returns
+// their sum, the softmax's denominator.
+ATTN_INLINE float ExpShifted(float* scores, int64_t count, float max) {
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < count; ++j) {
+    scores[j] = FastExp(scores[j] - max);
+    total += scores[j];
+  }
+  return total;
+}
+
+// out = sum_j softmax(scores)_j v_j over the first `count` scores (rows of v
+// dh floats apart), whose largest is `max`; scores are overwritten with
+// exp(score - max), acc is dh floats of scratch. Shared by the decode step
+// and the causal prefill.
+template <int64_t kDh>
+ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, const float* v,
+                                    int64_t dh, float* acc, float* out) {
+  const float total = ExpShifted(scores, count, max);
+  if constexpr (kDh > 0 && kDh % 8 == 0) {
+    WeightedSumOfRows<kDh>(scores, v, count, acc);
+  } else {
+    std::fill(acc, acc + dh, 0.0f);
+    for (int64_t j = 0; j < count; ++j) AddScaled(scores[j], v + j * dh, dh, acc);
+  }
+  const float inv_total = 1.0f / total;
+  for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
+}
+
+// Queries per pass of TileWeightedSum at head size kDh: as many as keep
+// their sums in about 24 of AVX-512's 32 registers.
+template <int64_t kDh>
+constexpr int64_t kWeightedRows = kDh <= 48 ? 8 : 4;
+
+// acc[i][0..kDh) = sum_j p[i * stride + j] v_j for kRows queries i of a
+// prefill tile, j = 0..count-1. Each row of v is loaded once for all of
+// them: one query at a time (WeightedSumOfRows) the sum made one vector
+// load per multiply-add and read the whole value cache once per query.
+template <int64_t kDh, int64_t kRows>
+ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
+                                 float* acc) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
+  Vec8 half[kRows] = {};
+  for (int64_t j = 0; j < count; ++j) {
+    const float* row = v + j * kDh;
+    Vec16 x[kFull > 0 ? kFull : 1];
+    Vec8 y = {};
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(&x[f], row + 16 * f, sizeof(x[f]));
+    if (kHalf) std::memcpy(&y, row + 16 * kFull, sizeof(y));
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      const float weight = p[i * stride + j];
+#pragma GCC unroll 4
+      for (int f = 0; f < kFull; ++f) full[i][f] += weight * x[f];
+      if (kHalf) half[i] += weight * y;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(acc + i * kDh + 16 * f, &full[i][f], sizeof(Vec16));
+    if (kHalf) std::memcpy(acc + i * kDh + 16 * kFull, &half[i], sizeof(half[i]));
+  }
+}
+
+// One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
+// compile time: the dot products unroll, and the weighted sum of values stays
+// in registers instead of going through out[] once per key.
+template <int64_t kDh>
+ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
+                            std::vector<float>& scratch) {
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  const int64_t slot = SlotOf(a.slots, b);
+  const int64_t length = a.lengths[slot];
+  const int64_t row = (slot * a.heads + h) * a.capacity * dh;
+  const float* keys = a.k_cache + row;
+  const float* values = a.v_cache + row;
+  const float* q = a.q + b * a.q_stride + h * dh;
+  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
+
+  scratch.resize(length + 1 + 3 * dh);
+  float* scores = scratch.data();
+  float* qc = scores + length + 1;
+  float* qp = qc + dh;
+  float* acc = qp + dh;
+  for (int64_t i = 0; i < dh; ++i) {
+    qc[i] = q[i] + (a.content_bias ? a.content_bias[h * dh + i] : 0.0f);
+    qp[i] = a.r ? q[i] + a.position_bias[h * dh + i] : 0.0f;
+  }
+  int64_t first = 0;
+  if constexpr (kDh > 0 && kDh % 8 == 0) {
+    if (!a.r) {
+      for (; first + 4 <= length + 1; first += 4) {
+        // The values are read after the softmax: fetch them meanwhile.
+        for (int64_t line = 0; line < 4 * kDh; line += 16)
+          __builtin_prefetch(values + first * dh + line);
+        DotsOfFour<kDh>(qc, keys + first * dh, scores + first);
+      }
+    }
+  }
+  for (int64_t j = first; j <= length; ++j) {
+    scores[j] = Dot(qc, keys + j * dh, dh);
+    if (a.r) scores[j] += Dot(qp, a.r + (h * a.capacity + length - j) * dh, dh);
+  }
+#pragma omp simd
+  for (int64_t j = 0; j <= length; ++j) {
+    scores[j] = scores[j] * a.scale - slope * static_cast<float>(length - j);
+  }
+  SoftmaxWeightedSum<kDh>(scores, length + 1, MaxOf(scores, length + 1), values, dh, acc,
+                          a.out + (b * a.heads + h) * dh);
+}
+
+// kt[r * padded + j] = k[j * dh + r] for the first `keys` rows of k, a
+// block of kScoreLanes keys at a time: key by key, each of the dh stores went
+// to its own cache line `padded` floats away (perf: a tenth of the prefill
+// kernel); per block the loads stay in one small patch of k and each run of
+// stores fills whole lines.
+ATTN_INLINE void TransposeKeys(const float* k, int64_t keys, int64_t dh, int64_t padded,
+                               float* kt) {
+  int64_t j0 = 0;
+  for (; j0 + kScoreLanes <= keys; j0 += kScoreLanes) {
+    for (int64_t r = 0; r < dh; ++r) {
+      float* column = kt + r * padded + j0;
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kScoreLanes; ++l) column[l] = k[(j0 + l) * dh + r];
+    }
+  }
+  for (int64_t j = j0; j < keys; ++j) {
+    for (int64_t r = 0; r < dh; ++r) kt[r * padded + j] = k[j * dh + r];
+  }
+}
+
+// The softmax-weighted sums of a full tile of prefill queries: each query's
+// scores (rows `stride` apart, masked by ScoreTile past its position)
+// become exp(score - max[i]) up to the tile's last position, so that the
+// tile shares one pass over the values (TileWeightedSum). Query i's output
+// goes to out + i * out_stride; acc is kQueryTile * kDh floats of scratch.
+template <int64_t kDh>
+ATTN_INLINE void SoftmaxTile(float* scores, int64_t stride, const int64_t* position,
+                             const float* max, const float* v, float* acc, float* out,
+                             int64_t out_stride) {
+  constexpr int64_t kRows = kWeightedRows<kDh>;
+  float inv_total[kQueryTile];
+  for (int64_t i0 = 0; i0 < kQueryTile; i0 += kRows) {
+    const int64_t count = position[i0 + kRows - 1] + 1;
+    for (int64_t i = i0; i < i0 + kRows; ++i) {
+      inv_total[i] = 1.0f / ExpShifted(scores + i * stride, count, max[i]);
+    }
+    TileWeightedSum<kDh, kRows>(scores + i0 * stride, stride, v, count, acc + i0 * kDh);
+  }
+  for (int i = 0; i < kQueryTile; ++i) {
+    for (int64_t d = 0; d < kDh; ++d) out[i * out_stride + d] = acc[i * kDh + d] * inv_total[i];
+  }
+}
+
+// One head of one row through a.time queries (CausalAttentionPrefill). The
+// row's keys are first copied transposed, [Dh][keys], so that scores
+// accumulate along the keys in vector lanes (ScoreTile); kDh > 0 fixes the
+// head size so that the weighted sum of values stays in registers. Scores
+// are computed up to the tile's last position only.
+template <int64_t kDh>
+ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_t h,
+                                   std::vector<float>& scratch) {
+  const int64_t dh = kDh > 0 ? kDh : a.head_dim;
+  // Queries that share one pass over the values (SoftmaxTile), or one
+  // score tile's when each query takes its own pass.
+  constexpr int64_t kSharedRows = kDh > 0 && kDh % 8 == 0 ? kWeightedRows<kDh> : kScoreTile;
+  const int64_t keys = a.start + a.time;
+  // Padded to whole key groups: the score loop reads and writes them whole.
+  const int64_t padded = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
+  scratch.assign(dh * padded + kQueryTile * padded + kQueryTile * dh, 0.0f);
+  float* kt = scratch.data();                 // [Dh][padded]
+  float* scores = kt + dh * padded;           // [kQueryTile][padded]
+  float* acc = scores + kQueryTile * padded;  // [kQueryTile][Dh]
+  const int64_t row = (SlotOf(a.slots, b) * a.heads + h) * a.capacity * dh;
+  const float* k = a.k_cache + row;
+  const float* v = a.v_cache + row;
+  TransposeKeys(k, keys, dh, padded, kt);
+  const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
+  for (int64_t t0 = a.first_output; t0 < a.time; t0 += kQueryTile) {
+    const int64_t count = std::min(kQueryTile, a.time - t0);
+    const float* q[kQueryTile];
+    int64_t position[kQueryTile];
+    for (int64_t i = 0; i < kQueryTile; ++i) {  // a short tile repeats its last query
+      const int64_t t = t0 + std::min(i, count - 1);
+      q[i] = a.q + b * a.row_stride + t * a.token_stride + h * dh;
+      position[i] = a.start + t;
+    }
+    Vec16 lanes_max[kQueryTile];
+    for (Vec16& lanes : lanes_max) lanes = Vec16{} - std::numeric_limits<float>::infinity();
+    for (int64_t i0 = 0; i0 < kQueryTile; i0 += kScoreTile) {
+      // Up to the last key any query of this pass over the values reads.
+      const int64_t last = position[(i0 / kSharedRows + 1) * kSharedRows - 1];
+      for (int64_t j0 = 0; j0 <= last; j0 += kKeyGroup) {
+        ScoreTile(q + i0, position + i0, kt, padded, dh, j0, a.scale, slope, scores + i0 * padded,
+                  lanes_max + i0);
+      }
+    }
+    float* out = a.out + (OutputToken(b, t0, a.time, a.first_output) * a.heads + h) * dh;
+    const int64_t out_stride = a.heads * dh;  // between consecutive queries
+    float max[kQueryTile];
+    for (int64_t i = 0; i < kQueryTile; ++i) max[i] = LargestLane(lanes_max[i]);
+    if constexpr (kDh > 0 && kDh % 8 == 0) {
+      if (count == kQueryTile) {
+        SoftmaxTile<kDh>(scores, padded, position, max, v, acc, out, out_stride);
+        continue;
+      }
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, max[i], v, dh, acc,
+                              out + i * out_stride);
+    }
+  }
+}
+
+}  // namespace
+
+void CachedAttentionStep(const CachedAttentionArgs& a) {
+  int64_t longest = 1;
+  for (int64_t b = 0; b < a.batch; ++b)
+    longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
+  ForEachRowAndHead(a, longest * a.head_dim * (a.r ? 3 : 2),
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      AttendOneHead<head_size()>(a, b, h, scratch);
+                    });
+}
+
+void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,
+                   const int64_t* slots, const int64_t* lengths, const float* k, const float* v,
+                   int64_t stride, float* k_cache, float* v_cache) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t slot = SlotOf(slots, b);
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t at = ((slot * heads + h) * capacity + lengths[slot]) * head_dim;
+      std::copy_n(k + b * stride + h * head_dim, head_dim, k_cache + at);
+      std::copy_n(v + b * stride + h * head_dim, head_dim, v_cache + at);
+    }
+  }
+}
+
+void CausalAttentionPrefill(const CausalPrefillArgs& a) {
+  // No query to attend: each head would only transpose its keys for nothing.
+  if (a.first_output >= a.time) return;
+  ForEachRowAndHead(a, (a.time - a.first_output) * (a.start + a.time) * 2 * a.head_dim,
+                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                      CausalPrefillOneHead<head_size()>(a, b, h, scratch);
+                    });
+}
+
+}  // namespace attn::kernels

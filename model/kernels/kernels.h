@@ -1,0 +1,224 @@
+// Fused CPU loops for the one-token recurrent updates of the mixers.
+//
+// Why: a decode step at batch 1 is made of tiny tensors, and each LibTorch op
+// costs ~1.3 us of dispatch here. Done op by op, the elementwise work around
+// a step's two matrix multiplications would cost more than the
+// multiplications. Each function below does that work in one pass over the
+// channels of every sequence, in place on the state rows of a slot pool.
+//
+// All pointers are float32, contiguous, row-major. `slots[b]` is the pool row
+// of batch element b (slots null: row b) and `lengths[slot]` the number of
+// tokens that row has consumed before this step. The functions parallelise
+// over the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// What the cached step and the causal prefill share: the heads, the rows'
+// cache ([N, H, capacity, Dh] each for keys and values), the score scale and
+// ALiBi's slopes, which arrive as log m_h (the module's parameter), or null.
+struct CacheHeadsArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
+  const int64_t* slots = nullptr;
+  const float* log_slopes = nullptr;  // [H] log m_h, or null
+  const float* k_cache = nullptr;     // [N, H, capacity, Dh]
+  const float* v_cache = nullptr;     // [N, H, capacity, Dh]
+  float scale = 1.0f;
+  float* out = nullptr;
+};
+
+// first_output, in each prefill kernel's arguments: every token of the
+// chunk enters the state, but only tokens t >= first_output get an output,
+// written at out[b][t - first_output]. A language model's last layer needs
+// the output of a prompt's last token only (and of no token in the prompt's
+// earlier chunks); the skipped queries are most of that layer's attention.
+
+// Softmax attention of one new token per sequence over a key/value cache.
+//
+//   score_j = scale * ((q + u) . k_j + (q + v) . r_{L-j}) - slope_h * (L - j),
+//   y = sum_{j=0..L} softmax(score)_j v_j
+//
+// where L is the row's length. The new key/value must already be in the cache
+// at position L (AppendToCache). u, v and r are Transformer-XL's content bias,
+// position bias and projected relative positions; with r null only the
+// content term is used (u may be null). out: [B, H, Dh].
+struct CachedAttentionArgs : CacheHeadsArgs {
+  const int64_t* lengths = nullptr;  // [N]
+  const float* q = nullptr;          // row b at q + b * q_stride: [H, Dh]
+  int64_t q_stride = 0;
+  const float* content_bias = nullptr;   // u [H, Dh], or null
+  const float* position_bias = nullptr;  // v [H, Dh], used with r
+  const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
+};
+void CachedAttentionStep(const CachedAttentionArgs& a);
+
+// Causal softmax attention of a chunk of C tokens per sequence over the key/
+// value cache (the prefill form of CachedAttentionStep, without the
+// Transformer-XL terms). Query t of row b sits at position P = start + t and
+//
+//   score_j = scale * q_t . k_j - slope_h * (P - j),   j = 0..P,
+//   y_t = sum_j softmax(score)_j v_j.
+//
+// Keys and values 0..start+C-1 must already be in the cache (AppendToCache).
+// Why a kernel: op by op the prefill built the full [C, start + C] score
+// matrix, half of it masked, plus its mask and bias, and took several passes
+// over it; here each query's scores are computed only up to its own position
+// and live in a scratch row of the cache's length. out: [B, C, H, Dh].
+// Only queries t >= first_output are attended: out is [B, C - first_output,
+// H, Dh] (first_output above). With no query left the kernel returns at
+// once: the keys and values are in the cache already.
+struct CausalPrefillArgs : CacheHeadsArgs {
+  int64_t time = 0;          // C
+  int64_t start = 0;         // every row's length before the chunk
+  const float* q = nullptr;  // query t of row b at q + b * row_stride + t * token_stride: [H, Dh]
+  int64_t row_stride = 0, token_stride = 0;
+  int64_t first_output = 0;
+};
+void CausalAttentionPrefill(const CausalPrefillArgs& a);
+
+// Writes each row's new key and value ([H, Dh] at k + b * stride, likewise v)
+// into cache position lengths[slots[b]].
+void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,
+                   const int64_t* slots, const int64_t* lengths, const float* k, const float* v,
+                   int64_t stride, float* k_cache, float* v_cache);
+
+// exp(x) as the kernels compute it: within 2 ulp on [-87, 88], 0 below,
+// +inf above, NaN for NaN. Exposed for its test.
+float Exp(float x);
+
+// log(sum_i exp(x[i])), shifted by the maximum so that it cannot overflow;
+// -inf for n == 0 or all x[i] == -inf, NaN if any x[i] is NaN. The sampler
+// calls it on every vocabulary-sized row of logits, so it is vectorised.
+float LogSumExp(const float* x, int64_t n);
+
+// The first index of the largest x[i] (NaN never wins); 0 for n == 0 or no
+// value above -inf. Greedy sampling calls it on every row of logits.
+int64_t ArgMax(const float* x, int64_t n);
+
+// x[i] = GELU(x[i]) = x[i] / 2 * (1 + erf(x[i] / sqrt(2))), in place, for
+// n values. erf by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7,
+// the approximation ATen's vectorised CPU kernel also uses); for x < 0,
+// 1 + erf is computed as erfc directly rather than as a difference near 1,
+// so the small values of the negative tail stay within a fraction of a
+// percent. Vectorised and split over the intra-op threads; op by op, GELU
+// was up to a tenth of a decode step at 64 rows.
+void GeluInPlace(int64_t n, float* x);
+
+// lengths[slots[b]] += 1 for every b.
+void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);
+
+// Linear attention, one token per sequence, per head h:
+//   S += phi(k) v^T,  z += phi(k),  y = phi(q)^T S / (phi(q) . z + eps)
+// phi is elu(x)+1 (exp_feature false) or exp(x - max_i x_i) (true).
+// What the step and the prefill share: the heads, the feature map, the
+// inputs (laid out as each says) and the state rows, updated in place.
+struct LinearHeadsArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0;
+  bool exp_feature = false;
+  float eps = 1e-6f;
+  const int64_t* slots = nullptr;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* s = nullptr;  // [N, H, Dh, Dh]
+  float* z = nullptr;  // [N, H, Dh]
+};
+struct LinearStepArgs : LinearHeadsArgs {
+  int64_t stride = 0;    // row b of q, k and v at (q|k|v) + b * stride: [H, Dh]
+  float* out = nullptr;  // [B, H, Dh]
+};
+void LinearAttentionStep(const LinearStepArgs& a);
+
+// Linear attention, `time` tokens per sequence at once: the chunkwise
+// parallel form of LinearAttentionImpl (see model/mixers/linear_attention.h), fused.
+// Per head, for each block of `block` tokens, with (S, z) as the block found
+// them:
+//   y_i = (phi(q_i)^T S + sum_{j<=i} (phi(q_i) . phi(k_j)) v_j)
+//         / (phi(q_i) . z + sum_{j<=i} phi(q_i) . phi(k_j) + eps)
+// over the block's own tokens j; then S += sum_j phi(k_j) v_j^T and
+// z += sum_j phi(k_j). The same sums as the op-by-op blocks, with no
+// [B, H, block, block] temporaries. State lengths are left to the caller.
+struct LinearPrefillArgs : LinearHeadsArgs {
+  int64_t time = 0, block = 64;
+  // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [H, Dh].
+  int64_t row_stride = 0, token_stride = 0;
+  int64_t first_output = 0;  // queries before it are skipped (first_output above)
+  float* out = nullptr;      // [B, time - first_output, H, Dh]
+};
+void LinearAttentionPrefill(const LinearPrefillArgs& a);
+
+// AFT, one token per sequence, for the window form shared by all variants:
+//   y = sigmoid(q) * sum_{t'<=t} exp(k_t' + w(t, t-t')) v_t'
+//                  / sum_{t'<=t} exp(k_t' + w(t, t-t'))
+// with w(t, d) = bias[h][row(t)][d] for d < window and 0 beyond it. State per
+// row: c (running max of every key seen, per channel), carried sums of the
+// keys that left the window (relative to c), and a ring of the last `window`
+// keys as exp(k - c) and exp(k - c) v. The bias row is t (absolute-position
+// variants) when bias_rows > 1, else 0.
+struct AftStepArgs {
+  int64_t batch = 0, channels = 0, window = 0;
+  int64_t bias_heads = 1, bias_rows = 1;
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;  // [N]
+  // Row b of q, k and v at (q|k|v) + b * stride: [D].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t stride = 0;
+  const float* bias = nullptr;  // [bias_heads, bias_rows, window], or null if window == 0
+  float* c = nullptr;           // [N, D]
+  float* num = nullptr;         // [N, D]
+  float* den = nullptr;         // [N, D]
+  float* ring_ek = nullptr;     // [N, window, D]
+  float* ring_ekv = nullptr;    // [N, window, D]
+  float* out = nullptr;         // [B, D]
+};
+void AftStep(const AftStepArgs& a);
+
+// AFT, `time` tokens per sequence at once: the parallel form of AftImpl (see
+// model/mixers/aft.h), fused. Every row continues its state at position `start`.
+// Blocks of `block` tokens; inside a block, query i uses its own prefix max
+//   m_i = max(c, k_0 .. k_i)
+//   num_i = exp(c - m_i) (num + sum_ring f(t, t') ekv_t')
+//           + sum_{j<=i} exp(k_j - m_i) f(t, t_j) v_j     (den alike, no v)
+//   y_i = sigmoid(q_i) num_i / den_i,   f = exp(w) in the window, 1 beyond;
+// or, where the block's max rises less than 40 above m_0 in every channel,
+// the block's max for every query: the same ratio, with one exponential per
+// key instead of one per (query, key) pair (aft_prefill_kernel.cc,
+// kSharedMaxRise); there the keys at an offset of `window` or more (factor
+// 1) form running sums, so a query costs window + 1 key terms. After the
+// block the state moves to c = m_last, as AftStep leaves it. The same sums
+// as the op-by-op blocks, in one pass per run of channels (runs split each
+// bias head evenly across the threads), with no [B, C, C, D] temporaries.
+// State lengths are left to the caller.
+struct AftPrefillArgs {
+  int64_t batch = 0, time = 0, channels = 0, window = 0, block = 64;
+  int64_t bias_heads = 1, bias_rows = 1;
+  int64_t start = 0;  // tokens every row's state already holds
+  const int64_t* slots = nullptr;
+  // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [D].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0, token_stride = 0;
+  const float* bias = nullptr;  // as AftStepArgs
+  float* c = nullptr;
+  float* num = nullptr;
+  float* den = nullptr;
+  float* ring_ek = nullptr;
+  float* ring_ekv = nullptr;
+  int64_t first_output = 0;  // queries before it are skipped (first_output above)
+  float* out = nullptr;      // [B, time - first_output, D]
+};
+void AftPrefill(const AftPrefillArgs& a);
+
+// Row normalisations of x [rows, d] into out (may alias x), one pass per row:
+//   RMSNorm:   out = gain * x / sqrt(mean(x^2) + eps),  gain [d]
+//   ScaleNorm: out = gain * x / max(||x||_2, eps),      gain a scalar
+// Op by op these cost five to six dispatches and temporaries per norm.
+void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps, float* out);
+void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out);
+
+}  // namespace attn::kernels

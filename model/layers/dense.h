@@ -1,0 +1,42 @@
+// Affine maps y = x W^T + b for the modules' projections.
+//
+// Why not torch::nn::Linear::forward everywhere: Linear always calls
+// OpenBLAS's matrix-matrix product, which packs the whole weight matrix into
+// its panel layout on every call. For the few rows of a decode step that
+// copy costs as much as a large part of the product. Outside autograd, on
+// float32 CPU tensors, Dense multiplies 1 to 256 rows (decode steps, prefill
+// chunks) with a copy of the weight packed once (model/kernels/packed_gemm.h) and
+// kept while the weight lives unchanged; a weight written in place (its
+// version counter moves) is repacked. More rows, and every product autograd
+// tracks, take Linear; one row of a weight that cannot be packed (an
+// inference tensor) takes OpenBLAS's matrix-vector product.
+//
+// The packed copies cost as much memory again as the weights they copy.
+#pragma once
+
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+
+namespace attn {
+
+// x [..., in], weight [out, in], bias [out] or undefined: [..., out].
+torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
+                    const torch::Tensor& bias = {});
+
+inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& layer) {
+  return Dense(x, layer->weight, layer->bias);
+}
+
+// Dense(x, layer) for x [B, C, in] where the first `leading` outputs are
+// wanted only for the last `keep` tokens of each sequence: a fused
+// [q | k | v] projection in the last layer of a prefill, whose queries only
+// the tokens that still need an output read. Elsewhere those columns are
+// unspecified. That saves a third of the projection for every token whose
+// output the prefill drops: 1.5-3% of the bundled models' 512-token
+// prefill (alternating runs in one process). Takes the packed path only when
+// `leading` is a whole number of the packed product's panels and the
+// product would be packed; else it computes every column, as Dense does.
+torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn::Linear& layer,
+                                         int64_t leading, int64_t keep);
+
+}  // namespace attn

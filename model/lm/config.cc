@@ -1,0 +1,143 @@
+#include "model/lm/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <utility>
+
+#include "util/enum_names.h"
+#include "util/field_error.h"
+
+namespace attn {
+namespace {
+
+constexpr std::pair<PositionKind, const char*> kPositionNames[] = {
+    {PositionKind::kNone, "none"},
+    {PositionKind::kSinusoidal, "sinusoidal"},
+    {PositionKind::kLearned, "learned"},
+};
+
+using Json = nlohmann::json;
+
+// The integer at `key`; errors name the key.
+absl::StatusOr<int64_t> IntAt(const Json& json, const char* key) {
+  auto it = json.find(key);
+  if (it == json.end()) return InvalidField(key, "missing");
+  if (!it->is_number_integer()) return InvalidField(key, "must be an integer, got ", it->dump());
+  return it->get<int64_t>();
+}
+
+// The string at `key`; errors name the key.
+absl::StatusOr<std::string> StringAt(const Json& json, const char* key) {
+  auto it = json.find(key);
+  if (it == json.end()) return InvalidField(key, "missing");
+  if (!it->is_string()) return InvalidField(key, "must be a string, got ", it->dump());
+  return it->get<std::string>();
+}
+
+// Parses the enum name at `key` with `parse`; errors name the key.
+template <typename Enum>
+absl::Status EnumAt(const Json& json, const char* key, bool (*parse)(const std::string&, Enum*),
+                    Enum* value) {
+  auto name = StringAt(json, key);
+  if (!name.ok()) return name.status();
+  if (!parse(*name, value)) return InvalidField(key, "unknown value \"", *name, "\"");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PositionKindName(PositionKind kind) { return EnumName(kPositionNames, kind); }
+
+bool ParsePositionKind(const std::string& name, PositionKind* kind) {
+  return ParseEnumName(kPositionNames, name, kind);
+}
+
+MixerOptions LmConfig::mixer_options() const {
+  MixerOptions o;
+  o.kind = mixer;
+  o.d_model = d_model;
+  o.heads = heads;
+  o.max_context = max_context;
+  o.window = window;
+  o.chunk = chunk > 0 ? chunk : DefaultChunk(mixer);
+  return o;
+}
+
+absl::Status LmConfig::Validate() const {
+  auto positive = [](const char* name, int64_t value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return InvalidField(name, "must be positive, got ", value);
+  };
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
+                             {"d_model", d_model},
+                             {"layers", layers},
+                             {"heads", heads},
+                             {"ff_hidden", ff_hidden},
+                             {"window", window},
+                             {"max_context", max_context}}) {
+    if (auto status = positive(name, value); !status.ok()) return status;
+  }
+  if (chunk < 0) {
+    return InvalidField("chunk", "must be at least 0 (0: per mixer), got ", chunk);
+  }
+  if (d_model % heads != 0) {
+    return InvalidField("d_model", d_model, " must be divisible by heads (", heads, ")");
+  }
+  if (d_model % 2 != 0 && positions == PositionKind::kSinusoidal) {
+    return InvalidField("d_model", "sinusoidal positions need an even d_model, got ", d_model);
+  }
+  if (mixer == MixerKind::kAftLocal && window > max_context) {
+    return InvalidField("window", window, " exceeds max_context (", max_context, ")");
+  }
+  return absl::OkStatus();
+}
+
+std::string LmConfig::ToJson() const {
+  // Keys in sorted order (nlohmann's object is a sorted map), one per line,
+  // so that a diff of two configs reads well.
+  const Json json = {{"vocab_size", vocab_size},
+                     {"d_model", d_model},
+                     {"layers", layers},
+                     {"heads", heads},
+                     {"ff_hidden", ff_hidden},
+                     {"mixer", MixerKindName(mixer)},
+                     {"norm", NormKindName(norm)},
+                     {"positions", PositionKindName(positions)},
+                     {"window", window},
+                     {"max_context", max_context},
+                     {"chunk", chunk}};
+  return json.dump(1);
+}
+
+absl::StatusOr<LmConfig> LmConfig::FromJson(const std::string& text) {
+  const Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return InvalidField("config", "invalid JSON");
+  if (!json.is_object()) return InvalidField("config", "must be a JSON object, got ", json.dump());
+  LmConfig config;
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"vocab_size", &config.vocab_size},   {"d_model", &config.d_model},
+      {"layers", &config.layers},           {"heads", &config.heads},
+      {"ff_hidden", &config.ff_hidden},     {"window", &config.window},
+      {"max_context", &config.max_context}, {"chunk", &config.chunk}};
+  std::set<std::string> known = {"mixer", "norm", "positions"};
+  for (auto [key, field] : ints) {
+    known.insert(key);
+    auto value = IntAt(json, key);
+    if (!value.ok()) return value.status();
+    *field = *value;
+  }
+  for (const absl::Status& status :
+       {EnumAt(json, "mixer", &ParseMixerKind, &config.mixer),
+        EnumAt(json, "norm", &ParseNormKind, &config.norm),
+        EnumAt(json, "positions", &ParsePositionKind, &config.positions)}) {
+    if (!status.ok()) return status;
+  }
+  for (const auto& item : json.items()) {
+    if (!known.count(item.key())) return InvalidField(item.key(), "unknown config key");
+  }
+  if (auto status = config.Validate(); !status.ok()) return status;
+  return config;
+}
+
+}  // namespace attn

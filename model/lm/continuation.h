@@ -1,0 +1,69 @@
+// What happens to each token a language model generates, shared by every
+// generation loop (the serving engine, offline generation): sampling it,
+// turning it into text, and deciding whether the sequence ends with it.
+//
+// A sequence ends, in this order of precedence, when
+//   kStop    its text completes one of the stop strings (the text before
+//            the stop string is the last released);
+//   kEos     it chose the end-of-sequence token (unless eos is ignored);
+//   kLength  it has max_tokens tokens, or prompt + generated tokens reach
+//            the model's context limit.
+// The end-of-sequence token is a token of the sequence but never has text.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/lm/finish_reason.h"
+#include "model/lm/sampling.h"
+#include "model/text/text_assembler.h"
+#include "model/text/tokenizer.h"
+
+namespace attn {
+
+struct ContinuationOptions {
+  int64_t max_tokens = 128;        // at least 1
+  std::vector<std::string> stop;   // non-empty UTF-8 strings
+  bool ignore_eos = false;         // true: eos is an ordinary token
+  int64_t context_limit = -1;      // the model's max_context(); -1: unbounded
+  SamplingOptions sampling;
+};
+
+// What Accept() made of one token.
+struct AcceptedToken {
+  std::string text;  // the text it releases (whole characters; may be empty)
+  FinishReason finish_reason = FinishReason::kUnspecified;  // set when it ends the sequence
+};
+
+class Continuation {
+ public:
+  // `tokenizer` must outlive the continuation. `prompt`: the ids the
+  // sequence starts with (the repetition penalty counts them).
+  Continuation(const Tokenizer& tokenizer, const std::vector<int64_t>& prompt,
+               ContinuationOptions options);
+
+  // Chooses the next token from the model's [vocab] logits. Touches only
+  // this continuation: continuations of different sequences may sample
+  // concurrently.
+  SampledToken Sample(const float* logits, int64_t vocab) { return sampler_.Next(logits, vocab); }
+
+  // Adds a sampled token to the sequence: its text, and whether it ends it.
+  // When it does, the returned text includes whatever was held back.
+  AcceptedToken Accept(int64_t id);
+
+  int64_t generated() const { return generated_; }
+  bool finished() const { return finished_; }
+
+ private:
+  const Tokenizer& tokenizer_;
+  const ContinuationOptions options_;
+  const int64_t prompt_tokens_;
+  Sampler sampler_;
+  TextAssembler text_;
+  int64_t generated_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace attn

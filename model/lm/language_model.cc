@@ -1,0 +1,275 @@
+#include "model/lm/language_model.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/layers/dense.h"
+#include "model/layers/feed_forward.h"
+
+namespace attn {
+namespace {
+
+// A decode step's rows are independent sequences on their own state rows. With
+// several intra-op threads each thread steps one group of rows through all
+// layers: one fork per step instead of one per operation, and the small
+// operations between the products (norms, residual adds, the mixers' state
+// updates), each too small to fork for, run on every thread instead of one.
+// Below 2 groups of 16 rows one group is as fast or faster, since each group
+// reads every weight (docs/benchmarks.md).
+constexpr int64_t kMinRowsPerGroup = 16;
+
+// Groups of rows that work independent row by row splits into, one per
+// intra-op thread: 1 when there are too few rows, no threads to spare (inside
+// a parallel region already), or the work is not plain CPU inference.
+int64_t RowGroups(int64_t rows, const torch::Tensor& like) {
+  const int64_t threads = at::get_num_threads();
+  if (threads < 2 || rows < 2 * kMinRowsPerGroup || at::in_parallel_region() ||
+      !like.device().is_cpu() || torch::GradMode::is_enabled()) {
+    return 1;
+  }
+  return std::min(threads, rows / kMinRowsPerGroup);
+}
+
+// Calls fn(group, first_row, row_count) for each of `groups` near-equal
+// groups of `rows`, in parallel, with the caller's grad and inference modes.
+template <typename Fn>
+void ForEachRowGroup(int64_t rows, int64_t groups, Fn&& fn) {
+  const at::ThreadLocalState caller;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller);
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t first = rows * g / groups;
+      fn(g, first, rows * (g + 1) / groups - first);
+    }
+  });
+}
+
+}  // namespace
+
+// One pre-norm layer: h + Mixer(Norm(h)), then h + FF(Norm(h)).
+class LmLayer : public torch::nn::Module {
+ public:
+  explicit LmLayer(const LmConfig& config) {
+    mix_norm = register_module("mix_norm", Norm(config.norm, config.d_model));
+    mixer = register_module("mixer", MakeMixer(config.mixer_options()));
+    ff_norm = register_module("ff_norm", Norm(config.norm, config.d_model));
+    ff = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
+  }
+
+  // `mix` applies the mixer in the form the caller needs.
+  template <typename Mix>
+  torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
+    return AddMixedAndFeedForward(h, mix(mix_norm->forward(h)));
+  }
+
+  // Apply() of which only the last `keep` positions are wanted: `mix` sees
+  // every position and returns those `keep` ([B, keep, d]); the residual and
+  // the feed-forward run on them alone.
+  template <typename Mix>
+  torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
+    auto mixed = mix(mix_norm->forward(h));
+    if (keep == 0) return mixed;
+    return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
+  }
+
+  // h + mixed, then the feed-forward half. Its rows are independent, so a
+  // prefill chunk's run in one parallel region, a group of rows per thread,
+  // instead of a fork for each of its operations. Inside a grouped step
+  // there is no thread to spare for it.
+  torch::Tensor AddMixedAndFeedForward(const torch::Tensor& h, const torch::Tensor& mixed) {
+    const int64_t d = h.size(-1), rows = h.numel() / d;
+    const int64_t groups = RowGroups(rows, h);
+    if (groups == 1) return AddFeedForward(h + mixed);
+    const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
+    // Each group writes its rows of the result in place: gathering groups'
+    // own tensors afterwards would be a serial copy of the chunk.
+    torch::Tensor out = torch::empty({rows, d}, h.options());
+    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
+      torch::Tensor y = out.narrow(0, first, count);
+      torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
+      y.add_(ff->forward(ff_norm->forward(y)));
+    });
+    return out.view(h.sizes());
+  }
+
+  // The layer's second half: y + FF(Norm(y)).
+  torch::Tensor AddFeedForward(const torch::Tensor& y) {
+    return y + ff->forward(ff_norm->forward(y));
+  }
+
+  Norm mix_norm{nullptr};
+  std::shared_ptr<SequenceMixer> mixer;
+  Norm ff_norm{nullptr};
+  FeedForward ff{nullptr};
+};
+
+int64_t LmState::bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const auto& layer : layers) bytes += layer.bytes_per_row();
+  return bytes;
+}
+
+CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
+  const auto status = config.Validate();
+  TORCH_CHECK(status.ok(), "invalid model config: ", status.message());
+  embedding_ =
+      register_module("embedding", torch::nn::Embedding(config.vocab_size, config.d_model));
+  {
+    torch::NoGradGuard no_grad;
+    embedding_->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(config.d_model)));
+  }
+  if (config.positions == PositionKind::kLearned) {
+    learned_positions_ =
+        register_module("positions", LearnedPositions(config.max_context, config.d_model));
+  }
+  if (config.positions == PositionKind::kSinusoidal) {
+    // 2 x 2048 rows: every position below 4M at the same cost.
+    constexpr int64_t kTablePositions = 2048;
+    sinusoidal_positions_ = SinusoidalPositions(config.d_model, kTablePositions);
+  }
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < config.layers; ++l) {
+    layers_.push_back(std::make_shared<LmLayer>(config));
+    list->push_back(layers_.back());
+  }
+  final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
+}
+
+void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
+  TORCH_CHECK(tokens.scalar_type() == torch::kLong, "tokens must be int64");
+  if (tokens.numel() == 0) return;
+  auto cpu = tokens.to(torch::kCPU).contiguous();
+  const int64_t* ids = cpu.data_ptr<int64_t>();
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    TORCH_CHECK(ids[i] >= 0 && ids[i] < config_.vocab_size, "token id ", ids[i],
+                " outside the vocabulary [0, ", config_.vocab_size, ")");
+  }
+}
+
+torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  auto h = embedding_->forward(tokens);
+  switch (config_.positions) {
+    case PositionKind::kNone:
+      return h;
+    case PositionKind::kSinusoidal:
+      return h + sinusoidal_positions_->forward(positions).to(h.options());
+    case PositionKind::kLearned:
+      return h + learned_positions_->forward(positions);
+  }
+  return h;
+}
+
+torch::Tensor CausalLmImpl::Head(const torch::Tensor& hidden) {
+  return Dense(final_norm_->forward(hidden), embedding_->weight);
+}
+
+torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, time], got ", tokens.sizes());
+  CheckTokens(tokens);
+  auto positions = torch::arange(tokens.size(1), tokens.options()).expand_as(tokens);
+  auto h = Embed(tokens, positions);
+  for (auto& layer : layers_) {
+    h = layer->Apply(h, [&](const torch::Tensor& x) { return layer->mixer->forward(x); });
+  }
+  return Head(h);
+}
+
+LmState CausalLmImpl::initial_state(int64_t rows, torch::Device device) const {
+  LmState state;
+  for (const auto& layer : layers_)
+    state.layers.push_back(layer->mixer->initial_state(rows, device));
+  return state;
+}
+
+void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const {
+  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->mixer->ResetSlots(state.layers[l], slots);
+}
+
+torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
+                                    const torch::Tensor& slots, PrefillLogits logits) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
+  CheckTokens(tokens);
+  auto rows =
+      slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
+  auto start = state.length().index_select(0, rows.to(state.length().device()));
+  auto positions = start.to(tokens.device()).unsqueeze(1) +
+                   torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
+  auto h = Embed(tokens, positions);
+  // Every layer but the last feeds all positions to the next one's state.
+  const size_t full_layers = logits == PrefillLogits::kAll ? layers_.size() : layers_.size() - 1;
+  for (size_t l = 0; l < full_layers; ++l) {
+    auto& mixer = *layers_[l]->mixer;
+    h = layers_[l]->Apply(
+        h, [&](const torch::Tensor& x) { return mixer.prefill(x, state.layers[l], rows); });
+  }
+  if (logits == PrefillLogits::kAll) return Head(h);
+  const size_t last = layers_.size() - 1;
+  const int64_t keep = logits == PrefillLogits::kLast ? 1 : 0;
+  h = layers_[last]->ApplyToLast(h, keep, [&](const torch::Tensor& x) {
+    return layers_[last]->mixer->prefill_last(x, state.layers[last], rows, keep);
+  });
+  return keep == 0 ? torch::Tensor() : Head(h);
+}
+
+torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,
+                                 LmState& state) {
+  TORCH_CHECK(tokens.dim() == 1, "tokens must be [batch], got ", tokens.sizes());
+  CheckTokens(tokens);
+  const int64_t batch = tokens.size(0);
+  const int64_t groups = RowGroups(batch, tokens);
+  if (groups == 1) return Head(StepLayers(tokens, slots, state));
+  const torch::Tensor rows =
+      slots.defined() ? slots.to(torch::kLong) : torch::arange(batch, torch::kLong);
+  std::vector<torch::Tensor> hidden(groups);
+  ForEachRowGroup(batch, groups, [&](int64_t g, int64_t first, int64_t count) {
+    hidden[g] = StepLayers(tokens.narrow(0, first, count), rows.narrow(0, first, count), state);
+  });
+  // The head runs once on all rows: its product is the step's largest and
+  // splits well across the threads by itself.
+  return Head(torch::cat(hidden));
+}
+
+torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots,
+                                       LmState& state) {
+  torch::Tensor positions;
+  if (config_.positions != PositionKind::kNone) {
+    auto rows =
+        slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
+    positions =
+        state.length().index_select(0, rows.to(state.length().device())).to(tokens.device());
+  }
+  auto h = Embed(tokens, positions);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& mixer = *layers_[l]->mixer;
+    h = layers_[l]->Apply(
+        h, [&](const torch::Tensor& x) { return mixer.step(x, state.layers[l], slots); });
+  }
+  return h;
+}
+
+int64_t CausalLmImpl::max_context() const {
+  int64_t limit = config_.positions == PositionKind::kLearned ? config_.max_context : -1;
+  for (const auto& layer : layers_) {
+    const int64_t m = layer->mixer->max_context();
+    if (m >= 0) limit = limit < 0 ? m : std::min(limit, m);
+  }
+  return limit;
+}
+
+int64_t CausalLmImpl::state_bytes_per_sequence(int64_t context) const {
+  int64_t bytes = 0;
+  for (const auto& layer : layers_) bytes += layer->mixer->state_bytes_per_sequence(context);
+  return bytes;
+}
+
+int64_t CausalLmImpl::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& p : parameters()) count += p.numel();
+  return count;
+}
+
+}  // namespace attn

@@ -1,0 +1,104 @@
+// A causal language model made of the library's mixers.
+//
+//   h_0 = E[tokens] (+ positions)
+//   h_l = h_{l-1} + Mixer_l(Norm(h_{l-1}));  h_l = h_l + FF_l(Norm(h_l))
+//   logits = Norm(h_L) E^T              (output head tied to the embedding)
+//
+// Three equivalent computations, as for the mixers (model/mixers/mixer.h):
+//   forward(tokens)               [B, T] -> logits [B, T, V], parallel;
+//   prefill(tokens, state, slots) [B, C] -> [B, C, V], continuing a state
+//                                 (or the last position's logits only, or
+//                                 none: see PrefillLogits);
+//   step(tokens, slots, state)    [B] -> [B, V], one token per sequence, each
+//                                 at its own position; with several
+//                                 intra-op threads, large batches step in
+//                                 groups of rows, one group per thread, so
+//                                 mixers must step disjoint rows
+//                                 concurrently.
+// A token's position is its sequence's length in the state, so positional
+// embeddings agree between the three.
+//
+// A StatePool (model/lm/state_pool.h) holds N sequences' states and hands
+// out rows: sequences join and leave without touching each other.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/lm/config.h"
+#include "model/mixers/mixer.h"
+#include "model/layers/norms.h"
+#include "model/layers/positions.h"
+
+namespace attn {
+
+// Which logits prefill() returns: every position's [B, C, V] (scoring), the
+// last position's [B, 1, V] (a prompt's last chunk: generation needs no
+// more), or none, an undefined tensor (a prompt's earlier chunks: only the
+// state matters). The state advances the same way in all three. Without
+// kAll the head runs on one position at most, and the last layer computes
+// what the state needs plus that position's output: its mixer keeps one
+// output or none (SequenceMixer::prefill_last) and its feed-forward runs on
+// that one row. A 4-layer model skips about a fifth of a prefill's products.
+enum class PrefillLogits { kAll, kLast, kNone };
+
+// The recurrent state of N sequences: one MixerState per layer.
+struct LmState {
+  std::vector<MixerState> layers;
+
+  int64_t rows() const { return layers.empty() ? 0 : layers[0].rows(); }
+  // Tokens each row has consumed: int64 [N].
+  const torch::Tensor& length() const { return layers.at(0).length; }
+  int64_t bytes_per_row() const;
+};
+
+class LmLayer;  // mix_norm, mixer, ff_norm, ff: defined in language_model.cc
+
+class CausalLmImpl : public torch::nn::Module {
+ public:
+  // Throws c10::Error for an invalid config (call config.Validate() first to
+  // get a status instead).
+  explicit CausalLmImpl(const LmConfig& config);
+
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  LmState initial_state(int64_t rows, torch::Device device) const;
+  torch::Tensor prefill(const torch::Tensor& tokens, LmState& state,
+                        const torch::Tensor& slots = {},
+                        PrefillLogits logits = PrefillLogits::kAll);
+  torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
+  // Resets rows `slots` to empty sequences.
+  void ResetSlots(LmState& state, const torch::Tensor& slots) const;
+
+  const LmConfig& config() const { return config_; }
+  // Longest sequence the model can process; -1 when unbounded.
+  int64_t max_context() const;
+  // State bytes one sequence needs at `context` tokens, summed over layers.
+  int64_t state_bytes_per_sequence(int64_t context) const;
+  int64_t parameter_count() const;
+
+ private:
+  // Token embeddings plus positional embeddings: tokens [..], positions [..].
+  torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
+  torch::Tensor Head(const torch::Tensor& hidden);
+  // Embedding and every layer's step for rows `slots`: the hidden state
+  // before the head.
+  torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
+  void CheckTokens(const torch::Tensor& tokens) const;
+
+  LmConfig config_;
+  torch::nn::Embedding embedding_{nullptr};
+  LearnedPositions learned_positions_{nullptr};
+  SinusoidalPositions sinusoidal_positions_{nullptr};  // not registered: no parameters
+  std::vector<std::shared_ptr<LmLayer>> layers_;       // also in a ModuleList, for names
+  Norm final_norm_{nullptr};
+};
+TORCH_MODULE(CausalLm);
+
+}  // namespace attn

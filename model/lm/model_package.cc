@@ -1,0 +1,126 @@
+#include "model/lm/model_package.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace attn {
+namespace {
+
+// The model's tensors by name: parameters and buffers alike.
+std::map<std::string, torch::Tensor> NamedTensors(torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& p : module.named_parameters()) tensors[p.key()] = p.value();
+  for (const auto& b : module.named_buffers()) tensors[b.key()] = b.value();
+  return tensors;
+}
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+absl::Status Invalid(const std::string& path, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("model package ", path, ": ", problem));
+}
+
+std::string ShapeString(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+absl::Status SavePackage(const std::string& path, CausalLm& model,
+                         const std::string& tokenizer_model) {
+  try {
+    torch::jit::Module archive("attn_model_package");
+    for (const auto& [name, tensor] : NamedTensors(*model)) {
+      archive.register_buffer(name, tensor.detach().to(torch::kCPU).contiguous());
+    }
+    auto bytes = torch::empty({static_cast<int64_t>(tokenizer_model.size())}, torch::kUInt8);
+    if (!tokenizer_model.empty()) {  // an empty tensor has no data to copy into
+      std::memcpy(bytes.data_ptr<uint8_t>(), tokenizer_model.data(), tokenizer_model.size());
+    }
+    archive.register_buffer("tokenizer", bytes);
+    archive.register_attribute("config", c10::StringType::get(), model->config().ToJson());
+    archive.register_attribute("format_version", c10::IntType::get(), kPackageFormatVersion);
+    archive.save(path);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot write model package ", path, ": ", FirstLine(e.what())));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device device) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("model package ", path, " does not exist"));
+  }
+  torch::jit::Module archive;
+  try {
+    archive = torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(
+        absl::StrCat("model package ", path,
+                     " is not a readable archive (truncated or corrupt): ", FirstLine(e.what())));
+  }
+  if (!archive.hasattr("format_version") || !archive.attr("format_version").isInt()) {
+    return Invalid(path, "no format_version: not a model package");
+  }
+  const int64_t version = archive.attr("format_version").toInt();
+  if (version != kPackageFormatVersion) {
+    return Invalid(path, absl::StrCat("format version ", version, ", this build reads ",
+                                      kPackageFormatVersion));
+  }
+  if (!archive.hasattr("config") || !archive.attr("config").isString()) {
+    return Invalid(path, "no config");
+  }
+  auto config = LmConfig::FromJson(archive.attr("config").toStringRef());
+  if (!config.ok()) return Invalid(path, absl::StrCat("config: ", config.status().message()));
+
+  std::map<std::string, torch::Tensor> stored;
+  for (const auto& b : archive.named_buffers(/*recurse=*/false)) stored[b.name] = b.value;
+  ModelPackage package;
+  auto tokenizer = stored.find("tokenizer");
+  if (tokenizer == stored.end() || tokenizer->second.scalar_type() != torch::kUInt8) {
+    return Invalid(path, "no tokenizer buffer");
+  }
+  const auto& bytes = tokenizer->second;
+  if (bytes.numel() > 0) {
+    package.tokenizer_model.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                                   bytes.numel());
+  }
+  stored.erase(tokenizer);
+
+  try {
+    package.model = CausalLm(*config);
+    torch::NoGradGuard no_grad;
+    auto expected = NamedTensors(*package.model);
+    for (auto& [name, tensor] : expected) {
+      auto found = stored.find(name);
+      if (found == stored.end()) return Invalid(path, absl::StrCat("missing tensor ", name));
+      if (found->second.sizes() != tensor.sizes()) {
+        return Invalid(path,
+                       absl::StrCat("tensor ", name, " has shape ", ShapeString(found->second),
+                                    ", the config needs ", ShapeString(tensor)));
+      }
+      tensor.copy_(found->second);
+      stored.erase(found);
+    }
+    if (!stored.empty()) {
+      return Invalid(path, absl::StrCat("tensor ", stored.begin()->first,
+                                        " is not part of a model with this config"));
+    }
+    package.model->to(device);
+    package.model->eval();
+  } catch (const c10::Error& e) {
+    return Invalid(path, FirstLine(e.what()));
+  }
+  return package;
+}
+
+}  // namespace attn

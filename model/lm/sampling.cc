@@ -1,0 +1,88 @@
+#include "model/lm/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "model/kernels/kernels.h"
+
+namespace attn {
+
+absl::Status SamplingOptions::Validate() const {
+  if (!(temperature >= 0.0) || !std::isfinite(temperature)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
+  }
+  if (!(top_p > 0.0 && top_p <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+  }
+  if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
+  if (!(repetition_penalty > 0.0) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
+  }
+  return absl::OkStatus();
+}
+
+double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id) {
+  return static_cast<double>(logits[id]) - kernels::LogSumExp(logits, vocab);
+}
+
+Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt)
+    : options_(options), rng_(options.seed), seen_(prompt.begin(), prompt.end()) {}
+
+SampledToken Sampler::Next(const float* logits, int64_t vocab) {
+  work_.assign(logits, logits + vocab);
+  if (options_.repetition_penalty != 1.0) {
+    const auto penalty = static_cast<float>(options_.repetition_penalty);
+    for (int64_t id : seen_) {
+      if (id < 0 || id >= vocab) continue;
+      work_[id] = work_[id] > 0 ? work_[id] / penalty : work_[id] * penalty;
+    }
+  }
+  int64_t chosen = 0;
+  if (options_.temperature == 0.0) {
+    chosen = kernels::ArgMax(work_.data(), vocab);
+  } else {
+    const auto inv_t = static_cast<float>(1.0 / options_.temperature);
+    for (auto& w : work_) w *= inv_t;
+    candidates_.resize(vocab);
+    std::iota(candidates_.begin(), candidates_.end(), 0);
+    auto more_likely = [&](int64_t a, int64_t b) {
+      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+    };
+    int64_t keep = vocab;
+    if (options_.top_k > 0 && options_.top_k < vocab) {
+      keep = options_.top_k;
+      std::nth_element(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
+                       more_likely);
+    }
+    std::sort(candidates_.begin(), candidates_.begin() + keep, more_likely);
+    const float max = work_[candidates_[0]];
+    probs_.resize(keep);
+    double total = 0.0;
+    for (int64_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(work_[candidates_[i]] - max);
+    if (options_.top_p < 1.0) {  // the smallest prefix reaching top_p
+      double cumulative = 0.0;
+      int64_t n = 0;
+      while (n < keep && cumulative < options_.top_p * total) cumulative += probs_[n++];
+      keep = std::max<int64_t>(n, 1);
+      total = cumulative;
+    }
+    std::uniform_real_distribution<double> uniform(0.0, total);
+    double r = uniform(rng_);
+    chosen = candidates_[keep - 1];
+    for (int64_t i = 0; i < keep; ++i) {
+      r -= probs_[i];
+      if (r < 0) {
+        chosen = candidates_[i];
+        break;
+      }
+    }
+  }
+  seen_.insert(chosen);
+  return {chosen, LogSoftmaxAt(logits, vocab, chosen)};
+}
+
+}  // namespace attn

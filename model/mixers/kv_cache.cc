@@ -1,0 +1,111 @@
+#include "model/mixers/kv_cache.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/kernels/kernels.h"
+
+namespace attn {
+
+using torch::indexing::Slice;
+
+MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
+                            torch::Device device) {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  const std::vector<int64_t> shape = {rows, heads, capacity, head_dim};
+  state.tensors = {torch::zeros(shape, opts), torch::zeros(shape, opts)};
+  return state;
+}
+
+std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
+                                                           const torch::Tensor& index,
+                                                           int64_t start, const torch::Tensor& k,
+                                                           const torch::Tensor& v) {
+  const int64_t end = start + k.size(2);
+  auto& k_cache = state.tensors[0];
+  auto& v_cache = state.tensors[1];
+  k_cache.index_put_({index, Slice(), Slice(start, end)}, k);
+  v_cache.index_put_({index, Slice(), Slice(start, end)}, v);
+  return {k_cache.narrow(2, 0, end).index_select(0, index),
+          v_cache.narrow(2, 0, end).index_select(0, index)};
+}
+
+namespace {
+
+// The fields the cached step and the causal prefill share (CacheHeadsArgs).
+void FillCacheHeadsArgs(int64_t batch, int64_t heads, int64_t head_dim, MixerState& state,
+                        const int64_t* slots, const float* log_slopes, torch::Tensor& out,
+                        kernels::CacheHeadsArgs* args) {
+  args->batch = batch;
+  args->heads = heads;
+  args->head_dim = head_dim;
+  args->capacity = state.tensors[0].size(2);
+  args->slots = slots;
+  args->log_slopes = log_slopes;
+  args->k_cache = state.tensors[0].data_ptr<float>();
+  args->v_cache = state.tensors[1].data_ptr<float>();
+  args->scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  args->out = out.data_ptr<float>();
+}
+
+}  // namespace
+
+torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
+                                  int64_t heads, const CachedStepTerms& terms) {
+  const int64_t batch = qkv.size(0), d = qkv.size(1) / 3, head_dim = d / heads;
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  auto out = torch::empty({batch, d}, qkv.options());
+  kernels::CachedAttentionArgs args;
+  FillCacheHeadsArgs(batch, heads, head_dim, state, slots, terms.log_slopes, out, &args);
+  kernels::AppendToCache(batch, heads, head_dim, args.capacity, slots, lengths, qkv_data + d,
+                         qkv_data + 2 * d, 3 * d, state.tensors[0].data_ptr<float>(),
+                         state.tensors[1].data_ptr<float>());
+  args.lengths = lengths;
+  args.q = qkv_data;
+  args.q_stride = 3 * d;
+  args.content_bias = terms.content_bias;
+  args.position_bias = terms.position_bias;
+  args.r = terms.r;
+  kernels::CachedAttentionStep(args);
+  kernels::AdvanceLengths(batch, slots, lengths);
+  return out;
+}
+
+torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
+                                     const int64_t* slots, int64_t start, int64_t heads,
+                                     const float* log_slopes, int64_t first_output) {
+  const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
+  const int64_t head_dim = d / heads;
+  const float* qkv_data = qkv.data_ptr<float>();
+  auto* lengths = state.length.data_ptr<int64_t>();
+  auto out = torch::empty({batch, time - first_output, d}, qkv.options());
+  kernels::CausalPrefillArgs args;
+  FillCacheHeadsArgs(batch, heads, head_dim, state, slots, log_slopes, out, &args);
+  float* k_cache = state.tensors[0].data_ptr<float>();
+  float* v_cache = state.tensors[1].data_ptr<float>();
+  for (int64_t t = 0; t < time; ++t) {  // each token at its row's length, which then advances
+    const float* token = qkv_data + t * 3 * d;
+    kernels::AppendToCache(batch, heads, head_dim, args.capacity, slots, lengths, token + d,
+                           token + 2 * d, time * 3 * d, k_cache, v_cache);
+    kernels::AdvanceLengths(batch, slots, lengths);
+  }
+  args.time = time;
+  args.start = start;
+  args.q = qkv_data;
+  args.row_stride = time * 3 * d;
+  args.token_stride = 3 * d;
+  args.first_output = first_output;
+  kernels::CausalAttentionPrefill(args);
+  return out;
+}
+
+int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model) {
+  return 2 * std::min(context, capacity) * d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+}  // namespace attn

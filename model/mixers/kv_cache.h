@@ -1,0 +1,53 @@
+// The key/value cache shared by the softmax-attention mixers (mha,
+// mha-alibi, relative): state.tensors = {k, v}, each [N, H, capacity, Dh],
+// position p of row n at [n, :, p]. Internal to model/.
+#pragma once
+
+#include <torch/types.h>
+
+#include <utility>
+
+#include "model/mixers/mixer.h"
+
+namespace attn {
+
+MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
+                            torch::Device device);
+
+// Writes k, v [B, H, C, Dh] at positions start..start+C-1 of rows `index`
+// (on the state's device) and returns those rows' keys and values up to
+// start + C: [B, H, start + C, Dh] each.
+std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
+                                                           const torch::Tensor& index,
+                                                           int64_t start, const torch::Tensor& k,
+                                                           const torch::Tensor& v);
+
+// Optional terms of the fused cached step (see kernels::CachedAttentionArgs).
+struct CachedStepTerms {
+  const float* log_slopes = nullptr;     // ALiBi, log m_h
+  const float* content_bias = nullptr;   // Transformer-XL u
+  const float* position_bias = nullptr;  // Transformer-XL v
+  const float* r = nullptr;              // Transformer-XL W_r R by distance
+};
+
+// The fused one-token step over the cache: qkv [B, 3 D] (contiguous float,
+// CPU) holds each row's new q, k and v. Appends k and v at each row's length,
+// attends, advances the lengths; returns the heads' output [B, D] before the
+// output projection. slots as in kernels.h (null: rows 0..B-1).
+torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
+                                  int64_t heads, const CachedStepTerms& terms);
+
+// The fused causal prefill over the cache: qkv [B, C, 3 D] (contiguous
+// float, CPU) holds a chunk of C tokens' q, k and v for rows `slots` (all at
+// length `start`). Appends the chunk's keys and values, attends, advances the
+// lengths to start + C; returns the heads' output [B, C, D] before the output
+// projection. log_slopes: ALiBi's log m_h [H], or null. With first_output
+// > 0 only tokens first_output.. get an output: [B, C - first_output, D].
+torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
+                                     const int64_t* slots, int64_t start, int64_t heads,
+                                     const float* log_slopes, int64_t first_output = 0);
+
+// Bytes a sequence's cache holds at `context` tokens.
+int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model);
+
+}  // namespace attn

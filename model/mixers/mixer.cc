@@ -1,0 +1,235 @@
+#include "model/mixers/mixer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "model/mixers/aft.h"
+#include "util/enum_names.h"
+#include "model/mixers/linear_attention.h"
+#include "model/mixers/multi_head_attention.h"
+#include "model/mixers/relative_attention.h"
+
+namespace attn {
+namespace {
+
+constexpr std::pair<MixerKind, const char*> kKindNames[] = {
+    {MixerKind::kMha, "mha"},
+    {MixerKind::kMhaAlibi, "mha-alibi"},
+    {MixerKind::kRelative, "relative"},
+    {MixerKind::kLinearElu, "linear-elu"},
+    {MixerKind::kLinearExp, "linear-exp"},
+    {MixerKind::kAftFull, "aft-full"},
+    {MixerKind::kAftLocal, "aft-local"},
+    {MixerKind::kAftSimple, "aft-simple"},
+    {MixerKind::kAftConv, "aft-conv"},
+};
+
+}  // namespace
+
+std::string MixerKindName(MixerKind kind) { return EnumName(kKindNames, kind); }
+
+bool ParseMixerKind(const std::string& name, MixerKind* kind) {
+  return ParseEnumName(kKindNames, name, kind);
+}
+
+const std::vector<MixerKind>& AllMixerKinds() {
+  static const auto* kinds = [] {
+    auto* all = new std::vector<MixerKind>;
+    for (const auto& entry : kKindNames) all->push_back(entry.first);
+    return all;
+  }();
+  return *kinds;
+}
+
+int64_t DefaultChunk(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kAftFull:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftConv:
+      return 16;
+    default:
+      return 64;
+  }
+}
+
+int64_t MixerState::bytes_per_row() const {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    if (t.size(0) > 0) bytes += t.numel() / t.size(0) * static_cast<int64_t>(t.element_size());
+  }
+  return bytes + static_cast<int64_t>(sizeof(int64_t));  // the length
+}
+
+MixerState GatherState(const MixerState& pool, const torch::Tensor& slots) {
+  MixerState part;
+  auto index = slots.to(pool.length.device());
+  part.length = pool.length.index_select(0, index);
+  for (const auto& t : pool.tensors)
+    part.tensors.push_back(t.index_select(0, index.to(t.device())));
+  return part;
+}
+
+void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part) {
+  TORCH_CHECK(pool.tensors.size() == part.tensors.size(),
+              "ScatterState: states of different kinds");
+  auto index = slots.to(pool.length.device());
+  pool.length.index_copy_(0, index, part.length);
+  for (size_t i = 0; i < pool.tensors.size(); ++i) {
+    auto& t = pool.tensors[i];
+    t.index_copy_(0, index.to(t.device()), part.tensors[i]);
+  }
+}
+
+void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
+  ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
+}
+
+// The checks below run on every decode step, so they loop over raw CPU
+// memory instead of issuing tensor ops (~1.3 us each here).
+torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::Tensor& slots,
+                                          int64_t batch) const {
+  TORCH_CHECK(state.length.defined(), "mixer state is empty; call initial_state first");
+  if (!slots.defined()) {
+    TORCH_CHECK(batch <= state.rows(), "batch of ", batch, " sequences but the state has ",
+                state.rows(), " rows");
+    return torch::arange(batch, torch::kLong);
+  }
+  auto resolved = slots.to(torch::kCPU, torch::kLong).contiguous();
+  TORCH_CHECK(resolved.dim() == 1 && resolved.size(0) == batch, "slots must be int64 [", batch,
+              "], got ", slots.sizes());
+  const int64_t* ids = resolved.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    TORCH_CHECK(ids[b] >= 0 && ids[b] < state.rows(), "slot ", ids[b], " out of range [0, ",
+                state.rows(), ")");
+  }
+  // Two rows of one call must not share a state row: the fused kernels would
+  // update it from two threads. (One row cannot repeat: no work at batch 1.)
+  if (batch > 1) {
+    std::vector<int64_t> sorted(ids, ids + batch);
+    std::sort(sorted.begin(), sorted.end());
+    const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
+    TORCH_CHECK(repeated == sorted.end(), "slot ", repeated == sorted.end() ? 0 : *repeated,
+                " appears twice in one call");
+  }
+  return resolved;
+}
+
+namespace {
+
+// Throws unless rows ids[0..batch) (null: rows 0..batch-1) of lengths can
+// take `tokens` more tokens under `limit` (-1: unbounded).
+void CheckRowCapacity(const MixerOptions& options, int64_t limit, const int64_t* lengths,
+                      const int64_t* ids, int64_t batch, int64_t tokens) {
+  if (limit < 0) return;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) longest = std::max(longest, lengths[ids ? ids[b] : b]);
+  TORCH_CHECK(longest + tokens <= limit, MixerKindName(options.kind), " mixer holds at most ",
+              limit, " tokens per sequence; a sequence at ", longest, " cannot take ", tokens,
+              " more");
+}
+
+}  // namespace
+
+void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& slots,
+                                  int64_t tokens) const {
+  const auto lengths = state.length.to(torch::kCPU).contiguous();
+  CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
+                   slots.size(0), tokens);
+}
+
+const int64_t* SequenceMixer::PrepareFusedStep(const MixerState& state, const torch::Tensor& slots,
+                                               int64_t batch, torch::Tensor* holder) const {
+  const int64_t* ids = nullptr;
+  if (slots.defined()) {
+    *holder = ResolveSlots(state, slots, batch);
+    ids = holder->data_ptr<int64_t>();
+  } else {
+    TORCH_CHECK(state.length.defined(), "mixer state is empty; call initial_state first");
+    TORCH_CHECK(batch <= state.rows(), "batch of ", batch, " sequences but the state has ",
+                state.rows(), " rows");
+  }
+  CheckRowCapacity(options_, max_context(), state.length.data_ptr<int64_t>(), ids, batch, 1);
+  return ids;
+}
+
+int64_t SequenceMixer::CommonLength(const MixerState& state, const torch::Tensor& slots) const {
+  if (slots.size(0) == 0) return 0;
+  const auto lengths = state.length.to(torch::kCPU).index_select(0, slots);
+  const int64_t first = lengths[0].item<int64_t>();
+  TORCH_CHECK(lengths.eq(first).all().item<bool>(),
+              "prefill needs every sequence of the batch at the same length");
+  return first;
+}
+
+bool SequenceMixer::CanFuse(const torch::Tensor& x, const MixerState& state) const {
+  if (!options_.fused_kernels || !x.device().is_cpu() || x.scalar_type() != torch::kFloat) {
+    return false;
+  }
+  if (torch::GradMode::is_enabled()) {
+    if (x.requires_grad()) return false;
+    for (const auto& parameter : parameters()) {
+      if (parameter.requires_grad()) return false;
+    }
+  }
+  for (const auto& t : state.tensors) {
+    if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous()) {
+      return false;
+    }
+  }
+  return state.length.device().is_cpu() && state.length.is_contiguous();
+}
+
+torch::Tensor SequenceMixer::prefill(const torch::Tensor& x, MixerState& state,
+                                     const torch::Tensor& slots) {
+  return prefill_last(x, state, slots, x.dim() == 3 ? x.size(1) : 0);  // it checks x's shape
+}
+
+torch::Tensor SequenceMixer::prefill_last(const torch::Tensor& x, MixerState& state,
+                                          const torch::Tensor& slots, int64_t keep) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
+              options_.d_model, "], got ", x.sizes());
+  TORCH_CHECK(keep >= 0 && keep <= x.size(1), "prefill_last keeps 0 to ", x.size(1),
+              " outputs, got ", keep);
+  return Prefill(x, state, slots, keep);
+}
+
+torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,
+                                           const torch::Tensor& slots) {
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(x.size(0));
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    auto y = prefill(x.narrow(0, b, 1).unsqueeze(1), state, rows.narrow(0, b, 1));
+    outputs.push_back(y.squeeze(1));
+  }
+  return torch::cat(outputs, 0);
+}
+
+std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
+  TORCH_CHECK(options.d_model > 0, "d_model must be positive");
+  TORCH_CHECK(options.heads > 0 && options.d_model % options.heads == 0, "d_model (",
+              options.d_model, ") must be divisible by heads (", options.heads, ")");
+  TORCH_CHECK(options.chunk > 0, "chunk must be positive");
+  switch (options.kind) {
+    case MixerKind::kMha:
+    case MixerKind::kMhaAlibi:
+      return std::make_shared<MultiHeadAttentionImpl>(options);
+    case MixerKind::kRelative:
+      return std::make_shared<RelativeMultiHeadAttentionImpl>(options);
+    case MixerKind::kLinearElu:
+    case MixerKind::kLinearExp:
+      return std::make_shared<LinearAttentionImpl>(options);
+    case MixerKind::kAftFull:
+    case MixerKind::kAftLocal:
+    case MixerKind::kAftSimple:
+    case MixerKind::kAftConv:
+      return std::make_shared<AftImpl>(options);
+  }
+  TORCH_CHECK(false, "unknown mixer kind");
+}
+
+}  // namespace attn

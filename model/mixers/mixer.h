@@ -1,0 +1,187 @@
+// The sequence-mixer contract shared by every token-mixing module that a
+// causal language-model layer can hold.
+//
+// A mixer maps x [batch, time, d_model] to y [batch, time, d_model] where
+// y_t depends only on x_{<=t}. It offers three equivalent ways to compute the
+// same function:
+//
+//   forward(x)                 the causal parallel form over the whole
+//                              sequence (training, scoring);
+//   prefill(x, state, slots)   a chunk of C tokens that continues the
+//                              sequences held in `state` rows `slots`;
+//   step(x, state, slots)      one new token for each sequence.
+//
+// For every mixer, running prefill on chunks and/or step token by token from
+// an initial state gives the same outputs as forward(x) to float precision.
+// tests/mixer_equivalence_test.cc proves it for every kind.
+//
+// State. A MixerState holds only tensors, and dim 0 of each of them indexes a
+// sequence ("slot"). A server therefore keeps one MixerState with N rows as a
+// pool, and steps any subset of its rows in place by passing their indices
+// as `slots`; no row that is not named is read or written. New sequences start
+// from rows reset with ResetSlots().
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+// The kinds of mixer a layer can be configured with. The string names are the
+// ones used in configuration files and on command lines.
+enum class MixerKind {
+  kMha,        // softmax multi-head attention with a key/value cache
+  kMhaAlibi,   // the same with ALiBi distance biases, no position embedding
+  kRelative,   // Transformer-XL relative multi-head attention
+  kLinearElu,  // linear attention, feature map elu(x) + 1
+  kLinearExp,  // linear attention, feature map exp(x - max_i x_i)
+  kAftFull,    // attention-free transformer, learned T x T bias
+  kAftLocal,   // AFT with a learned bias inside a band of width s
+  kAftSimple,  // AFT without position bias
+  kAftConv,    // AFT with a per-head bias that depends only on t - t'
+};
+
+// Returns the configuration name of `kind` ("mha", "aft-conv", ...).
+std::string MixerKindName(MixerKind kind);
+// Parses a configuration name; returns false for an unknown name.
+bool ParseMixerKind(const std::string& name, MixerKind* kind);
+// All kinds, in declaration order.
+const std::vector<MixerKind>& AllMixerKinds();
+
+// The fastest block size of a kind's parallel form on CPU: 16 for AFT, whose
+// blocks are elementwise [batch, C, C, d] work that grows with C squared, 64
+// for the rest, whose blocks are matrix products. The block size never
+// changes the result.
+int64_t DefaultChunk(MixerKind kind);
+
+// Everything needed to build any mixer. Fields a kind does not use are
+// ignored by it.
+struct MixerOptions {
+  MixerKind kind = MixerKind::kAftConv;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  // Longest sequence a mixer with a growing state (mha, relative, aft-full)
+  // or an absolute-position bias (aft-local, aft-full) can process.
+  int64_t max_context = 2048;
+  // Width s of the AFT-local / AFT-conv band: keys with t - t' < s get a
+  // learned bias, keys further back still contribute with bias 0.
+  int64_t window = 32;
+  // Transformer-XL: positions of segment memory carried between segments.
+  int64_t mem_len = 128;
+  // Whether ALiBi slopes are trained (in log space) or fixed.
+  bool learn_alibi_slopes = false;
+  // Denominator guard of linear attention.
+  double linear_eps = 1e-6;
+  // Tokens per block of the chunked parallel forms.
+  int64_t chunk = 64;
+  // Whether step() (every kind) and prefill() (AFT) use the fused CPU loops
+  // of model/kernels/kernels.h when they can: CPU float tensors, nothing to
+  // differentiate. Off, step() runs prefill() one row at a time and prefill()
+  // runs the op-by-op blocks: slower, same numbers; the path any non-CPU
+  // device takes.
+  bool fused_kernels = true;
+};
+
+// Per-sequence state of a mixer. See the file comment.
+struct MixerState {
+  // Number of tokens each sequence has consumed: int64 [N].
+  torch::Tensor length;
+  // Kind-specific tensors, each with dim 0 of size N.
+  std::vector<torch::Tensor> tensors;
+
+  int64_t rows() const { return length.defined() ? length.size(0) : 0; }
+  // Bytes held per row, summed over all tensors.
+  int64_t bytes_per_row() const;
+};
+
+// Copies rows `slots` (int64 [B]) of `pool` into a new state with B rows.
+MixerState GatherState(const MixerState& pool, const torch::Tensor& slots);
+// Writes the B rows of `part` into rows `slots` of `pool`.
+void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part);
+
+class SequenceMixer : public torch::nn::Module {
+ public:
+  explicit SequenceMixer(MixerOptions options) : options_(std::move(options)) {}
+  ~SequenceMixer() override = default;
+
+  const MixerOptions& options() const { return options_; }
+
+  // Causal parallel form. x: [B, T, d_model] -> [B, T, d_model].
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+
+  // A state with `rows` empty sequences on `device`.
+  virtual MixerState initial_state(int64_t rows, torch::Device device) const = 0;
+
+  // Continues the sequences in rows `slots` (int64 [B]; undefined means rows
+  // 0..B-1) with the chunk x: [B, C, d_model]; returns [B, C, d_model] and
+  // advances those rows by C tokens. All B sequences must be at the same
+  // length (a server prefills each prompt on its own).
+  torch::Tensor prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots = {});
+
+  // prefill() of which only the last `keep` tokens' outputs are wanted
+  // (0 <= keep <= C): every token of x still enters the state, and the
+  // result is [B, keep, d_model], equal to prefill(...).narrow(1, C - keep,
+  // keep). A language model's last layer needs no more while it reads a
+  // prompt. The fused CPU prefills (AFT, linear, mha) skip the dropped
+  // queries' attention and output projection.
+  torch::Tensor prefill_last(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                             int64_t keep);
+
+  // One token for each sequence: x [B, d_model] -> [B, d_model]. The rows may
+  // be at different lengths. Outside autograd, calls on disjoint `slots` of
+  // one state may run concurrently (CausalLm steps groups of rows on several
+  // threads), so a step writes nothing but its own rows.
+  virtual torch::Tensor step(const torch::Tensor& x, MixerState& state,
+                             const torch::Tensor& slots = {}) = 0;
+
+  // Longest sequence this mixer can process; -1 when unbounded.
+  virtual int64_t max_context() const = 0;
+
+  // Bytes of state one sequence needs once it has seen `context` tokens. A
+  // pool preallocates rows at the maximum; this is what a row really needs.
+  virtual int64_t state_bytes_per_sequence(int64_t context) const = 0;
+
+  // Resets rows `slots` of `state` to the empty sequence. A server calls it
+  // for every request it admits.
+  virtual void ResetSlots(MixerState& state, const torch::Tensor& slots) const;
+
+ protected:
+  // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
+  torch::Tensor ResolveSlots(const MixerState& state, const torch::Tensor& slots,
+                             int64_t batch) const;
+  // prefill() and prefill_last() of each kind, x [B, C, d_model] and
+  // 0 <= keep <= C already checked: advances rows `slots` by C tokens and
+  // returns the last `keep` outputs.
+  virtual torch::Tensor Prefill(const torch::Tensor& x, MixerState& state,
+                                const torch::Tensor& slots, int64_t keep) = 0;
+  // Throws unless the rows `slots` can take `tokens` more tokens.
+  void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
+  // The checks of a fused step: validates `slots` and that each row can take
+  // one more token. Returns the rows' ids, or null for rows 0..B-1;
+  // `holder` keeps converted ids alive.
+  const int64_t* PrepareFusedStep(const MixerState& state, const torch::Tensor& slots,
+                                  int64_t batch, torch::Tensor* holder) const;
+  // The common length of rows `slots`; throws if they differ.
+  int64_t CommonLength(const MixerState& state, const torch::Tensor& slots) const;
+  // Whether step() (and AFT's prefill) may take the fused CPU path for input
+  // x and `state`: CPU float tensors, and nothing autograd must track (the
+  // kernels read raw memory, so neither x nor any parameter may need a
+  // gradient).
+  bool CanFuse(const torch::Tensor& x, const MixerState& state) const;
+  // The generic step: prefill() of one token, one row at a time.
+  torch::Tensor StepByPrefill(const torch::Tensor& x, MixerState& state,
+                              const torch::Tensor& slots);
+
+  MixerOptions options_;
+};
+
+// Builds the mixer `options.kind` describes. Throws c10::Error on invalid
+// options (for example d_model not divisible by heads).
+std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options);
+
+}  // namespace attn

@@ -1,0 +1,114 @@
+#include "model/text/sentencepiece_backend.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+
+namespace attn::spm {
+namespace {
+
+constexpr char kPluginName[] = "libattn_sentencepiece.so";
+
+std::vector<std::string> Candidates() {
+  std::vector<std::string> paths;
+  if (const char* env = std::getenv("ATTN_SENTENCEPIECE_PLUGIN")) paths.push_back(env);
+#ifdef ATTN_SENTENCEPIECE_PLUGIN_BUILD_PATH
+  paths.push_back(ATTN_SENTENCEPIECE_PLUGIN_BUILD_PATH);
+#endif
+  std::error_code error;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    paths.push_back((exe.parent_path() / kPluginName).string());
+    paths.push_back((exe.parent_path() / ".." / "lib" / kPluginName).string());
+  }
+  paths.push_back(kPluginName);  // the library search path
+  return paths;
+}
+
+struct Loaded {
+  const PluginApi* api = nullptr;
+  std::string error;
+};
+
+Loaded LoadPlugin() {
+  std::string tried;
+  for (const auto& path : Candidates()) {
+    // DEEPBIND: the plugin and libsentencepiece bind to their own symbols
+    // (its embedded protobuf) before the process's; LOCAL: theirs never
+    // reach the global scope.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!handle) {
+      tried += "\n  " + path + ": " + dlerror();
+      continue;
+    }
+    using Entry = const PluginApi* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, "attn_sentencepiece_api"));
+    if (!entry || entry()->version != kPluginApiVersion) {
+      return {nullptr, path + " is not a compatible SentencePiece plugin"};
+    }
+    return {entry(), ""};
+  }
+  return {nullptr, std::string("cannot load the SentencePiece plugin ") + kPluginName +
+                       " (set ATTN_SENTENCEPIECE_PLUGIN to its path); tried:" + tried};
+}
+
+}  // namespace
+
+const PluginApi* Plugin(std::string* error) {
+  static const Loaded* loaded = new Loaded(LoadPlugin());  // loaded once, never unloaded
+  if (!loaded->api && error) *error = loaded->error;
+  return loaded->api;
+}
+
+std::string Train(const TrainOptions& options, std::string* serialized_model) {
+  std::string error;
+  const PluginApi* api = Plugin(&error);
+  return api ? api->train(options, serialized_model) : error;
+}
+
+Processor::~Processor() {
+  if (handle_) api_->destroy(handle_);
+}
+
+Processor::Processor(Processor&& other) noexcept : api_(other.api_), handle_(other.handle_) {
+  other.handle_ = nullptr;
+}
+
+Processor& Processor::operator=(Processor&& other) noexcept {
+  if (this != &other) {
+    if (handle_) api_->destroy(handle_);
+    api_ = other.api_;
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+std::string Processor::Load(const std::string& serialized_model) {
+  std::string error;
+  api_ = Plugin(&error);
+  if (!api_) return error;
+  if (!handle_) handle_ = api_->create();
+  return api_->load(handle_, serialized_model);
+}
+
+std::vector<int> Processor::Encode(const std::string& text) const {
+  std::vector<int> ids;
+  api_->encode(handle_, text, &ids);
+  return ids;
+}
+
+std::string Processor::Decode(const std::vector<int>& ids) const {
+  return api_->decode(handle_, ids);
+}
+int Processor::vocab_size() const { return api_->piece_size(handle_); }
+int Processor::unk_id() const { return api_->special_id(handle_, 0); }
+int Processor::bos_id() const { return api_->special_id(handle_, 1); }
+int Processor::eos_id() const { return api_->special_id(handle_, 2); }
+std::string Processor::Piece(int id) const { return api_->piece(handle_, id); }
+int Processor::Kind(int id) const { return api_->kind(handle_, id); }
+std::string Processor::Serialized() const { return api_->serialized(handle_); }
+
+}  // namespace attn::spm

@@ -1,0 +1,109 @@
+#include "model/text/tokenizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/text/sentencepiece_backend.h"
+#include "util/utf8.h"
+
+namespace attn {
+namespace {
+
+constexpr char kReplacement[] = "\xef\xbf\xbd";  // U+FFFD
+constexpr char kWordMark[] = "\xe2\x96\x81";     // U+2581, SentencePiece's space
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<spm::Processor> processor)
+    : processor_(std::move(processor)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<Tokenizer> Tokenizer::Train(const TokenizerTrainOptions& options) {
+  spm::TrainOptions spm_options;
+  spm_options.input_files = options.input_files;
+  spm_options.vocab_size = options.vocab_size;
+  spm_options.model_type = options.model_type;
+  spm_options.input_sentence_size = options.input_sentence_size;
+  spm_options.seed = options.seed;
+  spm_options.threads = options.threads;
+  std::string serialized;
+  const std::string error = spm::Train(spm_options, &serialized);
+  if (!error.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer training failed: ", error));
+  }
+  return FromSerialized(serialized);
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromSerialized(const std::string& serialized_model) {
+  auto processor = std::make_unique<spm::Processor>();
+  const std::string error = processor->Load(serialized_model);
+  if (!error.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("not a SentencePiece model: ", error));
+  }
+  return Tokenizer(std::move(processor));
+}
+
+std::vector<int64_t> Tokenizer::Encode(const std::string& text) const {
+  const auto ids = processor_->Encode(text);
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
+  std::vector<int> narrow;
+  narrow.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (IsValidId(id)) narrow.push_back(static_cast<int>(id));
+  }
+  return processor_->Decode(narrow);
+}
+
+int64_t Tokenizer::vocab_size() const { return processor_->vocab_size(); }
+int64_t Tokenizer::bos_id() const { return processor_->bos_id(); }
+int64_t Tokenizer::eos_id() const { return processor_->eos_id(); }
+std::string Tokenizer::Serialized() const { return processor_->Serialized(); }
+
+std::string Tokenizer::TokenBytes(int64_t id) const {
+  if (!IsValidId(id)) return "";
+  const int i = static_cast<int>(id);
+  const int kind = processor_->Kind(i);
+  if (kind == spm::kControl) return "";
+  // An unknown token decodes as the processor shows it inside a text; a
+  // byte token <0xAB> is that byte; a piece has its word marks as spaces.
+  if (kind == spm::kUnknown) return processor_->Decode({i});
+  const std::string piece = processor_->Piece(i);
+  if (kind == spm::kByte) {
+    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  }
+  std::string out;
+  for (size_t at = 0; at < piece.size();) {
+    if (piece.compare(at, 3, kWordMark) == 0) {
+      out.push_back(' ');
+      at += 3;
+    } else {
+      out.push_back(piece[at++]);
+    }
+  }
+  return out;
+}
+
+std::string IncrementalDecoder::Push(int64_t id) {
+  std::string bytes = tokenizer_->TokenBytes(id);
+  if (at_start_ && !bytes.empty()) {
+    // Decode drops the space SentencePiece puts before the first word.
+    if (bytes[0] == ' ') bytes.erase(0, 1);
+    at_start_ = false;
+  }
+  pending_ += bytes;
+  std::string out;
+  pending_.erase(0, TakeCompleteUtf8(pending_, &out));
+  return out;
+}
+
+std::string IncrementalDecoder::Finish() {
+  std::string out;
+  if (!pending_.empty()) out = kReplacement;
+  pending_.clear();
+  return out;
+}
+
+}  // namespace attn

@@ -1,0 +1,81 @@
+// Text <-> token ids with a SentencePiece model trained with byte fallback:
+// any UTF-8 text has an encoding, and decoding it gives the text back.
+//
+// IncrementalDecoder turns a stream of ids into text pieces as they arrive
+// and never emits part of a UTF-8 character: a character split over several
+// byte tokens comes out once its last byte has arrived. The pieces
+// concatenate to Tokenizer::Decode of the same ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace attn {
+
+namespace spm {
+class Processor;
+}
+
+struct TokenizerTrainOptions {
+  std::vector<std::string> input_files;  // plain text, one sentence per line
+  int vocab_size = 4096;
+  std::string model_type = "unigram";  // or "bpe"
+  int64_t input_sentence_size = 2000000;
+  int seed = 1;
+  int threads = 1;
+};
+
+class Tokenizer {
+ public:
+  // Trains a model on the files; kInvalidArgument with SentencePiece's reason
+  // (missing file, vocabulary too large for the text, ...).
+  static absl::StatusOr<Tokenizer> Train(const TokenizerTrainOptions& options);
+  // Loads a serialized model (as stored in a model package).
+  static absl::StatusOr<Tokenizer> FromSerialized(const std::string& serialized_model);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  std::vector<int64_t> Encode(const std::string& text) const;
+  std::string Decode(const std::vector<int64_t>& ids) const;
+
+  int64_t vocab_size() const;
+  int64_t bos_id() const;
+  int64_t eos_id() const;
+  // The bytes token `id` adds to decoded text: its piece with the word mark
+  // as a space, a byte token's byte, nothing for control tokens. (Decode
+  // drops the single space that starts a text.)
+  std::string TokenBytes(int64_t id) const;
+  bool IsValidId(int64_t id) const { return id >= 0 && id < vocab_size(); }
+  std::string Serialized() const;
+
+ private:
+  explicit Tokenizer(std::unique_ptr<spm::Processor> processor);
+  std::unique_ptr<spm::Processor> processor_;
+};
+
+class IncrementalDecoder {
+ public:
+  // continues_text: the ids continue a text already shown (a prompt), so
+  // the space before their first word is kept; a new text drops it, as
+  // Decode does.
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool continues_text = false)
+      : tokenizer_(&tokenizer), at_start_(!continues_text) {}
+
+  // Adds one id; returns the text it completes (possibly empty).
+  std::string Push(int64_t id);
+  // Ends the stream: bytes of an unfinished character come out as U+FFFD.
+  std::string Finish();
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::string pending_;  // bytes not yet emitted: at most an unfinished character
+  bool at_start_;
+};
+
+}  // namespace attn

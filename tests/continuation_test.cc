@@ -1,0 +1,104 @@
+#include "model/lm/continuation.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/tiny_model.h"
+
+namespace attn {
+namespace {
+
+using testing::TinyTokenizer;
+
+// A token id that is not the end of sequence.
+int64_t Word(const char* text) {
+  const auto ids = TinyTokenizer().Encode(text);
+  EXPECT_FALSE(ids.empty());
+  return ids.front();
+}
+
+ContinuationOptions WithMaxTokens(int64_t max_tokens) {
+  ContinuationOptions options;
+  options.max_tokens = max_tokens;
+  return options;
+}
+
+TEST(Continuation, EndsAtMaxTokensWithTheHeldTextReleased) {
+  Continuation continuation(TinyTokenizer(), {Word("the")}, WithMaxTokens(3));
+  const int64_t river = Word("river");
+  std::string text;
+  for (int i = 0; i < 2; ++i) {
+    const AcceptedToken accepted = continuation.Accept(river);
+    EXPECT_EQ(accepted.finish_reason, FinishReason::kUnspecified);
+    text += accepted.text;
+  }
+  const AcceptedToken last = continuation.Accept(river);
+  EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(continuation.finished());
+  EXPECT_EQ(continuation.generated(), 3);
+  text += last.text;
+  EXPECT_EQ(text, TinyTokenizer().Decode({Word("the"), river, river, river}).substr(
+                      TinyTokenizer().Decode({Word("the")}).size()));
+}
+
+TEST(Continuation, EosEndsWithoutTextUnlessIgnored) {
+  const int64_t eos = TinyTokenizer().eos_id();
+  Continuation stops(TinyTokenizer(), {Word("the")}, WithMaxTokens(10));
+  const AcceptedToken ended = stops.Accept(eos);
+  EXPECT_EQ(ended.finish_reason, FinishReason::kEos);
+  EXPECT_EQ(ended.text, "");
+
+  ContinuationOptions options = WithMaxTokens(10);
+  options.ignore_eos = true;
+  Continuation ignores(TinyTokenizer(), {Word("the")}, options);
+  const AcceptedToken goes_on = ignores.Accept(eos);
+  EXPECT_EQ(goes_on.finish_reason, FinishReason::kUnspecified);
+  EXPECT_EQ(goes_on.text, "");  // the end-of-sequence token never has text
+  EXPECT_FALSE(ignores.finished());
+}
+
+TEST(Continuation, TheModelsContextEndsTheSequence) {
+  ContinuationOptions options = WithMaxTokens(100);
+  options.context_limit = 7;
+  const std::vector<int64_t> prompt(5, Word("the"));
+  Continuation continuation(TinyTokenizer(), prompt, options);
+  EXPECT_EQ(continuation.Accept(Word("river")).finish_reason, FinishReason::kUnspecified);
+  EXPECT_EQ(continuation.Accept(Word("river")).finish_reason, FinishReason::kLength);
+}
+
+TEST(Continuation, AStopStringEndsTheTextBeforeIt) {
+  ContinuationOptions options = WithMaxTokens(100);
+  options.stop = {"stop"};
+  Continuation continuation(TinyTokenizer(), {Word("the")}, options);
+  std::string text;
+  FinishReason reason = FinishReason::kUnspecified;
+  for (int64_t id : TinyTokenizer().Encode(" river stop here")) {
+    const AcceptedToken accepted = continuation.Accept(id);
+    text += accepted.text;
+    reason = accepted.finish_reason;
+    if (continuation.finished()) break;
+  }
+  EXPECT_EQ(reason, FinishReason::kStop);
+  EXPECT_EQ(text.find("stop"), std::string::npos) << text;
+  EXPECT_NE(text.find("river"), std::string::npos) << text;
+}
+
+TEST(Continuation, GreedySamplingTakesTheLargestLogit) {
+  ContinuationOptions options = WithMaxTokens(4);
+  options.sampling.temperature = 0.0;
+  Continuation continuation(TinyTokenizer(), {Word("the")}, options);
+  const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.9f};
+  EXPECT_EQ(continuation.Sample(logits.data(), 4).id, 1);
+}
+
+TEST(FinishReason, Names) {
+  EXPECT_STREQ(FinishReasonName(FinishReason::kLength), "length");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kStop), "stop");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kEos), "eos");
+  EXPECT_STREQ(FinishReasonName(FinishReason::kUnspecified), "");
+}
+
+}  // namespace
+}  // namespace attn

@@ -1,0 +1,80 @@
+#include "tests/tiny_model.h"
+
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "model/lm/model_package.h"
+#include "tests/test_util.h"
+
+namespace attn::testing {
+
+const Tokenizer& TinyTokenizer() {
+  static const Tokenizer* tokenizer = [] {
+    ScopedTempDir dir("tiny_tokenizer");
+    WriteSyntheticCorpus(dir.File("corpus.txt"), {"the", "river", "keeps", "its", "small", "state",
+                                                  "and", "light", "falls", "over", "stone", "water",
+                                                  "night", "finds", "a", "garden", "stop", "here"});
+    TokenizerTrainOptions options;
+    options.input_files = {dir.File("corpus.txt")};
+    options.vocab_size = 300;
+    auto trained = Tokenizer::Train(options);
+    if (!trained.ok()) {
+      std::fprintf(stderr, "tokenizer: %s\n", trained.status().ToString().c_str());
+      std::abort();
+    }
+    return new Tokenizer(std::move(*trained));
+  }();
+  return *tokenizer;
+}
+
+LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size) {
+  LmConfig c;
+  c.vocab_size = vocab_size;
+  c.d_model = 32;
+  c.layers = 2;
+  c.heads = 4;
+  c.ff_hidden = 48;
+  c.mixer = kind;
+  c.window = 4;
+  c.max_context = 64;
+  c.positions = PositionKind::kNone;
+  return c;
+}
+
+LmConfig TinyConfig(MixerKind kind) {
+  LmConfig c = SmallLmConfig(kind, TinyTokenizer().vocab_size());
+  c.max_context = 512;
+  if (kind == MixerKind::kMha || kind == MixerKind::kRelative)
+    c.positions = PositionKind::kSinusoidal;
+  return c;
+}
+
+CausalLm TinyModel(MixerKind kind, uint64_t seed) {
+  torch::manual_seed(seed);
+  CausalLm model(TinyConfig(kind));
+  RandomizePositionParameters(*model, 0.3);
+  // Larger output logits than the initialisation gives, so greedy choices
+  // are not near-ties that float noise could flip.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      if (p.key().find("embedding") != std::string::npos) p.value().mul_(3.0);
+    }
+  }
+  model->eval();
+  return model;
+}
+
+std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind) {
+  CausalLm model = TinyModel(kind);
+  const std::string path = dir + "/" + name + ".pt";
+  absl::Status saved = SavePackage(path, model, TinyTokenizer().Serialized());
+  if (!saved.ok()) {
+    std::fprintf(stderr, "package: %s\n", saved.ToString().c_str());
+    std::abort();
+  }
+  return path;
+}
+
+}  // namespace attn::testing

@@ -1,0 +1,31 @@
+// Tiny models for the tests: the one helper that builds their
+// configurations, a tokenizer trained once per process on a synthetic
+// corpus, and randomly initialised language models (no training: behaviour
+// and numerics, not the text's quality, are under test).
+#pragma once
+#include <string>
+
+#include "model/lm/language_model.h"
+#include "model/text/tokenizer.h"
+
+namespace attn::testing {
+
+// The configuration every test model starts from: d_model 32, 2 layers, 4
+// heads, ff_hidden 48, window 4, max_context 64, no positions. A test sets
+// only the fields its case is about.
+LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size);
+
+// Trained on first use; lives until the process ends.
+const Tokenizer& TinyTokenizer();
+
+// SmallLmConfig over TinyTokenizer()'s vocabulary with max_context 512 and
+// sinusoidal positions for the softmax kinds.
+LmConfig TinyConfig(MixerKind kind);
+
+// A model of TinyConfig(kind).
+CausalLm TinyModel(MixerKind kind, uint64_t seed = 7);
+
+// Writes `dir`/`name`.pt holding TinyModel(kind) and TinyTokenizer().
+std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind);
+
+}  // namespace attn::testing
