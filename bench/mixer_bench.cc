@@ -25,8 +25,8 @@
 #include <string>
 #include <thread>
 
-#include "util/cpus.h"
 #include "model/mixers/mixer.h"
+#include "util/cpus.h"
 
 namespace attn {
 namespace {

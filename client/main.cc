@@ -9,18 +9,21 @@
 //   attnctl bench    --concurrency=64 --prompt_tokens=128 --max_tokens=64 --duration_s=20
 //
 // --json prints responses as JSON (one object per line for stream).
-#include <cstdio>
-#include <string>
-#include <vector>
-
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
@@ -178,6 +181,64 @@ int Stream(TextGeneration::Stub& stub) {
   return 0;
 }
 
+// The text `ids` decode to.
+grpc::Status Detokenized(TextGeneration::Stub& stub, const std::string& model,
+                         const std::vector<int64_t>& ids, std::string* text) {
+  attn::v1::DetokenizeRequest request;
+  request.set_model(model);
+  for (int64_t id : ids) request.add_token_ids(id);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::DetokenizeResponse response;
+  grpc::Status status = stub.Detokenize(&context, request, &response);
+  *text = response.text();
+  return status;
+}
+
+// Each distinct token's text as it reads inside a text, leading space
+// included: decoding a token alone drops the space a word-start piece
+// carries, so it is decoded after `anchor` and the anchor's text removed.
+grpc::Status TokenTexts(TextGeneration::Stub& stub, const std::string& model, int64_t anchor,
+                        std::map<int64_t, std::string>* texts) {
+  std::string anchor_text;
+  grpc::Status status = Detokenized(stub, model, {anchor}, &anchor_text);
+  for (auto& [id, text] : *texts) {
+    if (!status.ok()) break;
+    status = Detokenized(stub, model, {anchor, id}, &text);
+    text.erase(0, std::min(anchor_text.size(), text.size()));
+  }
+  return status;
+}
+
+// `text` in double quotes, with quotes, backslashes and control characters
+// escaped, so that spaces and newlines inside a token show.
+std::string Quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\x%02x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
 int Score(TextGeneration::Stub& stub) {
   attn::v1::ScoreRequest request;
   request.set_model(absl::GetFlag(FLAGS_model));
@@ -194,8 +255,17 @@ int Score(TextGeneration::Stub& stub) {
     PrintJson(response);
     return 0;
   }
+  std::map<int64_t, std::string> texts;
+  for (int64_t id : response.token_ids()) texts.emplace(id, "");
+  if (!texts.empty()) {
+    grpc::Status status = TokenTexts(stub, response.model(), response.token_ids(0), &texts);
+    if (!status.ok()) return Fail(status);
+  }
+  std::printf("%8s %10s  %s\n", "token", "logprob", "text");
   for (int i = 0; i < response.token_ids_size(); ++i) {
-    std::printf("%6ld %10.4f\n", static_cast<long>(response.token_ids(i)), response.logprobs(i));
+    const int64_t id = response.token_ids(i);
+    std::printf("%8ld %10.4f  %s\n", static_cast<long>(id), response.logprobs(i),
+                Quoted(texts[id]).c_str());
   }
   std::printf("total_logprob %.4f  perplexity %.3f\n", response.total_logprob(),
               response.perplexity());

@@ -18,3 +18,12 @@ function(attn_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM attn_torch_pch)
   target_compile_options(${target} PRIVATE -Winvalid-pch)
 endfunction()
+
+# attn_test_options(<target>): test and benchmark programs build without debug
+# information in RelWithDebInfo: a test translation unit compiles in two
+# thirds of the time (docs/build.md), and a failing test names its file and
+# line through GoogleTest, not the debugger.
+function(attn_test_options target)
+  attn_project_options(${target})
+  target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo>:-g0>)
+endfunction()

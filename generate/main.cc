@@ -8,9 +8,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "util/cpus.h"
 #include "model/lm/generation.h"
 #include "model/lm/model_package.h"
+#include "util/cpus.h"
 #include "util/flags.h"
 
 ABSL_FLAG(std::string, model, "", "model package (*.pt)");

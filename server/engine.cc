@@ -47,8 +47,7 @@ struct Signal {
   bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
 };
 
-ContinuationOptions ContinuationOptionsFor(const EngineRequest& request,
-                                           int64_t context_limit) {
+ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit) {
   ContinuationOptions options;
   options.max_tokens = request.max_tokens;
   options.stop = request.stop;
@@ -69,8 +68,8 @@ struct Sequence {
   absl::Time arrival;
   absl::Time last_token;
   int64_t slot = -1;
-  int64_t prefilled = 0;           // prompt tokens in the state
-  std::vector<float> last_logits;  // after the last token in the state
+  int64_t prefilled = 0;                       // prompt tokens in the state
+  std::vector<float> last_logits;              // after the last token in the state
   std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
   int64_t generated = 0;
   int64_t next_token = -1;    // fed to the next decode step
@@ -104,8 +103,8 @@ absl::Status EngineOptions::Validate() const {
     }
   }
   if (limits.default_max_tokens > limits.max_tokens) {
-    return InvalidField("default_max_tokens", limits.default_max_tokens,
-                        " exceeds max_tokens (", limits.max_tokens, ")");
+    return InvalidField("default_max_tokens", limits.default_max_tokens, " exceeds max_tokens (",
+                        limits.max_tokens, ")");
   }
   return absl::OkStatus();
 }
@@ -169,8 +168,7 @@ class Engine::Impl {
     absl::MutexLock lock(&published_mu_);
     return published_mu_.AwaitWithDeadline(absl::Condition(this, &Impl::Idle), deadline);
   }
-  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done,
-                 absl::Time deadline) const {
+  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done, absl::Time deadline) const {
     auto holds = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done(load()); };
     absl::MutexLock lock(&published_mu_);
     return published_mu_.AwaitWithDeadline(absl::Condition(&holds), deadline);
@@ -236,8 +234,7 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
   const RequestLimits& limits = options_.limits;
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size == 0 || prompt_size > limits.max_prompt_tokens) {
-    return InvalidField("prompt", prompt_size, " tokens, expected 1 to ",
-                        limits.max_prompt_tokens);
+    return InvalidField("prompt", prompt_size, " tokens, expected 1 to ", limits.max_prompt_tokens);
   }
   if (request.kind == EngineRequest::Kind::kGenerate) {
     if (request.max_tokens == 0) request.max_tokens = limits.default_max_tokens;
@@ -363,8 +360,9 @@ bool Engine::Impl::Admit(absl::Time now) {
   }
   for (auto& seq : admitted) {
     seq->slot = pool_.Acquire().value();  // free_slots_ said there is one
-    seq->continuation = std::make_unique<Continuation>(tokenizer_, seq->request.prompt,
-                                                       ContinuationOptionsFor(seq->request, model_->max_context()));
+    seq->continuation =
+        std::make_unique<Continuation>(tokenizer_, seq->request.prompt,
+                                       ContinuationOptionsFor(seq->request, model_->max_context()));
     observer_->OnAdmitted(now - seq->arrival);
     active_.push_back(std::move(seq));
   }

@@ -156,8 +156,7 @@ class Engine {
   // Waits until `done(load())` holds or `deadline` passes; returns whether
   // it held. Re-checked whenever the engine publishes its load (after every
   // iteration, and at least every 20 ms while its thread runs).
-  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done,
-                 absl::Time deadline) const;
+  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done, absl::Time deadline) const;
   // Ends every request left with `status` and joins the thread.
   void Stop(const absl::Status& status = absl::UnavailableError("the server is shutting down"));
 

@@ -20,9 +20,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/server.h"
 #include "util/cpus.h"
 #include "util/flags.h"
-#include "server/server.h"
 
 ABSL_FLAG(std::string, models, "models",
           "Comma-separated model package files (*.pt) or directories of them.");
@@ -58,7 +58,6 @@ ABSL_FLAG(int, shutdown_grace_seconds, 30,
           "On SIGTERM/SIGINT, how long running requests may take to finish.");
 
 namespace {
-
 
 // ATTN_<FLAG> environment variables become flag values before the command
 // line is parsed, so the command line wins.
@@ -168,6 +167,10 @@ int main(int argc, char** argv) {
   const auto engine_cpus = static_cast<int>(options.registry.engine.cpus.size());
   const int threads = attn::ConfigureThreads(
       absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : engine_cpus);
+  options.registry.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
   auto server = attn::serving::InferenceServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(server.status().message()).c_str());

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
@@ -99,10 +100,10 @@ absl::StatusOr<std::string> CheckDevice(const std::string& device) {
         absl::StrCat("--device: \"", device, "\" is not a device; use cpu, cuda or cuda:N"));
   }
   if (parsed.is_cuda() && !torch::cuda::is_available()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device: ", device,
-        " asked for, but this build of LibTorch has no CUDA support or sees no GPU; "
-        "use --device=cpu, or build against a CUDA LibTorch"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device: ", device,
+                     " asked for, but this build of LibTorch has no CUDA support or sees no GPU; "
+                     "use --device=cpu, or build against a CUDA LibTorch"));
   }
   if (!parsed.is_cpu() && !parsed.is_cuda()) {
     return absl::InvalidArgumentError(
@@ -118,24 +119,37 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
   if (!device_name.ok()) return device_name.status();
   auto files = PackageFiles(options.paths);
   if (!files.ok()) return files.status();
+  auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
   std::unique_ptr<ModelRegistry> registry(new ModelRegistry());
   for (const std::string& file : *files) {
+    progress(absl::StrCat("loading ", file));
+    const absl::Time started = absl::Now();
     auto hosted = LoadModel(file, torch::Device(*device_name), options.engine, metrics);
     if (!hosted.ok()) return hosted.status();
     const std::string& name = (*hosted)->description.name;
+    const double state_mib = static_cast<double>((*hosted)->engine->state_bytes_per_slot()) *
+                             options.engine.max_active / (1 << 20);
+    progress(absl::StrFormat("  %s: %s, %.1f MiB of state for %d slots, loaded in %s", name,
+                             (*hosted)->description.mixer, state_mib, options.engine.max_active,
+                             absl::FormatDuration(absl::Now() - started)));
     if (registry->Find(name).ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("two packages are named ", name, " (", file, "); rename one"));
     }
     registry->models_.push_back(std::move(*hosted));
   }
-  registry->default_model_ =
-      options.default_model.empty() ? registry->models_.front()->description.name
-                                    : options.default_model;
+  registry->default_model_ = options.default_model.empty()
+                                 ? registry->models_.front()->description.name
+                                 : options.default_model;
   if (!registry->Find(registry->default_model_).ok()) {
     return registry->Find(registry->default_model_).status();
   }
-  for (auto& model : registry->models_) model->engine->Start();
+  for (auto& model : registry->models_) {
+    progress(absl::StrCat("warming up ", model->description.name));
+    model->engine->Start();
+  }
   return registry;
 }
 
@@ -148,8 +162,8 @@ absl::StatusOr<HostedModel*> ModelRegistry::Find(const std::string& name) const 
     if (model->description.name == wanted) return model.get();
     names.push_back(model->description.name);
   }
-  return absl::NotFoundError(absl::StrCat("model: \"", wanted, "\" is not hosted here; hosted: ",
-                                          absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat(
+      "model: \"", wanted, "\" is not hosted here; hosted: ", absl::StrJoin(names, ", ")));
 }
 
 void ModelRegistry::DrainAll() {

@@ -1,6 +1,7 @@
 // The models a server hosts: each loaded from its package file, with its
 // tokenizer and its own engine (thread, state pool).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct RegistryOptions {
   std::string default_model;  // empty: the first model loaded
   std::string device = "cpu";
   EngineOptions engine;
+  // Told what loading is doing, one line at a time (attn-server prints
+  // them), so that a slow start shows where it is; may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 // "cpu", "cuda", "cuda:N". kInvalidArgument naming --device for anything

@@ -21,8 +21,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   auto registry = ModelRegistry::Load(options.registry, server->metrics_.get());
   if (!registry.ok()) return registry.status();
   server->registry_ = std::move(*registry);
-  server->service_ = std::make_unique<TextGenerationService>(*server->registry_,
-                                                            server->metrics_.get());
+  server->service_ =
+      std::make_unique<TextGenerationService>(*server->registry_, server->metrics_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -33,8 +33,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.SetMaxReceiveMessageSize(16 << 20);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on ", address, "; is the port taken? choose another --port"));
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,
+                                               "; is the port taken? choose another --port"));
   }
   grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
   health->SetServingStatus(true);  // "" and every registered service

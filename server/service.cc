@@ -268,36 +268,47 @@ grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerContext* context,
-                                                          const GenerateRequest* request,
-                                                          GenerateResponse* response) {
-  auto model = Resolve(request->model());
-  if (!model.ok()) return Done(context, request->model(), "Generate", model.status());
+grpc::ServerUnaryReactor* TextGenerationService::RunUnary(
+    grpc::CallbackServerContext* context, const std::string& requested_model, const char* method,
+    const ToEngineFn& to_engine, const MakeSinkFn& make_sink, std::function<void()> on_success) {
+  auto model = Resolve(requested_model);
+  if (!model.ok()) return Done(context, requested_model, method, model.status());
   HostedModel& hosted = **model;
   const std::string& name = hosted.description.name;
-  auto engine_request =
-      ToEngineRequest(*request, *hosted.tokenizer, hosted.engine->options().limits, DeadlineOf(context));
-  if (!engine_request.ok()) return Done(context, name, "Generate", engine_request.status());
-  const bool logprobs = engine_request->logprobs;
+  absl::StatusOr<EngineRequest> engine_request = to_engine(hosted);
+  if (!engine_request.ok()) return Done(context, name, method, engine_request.status());
   auto stream = NewStream(hosted, &delivery_);
-  response->set_model(name);
-  auto* reactor = new CollectReactor(
-      metrics_, name, "Generate", stream,
-      [response, logprobs](const StreamEvent& event) { AppendEvent(event, logprobs, response); },
-      [] {});
+  auto* reactor = new CollectReactor(metrics_, name, method, stream,
+                                     make_sink(*engine_request, name), std::move(on_success));
   reactor->Begin();
   absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
   if (!queued.ok()) reactor->Fail(queued);
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerContext* context,
+                                                          const GenerateRequest* request,
+                                                          GenerateResponse* response) {
+  auto to_engine = [&](const HostedModel& model) {
+    return ToEngineRequest(*request, *model.tokenizer, model.engine->options().limits,
+                           DeadlineOf(context));
+  };
+  auto make_sink = [response](const EngineRequest& engine_request, const std::string& name) {
+    response->set_model(name);
+    return [response, logprobs = engine_request.logprobs](const StreamEvent& event) {
+      AppendEvent(event, logprobs, response);
+    };
+  };
+  return RunUnary(context, request->model(), "Generate", to_engine, make_sink, [] {});
+}
+
 grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   auto model = Resolve(request->model());
   absl::StatusOr<EngineRequest> engine_request =
-      model.ok()
-          ? ToEngineRequest(*request, *(*model)->tokenizer, (*model)->engine->options().limits, DeadlineOf(context))
-          : absl::StatusOr<EngineRequest>(model.status());
+      model.ok() ? ToEngineRequest(*request, *(*model)->tokenizer,
+                                   (*model)->engine->options().limits, DeadlineOf(context))
+                 : absl::StatusOr<EngineRequest>(model.status());
   if (!engine_request.ok()) {
     const std::string name = model.ok() ? (*model)->description.name : request->model();
     if (metrics_ != nullptr) {
@@ -319,31 +330,24 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
 grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerContext* context,
                                                        const attn::v1::ScoreRequest* request,
                                                        attn::v1::ScoreResponse* response) {
-  auto model = Resolve(request->model());
-  if (!model.ok()) return Done(context, request->model(), "Score", model.status());
-  HostedModel& hosted = **model;
-  const std::string& name = hosted.description.name;
-  auto engine_request =
-      ToScoreRequest(*request, *hosted.tokenizer, hosted.engine->options().limits, DeadlineOf(context));
-  if (!engine_request.ok()) return Done(context, name, "Score", engine_request.status());
-  auto stream = NewStream(hosted, &delivery_);
-  response->set_model(name);
-  auto* reactor = new CollectReactor(
-      metrics_, name, "Score", stream,
-      [response](const StreamEvent& event) {
-        for (int64_t id : event.token_ids) response->add_token_ids(id);
-        for (float logprob : event.logprobs) response->add_logprobs(logprob);
-      },
-      [response] {
-        double total = 0.0;
-        for (int i = 1; i < response->logprobs_size(); ++i) total += response->logprobs(i);
-        response->set_total_logprob(total);
-        response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
-      });
-  reactor->Begin();
-  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
-  if (!queued.ok()) reactor->Fail(queued);
-  return reactor;
+  auto to_engine = [&](const HostedModel& model) {
+    return ToScoreRequest(*request, *model.tokenizer, model.engine->options().limits,
+                          DeadlineOf(context));
+  };
+  auto make_sink = [response](const EngineRequest&, const std::string& name) {
+    response->set_model(name);
+    return [response](const StreamEvent& event) {
+      for (int64_t id : event.token_ids) response->add_token_ids(id);
+      for (float logprob : event.logprobs) response->add_logprobs(logprob);
+    };
+  };
+  auto on_success = [response] {
+    double total = 0.0;
+    for (int i = 1; i < response->logprobs_size(); ++i) total += response->logprobs(i);
+    response->set_total_logprob(total);
+    response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
+  };
+  return RunUnary(context, request->model(), "Score", to_engine, make_sink, on_success);
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,

@@ -3,10 +3,11 @@
 // flow back through RequestStreams, written by reactors as they arrive. No
 // model work runs on a gRPC thread.
 #pragma once
-#include <atomic>
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.grpc.pb.h"
@@ -51,6 +52,17 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
  private:
   // The model a request names, or why it cannot run now.
   absl::StatusOr<HostedModel*> Resolve(const std::string& name) const;
+  // The skeleton Generate and Score share: resolve the model, build the
+  // engine request (to_engine), collect its events into the response
+  // (make_sink returns what each event does to it; on_success runs after
+  // the last), submit. Answers at once with the error if a step fails.
+  using ToEngineFn = std::function<absl::StatusOr<EngineRequest>(const HostedModel&)>;
+  using EventSink = std::function<void(const StreamEvent&)>;
+  using MakeSinkFn = std::function<EventSink(const EngineRequest&, const std::string& model)>;
+  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
+                                     const std::string& requested_model, const char* method,
+                                     const ToEngineFn& to_engine, const MakeSinkFn& make_sink,
+                                     std::function<void()> on_success);
   // Finishes a unary call at once and counts it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
                                  const std::string& method, const absl::Status& status);

@@ -42,8 +42,8 @@ absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!tokenizer.IsValidId(ids[i])) {
       return InvalidField(absl::StrCat(field, "[", i, "]"),
-                     absl::StrCat(ids[i], " is not a token id (the vocabulary has ",
-                                  tokenizer.vocab_size(), " tokens)"));
+                          absl::StrCat(ids[i], " is not a token id (the vocabulary has ",
+                                       tokenizer.vocab_size(), " tokens)"));
     }
   }
   return absl::OkStatus();
@@ -66,14 +66,14 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
   } else {
     if (text.empty()) {
       return InvalidField(text_field, absl::StrCat("empty; give text in ", text_field,
-                                              " or token ids in ", ids_field));
+                                                   " or token ids in ", ids_field));
     }
     if (!IsValidUtf8(text)) return InvalidField(text_field, "is not valid UTF-8");
     tokens = tokenizer.Encode(text);
   }
   if (static_cast<int64_t>(tokens.size()) > max_tokens) {
     return InvalidField(text_field, absl::StrCat(tokens.size(), " tokens, more than the limit of ",
-                                            max_tokens, " (--max_prompt_tokens)"));
+                                                 max_tokens, " (--max_prompt_tokens)"));
   }
   return tokens;
 }
@@ -83,29 +83,29 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
                                               const RequestLimits& limits, absl::Time deadline) {
   EngineRequest out;
   out.deadline = deadline;
-  auto prompt = PromptTokens(
-      tokenizer, request.has_prompt(), request.prompt(),
-      {request.prompt_token_ids().begin(), request.prompt_token_ids().end()}, "prompt",
-      "prompt_token_ids", limits.max_prompt_tokens);
+  auto prompt = PromptTokens(tokenizer, request.has_prompt(), request.prompt(),
+                             {request.prompt_token_ids().begin(), request.prompt_token_ids().end()},
+                             "prompt", "prompt_token_ids", limits.max_prompt_tokens);
   if (!prompt.ok()) return prompt.status();
   out.prompt = std::move(*prompt);
   out.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;
   if (out.max_tokens < 1 || out.max_tokens > limits.max_tokens) {
     return InvalidField("max_tokens", absl::StrCat(out.max_tokens, " is outside 1 to ",
-                                              limits.max_tokens, " (--max_tokens)"));
+                                                   limits.max_tokens, " (--max_tokens)"));
   }
   const auto length = static_cast<int64_t>(out.prompt.size()) + out.max_tokens;
   if (limits.max_context > 0 && length > limits.max_context) {
-    return InvalidField("max_tokens", absl::StrCat("the prompt's ", out.prompt.size(), " tokens plus ",
-                                              out.max_tokens, " exceed the model's context of ",
-                                              limits.max_context, " tokens"));
+    return InvalidField(
+        "max_tokens",
+        absl::StrCat("the prompt's ", out.prompt.size(), " tokens plus ", out.max_tokens,
+                     " exceed the model's context of ", limits.max_context, " tokens"));
   }
   auto sampling = Sampling(request);
   if (!sampling.ok()) return sampling.status();
   out.sampling = *sampling;
   if (request.stop_size() > limits.max_stop_strings) {
-    return InvalidField("stop", absl::StrCat(request.stop_size(), " strings, at most ",
-                                        limits.max_stop_strings));
+    return InvalidField(
+        "stop", absl::StrCat(request.stop_size(), " strings, at most ", limits.max_stop_strings));
   }
   for (int i = 0; i < request.stop_size(); ++i) {
     const std::string& stop = request.stop(i);
@@ -125,17 +125,17 @@ absl::StatusOr<EngineRequest> ToScoreRequest(const attn::v1::ScoreRequest& reque
   EngineRequest out;
   out.kind = EngineRequest::Kind::kScore;
   out.deadline = deadline;
-  auto tokens =
-      PromptTokens(tokenizer, request.has_text(), request.text(),
-                   {request.token_ids().begin(), request.token_ids().end()}, "text", "token_ids",
-                   limits.max_prompt_tokens);
+  auto tokens = PromptTokens(tokenizer, request.has_text(), request.text(),
+                             {request.token_ids().begin(), request.token_ids().end()}, "text",
+                             "token_ids", limits.max_prompt_tokens);
   if (!tokens.ok()) return tokens.status();
   if (tokens->size() < 2) {
     return InvalidField("text", "needs at least 2 tokens: the first one has no context to score");
   }
   if (limits.max_context > 0 && static_cast<int64_t>(tokens->size()) > limits.max_context) {
-    return InvalidField("text", absl::StrCat(tokens->size(), " tokens exceed the model's context of ",
-                                        limits.max_context));
+    return InvalidField(
+        "text",
+        absl::StrCat(tokens->size(), " tokens exceed the model's context of ", limits.max_context));
   }
   out.prompt = std::move(*tokens);
   out.max_tokens = 0;

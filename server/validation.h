@@ -24,8 +24,7 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                   const std::string& text,
                                                   const std::vector<int64_t>& ids,
                                                   const std::string& text_field,
-                                                  const std::string& ids_field,
-                                                  int64_t max_tokens);
+                                                  const std::string& ids_field, int64_t max_tokens);
 
 absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,

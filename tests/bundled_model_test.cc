@@ -24,8 +24,8 @@ TEST(BundledModelTest, DefaultModelLoadsAndGenerates) {
   options.max_tokens = 24;
   options.sampling.temperature = 0;
   options.stop_at_eos = false;
-  auto result = Generate(package->model, *tokenizer, tokenizer->Encode("And it came to pass"),
-                         options);
+  auto result =
+      Generate(package->model, *tokenizer, tokenizer->Encode("And it came to pass"), options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->tokens.size(), 24u);
   // Trained on English text: the continuation holds words, not only spaces.

@@ -39,8 +39,9 @@ TEST(Continuation, EndsAtMaxTokensWithTheHeldTextReleased) {
   EXPECT_TRUE(continuation.finished());
   EXPECT_EQ(continuation.generated(), 3);
   text += last.text;
-  EXPECT_EQ(text, TinyTokenizer().Decode({Word("the"), river, river, river}).substr(
-                      TinyTokenizer().Decode({Word("the")}).size()));
+  EXPECT_EQ(text, TinyTokenizer()
+                      .Decode({Word("the"), river, river, river})
+                      .substr(TinyTokenizer().Decode({Word("the")}).size()));
 }
 
 TEST(Continuation, EosEndsWithoutTextUnlessIgnored) {

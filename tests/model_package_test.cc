@@ -107,7 +107,8 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](auto& m) { m.setattr("format_version", int64_t{99}); }, "format version 99"},
-      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); }, "config: vocab_size: missing"},
+      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); },
+       "config: vocab_size: missing"},
       {[](auto& m) { m.register_buffer("extra.weight", torch::zeros({2})); },
        "tensor extra.weight is not part of a model"},
   };

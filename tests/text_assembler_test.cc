@@ -49,8 +49,8 @@ TEST(TextAssemblerTest, StopsBeforeTheFirstStopStringAndNeverEmitsIt) {
   const auto ids = TinyTokenizer().Encode(kText);
   const std::string full = Decoded(ids);
   // "er kee" spans two words, so at least two tokens; "light" is later.
-  for (const std::string& stop : {std::string("er kee"), std::string("small"),
-                                  std::string("s sm")}) {
+  for (const std::string& stop :
+       {std::string("er kee"), std::string("small"), std::string("s sm")}) {
     SCOPED_TRACE(stop);
     const Assembled run = Assemble(ids, {"light", stop});
     EXPECT_TRUE(run.stopped);

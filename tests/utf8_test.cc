@@ -10,13 +10,13 @@ namespace {
 TEST(Utf8, ValidatesRfc3629) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain"));
-  EXPECT_TRUE(IsValidUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"));   // é, an emoji
-  EXPECT_FALSE(IsValidUtf8("\xC3"));                          // cut short
-  EXPECT_FALSE(IsValidUtf8("\xFF"));                          // never valid
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));                      // overlong '/'
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));                  // a surrogate
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));              // past U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("a\x80"));                         // a stray continuation
+  EXPECT_TRUE(IsValidUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"));  // é, an emoji
+  EXPECT_FALSE(IsValidUtf8("\xC3"));                         // cut short
+  EXPECT_FALSE(IsValidUtf8("\xFF"));                         // never valid
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));                     // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));                 // a surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));             // past U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("a\x80"));                        // a stray continuation
 }
 
 TEST(Utf8, TakesWholeCharactersAndReplacesInvalidOnes) {
@@ -27,8 +27,19 @@ TEST(Utf8, TakesWholeCharactersAndReplacesInvalidOnes) {
   out.clear();
   // Invalid sequences become one U+FFFD each: a lone 0xFF, a surrogate's
   // first byte followed by a byte it cannot take, an overlong lead.
-  EXPECT_EQ(TakeCompleteUtf8("\xFF" "b" "\xED\xA0" "c" "\xC0\xAF", &out), 7u);
-  EXPECT_EQ(out, "\xEF\xBF\xBD" "b" "\xEF\xBF\xBD\xEF\xBF\xBD" "c" "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(TakeCompleteUtf8("\xFF"
+                             "b"
+                             "\xED\xA0"
+                             "c"
+                             "\xC0\xAF",
+                             &out),
+            7u);
+  EXPECT_EQ(out,
+            "\xEF\xBF\xBD"
+            "b"
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "c"
+            "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_TRUE(IsValidUtf8(out));
 }
 

@@ -3,10 +3,9 @@
 // they wrote it, so that they know what to fix.
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace attn {
 

@@ -18,12 +18,12 @@ struct LeadRule {
 LeadRule RuleFor(uint8_t lead) {
   if (lead < 0x80) return {1, 0, 0};
   if (lead >= 0xC2 && lead <= 0xDF) return {2, 0x80, 0xBF};
-  if (lead == 0xE0) return {3, 0xA0, 0xBF};                   // no overlong forms
-  if (lead == 0xED) return {3, 0x80, 0x9F};                   // no surrogates
+  if (lead == 0xE0) return {3, 0xA0, 0xBF};  // no overlong forms
+  if (lead == 0xED) return {3, 0x80, 0x9F};  // no surrogates
   if (lead >= 0xE1 && lead <= 0xEF) return {3, 0x80, 0xBF};
-  if (lead == 0xF0) return {4, 0x90, 0xBF};                   // no overlong forms
+  if (lead == 0xF0) return {4, 0x90, 0xBF};  // no overlong forms
   if (lead >= 0xF1 && lead <= 0xF3) return {4, 0x80, 0xBF};
-  if (lead == 0xF4) return {4, 0x80, 0x8F};                   // nothing past U+10FFFF
+  if (lead == 0xF4) return {4, 0x80, 0x8F};  // nothing past U+10FFFF
   return {0, 0, 0};
 }
 

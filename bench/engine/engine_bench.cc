@@ -31,12 +31,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "util/cpus.h"
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
 #include "model/lm/state_pool.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
+#include "util/cpus.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");

@@ -2,8 +2,8 @@
 
 #include <torch/torch.h>
 
-#include "model/layers/dense.h"
 #include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
 
 namespace attn {
 

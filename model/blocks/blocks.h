@@ -23,10 +23,10 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-#include "model/mixers/linear_attention.h"
-#include "model/mixers/multi_head_attention.h"
 #include "model/layers/feed_forward.h"
 #include "model/layers/norms.h"
+#include "model/mixers/linear_attention.h"
+#include "model/mixers/multi_head_attention.h"
 
 namespace attn {
 

@@ -1,8 +1,6 @@
 // AFT, one token per sequence: the running-maximum recurrence over the
 // window ring and the carried sums (kernels.h). The parallel form is in
 // aft_prefill_kernel.cc.
-#include "model/kernels/kernels.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
 
 namespace attn::kernels {
 namespace {

@@ -1,7 +1,5 @@
 // Softmax attention over a key/value cache: the one-token step, the causal
 // prefill of a chunk, and appending to the cache (kernels.h).
-#include "model/kernels/kernels.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -11,8 +9,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/kernels/kernel_common.h"
 #include "model/kernels/head_tasks.h"
+#include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
 
 namespace attn::kernels {
 namespace {

@@ -1,7 +1,5 @@
 // Linear attention: the one-token step and the blockwise causal prefill
 // (kernels.h).
-#include "model/kernels/kernels.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -11,8 +9,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/kernels/kernel_common.h"
 #include "model/kernels/head_tasks.h"
+#include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
 
 namespace attn::kernels {
 namespace {

@@ -1,7 +1,5 @@
 // Vectorised reductions the kernels and the sampler share: exp, log-sum-exp,
 // arg max, the largest value (kernels.h, kernel_common.h).
-#include "model/kernels/kernels.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
 
 namespace attn::kernels {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "util/enum_names.h"
 #include "model/kernels/kernels.h"
+#include "util/enum_names.h"
 
 namespace attn {
 

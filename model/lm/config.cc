@@ -1,7 +1,6 @@
 #include "model/lm/config.h"
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 #include <utility>
 

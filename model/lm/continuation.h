@@ -24,10 +24,10 @@
 namespace attn {
 
 struct ContinuationOptions {
-  int64_t max_tokens = 128;        // at least 1
-  std::vector<std::string> stop;   // non-empty UTF-8 strings
-  bool ignore_eos = false;         // true: eos is an ordinary token
-  int64_t context_limit = -1;      // the model's max_context(); -1: unbounded
+  int64_t max_tokens = 128;       // at least 1
+  std::vector<std::string> stop;  // non-empty UTF-8 strings
+  bool ignore_eos = false;        // true: eos is an ordinary token
+  int64_t context_limit = -1;     // the model's max_context(); -1: unbounded
   SamplingOptions sampling;
 };
 

@@ -33,7 +33,7 @@ struct GeneratedPiece {
 
 struct GenerationResult {
   std::vector<int64_t> tokens;  // without a final end-of-sequence token
-  std::string text;  // Decode(prompt + tokens) minus Decode(prompt)
+  std::string text;             // Decode(prompt + tokens) minus Decode(prompt)
   FinishReason finish_reason = FinishReason::kLength;
 };
 

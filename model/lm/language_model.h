@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/lm/config.h"
-#include "model/mixers/mixer.h"
 #include "model/layers/norms.h"
 #include "model/layers/positions.h"
+#include "model/lm/config.h"
+#include "model/mixers/mixer.h"
 
 namespace attn {
 

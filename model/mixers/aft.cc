@@ -4,8 +4,8 @@
 
 #include <limits>
 
-#include "model/layers/dense.h"
 #include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
 
 namespace attn {
 

@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
 #include "model/layers/heads.h"
-#include "model/kernels/kernels.h"
 
 namespace attn {
 

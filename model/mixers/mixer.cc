@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "model/mixers/aft.h"
-#include "util/enum_names.h"
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/multi_head_attention.h"
 #include "model/mixers/relative_attention.h"
+#include "util/enum_names.h"
 
 namespace attn {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "model/layers/dense.h"
 #include "model/layers/heads.h"
-#include "model/mixers/kv_cache.h"
 #include "model/layers/positions.h"
+#include "model/mixers/kv_cache.h"
 
 namespace attn {
 

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-
 #include <regex>
 #include <thread>
 
@@ -16,8 +15,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/server.h"
-#include "tests/tiny_model.h"
 #include "tests/test_util.h"
+#include "tests/tiny_model.h"
 
 namespace attn::serving {
 namespace {
@@ -187,8 +186,8 @@ TEST_F(ServiceTest, APausingReaderGetsEveryTokenOnceInOrder) {
   EXPECT_LE(messages, 12);
   EXPECT_EQ(merged.text(), unary.text());
   ASSERT_EQ(merged.token_ids_size(), 12);
-  EXPECT_TRUE(std::equal(merged.token_ids().begin(), merged.token_ids().end(),
-                         unary.token_ids().begin()));
+  EXPECT_TRUE(
+      std::equal(merged.token_ids().begin(), merged.token_ids().end(), unary.token_ids().begin()));
   EXPECT_EQ(merged.logprobs_size(), 12);
 }
 
@@ -226,7 +225,8 @@ TEST_F(ServiceTest, SixtyFourConcurrentGreedyStreamsEqualEachRunAlone) {
   std::vector<GenerateRequest> requests;
   std::vector<GenerateResponse> alone(kStreams), together(kStreams);
   for (int i = 0; i < kStreams; ++i) {
-    requests.push_back(Greedy(kModels[i % 3], absl::StrCat("the garden ", i, " finds"), 12 + i % 5));
+    requests.push_back(
+        Greedy(kModels[i % 3], absl::StrCat("the garden ", i, " finds"), 12 + i % 5));
     ASSERT_TRUE(Unary(requests[i], &alone[i]).ok());
   }
   std::vector<grpc::Status> statuses(kStreams);
@@ -274,8 +274,8 @@ TEST_F(ServiceTest, BadInputsGetTheirStatusCodesAndNameTheField) {
   const std::vector<Case> cases = {
       {"unknown model", with([](auto* r) { r->set_model("nope"); }), grpc::StatusCode::NOT_FOUND,
        "model:"},
-      {"empty prompt", with([](auto* r) { r->set_prompt(""); }),
-       grpc::StatusCode::INVALID_ARGUMENT, "prompt:"},
+      {"empty prompt", with([](auto* r) { r->set_prompt(""); }), grpc::StatusCode::INVALID_ARGUMENT,
+       "prompt:"},
       {"invalid UTF-8", with([](auto* r) { r->set_prompt("bad \xFF\xFE"); }),
        grpc::StatusCode::INVALID_ARGUMENT, "prompt:"},
       {"negative temperature", with([](auto* r) { r->set_temperature(-1); }),
@@ -286,8 +286,7 @@ TEST_F(ServiceTest, BadInputsGetTheirStatusCodesAndNameTheField) {
        grpc::StatusCode::INVALID_ARGUMENT, "max_tokens:"},
       {"max_tokens over", with([](auto* r) { r->set_max_tokens(100000); }),
        grpc::StatusCode::INVALID_ARGUMENT, "max_tokens:"},
-      {"unknown token id",
-       with([](auto* r) {
+      {"unknown token id", with([](auto* r) {
          r->clear_prompt();
          r->add_prompt_token_ids(7);
          r->add_prompt_token_ids(123456);
@@ -443,7 +442,8 @@ TEST(ServiceShutdownTest, RunningStreamsFinishAndNewWorkIsRefused) {
     refused = own.stub->Generate(&late, Long(1), &response);
   }
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down")) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "shutting down"))
+      << refused.error_message();
   int received = message.token_ids_size();
   while (reader->Read(&message)) received += message.token_ids_size();
   const grpc::Status status = reader->Finish();

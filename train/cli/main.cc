@@ -14,9 +14,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "util/cpus.h"
 #include "model/mixers/mixer.h"
 #include "train/trainer.h"
+#include "util/cpus.h"
 #include "util/flags.h"
 
 ABSL_FLAG(std::string, corpus, "", "comma-separated plain-text files to train on");
