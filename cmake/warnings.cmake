@@ -27,3 +27,22 @@ function(attn_test_options target)
   attn_project_options(${target})
   target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo>:-g0>)
 endfunction()
+
+# attn_unity(<target> <batch>): compiles the target's LibTorch files in
+# unity batches of <batch> files. Starting a file from the precompiled
+# LibTorch header costs more than compiling most of these files, so fewer,
+# larger translation units build faster (docs/build.md). Files that skip the
+# precompiled header stay out of the batches. -DATTN_UNITY_BUILD=OFF builds
+# one file at a time (clearer errors while editing).
+function(attn_unity target batch)
+  if(ATTN_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${batch})
+    get_target_property(sources ${target} SOURCES)
+    foreach(source ${sources})
+      get_source_file_property(skip ${source} SKIP_PRECOMPILE_HEADERS)
+      if(skip)
+        set_source_files_properties(${source} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      endif()
+    endforeach()
+  endif()
+endfunction()

@@ -51,7 +51,15 @@ mapfile -t files < <(cd "$repo" && {
 /usr/bin/python3 - "$build/compile_commands.json" "$work" "${files[@]}" <<'PY'
 import json, shlex, sys
 commands, work, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-by_file = {entry["file"]: entry for entry in json.load(open(commands))}
+by_file = {}
+for entry in json.load(open(commands)):
+    by_file[entry["file"]] = entry
+    # A unity batch (CMake's UNITY_BUILD) compiles its member files with its
+    # own command: each member is analysed alone with that command.
+    if "/Unity/unity_" in entry["file"]:
+        for line in open(entry["file"]):
+            if line.startswith("#include"):
+                by_file.setdefault(line.split('"')[1], entry)
 for i, f in enumerate(files):
     entry = by_file.get(f)
     if entry is None:
@@ -67,7 +75,7 @@ for i, f in enumerate(files):
         if a in ("-include", "-o", "-MF", "-MT", "-c"):
             skip = True
             continue
-        if a.startswith(("-W", "-fpch", "-fopenmp", "-MD", "-O")) or a == "-g":
+        if a.startswith(("-W", "-fpch", "-fopenmp", "-MD", "-O", "-g")) or a == entry["file"]:
             continue
         keep.append(a)
     with open(f"{work}/cmd{i}", "w") as out:

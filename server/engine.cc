@@ -161,7 +161,7 @@ class Engine::Impl {
   }
   void Stop(const absl::Status& status);
   EngineLoad load() const {
-    return {running_.load(), waiting_count_.load(), running_.load() * pool_.bytes_per_slot()};
+    return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load()};
   }
   int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
   bool WaitIdle(absl::Time deadline) const {
@@ -223,7 +223,8 @@ class Engine::Impl {
   std::atomic<int64_t> free_slots_;
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};
-  std::atomic<int64_t> unfinished_{0};  // submitted, last event not yet pushed
+  std::atomic<int64_t> unfinished_{0};          // submitted, last event not yet pushed
+  std::atomic<int64_t> state_bytes_in_use_{0};  // written by PublishLoad
   // Released by PublishLoad() after every iteration, which makes waiters
   // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
   mutable absl::Mutex published_mu_;
@@ -583,7 +584,14 @@ void Engine::Impl::RemoveEnded() {
 
 void Engine::Impl::PublishLoad() {
   running_ = static_cast<int64_t>(active_.size());
-  observer_->OnLoad(running_, waiting_count_, running_ * pool_.bytes_per_slot());
+  // What the running sequences' states hold at their lengths: a cache row
+  // is backed by memory only as far as it is written.
+  int64_t bytes = 0;
+  for (const auto& seq : active_) {
+    if (seq->stream) bytes += model_->state_bytes_per_sequence(seq->prefilled + seq->generated);
+  }
+  state_bytes_in_use_ = bytes;
+  observer_->OnLoad(running_, waiting_count_, bytes);
   absl::MutexLock wake_waiters(&published_mu_);
 }
 

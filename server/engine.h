@@ -115,6 +115,8 @@ class EngineObserver {
 struct EngineLoad {
   int64_t running = 0;  // holding a state slot
   int64_t waiting = 0;  // queued for one
+  // What the running sequences' states hold at their current lengths
+  // (CausalLm::state_bytes_per_sequence); a cache grows with its context.
   int64_t state_bytes_in_use = 0;
 };
 
@@ -126,7 +128,7 @@ struct EngineWarmUp {
 class Engine {
  public:
   // `model` and `tokenizer` must outlive the engine. The observer may be
-  // null. Preallocates options.max_active state slots on `device`.
+  // null. Holds options.max_active state slots on the model's device.
   Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
          const Clock& clock = RealClock(), EngineObserver* observer = nullptr);
   ~Engine();  // Stop()s

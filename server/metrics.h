@@ -14,7 +14,7 @@
 //   attn_batch_size{model}                           histogram, rows per decode step
 //   attn_step_duration_seconds{model,phase}          histogram, phase prefill|decode
 //   attn_state_memory_bytes{model}                   gauge, state of running sequences
-//   attn_state_memory_capacity_bytes{model}          gauge, preallocated state
+//   attn_state_memory_capacity_bytes{model}          gauge, the most the slots may hold
 //   attn_model_info{model,mixer,architecture,device} gauge, always 1
 #pragma once
 #include <memory>

@@ -131,8 +131,8 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     const std::string& name = (*hosted)->description.name;
     const double state_mib = static_cast<double>((*hosted)->engine->state_bytes_per_slot()) *
                              options.engine.max_active / (1 << 20);
-    progress(absl::StrFormat("  %s: %s, %.1f MiB of state for %d slots, loaded in %s", name,
-                             (*hosted)->description.mixer, state_mib, options.engine.max_active,
+    progress(absl::StrFormat("  %s: %s, state of %d slots up to %.1f MiB, loaded in %s", name,
+                             (*hosted)->description.mixer, options.engine.max_active, state_mib,
                              absl::FormatDuration(absl::Now() - started)));
     if (registry->Find(name).ok()) {
       return absl::InvalidArgumentError(

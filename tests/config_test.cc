@@ -10,7 +10,7 @@
 namespace attn {
 namespace {
 
-LmConfig TinyConfig(MixerKind kind) {
+LmConfig ConfigUnderTest(MixerKind kind) {
   LmConfig c = testing::SmallLmConfig(kind, 61);
   c.window = 8;
   c.max_context = 128;
@@ -19,7 +19,7 @@ LmConfig TinyConfig(MixerKind kind) {
 }
 
 TEST(LmConfig, JsonRoundTrips) {
-  auto config = TinyConfig(MixerKind::kAftLocal);
+  auto config = ConfigUnderTest(MixerKind::kAftLocal);
   config.norm = NormKind::kScaleNorm;
   config.positions = PositionKind::kLearned;
   auto parsed = LmConfig::FromJson(config.ToJson());
@@ -31,7 +31,7 @@ TEST(LmConfig, JsonRoundTrips) {
 }
 
 TEST(LmConfig, ErrorsNameTheField) {
-  const std::string good = TinyConfig(MixerKind::kAftConv).ToJson();
+  const std::string good = ConfigUnderTest(MixerKind::kAftConv).ToJson();
   struct Case {
     std::string from, to, message;
   };
@@ -69,7 +69,7 @@ TEST(LmConfig, RejectsWhatIsNotAConfigObject) {
 }
 
 TEST(LmConfig, ValuesOfAnotherTypeNameTheKey) {
-  std::string json = TinyConfig(MixerKind::kAftConv).ToJson();
+  std::string json = ConfigUnderTest(MixerKind::kAftConv).ToJson();
   struct Case {
     std::string from, to, message;
   };

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/tiny_model.h"
+#include "tests/tiny_tokenizer.h"
 
 namespace attn {
 namespace {

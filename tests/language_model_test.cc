@@ -13,7 +13,7 @@ namespace {
 
 using testing::MaxAbsDiff;
 
-constexpr double kTolerance = 1e-5;
+constexpr double kLmTolerance = 1e-5;
 
 LmConfig TinyConfig(MixerKind kind) {
   LmConfig c = testing::SmallLmConfig(kind, 61);
@@ -60,7 +60,7 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
   for (int64_t t = 38; t < 59; ++t) {
     outputs.push_back(model_->step(tokens_.select(1, t), {}, state).unsqueeze(1));
   }
-  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), logits_), kTolerance);
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), logits_), kLmTolerance);
   EXPECT_TRUE(state.length().eq(59).all().item<bool>());
 }
 
@@ -73,9 +73,9 @@ TEST_P(LanguageModelTest, PrefillWithoutAllLogitsGivesTheLastPositionAndTheSameS
   EXPECT_FALSE(none.defined());
   auto last = model_->prefill(tokens_.narrow(1, 12, 18), state, {}, PrefillLogits::kLast);
   ASSERT_EQ(last.sizes(), torch::IntArrayRef({3, 1, logits_.size(2)}));
-  EXPECT_LT(MaxAbsDiff(last, logits_.narrow(1, 29, 1)), kTolerance);
+  EXPECT_LT(MaxAbsDiff(last, logits_.narrow(1, 29, 1)), kLmTolerance);
   auto next = model_->step(tokens_.select(1, 30), {}, state);  // the state went on as usual
-  EXPECT_LT(MaxAbsDiff(next, logits_.select(1, 30)), kTolerance);
+  EXPECT_LT(MaxAbsDiff(next, logits_.select(1, 30)), kLmTolerance);
 }
 
 // Sequences at different positions share one batched step through a pool;
@@ -118,7 +118,7 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
   }
   for (int64_t b : {0, 2}) {
     auto got = torch::cat(outputs[b], 0);
-    EXPECT_LT(MaxAbsDiff(got, logits_[b].narrow(0, 0, got.size(0))), kTolerance) << "seq " << b;
+    EXPECT_LT(MaxAbsDiff(got, logits_[b].narrow(0, 0, got.size(0))), kLmTolerance) << "seq " << b;
   }
   EXPECT_EQ(pool.in_use(), 2);
 }
@@ -147,7 +147,7 @@ TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
     outputs.push_back(logits.unsqueeze(1));
   }
   at::set_num_threads(previous_threads);
-  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), expected), kTolerance);
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), expected), kLmTolerance);
   EXPECT_TRUE(state.length().narrow(0, 3, kRows).eq(kPrompt + kSteps).all().item<bool>());
   EXPECT_TRUE(state.length().narrow(0, 0, 3).eq(0).all().item<bool>());
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/mixers/kv_cache.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 
@@ -181,6 +182,37 @@ TEST(MultiHeadAttention, LearnedAlibiSlopesReceiveGradients) {
     EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0);
   }
   EXPECT_TRUE(found);
+}
+
+// The cache is backed by memory only where it is written, and a released
+// row gives its pages back and reads as zeros: a pool of long rows costs
+// what its sequences hold, not its capacity.
+TEST(KvCache, RowsHoldMemoryAsWrittenAndGiveItBack) {
+  torch::manual_seed(9);
+  MixerOptions o = SmallOptions(MixerKind::kMha);
+  o.max_context = 4096;
+  MultiHeadAttention mha(o);
+  mha->eval();
+  torch::NoGradGuard no_grad;
+  MixerState state = mha->initial_state(8, torch::kCPU);
+  const torch::Tensor& keys = state.tensors[0];
+  const int64_t row_bytes = keys.nbytes() / 8;
+  EXPECT_EQ(ResidentBytes(keys), 0) << "a new pool holds no memory";
+
+  const torch::Tensor slot = torch::tensor({3}, torch::kLong);
+  mha->prefill(torch::randn({1, 100, o.d_model}), state, slot);
+  const int64_t held = ResidentBytes(keys);
+  // 100 positions of each of 4 heads of 8 floats: 3,200 bytes, in at most
+  // one page per head plus one at each end of the row.
+  EXPECT_GT(held, 0);
+  EXPECT_LE(held, (o.heads + 2) * 4096);
+  EXPECT_LT(held, row_bytes / 8);
+
+  mha->ReleaseSlots(state, slot);
+  EXPECT_EQ(state.length[3].item<int64_t>(), 0);
+  EXPECT_LE(ResidentBytes(keys), 2 * 4096) << "the row's whole pages went back";
+  EXPECT_EQ(keys[3].abs().max().item<float>(), 0.0f);
+  EXPECT_EQ(state.tensors[1][3].abs().max().item<float>(), 0.0f);
 }
 
 }  // namespace

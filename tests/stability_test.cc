@@ -16,7 +16,7 @@ namespace {
 using testing::MaxAbsDiff;
 using testing::SmallOptions;
 
-constexpr int64_t kTime = 48;
+constexpr int64_t kStabilityTime = 48;
 constexpr double kKeyScale = 1000.0;
 
 // Scales W_k so that keys are about +-1000 and returns the mixer's q, k, v in
@@ -65,10 +65,11 @@ TEST_P(AftStabilityTest, HugeKeysStayFiniteAndExact) {
   torch::manual_seed(41);
   Aft aft(SmallOptions(GetParam()));
   testing::RandomizePositionParameters(*aft);
-  auto x = torch::randn({2, kTime, 32});
+  auto x = torch::randn({2, kStabilityTime, 32});
   auto qkv = ScaleKeys(aft->in_proj(), x);
   auto expected = reference::ApplyLinear(
-      aft->out_proj(), reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kTime)));
+      aft->out_proj(),
+      reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kStabilityTime)));
   torch::NoGradGuard no_grad;
   ExpectFiniteAndClose(aft->forward(x), expected, "parallel");
   ExpectFiniteAndClose(Steps(*aft, x), expected, "step");
@@ -83,10 +84,11 @@ TEST_P(AftStabilityTest, KeysSpreadByTensPrefillExactly) {
   torch::manual_seed(44);
   Aft aft(SmallOptions(GetParam()));
   testing::RandomizePositionParameters(*aft);
-  auto x = torch::randn({2, kTime, 32});
+  auto x = torch::randn({2, kStabilityTime, 32});
   auto qkv = ScaleKeys(aft->in_proj(), x, 25.0);
   auto expected = reference::ApplyLinear(
-      aft->out_proj(), reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kTime)));
+      aft->out_proj(),
+      reference::Aft(qkv[0], qkv[1], qkv[2], testing::AftBiasMatrix(*aft, kStabilityTime)));
   EXPECT_LT(MaxAbsDiff(Prefill(*aft, x), expected), 1e-5);
 }
 
@@ -125,7 +127,7 @@ TEST_P(LinearStabilityTest, HugeKeysStayFiniteAndExact) {
   torch::manual_seed(42);
   auto options = SmallOptions(GetParam());
   LinearAttention attention(options);
-  auto x = torch::randn({2, kTime, 32});
+  auto x = torch::randn({2, kStabilityTime, 32});
   auto qkv = ScaleKeys(attention->in_proj(), x);
   const bool exp = GetParam() == MixerKind::kLinearExp;
   auto expected = reference::ApplyLinear(
@@ -144,7 +146,7 @@ TEST(SoftmaxStability, HugeKeysStayFiniteAndExact) {
   torch::manual_seed(43);
   auto options = SmallOptions(MixerKind::kMhaAlibi);
   MultiHeadAttention mha(options);
-  auto x = torch::randn({2, kTime, 32});
+  auto x = torch::randn({2, kStabilityTime, 32});
   auto qkv = ScaleKeys(mha->in_proj(), x);
   auto slopes = mha->alibi_slopes();
   std::vector<double> s(slopes.data_ptr<float>(), slopes.data_ptr<float>() + slopes.numel());

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/tiny_model.h"
+#include "tests/tiny_tokenizer.h"
 
 namespace attn {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "model/lm/language_model.h"
 #include "model/text/tokenizer.h"
+#include "tests/tiny_tokenizer.h"
 
 namespace attn::testing {
 
@@ -14,9 +15,6 @@ namespace attn::testing {
 // heads, ff_hidden 48, window 4, max_context 64, no positions. A test sets
 // only the fields its case is about.
 LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size);
-
-// Trained on first use; lives until the process ends.
-const Tokenizer& TinyTokenizer();
 
 // SmallLmConfig over TinyTokenizer()'s vocabulary with max_context 512 and
 // sinusoidal positions for the softmax kinds.

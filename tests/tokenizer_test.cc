@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "tests/test_util.h"
+#include "tests/test_corpus.h"
 #include "util/utf8.h"
 
 namespace attn {

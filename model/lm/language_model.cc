@@ -189,6 +189,12 @@ void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const 
   for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->mixer->ResetSlots(state.layers[l], slots);
 }
 
+void CausalLmImpl::ReleaseSlots(LmState& state, const torch::Tensor& slots) const {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l]->mixer->ReleaseSlots(state.layers[l], slots);
+  }
+}
+
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
                                     const torch::Tensor& slots, PrefillLogits logits) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());

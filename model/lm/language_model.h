@@ -75,6 +75,9 @@ class CausalLmImpl : public torch::nn::Module {
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   // Resets rows `slots` to empty sequences.
   void ResetSlots(LmState& state, const torch::Tensor& slots) const;
+  // Rows `slots` have ended: resets them and returns the memory they hold
+  // where the mixers allow it (SequenceMixer::ReleaseSlots).
+  void ReleaseSlots(LmState& state, const torch::Tensor& slots) const;
 
   const LmConfig& config() const { return config_; }
   // Longest sequence the model can process; -1 when unbounded.

@@ -28,6 +28,7 @@ absl::Status StatePool::Release(int64_t slot) {
   if (slot < 0 || slot >= capacity() || !in_use_[slot]) {
     return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " is not in use"));
   }
+  model_->ReleaseSlots(state_, torch::tensor({slot}, torch::kLong));
   in_use_[slot] = false;
   --in_use_count_;
   free_.push_back(slot);

@@ -1,6 +1,15 @@
 // The key/value cache shared by the softmax-attention mixers (mha,
 // mha-alibi, relative): state.tensors = {k, v}, each [N, H, capacity, Dh],
 // position p of row n at [n, :, p]. Internal to model/.
+//
+// Memory grows with use, not with capacity. On the CPU the cache is an
+// anonymous mapping of zero pages that the system backs with memory only
+// when a position is first written: a row at L tokens holds about L
+// positions' pages per head, whatever the capacity, and a pool of N rows
+// costs nothing until sequences arrive. ReleaseKvCacheRows gives a row's
+// pages back when its sequence ends. Positions at or past a row's length
+// are never read, so a reused row needs no clearing. Other devices get a
+// plain zeroed tensor.
 #pragma once
 
 #include <torch/types.h>
@@ -13,6 +22,15 @@ namespace attn {
 
 MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
                             torch::Device device);
+
+// Returns the memory of rows `slots` (int64, any device) to the system; they
+// read as zeros afterwards. Lengths are left to the caller. A no-op off the
+// CPU.
+void ReleaseKvCacheRows(MixerState& state, const torch::Tensor& slots);
+
+// Bytes of `tensor` (a CPU tensor from MakeKvCacheState) that the system
+// holds in memory now, by mincore(2). For tests and diagnostics.
+int64_t ResidentBytes(const torch::Tensor& tensor);
 
 // Writes k, v [B, H, C, Dh] at positions start..start+C-1 of rows `index`
 // (on the state's device) and returns those rows' keys and values up to

@@ -142,13 +142,22 @@ class SequenceMixer : public torch::nn::Module {
   // Longest sequence this mixer can process; -1 when unbounded.
   virtual int64_t max_context() const = 0;
 
-  // Bytes of state one sequence needs once it has seen `context` tokens. A
-  // pool preallocates rows at the maximum; this is what a row really needs.
+  // Bytes of state one sequence needs once it has seen `context` tokens:
+  // what a row really holds at that context (a cache's rows are backed by
+  // memory only as far as they are written; see ReleaseSlots).
   virtual int64_t state_bytes_per_sequence(int64_t context) const = 0;
 
   // Resets rows `slots` of `state` to the empty sequence. A server calls it
   // for every request it admits.
   virtual void ResetSlots(MixerState& state, const torch::Tensor& slots) const;
+
+  // The sequences in rows `slots` have ended: resets the rows, and gives
+  // back the memory they held where the state allows it (a key/value cache
+  // returns its rows' pages to the system). A server calls it when a
+  // request ends. The default is ResetSlots().
+  virtual void ReleaseSlots(MixerState& state, const torch::Tensor& slots) const {
+    ResetSlots(state, slots);
+  }
 
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.

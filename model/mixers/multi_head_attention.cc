@@ -159,7 +159,14 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
 }
 
 void MultiHeadAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
+  // Positions at or past a row's length are never read: the cache itself
+  // need not be cleared.
   state.length.index_fill_(0, slots.to(state.length.device(), torch::kLong), 0);
+}
+
+void MultiHeadAttentionImpl::ReleaseSlots(MixerState& state, const torch::Tensor& slots) const {
+  ResetSlots(state, slots);
+  ReleaseKvCacheRows(state, slots);
 }
 
 int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {

@@ -67,6 +67,7 @@ class MultiHeadAttentionImpl : public SequenceMixer {
   // zeroing it wrote 5 MB per layer for every admitted request at a
   // 4096-token capacity.
   void ResetSlots(MixerState& state, const torch::Tensor& slots) const override;
+  void ReleaseSlots(MixerState& state, const torch::Tensor& slots) const override;
   int64_t max_context() const override { return options_.max_context; }
   int64_t state_bytes_per_sequence(int64_t context) const override;
 

@@ -103,6 +103,18 @@ MixerState RelativeMultiHeadAttentionImpl::initial_state(int64_t rows, torch::De
   return MakeKvCacheState(rows, options_.heads, options_.max_context, head_dim_, device);
 }
 
+void RelativeMultiHeadAttentionImpl::ResetSlots(MixerState& state,
+                                                const torch::Tensor& slots) const {
+  // As MultiHeadAttention: positions past a row's length are never read.
+  state.length.index_fill_(0, slots.to(state.length.device(), torch::kLong), 0);
+}
+
+void RelativeMultiHeadAttentionImpl::ReleaseSlots(MixerState& state,
+                                                  const torch::Tensor& slots) const {
+  ResetSlots(state, slots);
+  ReleaseKvCacheRows(state, slots);
+}
+
 torch::Tensor RelativeMultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,
                                                       const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));

@@ -44,6 +44,8 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
                                                               const torch::Tensor& memory);
 
   MixerState initial_state(int64_t rows, torch::Device device) const override;
+  void ResetSlots(MixerState& state, const torch::Tensor& slots) const override;
+  void ReleaseSlots(MixerState& state, const torch::Tensor& slots) const override;
   torch::Tensor step(const torch::Tensor& x, MixerState& state,
                      const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return options_.max_context; }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Resident memory of attn-server per bundled model: idle after start, and at
+# the peak of N concurrent streams that each run to 4096 tokens (a 128-token
+# prompt and 3968 generated, eos ignored). One server per model, loopback
+# only, 256 slots (the default --max_active). Prints a Markdown table for
+# docs/benchmarks.md.
+#
+#   bash scripts/measure_memory.sh [BUILD_DIR]      (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+server=$build/server/attn-server
+client=$build/client/attnctl
+port=${PORT:-50091}
+for f in "$server" "$client"; do
+  [ -x "$f" ] || { echo "measure_memory: $f missing; build first (scripts/test.sh)" >&2; exit 1; }
+done
+
+rss_mb() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+# Peak RSS of process $1 while the command after it runs.
+peak_during() {
+  local pid=$1 peak=0 now
+  shift
+  "$@" > /dev/null &
+  local job=$!
+  while kill -0 "$job" 2> /dev/null; do
+    now=$(rss_mb "$pid")
+    [ "$now" -gt "$peak" ] && peak=$now
+    sleep 0.2
+  done
+  wait "$job"
+  echo "$peak"
+}
+
+echo "| model | idle RSS (MB) | peak RSS, 64 streams x 4096 tokens | peak RSS, 256 streams x 4096 tokens |"
+echo "| --- | --- | --- | --- |"
+for model in aft-conv linear-elu mha; do
+  "$server" --models="models/$model.pt" --default_model= --host=127.0.0.1 --port=$port \
+    --metrics_port=-1 > /tmp/measure_memory_server.log 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do
+    grep -q '^serving' /tmp/measure_memory_server.log && break
+    sleep 0.1
+  done
+  sleep 1
+  idle=$(rss_mb $pid)
+  row="| $model | $idle"
+  for streams in 64 256; do
+    echo "measure_memory: $model, $streams streams of 4096 tokens" >&2
+    peak=$(peak_during $pid "$client" bench --server=127.0.0.1:$port --concurrency=$streams \
+      --streams=$streams --prompt_tokens=128 --max_tokens=3968 --progress=false)
+    row="$row | $peak"
+  done
+  echo "$row |"
+  kill -TERM $pid
+  wait $pid || true
+done
