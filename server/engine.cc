@@ -68,6 +68,7 @@ struct Sequence {
   absl::Time arrival;
   absl::Time last_token;
   int64_t slot = -1;
+  int64_t reservation = 0;                     // state bytes held against the budget once admitted
   int64_t prefilled = 0;                       // prompt tokens in the state
   std::vector<float> last_logits;              // after the last token in the state
   std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
@@ -95,6 +96,7 @@ absl::Status EngineOptions::Validate() const {
                 {"max_prompt_tokens", limits.max_prompt_tokens, 1},
                 {"max_tokens", limits.max_tokens, 1},
                 {"default_max_tokens", limits.default_max_tokens, 1},
+                {"max_state_bytes", max_state_bytes, 0},
                 {"max_stop_strings", limits.max_stop_strings, 0},
                 {"max_context", limits.max_context, 0}};
   for (const auto& bound : bounds) {
@@ -107,6 +109,11 @@ absl::Status EngineOptions::Validate() const {
                         limits.max_tokens, ")");
   }
   return absl::OkStatus();
+}
+
+int64_t StateBudget(const EngineOptions& options, int64_t bytes_per_slot) {
+  const int64_t most = options.max_active * bytes_per_slot;
+  return options.max_state_bytes > 0 ? std::min(options.max_state_bytes, most) : most;
 }
 
 Clock& RealClock() {
@@ -125,6 +132,7 @@ class Engine::Impl {
         observer_(observer ? observer : &no_observer_),
         device_(model_->parameters().front().device()),
         pool_(model_, options.max_active, device_),
+        budget_(StateBudget(options, pool_.bytes_per_slot())),
         free_slots_(options.max_active) {}
 
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
@@ -164,6 +172,7 @@ class Engine::Impl {
     return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load()};
   }
   int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
+  int64_t budget() const { return budget_; }
   bool WaitIdle(absl::Time deadline) const {
     absl::MutexLock lock(&published_mu_);
     return published_mu_.AwaitWithDeadline(absl::Condition(this, &Impl::Idle), deadline);
@@ -177,6 +186,13 @@ class Engine::Impl {
  private:
   // Returns the tokens it ran (0 if it failed).
   int64_t WarmUp();
+  // The state bytes `request` may come to hold: at its longest context.
+  int64_t Reservation(const EngineRequest& request) const {
+    int64_t tokens = static_cast<int64_t>(request.prompt.size());
+    if (request.kind == EngineRequest::Kind::kGenerate) tokens += request.max_tokens;
+    const int64_t limit = model_->max_context();
+    return model_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
+  }
   bool EndAbandoned(absl::Time now);
   bool Admit(absl::Time now);
   // Prefills one chunk of the oldest prompt being read, together with other
@@ -207,7 +223,9 @@ class Engine::Impl {
   EngineObserver no_observer_;
   EngineObserver* observer_;
   torch::Device device_;
-  StatePool pool_;                                 // engine thread only
+  StatePool pool_;        // engine thread only
+  const int64_t budget_;  // EngineOptions::max_state_bytes, resolved
+  int64_t reserved_ = 0;  // engine thread only: the admitted sequences' reservations
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
   std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   std::thread thread_;
@@ -247,6 +265,12 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
   seq->request = std::move(request);
   seq->stream = std::move(stream);
   seq->arrival = clock_.Now();
+  seq->reservation = Reservation(seq->request);
+  if (seq->reservation > budget_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request may hold ", seq->reservation, " bytes of state (its prompt plus max_tokens), ",
+        "more than the model's budget of ", budget_, " (--max_state_bytes); ask for fewer tokens"));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
@@ -344,7 +368,11 @@ bool Engine::Impl::Admit(absl::Time now) {
         ++it;
       }
     }
-    while (!waiting_.empty() && pool_.in_use() < pool_.capacity()) {
+    // First come, first served: the front waits for room in the state
+    // budget, and nothing overtakes it.
+    while (!waiting_.empty() && pool_.in_use() < pool_.capacity() &&
+           reserved_ + waiting_.front()->reservation <= budget_) {
+      reserved_ += waiting_.front()->reservation;
       admitted.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       free_slots_ = pool_.capacity() - pool_.in_use() - static_cast<int64_t>(admitted.size());
@@ -568,6 +596,7 @@ void Engine::Impl::End(Sequence& seq, StreamEvent last) {
   if (seq.slot >= 0) {
     pool_.Release(seq.slot).IgnoreError();  // the slot is ours: cannot fail
     seq.slot = -1;
+    reserved_ -= seq.reservation;
   }
   observer_->OnFinished(last, clock_.Now() - seq.arrival);
   seq.stream->Push(std::move(last));
@@ -674,6 +703,7 @@ void Engine::Stop(const absl::Status& status) { impl_->Stop(status); }
 bool Engine::RunOnce() { return impl_->RunOnce(); }
 EngineLoad Engine::load() const { return impl_->load(); }
 int64_t Engine::state_bytes_per_slot() const { return impl_->bytes_per_slot(); }
+int64_t Engine::state_budget_bytes() const { return impl_->budget(); }
 
 bool Engine::WaitIdle(absl::Time deadline) { return impl_->WaitIdle(deadline); }
 bool Engine::AwaitLoad(const std::function<bool(const EngineLoad&)>& done,

@@ -71,6 +71,12 @@ struct EngineOptions {
   // CPUs the engine thread and its intra-op threads run on; empty: wherever
   // the process may run. Startup validates them (PinCallingThread).
   std::vector<int> cpus;
+  // State memory the running sequences may hold at the most. Each admitted
+  // request reserves what its state holds at its longest context (prompt
+  // plus max_tokens, within the model's); one that does not fit waits, and
+  // one that could never fit is refused with RESOURCE_EXHAUSTED. 0:
+  // max_active rows at the model's longest context, the most the pool holds.
+  int64_t max_state_bytes = 0;
   RequestLimits limits;
 
   // kInvalidArgument naming the first field out of range, by the name of
@@ -89,6 +95,10 @@ struct EngineRequest {
   bool ignore_eos = false;
   absl::Time deadline = absl::InfiniteFuture();
 };
+
+// EngineOptions::max_state_bytes resolved for a model whose state slot
+// holds at most `bytes_per_slot`: the budget, never more than the pool.
+int64_t StateBudget(const EngineOptions& options, int64_t bytes_per_slot);
 
 // Time source: real for the server, fake in tests.
 class Clock {
@@ -169,6 +179,8 @@ class Engine {
   EngineLoad load() const;
   const EngineOptions& options() const { return options_; }
   int64_t state_bytes_per_slot() const;
+  // The state memory budget (EngineOptions::max_state_bytes, resolved).
+  int64_t state_budget_bytes() const;
 
  private:
   class Impl;

@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, engine_cpus, "",
 ABSL_FLAG(int64_t, max_active, 256, "Sequences running at once per model (state slots).");
 ABSL_FLAG(int64_t, max_waiting, 1024,
           "Requests queued per model beyond the running ones; more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_state_bytes, 0,
+          "State memory per model that running requests may hold; each reserves its state at "
+          "its longest context (prompt plus max_tokens) and waits for room. 0: --max_active "
+          "rows at the model's longest context.");
 ABSL_FLAG(int64_t, max_prompt_tokens, 4096, "Longest prompt (and scored text) in tokens.");
 ABSL_FLAG(int64_t, max_tokens, 4096, "Largest max_tokens a request may ask for.");
 ABSL_FLAG(int64_t, default_max_tokens, 128, "max_tokens when a request leaves it unset.");
@@ -86,6 +90,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   attn::serving::EngineOptions& engine = options.registry.engine;
   engine.max_active = absl::GetFlag(FLAGS_max_active);
   engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  engine.max_state_bytes = absl::GetFlag(FLAGS_max_state_bytes);
   engine.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   engine.limits.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   engine.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);

@@ -79,7 +79,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   EngineObserver* observer = nullptr;
   if (metrics != nullptr) {
     observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
-                                  d.state_bytes_per_sequence * engine_options.max_active});
+                                  StateBudget(engine_options, d.state_bytes_per_sequence)});
   }
   hosted->engine = std::make_unique<Engine>(hosted->package->model, *hosted->tokenizer,
                                             engine_options, RealClock(), observer);
@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     auto hosted = LoadModel(file, torch::Device(*device_name), options.engine, metrics);
     if (!hosted.ok()) return hosted.status();
     const std::string& name = (*hosted)->description.name;
-    const double state_mib = static_cast<double>((*hosted)->engine->state_bytes_per_slot()) *
-                             options.engine.max_active / (1 << 20);
+    const double state_mib =
+        static_cast<double>((*hosted)->engine->state_budget_bytes()) / (1 << 20);
     progress(absl::StrFormat("  %s: %s, state of %d slots up to %.1f MiB, loaded in %s", name,
                              (*hosted)->description.mixer, options.engine.max_active, state_mib,
                              absl::FormatDuration(absl::Now() - started)));

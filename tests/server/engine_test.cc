@@ -128,8 +128,8 @@ class EngineTest : public ::testing::Test {
     }
     FAIL() << "requests did not finish in " << limit << " iterations";
   }
-  Output RunAlone(const EngineRequest& request) {
-    auto engine = MakeEngine();
+  Output RunAlone(const EngineRequest& request, MixerKind kind = MixerKind::kAftConv) {
+    auto engine = MakeEngine({}, nullptr, kind);
     auto stream = std::make_shared<RequestStream>(1000);
     EXPECT_TRUE(engine->Submit(request, stream).ok());
     Output out;
@@ -613,6 +613,39 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
       << "the second request ran without a new team";
   EXPECT_EQ(outputs[1].ids, outputs[0].ids);
   EXPECT_EQ(outputs[0].ids.size(), 40u);
+}
+
+// A request reserves its state at its longest context; one that does not fit
+// the budget waits for room (first come, first served), one that never can
+// is refused, and the outputs are those of each request run alone.
+TEST_F(EngineTest, StateBudgetMakesRequestsWaitAndRefusesWhatCanNeverFit) {
+  const EngineRequest a = Greedy(Prompt(10, 0), 20);
+  const EngineRequest b = Greedy(Prompt(10, 5), 20);
+  EngineOptions options;
+  auto engine = MakeEngine(options, nullptr, MixerKind::kMha);
+  const int64_t one = model_->state_bytes_per_sequence(30);  // prompt + max_tokens
+  const Output a_alone = RunAlone(a, MixerKind::kMha);
+  const Output b_alone = RunAlone(b, MixerKind::kMha);
+
+  options.max_state_bytes = one + one / 2;  // room for one request at a time
+  engine = MakeEngine(options, nullptr, MixerKind::kMha);
+  EXPECT_EQ(engine->state_budget_bytes(), one + one / 2);
+  auto too_big = std::make_shared<RequestStream>(1000);
+  absl::Status refused = engine->Submit(Greedy(Prompt(10, 1), 40), too_big);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(refused.message()).find("--max_state_bytes"), std::string::npos);
+
+  auto sa = std::make_shared<RequestStream>(1000), sb = std::make_shared<RequestStream>(1000);
+  ASSERT_TRUE(engine->Submit(a, sa).ok());
+  ASSERT_TRUE(engine->Submit(b, sb).ok());
+  engine->RunOnce();
+  EXPECT_EQ(engine->load().running, 1);
+  EXPECT_EQ(engine->load().waiting, 1);
+  Output out_a, out_b;
+  RunUntilDone(*engine, {{sa.get(), &out_a}, {sb.get(), &out_b}});
+  EXPECT_EQ(out_a.ids, a_alone.ids);
+  EXPECT_EQ(out_b.ids, b_alone.ids);
+  EXPECT_EQ(engine->load().running, 0);
 }
 
 }  // namespace
