@@ -4,7 +4,9 @@
 # reflection client): greedy stream == unary, stream logprobs == Score, bad
 # inputs get their codes, the exposition passes promtool, and SIGTERM drains
 # a running stream before the server exits 0, and --engine_cpus keeps the
-# engine threads and the serving threads on their own CPUs.
+# engine threads and the serving threads on their own CPUs; --help lists each
+# command's flags, the startup log names each model, and score prints each
+# token's text.
 #   end_to_end.sh ATTN_SERVER ATTNCTL ATTN_TRAIN
 set -euo pipefail
 server_bin=$1 ctl_bin=$2 train_bin=$3
@@ -34,6 +36,16 @@ common=(--corpus="$work/corpus.txt" --d_model=32 --layers=2 --heads=2 --ff_hidde
   > "$work/train.log" 2>&1 || fail "attn-train aft-conv"
 "$train_bin" "${common[@]}" --mixer=linear-elu --output="$work/models/e2e-linear.pt" \
   >> "$work/train.log" 2>&1 || fail "attn-train linear-elu"
+
+echo "== --help lists each command's own flags"
+"$server_bin" --help > "$work/help.txt" 2>&1 || true
+for flag in --max_active --max_state_bytes --models; do
+  grep -q -- "$flag" "$work/help.txt" || fail "attn-server --help lacks $flag: $(head -5 "$work/help.txt")"
+done
+"$ctl_bin" --help > "$work/help.txt" 2>&1 || true
+grep -q -- "--server" "$work/help.txt" || fail "attnctl --help lacks --server"
+"$train_bin" --help > "$work/help.txt" 2>&1 || true
+grep -q -- "--corpus" "$work/help.txt" || fail "attn-train --help lacks --corpus"
 
 echo "== startup errors name what to fix"
 if "$server_bin" --models="$work/models" --device=cuda --metrics_port=-1 > "$work/cuda.log" 2>&1; then
@@ -76,6 +88,11 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [ "$("${ctl[@]}" health)" = SERVING ] || fail "overall health"
+# The log says what loading did, model by model, before serving.
+for line in "loading $work/models/e2e-aft.pt" "  e2e-aft: aft-conv, state of 256 slots up to" \
+            "warming up e2e-linear"; do
+  grep -qF -- "$line" "$work/server.log" || fail "startup log lacks \"$line\""
+done
 [ "$("${ctl[@]}" health --service=e2e-linear)" = SERVING ] || fail "model health"
 
 echo "== --engine_cpus: engine threads on CPU $engine_cpu, gRPC threads on $serving_cpus"
@@ -118,6 +135,10 @@ print(",".join(str(i) for i in prompt + [t for m in stream for t in m.get("token
 PY
 )
   "${ctl[@]}" score --model=$model --ids="$ids" --json > "$work/score.json" || fail "score $model"
+  # Without --json: one row per token, its id, logprob and quoted text.
+  "${ctl[@]}" score --model=$model --text="the river keeps" > "$work/score.txt" || fail "score text"
+  grep -qE '^ +[0-9]+ +-?[0-9]+\.[0-9]{4}  ".*river.*"$' "$work/score.txt" \
+    || fail "score rows lack token text: $(cat "$work/score.txt")"
   $py - "$work/unary.json" "$work/stream.jsonl" "$work/score.json" "$work/prompt.json" <<'PY' || fail "greedy equivalence ($model)"
 import json, sys
 unary = json.load(open(sys.argv[1]))
