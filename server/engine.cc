@@ -15,9 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "model/backend/backend.h"
+#include "model/backend/native_backend.h"
+#include "model/backend/row_pool.h"
 #include "model/lm/continuation.h"
-#include "model/lm/language_model.h"
-#include "model/lm/state_pool.h"
 #include "model/text/tokenizer.h"
 #include "util/cpus.h"
 #include "util/field_error.h"
@@ -123,17 +124,17 @@ Clock& RealClock() {
 
 class Engine::Impl {
  public:
-  Impl(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options, const Clock& clock,
-       EngineObserver* observer)
-      : model_(std::move(model)),
+  Impl(std::unique_ptr<LmBackend> backend, const Tokenizer& tokenizer, const EngineOptions& options,
+       const Clock& clock, EngineObserver* observer)
+      : backend_(WithRows(std::move(backend), options.max_active)),
         tokenizer_(tokenizer),
         options_(options),
         clock_(clock),
         observer_(observer ? observer : &no_observer_),
-        device_(model_->parameters().front().device()),
-        pool_(model_, options.max_active, device_),
-        budget_(StateBudget(options, pool_.bytes_per_slot())),
-        free_slots_(options.max_active) {}
+        device_(backend_->device()),
+        pool_(*backend_),
+        budget_(StateBudget(options, backend_->bytes_per_row())),
+        free_slots_(pool_.capacity()) {}
 
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
   bool RunOnce();
@@ -171,7 +172,7 @@ class Engine::Impl {
   EngineLoad load() const {
     return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load()};
   }
-  int64_t bytes_per_slot() const { return pool_.bytes_per_slot(); }
+  int64_t bytes_per_slot() const { return backend_->bytes_per_row(); }
   int64_t budget() const { return budget_; }
   bool WaitIdle(absl::Time deadline) const {
     absl::MutexLock lock(&published_mu_);
@@ -184,14 +185,26 @@ class Engine::Impl {
   }
 
  private:
+  // `backend` holding `rows` rows; none (and a warning) if they cannot be
+  // allocated, so that every request is refused instead of the process
+  // failing. Loading the model allocates them first and reports failure.
+  static std::unique_ptr<LmBackend> WithRows(std::unique_ptr<LmBackend> backend, int64_t rows) {
+    if (backend->rows() == rows) return backend;
+    if (absl::Status allocated = backend->AllocateRows(rows); !allocated.ok()) {
+      std::fprintf(stderr, "warning: no state rows: %s\n",
+                   std::string(allocated.message()).c_str());
+      backend->AllocateRows(0).IgnoreError();
+    }
+    return backend;
+  }
   // Returns the tokens it ran (0 if it failed).
   int64_t WarmUp();
   // The state bytes `request` may come to hold: at its longest context.
   int64_t Reservation(const EngineRequest& request) const {
     int64_t tokens = static_cast<int64_t>(request.prompt.size());
     if (request.kind == EngineRequest::Kind::kGenerate) tokens += request.max_tokens;
-    const int64_t limit = model_->max_context();
-    return model_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
+    const int64_t limit = backend_->max_context();
+    return backend_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
   }
   bool EndAbandoned(absl::Time now);
   bool Admit(absl::Time now);
@@ -216,14 +229,14 @@ class Engine::Impl {
   void RemoveEnded();
   void PublishLoad();
 
-  CausalLm model_;
+  std::unique_ptr<LmBackend> backend_;
   const Tokenizer& tokenizer_;
   const EngineOptions options_;
   const Clock& clock_;
   EngineObserver no_observer_;
   EngineObserver* observer_;
   torch::Device device_;
-  StatePool pool_;        // engine thread only
+  RowPool pool_;          // engine thread only
   const int64_t budget_;  // EngineOptions::max_state_bytes, resolved
   int64_t reserved_ = 0;  // engine thread only: the admitted sequences' reservations
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
@@ -311,29 +324,29 @@ int64_t Engine::Impl::WarmUp() {
   // Without this the first request pays for packing, thread start-up and
   // allocator growth (docs/benchmarks.md). Within a short context limit the
   // prompt shrinks; the tokens are id 0, which every vocabulary has.
-  const int64_t limit = model_->max_context();
+  const int64_t limit = backend_->max_context();
   int64_t prompt = std::min<int64_t>(16, options_.prefill_chunk), steps = 2;
   if (limit > 0) {
     prompt = std::min(prompt, limit / 2);
     steps = std::min(steps, limit - prompt);
   }
-  int64_t tokens = 0;
-  try {
-    const torch::Tensor slots = torch::tensor({*slot}, torch::kLong).to(device_);
-    if (prompt > 0) {
-      model_->prefill(torch::zeros({1, prompt}, torch::kLong).to(device_), pool_.state(), slots,
-                      PrefillLogits::kLast);
-    }
-    for (int64_t i = 0; i < steps; ++i) {
-      model_->step(torch::zeros({1}, torch::kLong).to(device_), slots, pool_.state());
-    }
-    tokens = prompt + steps;
-  } catch (const c10::Error& error) {
+  const torch::Tensor slots = torch::tensor({*slot}, torch::kLong).to(device_);
+  absl::Status warmed = absl::OkStatus();
+  if (prompt > 0) {
+    warmed = backend_
+                 ->Prefill(torch::zeros({1, prompt}, torch::kLong).to(device_), slots,
+                           PrefillLogits::kLast)
+                 .status();
+  }
+  for (int64_t i = 0; i < steps && warmed.ok(); ++i) {
+    warmed = backend_->Step(torch::zeros({1}, torch::kLong).to(device_), slots).status();
+  }
+  int64_t tokens = prompt + steps;
+  if (!warmed.ok()) {
     // Whatever failed here fails the first request too, which reports it.
     std::fprintf(stderr, "warning: the engine's warm-up failed: %s\n",
-                 error.what_without_backtrace());
-  } catch (const std::exception& error) {  // bad_alloc, say: Start() must not hang
-    std::fprintf(stderr, "warning: the engine's warm-up failed: %s\n", error.what());
+                 std::string(warmed.message()).c_str());
+    tokens = 0;
   }
   pool_.Release(*slot).IgnoreError();  // the slot is ours: cannot fail
   return tokens;
@@ -389,9 +402,9 @@ bool Engine::Impl::Admit(absl::Time now) {
   }
   for (auto& seq : admitted) {
     seq->slot = pool_.Acquire().value();  // free_slots_ said there is one
-    seq->continuation =
-        std::make_unique<Continuation>(tokenizer_, seq->request.prompt,
-                                       ContinuationOptionsFor(seq->request, model_->max_context()));
+    seq->continuation = std::make_unique<Continuation>(
+        tokenizer_, seq->request.prompt,
+        ContinuationOptionsFor(seq->request, backend_->max_context()));
     observer_->OnAdmitted(now - seq->arrival);
     active_.push_back(std::move(seq));
   }
@@ -465,16 +478,20 @@ bool Engine::Impl::PrefillChunk() {
     const PrefillLogits wanted = scoring      ? PrefillLogits::kAll
                                  : last_chunk ? PrefillLogits::kLast
                                               : PrefillLogits::kNone;
-    torch::Tensor logits = model_->prefill(
+    absl::StatusOr<torch::Tensor> logits = backend_->Prefill(
         torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
-        pool_.state(), torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), wanted);
-    if (scoring) PushScores(*group[0], logits[0], begin, count);
-    if (logits.defined()) {
+        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), wanted);
+    if (!logits.ok()) {
+      for (Sequence* seq : group) EndWithError(*seq, logits.status());
+      return true;
+    }
+    if (scoring) PushScores(*group[0], (*logits)[0], begin, count);
+    if (logits->defined()) {
       torch::Tensor last =
-          logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
+          logits->select(1, logits->size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
       for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
     }
-  } catch (const c10::Error& error) {
+  } catch (const c10::Error& error) {  // copying the logits out
     for (Sequence* seq : group) {
       EndWithError(*seq, absl::InternalError(
                              absl::StrCat("prefill failed: ", error.what_without_backtrace())));
@@ -525,18 +542,20 @@ bool Engine::Impl::DecodeStep() {
     slots[i] = batch[i]->slot;
   }
   const absl::Time started = clock_.Now();
+  absl::StatusOr<torch::Tensor> stepped =
+      backend_->Step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
+                     torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
   torch::Tensor logits;
-  try {
-    logits = model_
-                 ->step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
-                        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), pool_.state())
-                 .to(torch::kCPU, torch::kFloat)
-                 .contiguous();
-  } catch (const c10::Error& error) {
-    for (Sequence* seq : batch) {
-      EndWithError(*seq, absl::InternalError(
-                             absl::StrCat("decode step failed: ", error.what_without_backtrace())));
+  if (stepped.ok()) {
+    try {
+      logits = stepped->to(torch::kCPU, torch::kFloat).contiguous();
+    } catch (const c10::Error& error) {
+      stepped =
+          absl::InternalError(absl::StrCat("decode step failed: ", error.what_without_backtrace()));
     }
+  }
+  if (!stepped.ok()) {
+    for (Sequence* seq : batch) EndWithError(*seq, stepped.status());
     return true;
   }
   observer_->OnStep(EngineObserver::Phase::kDecode, clock_.Now() - started, rows, rows);
@@ -617,7 +636,7 @@ void Engine::Impl::PublishLoad() {
   // is backed by memory only as far as it is written.
   int64_t bytes = 0;
   for (const auto& seq : active_) {
-    if (seq->stream) bytes += model_->state_bytes_per_sequence(seq->prefilled + seq->generated);
+    if (seq->stream) bytes += backend_->state_bytes_per_sequence(seq->prefilled + seq->generated);
   }
   state_bytes_in_use_ = bytes;
   observer_->OnLoad(running_, waiting_count_, bytes);
@@ -686,10 +705,15 @@ void Engine::Impl::Stop(const absl::Status& status) {
   PublishLoad();
 }
 
+Engine::Engine(std::unique_ptr<LmBackend> backend, const Tokenizer& tokenizer,
+               const EngineOptions& options, const Clock& clock, EngineObserver* observer)
+    : options_(options),
+      impl_(std::make_unique<Impl>(std::move(backend), tokenizer, options, clock, observer)) {}
+
 Engine::Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
                const Clock& clock, EngineObserver* observer)
-    : options_(options),
-      impl_(std::make_unique<Impl>(std::move(model), tokenizer, options, clock, observer)) {}
+    : Engine(std::make_unique<NativeBackend>(std::move(model)), tokenizer, options, clock,
+             observer) {}
 
 Engine::~Engine() { Stop(); }
 

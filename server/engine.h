@@ -40,6 +40,7 @@
 namespace attn {
 class Tokenizer;
 class CausalLm;
+class LmBackend;
 }  // namespace attn
 
 namespace attn::serving {
@@ -126,7 +127,7 @@ struct EngineLoad {
   int64_t running = 0;  // holding a state slot
   int64_t waiting = 0;  // queued for one
   // What the running sequences' states hold at their current lengths
-  // (CausalLm::state_bytes_per_sequence); a cache grows with its context.
+  // (LmBackend::state_bytes_per_sequence); a cache grows with its context.
   int64_t state_bytes_in_use = 0;
 };
 
@@ -137,8 +138,13 @@ struct EngineWarmUp {
 
 class Engine {
  public:
-  // `model` and `tokenizer` must outlive the engine. The observer may be
-  // null. Holds options.max_active state slots on the model's device.
+  // Runs the model through `backend` (model/backend/backend.h), which gets
+  // options.max_active state rows. `tokenizer` must outlive the engine. The
+  // observer may be null.
+  Engine(std::unique_ptr<LmBackend> backend, const Tokenizer& tokenizer,
+         const EngineOptions& options, const Clock& clock = RealClock(),
+         EngineObserver* observer = nullptr);
+  // The same with the native backend of `model`.
   Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& options,
          const Clock& clock = RealClock(), EngineObserver* observer = nullptr);
   ~Engine();  // Stop()s

@@ -32,6 +32,10 @@ ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0: any; -1: off).");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
+ABSL_FLAG(std::string, backend, "auto",
+          "What runs the models: auto (native for this project's packages, TorchScript for any "
+          "other module that keeps docs/model-contract.md), native or torchscript; for single "
+          "models, comma-separated NAME=KIND entries (\"auto,gru=torchscript\").");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the CPUs this process may use (cgroup quota).");
 ABSL_FLAG(std::string, engine_cpus, "",
           "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC "
@@ -87,6 +91,12 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
   options.registry.device = absl::GetFlag(FLAGS_device);
+  if (absl::Status parsed =
+          attn::serving::ParseBackendFlag(absl::GetFlag(FLAGS_backend), &options.registry);
+      !parsed.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
+    std::exit(2);
+  }
   attn::serving::EngineOptions& engine = options.registry.engine;
   engine.max_active = absl::GetFlag(FLAGS_max_active);
   engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);

@@ -1,7 +1,5 @@
 #include "server/metrics.h"
 
-#include "server/metrics_http.h"
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -9,8 +7,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-
 #include "absl/strings/str_cat.h"
+#include "server/metrics_http.h"
 
 namespace attn::serving {
 namespace {
@@ -139,7 +137,8 @@ class Metrics::ModelObserver : public EngineObserver {
         .Add({{"model", model_},
               {"mixer", labels.mixer},
               {"architecture", labels.architecture},
-              {"device", labels.device}})
+              {"device", labels.device},
+              {"backend", labels.backend}})
         .Set(1);
     // Every finish reason from the start, so rate() sees the first one.
     for (const char* reason : {"length", "stop", "eos"}) {

@@ -15,7 +15,7 @@
 //   attn_step_duration_seconds{model,phase}          histogram, phase prefill|decode
 //   attn_state_memory_bytes{model}                   gauge, state of running sequences
 //   attn_state_memory_capacity_bytes{model}          gauge, the most the slots may hold
-//   attn_model_info{model,mixer,architecture,device} gauge, always 1
+//   attn_model_info{model,mixer,architecture,device,backend} gauge, always 1
 #pragma once
 #include <memory>
 #include <string>
@@ -38,6 +38,7 @@ struct ModelLabels {
   std::string architecture;
   std::string device;
   int64_t state_capacity_bytes = 0;
+  std::string backend;  // "native" or "torchscript"
 };
 
 class Metrics {

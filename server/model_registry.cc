@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "model/backend/native_backend.h"
+#include "model/backend/torchscript_backend.h"
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
 #include "model/text/tokenizer.h"
@@ -41,10 +44,14 @@ absl::StatusOr<std::vector<std::string>> PackageFiles(const std::vector<std::str
   return files;
 }
 
-absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
-                                                       const torch::Device& device,
-                                                       EngineOptions engine_options,
-                                                       Metrics* metrics) {
+// A model ready to host: its backend, tokenizer and description.
+struct LoadedModel {
+  std::unique_ptr<LmBackend> backend;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ModelDescription description;
+};
+
+absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Device& device) {
   auto package = LoadPackage(path, device);
   if (!package.ok()) return package.status();
   if (package->tokenizer_model.empty()) {
@@ -56,32 +63,102 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": its tokenizer does not load: ", tokenizer.status().message()));
   }
-  auto hosted = std::make_unique<HostedModel>();
-  hosted->package = std::make_unique<ModelPackage>(std::move(*package));
-  CausalLm& model = hosted->package->model;
+  LoadedModel loaded;
+  CausalLm& model = package->model;
   const LmConfig& config = model->config();
-  ModelDescription& d = hosted->description;
-  d.name = fs::path(path).stem().string();
-  d.path = path;
+  ModelDescription& d = loaded.description;
   d.mixer = MixerKindName(config.mixer);
   d.parameters = model->parameter_count();
   d.vocab_size = config.vocab_size;
   d.max_context = std::max<int64_t>(model->max_context(), 0);
   d.layers = config.layers;
   d.d_model = config.d_model;
-  d.device = device.str();
-  hosted->tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
   // Constant for the recurrent mixers; the cache at its longest otherwise.
   d.state_bytes_per_sequence =
       model->state_bytes_per_sequence(d.max_context > 0 ? d.max_context : 4096);
+  loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
+  loaded.backend = std::make_unique<NativeBackend>(std::move(model));
+  return loaded;
+}
+
+absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch::Device& device) {
+  auto backend = TorchScriptBackend::Load(path, device);
+  if (!backend.ok()) return backend.status();
+  const ScriptModelConfig& config = (*backend)->config();
+  auto tokenizer = config.tokenizer == "bytes"
+                       ? Tokenizer::Bytes(config.vocab_size, config.eos_id)
+                       : Tokenizer::FromSerialized((*backend)->tokenizer_model());
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": its tokenizer does not load: ", tokenizer.status().message()));
+  }
+  if (tokenizer->vocab_size() > config.vocab_size || tokenizer->eos_id() != config.eos_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the tokenizer has ", tokenizer->vocab_size(),
+                     " ids and end-of-sequence id ", tokenizer->eos_id(),
+                     "; config says vocab_size ", config.vocab_size, ", eos_id ", config.eos_id));
+  }
+  LoadedModel loaded;
+  ModelDescription& d = loaded.description;
+  d.mixer = config.mixer.empty() ? "custom" : config.mixer;
+  d.parameters = (*backend)->parameter_count();
+  d.vocab_size = config.vocab_size;
+  d.max_context = std::max<int64_t>(config.max_context, 0);
+  d.state_bytes_per_sequence = (*backend)->bytes_per_row();
+  loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
+  loaded.backend = std::move(*backend);
+  return loaded;
+}
+
+// kAuto: native when the package is this library's; otherwise TorchScript,
+// and if that fails too, both reasons.
+absl::StatusOr<LoadedModel> LoadWithBackend(const std::string& path, const torch::Device& device,
+                                            BackendKind kind) {
+  if (kind == BackendKind::kTorchScript) return LoadTorchScript(path, device);
+  auto native = LoadNative(path, device);
+  if (native.ok() || kind == BackendKind::kNative ||
+      native.status().code() != absl::StatusCode::kInvalidArgument) {
+    return native;
+  }
+  auto script = LoadTorchScript(path, device);
+  if (script.ok()) return script;
+  return absl::InvalidArgumentError(absl::StrCat(
+      native.status().message(),
+      "; as a TorchScript model (--backend=torchscript): ", script.status().message()));
+}
+
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
+                                                       const torch::Device& device,
+                                                       const RegistryOptions& options,
+                                                       Metrics* metrics) {
+  const std::string name = fs::path(path).stem().string();
+  auto chosen = options.model_backends.find(name);
+  const BackendKind kind =
+      chosen != options.model_backends.end() ? chosen->second : options.backend;
+  auto loaded = LoadWithBackend(path, device, kind);
+  if (!loaded.ok()) return loaded.status();
+  EngineOptions engine_options = options.engine;
+  // Rows now, so that a model whose state does not fit fails the start-up.
+  if (absl::Status rows = loaded->backend->AllocateRows(engine_options.max_active); !rows.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": ", rows.message()));
+  }
+  auto hosted = std::make_unique<HostedModel>();
+  hosted->description = std::move(loaded->description);
+  ModelDescription& d = hosted->description;
+  d.name = name;
+  d.path = path;
+  d.device = device.str();
+  d.backend = BackendKindName(loaded->backend->kind());
+  hosted->tokenizer = std::move(loaded->tokenizer);
   // The request limits of this model: the server's, within its context.
   engine_options.limits.max_context = d.max_context;
   EngineObserver* observer = nullptr;
   if (metrics != nullptr) {
-    observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
-                                  StateBudget(engine_options, d.state_bytes_per_sequence)});
+    observer =
+        metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
+                           StateBudget(engine_options, d.state_bytes_per_sequence), d.backend});
   }
-  hosted->engine = std::make_unique<Engine>(hosted->package->model, *hosted->tokenizer,
+  hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,
                                             engine_options, RealClock(), observer);
   return hosted;
 }
@@ -90,6 +167,25 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
 
 HostedModel::HostedModel() = default;
 HostedModel::~HostedModel() = default;
+
+absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options) {
+  for (absl::string_view entry : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
+    const std::pair<std::string, std::string> parts =
+        absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    const std::string& kind_name = parts.second.empty() ? parts.first : parts.second;
+    BackendKind kind;
+    if (!ParseBackendKind(kind_name, &kind)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backend: \"", kind_name, "\" is not auto, native or torchscript"));
+    }
+    if (parts.second.empty()) {
+      options->backend = kind;
+    } else {
+      options->model_backends[parts.first] = kind;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> CheckDevice(const std::string& device) {
   torch::Device parsed(torch::kCPU);
@@ -126,19 +222,26 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
   for (const std::string& file : *files) {
     progress(absl::StrCat("loading ", file));
     const absl::Time started = absl::Now();
-    auto hosted = LoadModel(file, torch::Device(*device_name), options.engine, metrics);
+    auto hosted = LoadModel(file, torch::Device(*device_name), options, metrics);
     if (!hosted.ok()) return hosted.status();
     const std::string& name = (*hosted)->description.name;
     const double state_mib =
         static_cast<double>((*hosted)->engine->state_budget_bytes()) / (1 << 20);
-    progress(absl::StrFormat("  %s: %s, state of %d slots up to %.1f MiB, loaded in %s", name,
-                             (*hosted)->description.mixer, options.engine.max_active, state_mib,
-                             absl::FormatDuration(absl::Now() - started)));
+    progress(absl::StrFormat(
+        "  %s: %s (%s backend), state of %d slots up to %.1f MiB, loaded in %s", name,
+        (*hosted)->description.mixer, (*hosted)->description.backend, options.engine.max_active,
+        state_mib, absl::FormatDuration(absl::Now() - started)));
     if (registry->Find(name).ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("two packages are named ", name, " (", file, "); rename one"));
     }
     registry->models_.push_back(std::move(*hosted));
+  }
+  for (const auto& [name, kind] : options.model_backends) {
+    if (!registry->Find(name).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backend: ", name, "=", BackendKindName(kind), " names no model loaded here"));
+    }
   }
   registry->default_model_ = options.default_model.empty()
                                  ? registry->models_.front()->description.name

@@ -2,16 +2,17 @@
 // tokenizer and its own engine (thread, state pool).
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/backend/backend_kind.h"
 #include "server/engine.h"
 
 namespace attn {
-struct ModelPackage;
 class Tokenizer;
 }  // namespace attn
 
@@ -31,13 +32,13 @@ struct ModelDescription {
   int64_t layers = 0;
   int64_t d_model = 0;
   std::string device;
+  std::string backend;  // "native" or "torchscript"
 };
 
 struct HostedModel {
   HostedModel();
   ~HostedModel();
   ModelDescription description;
-  std::unique_ptr<ModelPackage> package;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Engine> engine;
 };
@@ -47,11 +48,21 @@ struct RegistryOptions {
   std::vector<std::string> paths;
   std::string default_model;  // empty: the first model loaded
   std::string device = "cpu";
+  // What runs each model (--backend): `backend` for every model but those
+  // named in `model_backends`. kAuto: native for this library's packages,
+  // TorchScript for any other module that keeps docs/model-contract.md.
+  BackendKind backend = BackendKind::kAuto;
+  std::map<std::string, BackendKind> model_backends;
   EngineOptions engine;
   // Told what loading is doing, one line at a time (attn-server prints
   // them), so that a slow start shows where it is; may be empty.
   std::function<void(const std::string&)> progress;
 };
+
+// Parses --backend: "auto", "native" or "torchscript" for every model,
+// and/or comma-separated NAME=KIND entries for single models
+// ("torchscript", "auto,gru=torchscript"). kInvalidArgument naming --backend.
+absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options);
 
 // "cpu", "cuda", "cuda:N". kInvalidArgument naming --device for anything
 // else, kFailedPrecondition when CUDA is asked of a build without it.

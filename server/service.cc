@@ -396,6 +396,7 @@ grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     info->set_layers(d.layers);
     info->set_d_model(d.d_model);
     info->set_max_active_sequences(model->engine->options().max_active);
+    info->set_backend(d.backend);
   }
   return Done(context, "", "ListModels", absl::OkStatus());
 }

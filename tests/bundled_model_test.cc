@@ -1,6 +1,7 @@
 // The models committed under models/ load and generate (the server's default
 // is aft-conv.pt).
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -46,6 +47,23 @@ TEST(BundledModelTest, EveryBundledPackageLoads) {
     }
   }
   EXPECT_GE(packages, 1);
+}
+
+// The bundled packages are in the current format: their own TorchScript
+// methods give the native model's logits.
+TEST(BundledModelTest, EveryBundledPackageRunsAsTorchScript) {
+  torch::NoGradGuard no_grad;
+  for (const auto& entry : std::filesystem::directory_iterator(kModels)) {
+    if (entry.path().extension() != ".pt") continue;
+    auto package = LoadPackage(entry.path().string());
+    ASSERT_TRUE(package.ok()) << entry.path() << ": " << package.status();
+    torch::jit::Module module = torch::jit::load(entry.path().string());
+    EXPECT_EQ(module.attr("format_version").toInt(), kPackageFormatVersion) << entry.path();
+    auto tokens = torch::randint(3, package->model->config().vocab_size, {1, 48}, torch::kLong);
+    auto native = package->model->forward(tokens);
+    auto scripted = module.forward({tokens}).toTensor();
+    EXPECT_LT((native - scripted).abs().max().item<double>(), 1e-4) << entry.path();
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -26,7 +27,8 @@ class ModelPackageTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return dir_.File(name); }
 
   // Saves a model and returns its path; `model` receives the saved model.
-  std::string SaveModel(MixerKind kind, CausalLm* model, const std::string& tokenizer = "") {
+  std::string SaveModel(MixerKind kind, CausalLm* model,
+                        const std::string& tokenizer = testing::TinyTokenizer().Serialized()) {
     torch::manual_seed(81);
     *model = CausalLm(SmallConfig(kind));
     testing::RandomizePositionParameters(**model, 0.3);
@@ -39,7 +41,7 @@ class ModelPackageTest : public ::testing::Test {
 };
 
 TEST_F(ModelPackageTest, LoadReproducesLogitsExactly) {
-  const std::string tokenizer("sp\0model\xff bytes", 15);  // binary, with NUL and 0xff
+  const std::string tokenizer = testing::TinyTokenizer().Serialized();  // binary bytes
   for (auto kind : {MixerKind::kAftConv, MixerKind::kMhaAlibi, MixerKind::kRelative}) {
     CausalLm saved{nullptr};
     const auto path = SaveModel(kind, &saved, tokenizer);
@@ -90,7 +92,9 @@ TEST_F(ModelPackageTest, ConfigAndWeightsThatDisagreeAreNamed) {
   const auto path = SaveModel(MixerKind::kAftConv, &model);
   auto wider = SmallConfig(MixerKind::kAftConv);
   wider.ff_hidden = 64;
-  Rewrite(path, [&](torch::jit::Module& m) { m.setattr("config", wider.ToJson()); });
+  Rewrite(path, [&](torch::jit::Module& m) {
+    m.setattr("config", absl::StrCat("{\"lm\": ", wider.ToJson(), "}"));
+  });
   auto loaded = LoadPackage(path);
   ASSERT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string message(loaded.status().message());
@@ -107,10 +111,12 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
   };
   const std::vector<Case> cases = {
       {[](auto& m) { m.setattr("format_version", int64_t{99}); }, "format version 99"},
-      {[](auto& m) { m.setattr("config", std::string("{\"d_model\": 32}")); },
+      {[](auto& m) { m.setattr("config", std::string("{\"lm\": {\"d_model\": 32}}")); },
        "config: vocab_size: missing"},
-      {[](auto& m) { m.register_buffer("extra.weight", torch::zeros({2})); },
-       "tensor extra.weight is not part of a model"},
+      {[](auto& m) { m.setattr("config", std::string("{\"vocab_size\": 32}")); },
+       "serve it with --backend=torchscript"},
+      {[](auto& m) { m.register_buffer("extra_weight", torch::zeros({2})); },
+       "tensor extra_weight is not part of a model"},
   };
   for (const auto& c : cases) {
     CausalLm model{nullptr};
@@ -121,6 +127,30 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
     EXPECT_NE(std::string(loaded.status().message()).find(c.message), std::string::npos)
         << loaded.status();
   }
+}
+
+// Format 1, as packages were written before the TorchScript methods: the
+// tensors under their C++ names and the LmConfig alone as config.
+TEST_F(ModelPackageTest, FormatOnePackagesStillLoad) {
+  torch::manual_seed(3);
+  CausalLm model(SmallConfig(MixerKind::kLinearElu));
+  model->eval();
+  const std::string path = Path("format1.pt");
+  torch::jit::Module archive("attn_model_package");
+  for (const auto& p : model->named_parameters()) archive.register_buffer(p.key(), p.value());
+  const std::string tokenizer = testing::TinyTokenizer().Serialized();
+  auto bytes = torch::empty({static_cast<int64_t>(tokenizer.size())}, torch::kUInt8);
+  std::memcpy(bytes.data_ptr<uint8_t>(), tokenizer.data(), tokenizer.size());
+  archive.register_buffer("tokenizer", bytes);
+  archive.register_attribute("config", c10::StringType::get(), model->config().ToJson());
+  archive.register_attribute("format_version", c10::IntType::get(), int64_t{1});
+  archive.save(path);
+  auto loaded = LoadPackage(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  torch::NoGradGuard no_grad;
+  auto tokens = torch::randint(0, 40, {1, 12}, torch::kLong);
+  EXPECT_TRUE(loaded->model->forward(tokens).equal(model->forward(tokens)));
+  EXPECT_EQ(loaded->tokenizer_model, tokenizer);
 }
 
 }  // namespace

@@ -153,5 +153,36 @@ TEST(TokenizerErrors, AreStatusesNotCrashes) {
             std::string::npos);
 }
 
+// Tokenizer "bytes" of docs/model-contract.md: UTF-8 bytes are the ids.
+TEST(BytesTokenizer, EncodesBytesAndDecodesWholeCharacters) {
+  auto bytes = Tokenizer::Bytes(257, 256);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->vocab_size(), 257);
+  EXPECT_EQ(bytes->eos_id(), 256);
+  EXPECT_EQ(bytes->Serialized(), "");
+  const std::string text = " a\xc3\xa9!";  // " aé!", with its leading space
+  const std::vector<int64_t> ids = bytes->Encode(text);
+  EXPECT_EQ(ids, (std::vector<int64_t>{32, 97, 0xc3, 0xa9, 33}));
+  EXPECT_EQ(bytes->Decode(ids), text);
+  EXPECT_EQ(bytes->Decode({97, 0xc3}), "a\xef\xbf\xbd");  // a cut-off character: U+FFFD
+  EXPECT_EQ(bytes->TokenBytes(256), "");
+  IncrementalDecoder decoder(*bytes);
+  std::string streamed;
+  for (int64_t id : ids) {
+    const std::string piece = decoder.Push(id);
+    if (id == 0xc3) {
+      EXPECT_EQ(piece, "") << "half a character";
+    }
+    streamed += piece;
+  }
+  EXPECT_EQ(streamed + decoder.Finish(), text);
+}
+
+TEST(BytesTokenizer, NeedsRoomForEveryByte) {
+  EXPECT_EQ(Tokenizer::Bytes(200, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tokenizer::Bytes(256, 256).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Tokenizer::Bytes(256, -1).ok());
+}
+
 }  // namespace
 }  // namespace attn

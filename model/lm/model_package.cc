@@ -7,6 +7,9 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "model/lm/torchscript_methods.h"
+#include "model/text/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace attn {
 namespace {
@@ -31,22 +34,70 @@ std::string ShapeString(const torch::Tensor& t) {
   return out.str();
 }
 
+absl::StatusOr<std::string> ContractConfig(const CausalLm& model,
+                                           const std::string& tokenizer_model) {
+  int64_t eos_id = -1;
+  if (!tokenizer_model.empty()) {
+    auto tokenizer = Tokenizer::FromSerialized(tokenizer_model);
+    if (!tokenizer.ok()) return tokenizer.status();
+    eos_id = tokenizer->eos_id();
+  }
+  const LmConfig& config = model->config();
+  const int64_t max_context = model->max_context();
+  nlohmann::json json;
+  json["vocab_size"] = config.vocab_size;
+  json["eos_id"] = eos_id;
+  json["max_context"] = max_context > 0 ? nlohmann::json(max_context) : nlohmann::json(nullptr);
+  // A cache at its longest; constant for the recurrent kinds (any context
+  // past their window costs the same).
+  json["state_bytes_per_sequence"] =
+      model->state_bytes_per_sequence(max_context > 0 ? max_context : int64_t{1} << 30);
+  json["tokenizer"] = tokenizer_model.empty() ? "none" : "sentencepiece";
+  json["lm"] = nlohmann::json::parse(config.ToJson());
+  return json.dump();
+}
+
+// The LmConfig of a package: all of `config` in format 1, its "lm" member
+// in format 2 (whose `config` is the serving contract's, docs/model-contract.md).
+absl::StatusOr<LmConfig> NativeConfig(const std::string& config, int64_t version) {
+  if (version == 1) return LmConfig::FromJson(config);
+  auto json = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return absl::InvalidArgumentError("not a JSON object");
+  }
+  if (!json.contains("lm")) {
+    return absl::InvalidArgumentError(
+        "no \"lm\" member: not one of this library's models; serve it with "
+        "--backend=torchscript");
+  }
+  return LmConfig::FromJson(json["lm"].dump());
+}
+
 }  // namespace
 
 absl::Status SavePackage(const std::string& path, CausalLm& model,
                          const std::string& tokenizer_model) {
+  auto config = ContractConfig(model, tokenizer_model);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write model package ", path,
+                     ": its tokenizer does not load: ", config.status().message()));
+  }
   try {
     torch::jit::Module archive("attn_model_package");
     for (const auto& [name, tensor] : NamedTensors(*model)) {
-      archive.register_buffer(name, tensor.detach().to(torch::kCPU).contiguous());
+      archive.register_buffer(ScriptTensorName(name), tensor.detach().to(torch::kCPU).contiguous());
     }
     auto bytes = torch::empty({static_cast<int64_t>(tokenizer_model.size())}, torch::kUInt8);
     if (!tokenizer_model.empty()) {  // an empty tensor has no data to copy into
       std::memcpy(bytes.data_ptr<uint8_t>(), tokenizer_model.data(), tokenizer_model.size());
     }
     archive.register_buffer("tokenizer", bytes);
-    archive.register_attribute("config", c10::StringType::get(), model->config().ToJson());
+    archive.register_attribute("config", c10::StringType::get(), *config);
     archive.register_attribute("format_version", c10::IntType::get(), kPackageFormatVersion);
+    if (HasTorchScriptMethods(model->config().mixer)) {
+      DefineTorchScriptMethods(archive, model->config());
+    }
     archive.save(path);
   } catch (const c10::Error& e) {
     return absl::InternalError(
@@ -69,17 +120,19 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
                      " is not a readable archive (truncated or corrupt): ", FirstLine(e.what())));
   }
   if (!archive.hasattr("format_version") || !archive.attr("format_version").isInt()) {
-    return Invalid(path, "no format_version: not a model package");
+    return Invalid(path,
+                   "no format_version: not a package of this library (a TorchScript model that "
+                   "keeps docs/model-contract.md is served with --backend=torchscript)");
   }
   const int64_t version = archive.attr("format_version").toInt();
-  if (version != kPackageFormatVersion) {
-    return Invalid(path, absl::StrCat("format version ", version, ", this build reads ",
-                                      kPackageFormatVersion));
+  if (version < kOldestPackageFormatVersion || version > kPackageFormatVersion) {
+    return Invalid(path, absl::StrCat("format version ", version, "; this build reads versions ",
+                                      kOldestPackageFormatVersion, " to ", kPackageFormatVersion));
   }
   if (!archive.hasattr("config") || !archive.attr("config").isString()) {
     return Invalid(path, "no config");
   }
-  auto config = LmConfig::FromJson(archive.attr("config").toStringRef());
+  auto config = NativeConfig(archive.attr("config").toStringRef(), version);
   if (!config.ok()) return Invalid(path, absl::StrCat("config: ", config.status().message()));
 
   std::map<std::string, torch::Tensor> stored;
@@ -101,7 +154,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     torch::NoGradGuard no_grad;
     auto expected = NamedTensors(*package.model);
     for (auto& [name, tensor] : expected) {
-      auto found = stored.find(name);
+      auto found = stored.find(version == 1 ? name : ScriptTensorName(name));
       if (found == stored.end()) return Invalid(path, absl::StrCat("missing tensor ", name));
       if (found->second.sizes() != tensor.sizes()) {
         return Invalid(path,

@@ -2,9 +2,14 @@
 // saved to *.pt) that opens with torch::jit::load in C++ and torch.jit.load in
 // Python. It holds
 //
-//   parameters and buffers   under the model's own names ("layers.0.mixer.in_proj.weight")
-//   attribute "config"       the LmConfig as JSON (a string)
+//   buffers                  the model's tensors, named as in C++ with '_' for '.'
+//                            ("layers_0_mixer_in_proj_weight"; format 1: the C++ names)
+//   attribute "config"       JSON (a string): the serving contract's fields
+//                            (docs/model-contract.md) and the LmConfig as "lm"
+//                            (format 1: the LmConfig alone)
 //   attribute "format_version"  kPackageFormatVersion (an int)
+//   methods                  forward, init_state, prefill, step
+//                            (model/lm/torchscript_methods.h; format 2)
 //   buffer "tokenizer"       the SentencePiece model as uint8 bytes (may be empty);
 //                            a byte buffer, not a string: Python reads strings as UTF-8
 //
@@ -20,7 +25,11 @@
 
 namespace attn {
 
-inline constexpr int64_t kPackageFormatVersion = 1;
+// Format 1 stored the weights only; format 2 (written since) adds the
+// TorchScript methods (model/lm/torchscript_methods.h) and the serving
+// contract's config (docs/model-contract.md). Both load.
+inline constexpr int64_t kOldestPackageFormatVersion = 1;
+inline constexpr int64_t kPackageFormatVersion = 2;
 
 struct ModelPackage {
   CausalLm model{nullptr};

@@ -21,17 +21,6 @@ struct AftImpl::Sums {
 
 namespace {
 
-int64_t WindowFor(const MixerOptions& o) {
-  switch (o.kind) {
-    case MixerKind::kAftSimple:
-      return 0;
-    case MixerKind::kAftFull:
-      return o.max_context;
-    default:
-      return o.window;
-  }
-}
-
 bool AbsoluteBias(MixerKind kind) {
   return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal;
 }
@@ -63,9 +52,20 @@ void FillSharedArgs(const torch::Tensor& qkv, const torch::Tensor& bias, const t
 
 }  // namespace
 
+int64_t AftWindow(const MixerOptions& o) {
+  switch (o.kind) {
+    case MixerKind::kAftSimple:
+      return 0;
+    case MixerKind::kAftFull:
+      return o.max_context;
+    default:
+      return o.window;
+  }
+}
+
 AftImpl::AftImpl(const MixerOptions& options)
     : SequenceMixer(options),
-      window_(WindowFor(options)),
+      window_(AftWindow(options)),
       bias_heads_(options.kind == MixerKind::kAftConv ? options.heads : 1) {
   const auto kind = options.kind;
   TORCH_CHECK(kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal ||

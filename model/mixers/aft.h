@@ -39,6 +39,9 @@
 
 namespace attn {
 
+// The window S of an AFT kind (see above): 0, options.window or max_context.
+int64_t AftWindow(const MixerOptions& options);
+
 class AftImpl : public SequenceMixer {
  public:
   // options.kind: kAftFull, kAftLocal, kAftSimple or kAftConv.

@@ -14,6 +14,8 @@ constexpr char kWordMark[] = "\xe2\x96\x81";     // U+2581, SentencePiece's spac
 
 Tokenizer::Tokenizer(std::unique_ptr<spm::Processor> processor)
     : processor_(std::move(processor)) {}
+Tokenizer::Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id)
+    : byte_vocab_size_(byte_vocab_size), byte_eos_id_(byte_eos_id) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
@@ -43,12 +45,37 @@ absl::StatusOr<Tokenizer> Tokenizer::FromSerialized(const std::string& serialize
   return Tokenizer(std::move(processor));
 }
 
+absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
+  if (vocab_size < 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a bytes tokenizer needs vocab_size >= 256, got ", vocab_size));
+  }
+  if (eos_id < -1 || eos_id >= vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eos_id ", eos_id, " is outside the vocabulary [0, ", vocab_size, ")"));
+  }
+  return Tokenizer(vocab_size, eos_id);
+}
+
 std::vector<int64_t> Tokenizer::Encode(const std::string& text) const {
+  if (!processor_) {
+    std::vector<int64_t> ids;
+    ids.reserve(text.size());
+    for (unsigned char byte : text) ids.push_back(byte);
+    return ids;
+  }
   const auto ids = processor_->Encode(text);
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
 std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
+  if (!processor_) {
+    std::string bytes, text;
+    for (int64_t id : ids) bytes += TokenBytes(id);
+    const size_t whole = TakeCompleteUtf8(bytes, &text);
+    if (whole < bytes.size()) text += kReplacement;  // an unfinished last character
+    return text;
+  }
   std::vector<int> narrow;
   narrow.reserve(ids.size());
   for (int64_t id : ids) {
@@ -57,13 +84,16 @@ std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
   return processor_->Decode(narrow);
 }
 
-int64_t Tokenizer::vocab_size() const { return processor_->vocab_size(); }
-int64_t Tokenizer::bos_id() const { return processor_->bos_id(); }
-int64_t Tokenizer::eos_id() const { return processor_->eos_id(); }
-std::string Tokenizer::Serialized() const { return processor_->Serialized(); }
+int64_t Tokenizer::vocab_size() const {
+  return processor_ ? processor_->vocab_size() : byte_vocab_size_;
+}
+int64_t Tokenizer::bos_id() const { return processor_ ? processor_->bos_id() : -1; }
+int64_t Tokenizer::eos_id() const { return processor_ ? processor_->eos_id() : byte_eos_id_; }
+std::string Tokenizer::Serialized() const { return processor_ ? processor_->Serialized() : ""; }
 
 std::string Tokenizer::TokenBytes(int64_t id) const {
   if (!IsValidId(id)) return "";
+  if (!processor_) return id < 256 ? std::string(1, static_cast<char>(id)) : "";
   const int i = static_cast<int>(id);
   const int kind = processor_->Kind(i);
   if (kind == spm::kControl) return "";
@@ -88,7 +118,7 @@ std::string Tokenizer::TokenBytes(int64_t id) const {
 
 std::string IncrementalDecoder::Push(int64_t id) {
   std::string bytes = tokenizer_->TokenBytes(id);
-  if (at_start_ && !bytes.empty()) {
+  if (at_start_ && !bytes.empty() && tokenizer_->drops_leading_space()) {
     // Decode drops the space SentencePiece puts before the first word.
     if (bytes[0] == ' ') bytes.erase(0, 1);
     at_start_ = false;

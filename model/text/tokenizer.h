@@ -36,6 +36,10 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> Train(const TokenizerTrainOptions& options);
   // Loads a serialized model (as stored in a model package).
   static absl::StatusOr<Tokenizer> FromSerialized(const std::string& serialized_model);
+  // UTF-8 bytes as ids 0..255 (docs/model-contract.md, tokenizer "bytes"):
+  // ids from 256 up to vocab_size decode to nothing; eos_id may be -1 (none).
+  // kInvalidArgument unless 256 <= vocab_size and eos_id < vocab_size.
+  static absl::StatusOr<Tokenizer> Bytes(int64_t vocab_size, int64_t eos_id);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -52,11 +56,18 @@ class Tokenizer {
   // drops the single space that starts a text.)
   std::string TokenBytes(int64_t id) const;
   bool IsValidId(int64_t id) const { return id >= 0 && id < vocab_size(); }
+  // The SentencePiece model; empty for a bytes tokenizer.
   std::string Serialized() const;
+  // Whether a text's decoding drops the space before its first word
+  // (SentencePiece marks word starts; bytes are taken as they are).
+  bool drops_leading_space() const { return processor_ != nullptr; }
 
  private:
   explicit Tokenizer(std::unique_ptr<spm::Processor> processor);
-  std::unique_ptr<spm::Processor> processor_;
+  Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id);
+  std::unique_ptr<spm::Processor> processor_;  // null: bytes
+  int64_t byte_vocab_size_ = 0;
+  int64_t byte_eos_id_ = -1;
 };
 
 class IncrementalDecoder {

@@ -89,7 +89,7 @@ for _ in $(seq 100); do
 done
 [ "$("${ctl[@]}" health)" = SERVING ] || fail "overall health"
 # The log says what loading did, model by model, before serving.
-for line in "loading $work/models/e2e-aft.pt" "  e2e-aft: aft-conv, state of 256 slots up to" \
+for line in "loading $work/models/e2e-aft.pt" "  e2e-aft: aft-conv (native backend), state of 256 slots up to" \
             "warming up e2e-linear"; do
   grep -qF -- "$line" "$work/server.log" || fail "startup log lacks \"$line\""
 done

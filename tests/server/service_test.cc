@@ -15,6 +15,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "tests/server/requests.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -68,14 +69,7 @@ class ServiceTest : public ::testing::Test {
 
   static GenerateRequest Greedy(const std::string& model, const std::string& prompt,
                                 int max_tokens) {
-    GenerateRequest r;
-    r.set_model(model);
-    r.set_prompt(prompt);
-    r.set_max_tokens(max_tokens);
-    r.set_temperature(0);
-    r.set_ignore_eos(true);
-    r.set_logprobs(true);
-    return r;
+    return testing::GreedyRequest(model, prompt, max_tokens);
   }
   // All messages of a stream merged, and its final status.
   grpc::Status Stream(const GenerateRequest& request, GenerateResponse* merged,

@@ -1,0 +1,116 @@
+// attn-backend-bench: one decode step of a package through the native
+// backend (fused kernels) and through the TorchScript backend (the package's
+// own methods), at each batch size, timed in one interleaved loop because
+// this machine's speed drifts between runs. Where the TorchScript time goes:
+// the same step called on the module directly, without the backend's
+// gather and write-back of pool rows.
+//
+//   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
+//
+// The last line of output is a JSON object with every median.
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "model/backend/native_backend.h"
+#include "model/backend/torchscript_backend.h"
+#include "model/lm/model_package.h"
+#include "util/cpus.h"
+
+ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
+ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "64"}),
+          "Rows per decode step.");
+ABSL_FLAG(int, repeats, 200, "Steps timed per backend and batch (medians are reported).");
+ABSL_FLAG(int64_t, context, 64, "Tokens each row holds before the timed steps.");
+
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+template <typename Fn>
+double Milliseconds(Fn&& fn) {
+  const absl::Time start = absl::Now();
+  fn();
+  return absl::ToDoubleMilliseconds(absl::Now() - start);
+}
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
+  const std::string path = absl::GetFlag(FLAGS_model);
+  auto package = attn::LoadPackage(path);
+  Check(package.status());
+  auto script = attn::TorchScriptBackend::Load(path, torch::kCPU);
+  Check(script.status());
+  attn::NativeBackend native(package->model);
+  std::vector<int64_t> batches;
+  for (const auto& b : absl::GetFlag(FLAGS_batch)) batches.push_back(std::stoll(b));
+  const int64_t rows = *std::max_element(batches.begin(), batches.end());
+  const int64_t context = absl::GetFlag(FLAGS_context);
+  const int64_t vocab = native.vocab_size();
+  std::printf("model %s, %d threads, %ld rows at context %ld\n", path.c_str(), threads,
+              static_cast<long>(rows), static_cast<long>(context));
+  torch::InferenceMode inference;
+  // Both backends' rows hold the same `context` tokens.
+  const torch::Tensor prompt = torch::randint(3, vocab, {rows, context}, torch::kLong);
+  const torch::Tensor all = torch::arange(rows, torch::kLong);
+  for (attn::LmBackend* backend :
+       {static_cast<attn::LmBackend*>(&native), static_cast<attn::LmBackend*>(script->get())}) {
+    Check(backend->AllocateRows(rows));
+    for (int64_t r = 0; r < rows; ++r) Check(backend->ResetRow(r));
+    Check(backend->Prefill(prompt, all, attn::PrefillLogits::kNone).status());
+  }
+  // The module itself on its own state, as a Python caller would run it.
+  torch::jit::Module module = torch::jit::load(path);
+  std::vector<std::string> json;
+  for (int64_t batch : batches) {
+    const torch::Tensor ids = torch::arange(batch, torch::kLong);
+    const torch::Tensor tokens = torch::randint(3, vocab, {batch}, torch::kLong);
+    c10::IValue state = module.get_method("init_state")({batch});
+    state = module.get_method("prefill")({prompt.narrow(0, 0, batch), state})
+                .toTupleRef()
+                .elements()[1];
+    std::vector<double> native_ms, script_ms, module_ms;
+    const int repeats = absl::GetFlag(FLAGS_repeats);
+    std::fprintf(stderr, "batch %ld: %d steps each...\n", static_cast<long>(batch), repeats);
+    for (int i = 0; i < repeats; ++i) {
+      native_ms.push_back(Milliseconds([&] { native.Step(tokens, ids).value(); }));
+      script_ms.push_back(Milliseconds([&] { (*script)->Step(tokens, ids).value(); }));
+      module_ms.push_back(Milliseconds([&] {
+        state = module.get_method("step")({tokens, state}).toTupleRef().elements()[1];
+      }));
+    }
+    const double n = Median(native_ms), s = Median(script_ms), m = Median(module_ms);
+    std::printf(
+        "batch %3ld: native %.3f ms, torchscript backend %.3f ms (%.2fx native), module alone "
+        "%.3f ms\n",
+        static_cast<long>(batch), n, s, s / n, m);
+    json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"torchscript_ms\": ", s,
+                                ", \"module_ms\": ", m, "}"));
+  }
+  std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}}\n",
+              path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str());
+  return 0;
+}

@@ -1,0 +1,64 @@
+// What the engine runs a model through (server/engine.h): a set of state
+// rows, one per sequence, and the two calls that advance them.
+//
+//   Prefill(tokens [B, C], rows)  continues rows that are all at one length
+//                                 by C tokens; logits [B, C, V], the last
+//                                 position's [B, 1, V], or none
+//   Step(tokens [B], rows)        one token per row, each at its own length;
+//                                 logits [B, V]
+//
+// Rows are reset before a sequence starts and released when it ends. Two
+// implementations: NativeBackend (this library's CausalLm with its fused
+// kernels) and TorchScriptBackend (any TorchScript module that keeps
+// docs/model-contract.md). Every failure inside a call, a c10::Error or any
+// other exception, comes back as a status: the caller's other rows and
+// later calls are unaffected.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/backend/backend_kind.h"
+#include "model/lm/language_model.h"
+
+namespace attn {
+
+class LmBackend {
+ public:
+  virtual ~LmBackend() = default;
+
+  // kNative or kTorchScript.
+  virtual BackendKind kind() const = 0;
+  virtual torch::Device device() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Longest sequence; -1 when unbounded.
+  virtual int64_t max_context() const = 0;
+  // State bytes one sequence holds at `context` tokens.
+  virtual int64_t state_bytes_per_sequence(int64_t context) const = 0;
+
+  // Allocates `rows` empty rows, replacing any held before.
+  virtual absl::Status AllocateRows(int64_t rows) = 0;
+  virtual int64_t rows() const = 0;
+  // Bytes a row may hold at the most.
+  virtual int64_t bytes_per_row() const = 0;
+  // Makes `row` an empty sequence.
+  virtual absl::Status ResetRow(int64_t row) = 0;
+  // The sequence in `row` has ended: reset, with its memory given back
+  // where the state allows it.
+  virtual absl::Status ReleaseRow(int64_t row) = 0;
+
+  // `rows`: int64 [B] on device(). kInternal with the model's message if
+  // the model fails; kInvalidArgument for calls that break the contract
+  // above (rows at different lengths for Prefill, say).
+  virtual absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens,
+                                                const torch::Tensor& rows,
+                                                PrefillLogits logits) = 0;
+  virtual absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
+                                             const torch::Tensor& rows) = 0;
+};
+
+}  // namespace attn

@@ -1,0 +1,41 @@
+// LmBackend over this library's CausalLm: its fused CPU kernels, its
+// LmState rows, the key/value cache that gives pages back.
+#pragma once
+
+#include "model/backend/backend.h"
+
+namespace attn {
+
+class NativeBackend : public LmBackend {
+ public:
+  // `model` in eval mode, on the device it will run on.
+  explicit NativeBackend(CausalLm model);
+
+  BackendKind kind() const override { return BackendKind::kNative; }
+  torch::Device device() const override { return device_; }
+  int64_t vocab_size() const override { return model_->config().vocab_size; }
+  int64_t max_context() const override { return model_->max_context(); }
+  int64_t state_bytes_per_sequence(int64_t context) const override {
+    return model_->state_bytes_per_sequence(context);
+  }
+
+  absl::Status AllocateRows(int64_t rows) override;
+  int64_t rows() const override { return state_.rows(); }
+  int64_t bytes_per_row() const override { return state_.bytes_per_row(); }
+  absl::Status ResetRow(int64_t row) override;
+  absl::Status ReleaseRow(int64_t row) override;
+
+  absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,
+                                        PrefillLogits logits) override;
+  absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
+                                     const torch::Tensor& rows) override;
+
+  CausalLm& model() { return model_; }
+
+ private:
+  CausalLm model_;
+  torch::Device device_;
+  LmState state_;
+};
+
+}  // namespace attn

@@ -1,0 +1,291 @@
+#include "model/backend/torchscript_backend.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "model/backend/guarded.h"
+#include "nlohmann/json.hpp"
+
+namespace attn {
+namespace {
+
+using backend_internal::Guarded;
+using backend_internal::GuardedCall;
+using backend_internal::Summary;
+
+constexpr char kContract[] = " (docs/model-contract.md)";
+constexpr const char* kMethods[] = {"forward", "init_state", "prefill", "step"};
+
+std::string Shape(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+// An int member of `json`, or the error naming it.
+absl::Status ReadInt(const nlohmann::json& json, const char* field, int64_t* value) {
+  if (!json.contains(field) || !json[field].is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: ", field, ": missing or not an integer"));
+  }
+  *value = json[field].get<int64_t>();
+  return absl::OkStatus();
+}
+
+// The tensors of a method's state list; throws naming `method` if it is not one.
+std::vector<torch::Tensor> StateList(const c10::IValue& value, const std::string& method) {
+  TORCH_CHECK(value.isTensorList() || value.isList(), method,
+              " must return its state as List[Tensor]", kContract);
+  std::vector<torch::Tensor> tensors;
+  for (const auto& element : value.toListRef()) {
+    TORCH_CHECK(element.isTensor(), method, ": every state element must be a Tensor", kContract);
+    tensors.push_back(element.toTensor());
+  }
+  return tensors;
+}
+
+// Checks a state of `batch` rows against `expected` (the shapes init_state
+// gives for that batch, or empty to only check dim 0).
+void CheckState(const std::vector<torch::Tensor>& state, const std::string& method, int64_t batch,
+                const std::vector<torch::Tensor>& expected) {
+  TORCH_CHECK(!state.empty(), method, " returned an empty state", kContract);
+  TORCH_CHECK(expected.empty() || state.size() == expected.size(), method, " returned ",
+              state.size(), " state tensors; init_state gives ", expected.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    TORCH_CHECK(state[i].dim() >= 1 && state[i].size(0) == batch, method, ": state tensor ", i,
+                " has shape ", Shape(state[i]), "; dim 0 must be the sequence (", batch, ")",
+                kContract);
+    TORCH_CHECK(expected.empty() || state[i].sizes() == expected[i].sizes(), method,
+                ": state tensor ", i, " has shape ", Shape(state[i]), ", init_state gives ",
+                Shape(expected[i]));
+  }
+}
+
+void CheckLogits(const torch::Tensor& logits, const std::string& method,
+                 std::vector<int64_t> expected) {
+  TORCH_CHECK(logits.sizes() == c10::IntArrayRef(expected), method, " returned logits of shape ",
+              Shape(logits), ", expected ", c10::IntArrayRef(expected), kContract);
+  TORCH_CHECK(logits.is_floating_point(), method, " returned logits of type ", logits.scalar_type(),
+              ", expected a floating type");
+}
+
+// (logits, state) from a method's output.
+std::pair<torch::Tensor, std::vector<torch::Tensor>> Unpack(const c10::IValue& out,
+                                                            const std::string& method) {
+  TORCH_CHECK(out.isTuple() && out.toTupleRef().elements().size() == 2, method,
+              " must return (logits, state)", kContract);
+  const auto& elements = out.toTupleRef().elements();
+  TORCH_CHECK(elements[0].isTensor(), method, ": logits must be a Tensor", kContract);
+  return {elements[0].toTensor(), StateList(elements[1], method)};
+}
+
+// Elements of the module's parameters and buffers, the tokenizer's aside.
+int64_t CountParameters(const torch::jit::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.named_parameters()) count += p.value.numel();
+  for (const auto& b : module.named_buffers()) {
+    if (b.name != "tokenizer") count += b.value.numel();
+  }
+  return count;
+}
+
+// Whether ids (CPU int64) are first, first + 1, ...
+bool Consecutive(const torch::Tensor& ids, int64_t* first) {
+  const int64_t* p = ids.data_ptr<int64_t>();
+  for (int64_t i = 1; i < ids.numel(); ++i) {
+    if (p[i] != p[0] + i) return false;
+  }
+  *first = ids.numel() > 0 ? p[0] : 0;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<ScriptModelConfig> ParseScriptModelConfig(const std::string& text) {
+  auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return absl::InvalidArgumentError("config: not a JSON object");
+  }
+  ScriptModelConfig config;
+  for (auto [field, value] : {std::pair<const char*, int64_t*>{"vocab_size", &config.vocab_size},
+                              {"eos_id", &config.eos_id},
+                              {"state_bytes_per_sequence", &config.state_bytes_per_sequence}}) {
+    if (absl::Status read = ReadInt(json, field, value); !read.ok()) return read;
+  }
+  if (config.vocab_size <= 0)
+    return absl::InvalidArgumentError("config: vocab_size: must be positive");
+  if (config.eos_id < -1 || config.eos_id >= config.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: eos_id: ", config.eos_id, " is outside [-1, vocab_size)"));
+  }
+  if (!json.contains("max_context")) {
+    return absl::InvalidArgumentError("config: max_context: missing (an integer, or null)");
+  }
+  if (!json["max_context"].is_null()) {
+    if (absl::Status read = ReadInt(json, "max_context", &config.max_context); !read.ok()) {
+      return read;
+    }
+    if (config.max_context < 1) {
+      return absl::InvalidArgumentError("config: max_context: must be positive or null");
+    }
+  }
+  if (!json.contains("tokenizer") || !json["tokenizer"].is_string() ||
+      (json["tokenizer"] != "sentencepiece" && json["tokenizer"] != "bytes")) {
+    return absl::InvalidArgumentError(
+        "config: tokenizer: missing; \"sentencepiece\" (with a uint8 buffer named tokenizer) or "
+        "\"bytes\"");
+  }
+  config.tokenizer = json["tokenizer"].get<std::string>();
+  if (json.contains("lm") && json["lm"].is_object() && json["lm"].contains("mixer")) {
+    config.mixer = json["lm"]["mixer"].get<std::string>();
+  }
+  return config;
+}
+
+TorchScriptBackend::TorchScriptBackend(std::unique_ptr<torch::jit::Module> module,
+                                       torch::Device device)
+    : module_(std::move(module)), device_(device) {}
+
+TorchScriptBackend::~TorchScriptBackend() = default;
+
+absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
+    const std::string& path, torch::Device device) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("model ", path, " does not exist"));
+  }
+  auto module = std::make_unique<torch::jit::Module>();
+  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(path, device); });
+      !loaded.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("model ", path, " is not a readable TorchScript archive: ", loaded.message()));
+  }
+  auto invalid = [&](const auto&... problem) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", path, ": ", problem...));
+  };
+  for (const char* method : kMethods) {
+    if (!module->find_method(method)) return invalid("no method ", method, "()", kContract);
+  }
+  if (!module->hasattr("config") || !module->attr("config").isString()) {
+    return invalid("no config attribute (a JSON string)", kContract);
+  }
+  auto config = ParseScriptModelConfig(module->attr("config").toStringRef());
+  if (!config.ok()) return invalid(config.status().message());
+  std::unique_ptr<TorchScriptBackend> backend(new TorchScriptBackend(std::move(module), device));
+  backend->config_ = *config;
+  torch::jit::Module& m = *backend->module_;
+  if (config->tokenizer == "sentencepiece") {
+    const bool present = m.hasattr("tokenizer") && m.attr("tokenizer").isTensor() &&
+                         m.attr("tokenizer").toTensor().scalar_type() == torch::kUInt8 &&
+                         m.attr("tokenizer").toTensor().numel() > 0;
+    if (!present)
+      return invalid(
+          "config says tokenizer \"sentencepiece\" but there is no uint8 "
+          "buffer named tokenizer");
+    auto bytes = m.attr("tokenizer").toTensor().to(torch::kCPU).contiguous();
+    backend->tokenizer_model_.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                                     bytes.numel());
+  }
+  backend->parameter_count_ = CountParameters(m);
+  // Frozen, the weights become constants of the methods' graphs: no
+  // attribute lookup per weight per call, and constant work folded; a
+  // bundled model's step takes about a third less time (docs/benchmarks.md).
+  // A module that cannot be frozen runs as loaded.
+  if (auto frozen = Guarded(
+          "freezing",
+          [&] {
+            m.eval();
+            return torch::jit::freeze(m, std::vector<std::string>{"init_state", "prefill", "step"});
+          });
+      frozen.ok()) {
+    m = std::move(*frozen);
+  }
+  // Probe calls: what the server will do, on two rows and two tokens.
+  auto probed = GuardedCall("checking the methods", [&] {
+    c10::InferenceMode inference;
+    auto init = StateList(m.get_method("init_state")({int64_t{2}}), "init_state");
+    CheckState(init, "init_state", 2, {});
+    auto tokens = torch::zeros({2}, torch::TensorOptions().dtype(torch::kLong).device(device));
+    auto [logits, state] =
+        Unpack(m.get_method("step")({tokens, c10::List<torch::Tensor>(init)}), "step");
+    CheckLogits(logits, "step", {2, config->vocab_size});
+    CheckState(state, "step", 2, init);
+    auto one = StateList(m.get_method("init_state")({int64_t{1}}), "init_state");
+    auto [prefill_logits, prefill_state] = Unpack(
+        m.get_method("prefill")({tokens.view({1, 2}), c10::List<torch::Tensor>(one)}), "prefill");
+    CheckLogits(prefill_logits, "prefill", {1, 2, config->vocab_size});
+    CheckState(prefill_state, "prefill", 1, one);
+    backend->empty_row_ = StateList(m.get_method("init_state")({int64_t{1}}), "init_state");
+    for (const auto& t : backend->empty_row_) backend->row_bytes_ += t.numel() * t.element_size();
+  });
+  if (!probed.ok()) return invalid(probed.message());
+  return backend;
+}
+
+absl::Status TorchScriptBackend::AllocateRows(int64_t rows) {
+  return GuardedCall("allocating state rows", [&] {
+    c10::InferenceMode inference;
+    pool_ = StateList(module_->get_method("init_state")({rows}), "init_state");
+    CheckState(pool_, "init_state", rows, {});
+    rows_ = rows;
+  });
+}
+
+absl::Status TorchScriptBackend::ResetRow(int64_t row) {
+  return GuardedCall("resetting a state row", [&] {
+    c10::InferenceMode inference;
+    for (size_t i = 0; i < pool_.size(); ++i) pool_[i].narrow(0, row, 1).copy_(empty_row_[i]);
+  });
+}
+
+torch::Tensor TorchScriptBackend::Run(const std::string& method, const torch::Tensor& tokens,
+                                      const torch::Tensor& rows) {
+  c10::InferenceMode inference;
+  const torch::Tensor ids = rows.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t batch = ids.numel();
+  int64_t first = 0;
+  const bool consecutive = Consecutive(ids, &first);
+  std::vector<torch::Tensor> part;
+  for (const auto& t : pool_) {
+    part.push_back(consecutive ? t.narrow(0, first, batch) : t.index_select(0, rows));
+  }
+  auto [logits, state] =
+      Unpack(module_->get_method(method)({tokens, c10::List<torch::Tensor>(part)}), method);
+  CheckState(state, method, batch, part);
+  for (size_t i = 0; i < pool_.size(); ++i) {
+    if (consecutive && state[i].is_same(part[i])) continue;  // updated in place
+    if (consecutive) {
+      part[i].copy_(state[i]);
+    } else {
+      pool_[i].index_copy_(0, rows, state[i].to(pool_[i].dtype()));
+    }
+  }
+  return logits;
+}
+
+absl::StatusOr<torch::Tensor> TorchScriptBackend::Prefill(const torch::Tensor& tokens,
+                                                          const torch::Tensor& rows,
+                                                          PrefillLogits wanted) {
+  return Guarded("prefill", [&] {
+    torch::Tensor logits = Run("prefill", tokens, rows);
+    CheckLogits(logits, "prefill", {tokens.size(0), tokens.size(1), config_.vocab_size});
+    if (wanted == PrefillLogits::kNone) return torch::Tensor();
+    if (wanted == PrefillLogits::kLast) return logits.narrow(1, logits.size(1) - 1, 1);
+    return logits;
+  });
+}
+
+absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& tokens,
+                                                       const torch::Tensor& rows) {
+  return Guarded("decode step", [&] {
+    torch::Tensor logits = Run("step", tokens, rows);
+    CheckLogits(logits, "step", {tokens.size(0), config_.vocab_size});
+    return logits;
+  });
+}
+
+}  // namespace attn

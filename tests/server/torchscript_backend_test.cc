@@ -1,0 +1,252 @@
+// The TorchScript backend end to end: models written in plain PyTorch
+// (examples/pytorch/tiny_rwkv.py, tests/python/make_contract_models.py),
+// created at test time with Debian's python3-torch, served by a real server
+// on 127.0.0.1 and called over gRPC; and this library's own packages served
+// through their TorchScript methods.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/server.h"
+#include "tests/server/requests.h"
+#include "tests/test_util.h"
+#include "tests/tiny_model.h"
+
+namespace attn::serving {
+namespace {
+
+using attn::v1::GenerateRequest;
+using attn::v1::GenerateResponse;
+
+const std::string kPython = "/usr/bin/python3";
+const std::string kSource = ATTN_SOURCE_DIR;
+const std::vector<std::string> kPrompts = {"The river", "a small state", "hello world"};
+constexpr int kTokens = 24;
+
+void RunCommand(const std::string& command) {
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const std::vector<std::string>& paths,
+                                                       const std::string& backend = "auto") {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.registry.paths = paths;
+  options.registry.default_model = "";
+  options.registry.engine.max_active = 32;
+  options.shutdown_grace = absl::Seconds(10);
+  if (absl::Status parsed = ParseBackendFlag(backend, &options.registry); !parsed.ok()) {
+    return parsed;
+  }
+  return InferenceServer::Start(options);
+}
+
+GenerateRequest Greedy(const std::string& model, const std::string& prompt, int max_tokens) {
+  return testing::GreedyRequest(model, prompt, max_tokens);
+}
+
+class TorchScriptBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new attn::testing::ScopedTempDir("torchscript_backend");
+    const std::string dir = dir_->path().string();
+    RunCommand(absl::StrCat(kPython, " ", kSource,
+                            "/examples/pytorch/tiny_rwkv.py --seed 3 --output ", dir,
+                            "/rwkv.pt > /dev/null"));
+    RunCommand(absl::StrCat(kPython, " ", kSource, "/tests/python/make_contract_models.py ", dir));
+    std::string prompts;
+    for (const auto& p : kPrompts) absl::StrAppend(&prompts, " '", p, "'");
+    RunCommand(absl::StrCat(kPython, " ", kSource, "/tests/python/script_model_reference.py ", dir,
+                            "/rwkv.pt ", kTokens, " ", dir, "/reference.json", prompts));
+    std::ifstream in(dir + "/reference.json");
+    reference_ = new nlohmann::json(nlohmann::json::parse(in));
+    auto server = Start({dir + "/rwkv.pt", dir + "/counter.pt"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete reference_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    stub_ = attn::v1::TextGeneration::NewStub(channel);
+  }
+
+  grpc::Status Stream(const GenerateRequest& request, GenerateResponse* merged) {
+    grpc::ClientContext context;
+    auto reader = stub_->GenerateStream(&context, request);
+    GenerateResponse message;
+    while (reader->Read(&message)) {
+      merged->mutable_token_ids()->MergeFrom(message.token_ids());
+      merged->mutable_logprobs()->MergeFrom(message.logprobs());
+    }
+    return reader->Finish();
+  }
+
+  static std::string Path(const std::string& name) { return dir_->File(name); }
+
+  static attn::testing::ScopedTempDir* dir_;
+  static nlohmann::json* reference_;
+  static InferenceServer* server_;
+  std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
+};
+
+attn::testing::ScopedTempDir* TorchScriptBackendTest::dir_ = nullptr;
+nlohmann::json* TorchScriptBackendTest::reference_ = nullptr;
+InferenceServer* TorchScriptBackendTest::server_ = nullptr;
+
+TEST_F(TorchScriptBackendTest, GreedyStreamsEqualTheModulesOwnLoop) {
+  for (const auto& expected : *reference_) {
+    const std::string prompt = expected["prompt"];
+    SCOPED_TRACE(prompt);
+    GenerateResponse streamed;
+    ASSERT_TRUE(Stream(Greedy("rwkv", prompt, kTokens), &streamed).ok());
+    std::vector<int64_t> tokens(streamed.token_ids().begin(), streamed.token_ids().end());
+    EXPECT_EQ(tokens, expected["greedy"].get<std::vector<int64_t>>());
+  }
+}
+
+TEST_F(TorchScriptBackendTest, ScoreEqualsForwardLogSoftmax) {
+  for (const auto& expected : *reference_) {
+    const std::string prompt = expected["prompt"];
+    attn::v1::ScoreRequest request;
+    request.set_model("rwkv");
+    for (unsigned char byte : prompt) request.add_token_ids(byte);
+    for (int64_t id : expected["greedy"]) request.add_token_ids(id);
+    grpc::ClientContext context;
+    attn::v1::ScoreResponse scored;
+    ASSERT_TRUE(stub_->Score(&context, request, &scored).ok());
+    const auto logprobs = expected["score"].get<std::vector<double>>();
+    ASSERT_EQ(scored.logprobs_size(), static_cast<int>(logprobs.size()));
+    for (size_t i = 1; i < logprobs.size(); ++i) {
+      EXPECT_NEAR(scored.logprobs(static_cast<int>(i)), logprobs[i], 1e-4) << prompt << " " << i;
+    }
+  }
+}
+
+TEST_F(TorchScriptBackendTest, SixteenConcurrentStreamsEqualEachRunAlone) {
+  constexpr int kStreams = 16;
+  std::vector<GenerateRequest> requests;
+  std::vector<GenerateResponse> alone(kStreams), together(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    requests.push_back(Greedy("rwkv", absl::StrCat("stream ", i, " says"), 10 + i % 7));
+    ASSERT_TRUE(Stream(requests[i], &alone[i]).ok());
+  }
+  std::vector<std::thread> threads;
+  std::vector<grpc::Status> statuses(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] { statuses[i] = Stream(requests[i], &together[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
+    EXPECT_EQ(together[i].token_ids().size(), alone[i].token_ids().size()) << i;
+    for (int j = 0; j < alone[i].token_ids_size(); ++j) {
+      EXPECT_EQ(together[i].token_ids(j), alone[i].token_ids(j)) << i << " token " << j;
+      EXPECT_NEAR(together[i].logprobs(j), alone[i].logprobs(j), 1e-4) << i << " token " << j;
+    }
+  }
+}
+
+TEST_F(TorchScriptBackendTest, ListModelsNamesTheBackend) {
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse models;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 2);
+  for (const auto& model : models.models()) {
+    EXPECT_EQ(model.backend(), "torchscript") << model.name();
+    EXPECT_EQ(model.vocab_size(), 257);
+    EXPECT_EQ(model.max_context(), 0);  // unbounded
+  }
+}
+
+// A module that throws inside step fails the requests in that step with
+// INTERNAL and its message; the model and the server go on serving.
+TEST_F(TorchScriptBackendTest, AModuleThatThrowsFailsOnlyItsStep) {
+  GenerateResponse failed;
+  grpc::Status status = Stream(Greedy("counter", " ", 3), &failed);  // ' ' + 1 = '!' (33)
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "byte 33 is not allowed"))
+      << status.error_message();
+  GenerateResponse fine;
+  ASSERT_TRUE(Stream(Greedy("counter", "a", 4), &fine).ok());
+  std::vector<int64_t> tokens(fine.token_ids().begin(), fine.token_ids().end());
+  EXPECT_EQ(tokens, (std::vector<int64_t>{'b', 'c', 'd', 'e'}));
+  GenerateResponse other;
+  EXPECT_TRUE(Stream(Greedy("rwkv", "still here", 4), &other).ok());
+}
+
+// Breaking the contract is a start-up error naming the method or tensor.
+TEST_F(TorchScriptBackendTest, ContractViolationsAreStartupErrorsNamingTheProblem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"no_step.pt", "no method step()"},
+      {"bad_state.pt", "init_state: state tensor 0 has shape [1, 2]; dim 0 must be the sequence"},
+      {"bad_logits.pt", "step returned logits of shape [2, 100], expected [2, 257]"},
+      {"no_config.pt", "no method init_state()"},
+  };
+  for (const auto& [file, message] : cases) {
+    auto server = Start({Path(file)});
+    ASSERT_FALSE(server.ok()) << file;
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << file;
+    EXPECT_TRUE(absl::StrContains(server.status().message(), message)) << server.status();
+    EXPECT_TRUE(absl::StrContains(server.status().message(), file)) << server.status();
+  }
+}
+
+TEST_F(TorchScriptBackendTest, NativeBackendRefusesAnOutsideModel) {
+  auto server = Start({Path("rwkv.pt")}, "native");
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "--backend=torchscript"))
+      << server.status().message();
+  EXPECT_EQ(Start({Path("rwkv.pt")}, "auto,nosuchmodel=native").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Start({Path("rwkv.pt")}, "fast").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// This library's packages served through their TorchScript methods give the
+// tokens and log-probabilities of the native backend.
+TEST(TorchScriptBackendOfOwnPackages, EqualsTheNativeBackend) {
+  attn::testing::ScopedTempDir dir("torchscript_own");
+  std::vector<std::string> names;
+  for (MixerKind kind : {MixerKind::kAftConv, MixerKind::kLinearElu, MixerKind::kMha}) {
+    names.push_back(MixerKindName(kind));
+    attn::testing::WriteTinyPackage(dir.path().string(), names.back(), kind);
+  }
+  auto native = Start({dir.path().string()}, "native");
+  auto script = Start({dir.path().string()}, "torchscript");
+  ASSERT_TRUE(native.ok()) << native.status();
+  ASSERT_TRUE(script.ok()) << script.status();
+  auto stub_of = [](InferenceServer& server) {
+    return attn::v1::TextGeneration::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  };
+  auto native_stub = stub_of(**native), script_stub = stub_of(**script);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    GenerateRequest request = Greedy(name, "light falls over stone", 16);
+    GenerateResponse a, b;
+    grpc::ClientContext ca, cb;
+    ASSERT_TRUE(native_stub->Generate(&ca, request, &a).ok());
+    ASSERT_TRUE(script_stub->Generate(&cb, request, &b).ok());
+    ASSERT_EQ(a.token_ids_size(), b.token_ids_size());
+    for (int i = 0; i < a.token_ids_size(); ++i) {
+      EXPECT_EQ(a.token_ids(i), b.token_ids(i)) << i;
+      EXPECT_NEAR(a.logprobs(i), b.logprobs(i), 1e-4) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn::serving
