@@ -27,9 +27,16 @@ def _scalenorm(self, x: Tensor, gain: Tensor) -> Tensor:
 def _layernorm(self, x: Tensor, gain: Tensor, bias: Tensor) -> Tensor:
     return torch.layer_norm(x, [x.size(-1)], gain, bias, 1e-05)
 
+def _dense(self, x: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
+    if x.dim() == 2 and x.size(0) == 1:  # one row: a matrix-vector product is several times faster
+        if b is None:
+            return torch.mv(w, x[0]).unsqueeze(0)
+        return torch.addmv(b, w, x[0]).unsqueeze(0)
+    return torch.linear(x, w, b)
+
 def _feed_forward(self, x: Tensor, up_w: Tensor, up_b: Tensor, down_w: Tensor,
                   down_b: Tensor) -> Tensor:
-    return torch.linear(torch.gelu(torch.linear(x, up_w, up_b)), down_w, down_b)
+    return self._dense(torch.gelu(self._dense(x, up_w, up_b)), down_w, down_b)
 
 def _sinusoidal(self, positions: Tensor, d_model: int) -> Tensor:
     i = torch.arange(0, d_model, 2, device=positions.device).double()
@@ -122,7 +129,7 @@ def _aft_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
               first: int) -> Tensor:
     c, num, den = state[first], state[first + 1], state[first + 2]
     ring_ek, ring_ekv = state[first + 3], state[first + 4]
-    qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
+    qkv = self._dense(x, in_w, in_b).chunk(3, -1)
     q, k, v = qkv[0], qkv[1], qkv[2]
     batch, d = x.size(0), x.size(1)
     if window > 0:  # the oldest key leaves the window (zeros until there is one)
@@ -137,7 +144,7 @@ def _aft_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
     if window == 0:
         num.add_(e * v)
         den.add_(e)
-        return torch.linear(torch.sigmoid(q) * num / den, out_w, out_b)
+        return self._dense(torch.sigmoid(q) * num / den, out_w, out_b)
     kept = scale.unsqueeze(1)
     ring_ek.copy_(torch.cat([ring_ek.narrow(1, 1, window - 1) * kept, e.unsqueeze(1)], 1))
     ring_ekv.copy_(torch.cat([ring_ekv.narrow(1, 1, window - 1) * kept, (e * v).unsqueeze(1)], 1))
@@ -150,7 +157,7 @@ def _aft_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
     factors = factors.reshape(-1, window, d)
     n = num + (factors * ring_ekv).sum(1)
     z = den + (factors * ring_ek).sum(1)
-    return torch.linear(torch.sigmoid(q) * n / z, out_w, out_b)
+    return self._dense(torch.sigmoid(q) * n / z, out_w, out_b)
 
 def _phi(self, x: Tensor, exp_feature: bool) -> Tensor:
     if exp_feature:
@@ -185,7 +192,7 @@ def _linear_step(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, out
                  heads: int, exp_feature: bool, eps: float, state: List[Tensor],
                  first: int) -> Tensor:
     batch, d = x.size(0), x.size(1)
-    qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
+    qkv = self._dense(x, in_w, in_b).chunk(3, -1)
     q = self._phi(qkv[0].view(batch, heads, d // heads), exp_feature)
     k = self._phi(qkv[1].view(batch, heads, d // heads), exp_feature)
     v = qkv[2].view(batch, heads, d // heads)
@@ -194,7 +201,7 @@ def _linear_step(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, out
     z.add_(k)
     num = torch.matmul(q.unsqueeze(-2), s).squeeze(-2)
     den = (q * z).sum(-1) + eps
-    return torch.linear((num / den.unsqueeze(-1)).reshape(batch, d), out_w, out_b)
+    return self._dense((num / den.unsqueeze(-1)).reshape(batch, d), out_w, out_b)
 
 def _mha_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, out_w: Tensor,
                  out_b: Tensor, log_slopes: Optional[Tensor], heads: int, max_context: int,
@@ -226,7 +233,7 @@ def _mha_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
     head_dim = d // heads
     end = int(t.max()) + 1 if batch > 0 else 0
     self._check_context(end, max_context, "step")
-    qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
+    qkv = self._dense(x, in_w, in_b).chunk(3, -1)
     q = qkv[0].view(batch, heads, 1, head_dim)
     keys, values = state[first], state[first + 1]
     at = t.view(batch, 1, 1, 1).expand(batch, heads, 1, head_dim)
@@ -240,7 +247,7 @@ def _mha_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
         scores = scores + (-slopes.view(1, -1, 1, 1) * distance.view(batch, 1, 1, end))
     scores = scores.masked_fill((j > t.unsqueeze(1)).view(batch, 1, 1, end), float("-inf"))
     y = torch.matmul(torch.softmax(scores, -1), values.narrow(2, 0, end))
-    return torch.linear(y.reshape(batch, d), out_w, out_b)
+    return self._dense(y.reshape(batch, d), out_w, out_b)
 )TS";
 
 int64_t WindowOf(const LmConfig& c) { return AftWindow(c.mixer_options()); }
@@ -337,8 +344,8 @@ std::string LayersAndHead(const LmConfig& c, bool step) {
                     ", ", Param(l, "ff.up.weight"), ", ", Param(l, "ff.up.bias"), ", ",
                     Param(l, "ff.down.weight"), ", ", Param(l, "ff.down.bias"), ")\n");
   }
-  absl::StrAppend(&body, "    logits = torch.linear(", NormCall(c, "final_norm", "h"),
-                  ", self.embedding_weight)\n");
+  absl::StrAppend(&body, "    logits = self._dense(", NormCall(c, "final_norm", "h"),
+                  ", self.embedding_weight, None)\n");
   return body;
 }
 
