@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/lm/state_pool.h"
+#include "model/backend/native_backend.h"
+#include "model/backend/row_pool.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -82,7 +83,9 @@ TEST_P(LanguageModelTest, PrefillWithoutAllLogitsGivesTheLastPositionAndTheSameS
 // each equals the model run on it alone, and one leaving changes no other.
 TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
   torch::NoGradGuard no_grad;
-  StatePool pool(model_, 5, torch::kCPU);
+  NativeBackend backend(model_);
+  ASSERT_TRUE(backend.AllocateRows(5).ok());
+  RowPool pool(backend);
   std::vector<int64_t> slot(3);
   std::vector<std::vector<torch::Tensor>> outputs(3);
   const std::vector<int64_t> prompt = {5, 11, 1};
@@ -92,7 +95,7 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
     slot[b] = *acquired;
     auto rows = torch::tensor({slot[b]}, torch::kLong);
     auto logits =
-        model_->prefill(tokens_[b].narrow(0, 0, prompt[b]).unsqueeze(0), pool.state(), rows);
+        model_->prefill(tokens_[b].narrow(0, 0, prompt[b]).unsqueeze(0), backend.state(), rows);
     outputs[b].push_back(logits[0]);
   }
   std::vector<int64_t> next = prompt;
@@ -110,7 +113,7 @@ TEST_P(LanguageModelTest, PooledSequencesEqualEachRunAlone) {
       ids.push_back(tokens_[b][next[b]].item<int64_t>());
     }
     auto logits = model_->step(torch::tensor(ids, torch::kLong), torch::tensor(rows, torch::kLong),
-                               pool.state());
+                               backend.state());
     for (size_t n = 0; n < batch.size(); ++n) {
       outputs[batch[n]].push_back(logits[n].unsqueeze(0));
       ++next[batch[n]];
@@ -155,9 +158,10 @@ TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
 INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 
-TEST(StatePool, HandsOutEveryRowOnceThenRefuses) {
-  CausalLm model(TinyConfig(MixerKind::kAftSimple));
-  StatePool pool(model, 2, torch::kCPU);
+TEST(RowPool, HandsOutEveryRowOnceThenRefuses) {
+  NativeBackend backend(CausalLm(TinyConfig(MixerKind::kAftSimple)));
+  ASSERT_TRUE(backend.AllocateRows(2).ok());
+  RowPool pool(backend);
   auto a = pool.Acquire(), b = pool.Acquire(), c = pool.Acquire();
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(*a, *b);

@@ -31,9 +31,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "model/backend/native_backend.h"
+#include "model/backend/row_pool.h"
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
-#include "model/lm/state_pool.h"
 #include "model/text/tokenizer.h"
 #include "server/engine.h"
 #include "util/cpus.h"
@@ -194,18 +195,21 @@ struct Flops {
 // A decode step of 64 rows against a 1024^3 matmul, interleaved.
 Flops DecodeFlops(attn::CausalLm& model) {
   const int64_t rows = 64;
-  attn::StatePool pool(model, rows, torch::kCPU);
+  attn::NativeBackend backend(model);
+  backend.AllocateRows(rows).IgnoreError();  // a failure shows as Acquire's
+  attn::RowPool pool(backend);
   std::vector<int64_t> slot_ids;
   for (int64_t i = 0; i < rows; ++i) slot_ids.push_back(pool.Acquire().value());
   torch::Tensor slots = torch::tensor(slot_ids);
   const int64_t vocab = model->config().vocab_size;
-  model->prefill(torch::tensor(Prompt(rows * 16, vocab, 5)).view({rows, 16}), pool.state(), slots);
+  model->prefill(torch::tensor(Prompt(rows * 16, vocab, 5)).view({rows, 16}), backend.state(),
+                 slots);
   torch::Tensor tokens = torch::tensor(Prompt(rows, vocab, 9));
   torch::Tensor a = torch::randn({1024, 1024}), b = torch::randn({1024, 1024});
   std::vector<double> step, mm;
   for (int block = 0; block < absl::GetFlag(FLAGS_repeats) / 3 + 1; ++block) {
     for (int i = 0; i < 6; ++i) {
-      const double s = Seconds([&] { model->step(tokens, slots, pool.state()); });
+      const double s = Seconds([&] { model->step(tokens, slots, backend.state()); });
       if (block > 0 && i > 0) step.push_back(s);  // the first of a block warms up
     }
     for (int i = 0; i < 3; ++i) {
@@ -225,7 +229,9 @@ struct PrefillTiming {
 };
 
 PrefillTiming PrefillVsSteps(attn::CausalLm& model) {
-  attn::StatePool pool(model, 2, torch::kCPU);
+  attn::NativeBackend backend(model);
+  backend.AllocateRows(2).IgnoreError();  // a failure shows as Acquire's
+  attn::RowPool pool(backend);
   const int64_t a = pool.Acquire().value(), b = pool.Acquire().value();
   const auto prompt = Prompt(512, model->config().vocab_size, 3);
   std::vector<double> prefill, steps, ratios;
@@ -235,18 +241,19 @@ PrefillTiming PrefillVsSteps(attn::CausalLm& model) {
   // each pair, a tenth of a second apart, rather than between medians.
   const int repeats = std::max(10, absl::GetFlag(FLAGS_repeats));
   for (int i = 0; i < repeats; ++i) {
-    model->ResetSlots(pool.state(), torch::tensor({a, b}));
+    model->ResetSlots(backend.state(), torch::tensor({a, b}));
     prefill.push_back(Seconds([&] {
       for (int64_t begin = 0; begin < 512; begin += 256) {
         std::vector<int64_t> chunk(prompt.begin() + begin, prompt.begin() + begin + 256);
         // As the server prefills a prompt: logits of its last token only.
         model->prefill(
-            torch::tensor(chunk).view({1, 256}), pool.state(), torch::tensor({a}),
+            torch::tensor(chunk).view({1, 256}), backend.state(), torch::tensor({a}),
             begin + 256 == 512 ? attn::PrefillLogits::kLast : attn::PrefillLogits::kNone);
       }
     }));
     steps.push_back(Seconds([&] {
-      for (int64_t id : prompt) model->step(torch::tensor({id}), torch::tensor({b}), pool.state());
+      for (int64_t id : prompt)
+        model->step(torch::tensor({id}), torch::tensor({b}), backend.state());
     }));
     ratios.push_back(steps.back() / prefill.back());
   }
@@ -257,13 +264,15 @@ PrefillTiming PrefillVsSteps(attn::CausalLm& model) {
 std::pair<double, double> ContextLatency(attn::CausalLm& model) {
   const int64_t limit = model->max_context();
   const int64_t long_context = limit > 0 ? std::min<int64_t>(4096, limit) - 256 : 4096;
-  attn::StatePool pool(model, 2, torch::kCPU);
+  attn::NativeBackend backend(model);
+  backend.AllocateRows(2).IgnoreError();  // a failure shows as Acquire's
+  attn::RowPool pool(backend);
   const int64_t near = pool.Acquire().value(), far = pool.Acquire().value();
   const int64_t vocab = model->config().vocab_size;
   auto fill = [&](int64_t slot, int64_t length) {
     for (int64_t begin = 0; begin < length; begin += 256) {
       const int64_t n = std::min<int64_t>(256, length - begin);
-      model->prefill(torch::tensor(Prompt(n, vocab, begin)).view({1, n}), pool.state(),
+      model->prefill(torch::tensor(Prompt(n, vocab, begin)).view({1, n}), backend.state(),
                      torch::tensor({slot}));
     }
   };
@@ -273,9 +282,9 @@ std::pair<double, double> ContextLatency(attn::CausalLm& model) {
   const int samples = absl::GetFlag(FLAGS_repeats) * 4;
   for (int i = 0; i < samples; ++i) {
     at_near.push_back(
-        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({near}), pool.state()); }));
+        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({near}), backend.state()); }));
     at_far.push_back(
-        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({far}), pool.state()); }));
+        Seconds([&] { model->step(torch::tensor({7L}), torch::tensor({far}), backend.state()); }));
   }
   return {Median(at_near) * 1e3, Median(at_far) * 1e3};
 }

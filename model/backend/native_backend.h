@@ -31,6 +31,9 @@ class NativeBackend : public LmBackend {
                                      const torch::Tensor& rows) override;
 
   CausalLm& model() { return model_; }
+  // The rows, for callers that run the model on them directly (tests,
+  // benchmarks).
+  LmState& state() { return state_; }
 
  private:
   CausalLm model_;

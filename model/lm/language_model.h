@@ -18,8 +18,8 @@
 // A token's position is its sequence's length in the state, so positional
 // embeddings agree between the three.
 //
-// A StatePool (model/lm/state_pool.h) holds N sequences' states and hands
-// out rows: sequences join and leave without touching each other.
+// A RowPool over a NativeBackend (model/backend/) holds N sequences' states
+// and hands out rows: sequences join and leave without touching each other.
 #pragma once
 
 #include <torch/nn/module.h>
