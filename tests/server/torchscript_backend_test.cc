@@ -3,6 +3,9 @@
 // created at test time with Debian's python3-torch, served by a real server
 // on 127.0.0.1 and called over gRPC; and this library's own packages served
 // through their TorchScript methods.
+#include "model/backend/torchscript_backend.h"
+
+#include <ATen/Parallel.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/backend/native_backend.h"
 #include "nlohmann/json.hpp"
 #include "server/server.h"
 #include "tests/server/requests.h"
@@ -246,6 +250,41 @@ TEST(TorchScriptBackendOfOwnPackages, EqualsTheNativeBackend) {
       EXPECT_NEAR(a.logprobs(i), b.logprobs(i), 1e-4) << i;
     }
   }
+}
+
+// A step of many rows runs as one call per group of rows on the intra-op
+// threads; rows at different lengths, in any pool order, still give the
+// native backend's logits.
+TEST(TorchScriptBackendSteps, GroupsOfRowsEqualTheNativeBackend) {
+  const int previous_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  attn::testing::ScopedTempDir dir("torchscript_groups");
+  const std::string path =
+      attn::testing::WriteTinyPackage(dir.path().string(), "aft", MixerKind::kAftConv);
+  auto script = TorchScriptBackend::Load(path, torch::kCPU);
+  ASSERT_TRUE(script.ok()) << script.status();
+  NativeBackend native(attn::testing::TinyModel(MixerKind::kAftConv));
+  constexpr int64_t kRows = 40;
+  const int64_t vocab = native.vocab_size();
+  for (LmBackend* backend :
+       {static_cast<LmBackend*>(&native), static_cast<LmBackend*>(script->get())}) {
+    ASSERT_TRUE(backend->AllocateRows(kRows).ok());
+    for (int64_t r = 0; r < kRows; ++r) {
+      ASSERT_TRUE(backend->ResetRow(r).ok());
+      torch::manual_seed(r);
+      auto prompt = torch::randint(0, vocab, {1, 1 + r % 7}, torch::kLong);
+      ASSERT_TRUE(backend->Prefill(prompt, torch::tensor({r}), PrefillLogits::kNone).ok());
+    }
+  }
+  auto rows = torch::randperm(kRows, torch::kLong);  // not consecutive: gathered and written back
+  for (int step = 0; step < 3; ++step) {
+    auto tokens = torch::randint(0, vocab, {kRows}, torch::kLong);
+    auto expected = native.Step(tokens, rows);
+    auto got = (*script)->Step(tokens, rows);
+    ASSERT_TRUE(expected.ok() && got.ok()) << got.status();
+    EXPECT_LT((*expected - *got).abs().max().item<double>(), 1e-4) << "step " << step;
+  }
+  at::set_num_threads(previous_threads);
 }
 
 }  // namespace
