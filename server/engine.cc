@@ -133,6 +133,7 @@ class Engine::Impl {
         observer_(observer ? observer : &no_observer_),
         device_(backend_->device()),
         pool_(*backend_),
+        rows_(pool_.capacity()),
         budget_(StateBudget(options, backend_->bytes_per_row())),
         free_slots_(pool_.capacity()) {}
 
@@ -237,6 +238,7 @@ class Engine::Impl {
   EngineObserver* observer_;
   torch::Device device_;
   RowPool pool_;          // engine thread only
+  const int64_t rows_;    // pool_'s capacity, for any thread
   const int64_t budget_;  // EngineOptions::max_state_bytes, resolved
   int64_t reserved_ = 0;  // engine thread only: the admitted sequences' reservations
   std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
@@ -273,6 +275,10 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
     if (request.max_tokens < 1 || request.max_tokens > limits.max_tokens) {
       return InvalidField("max_tokens", request.max_tokens, ", expected 1 to ", limits.max_tokens);
     }
+  }
+  if (rows_ == 0) {  // WithRows could not allocate them: nothing would ever run
+    return absl::ResourceExhaustedError(
+        "the model has no state rows (they could not be allocated at start-up; see its log)");
   }
   auto seq = std::make_unique<Sequence>();
   seq->request = std::move(request);
