@@ -25,9 +25,11 @@ RUN apt-get update -qq \
 WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake cmake
+COPY util util
 COPY model model
 COPY train train
 COPY generate generate
+COPY export export
 COPY proto proto
 COPY server server
 COPY client client
@@ -36,7 +38,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=
  && cmake --build /build --target attn-server attnctl attn_sentencepiece \
  && install -D -m 755 /build/server/attn-server /opt/attn/bin/attn-server \
  && install -D -m 755 /build/client/attnctl /opt/attn/bin/attnctl \
- && install -D -m 644 /build/model/libattn_sentencepiece.so /opt/attn/lib/libattn_sentencepiece.so
+ && install -D -m 644 /build/model/text/libattn_sentencepiece.so /opt/attn/lib/libattn_sentencepiece.so
 
 FROM ${BASE_IMAGE}
 RUN apt-get update -qq \

@@ -5,7 +5,8 @@
 # config, alert rules and their unit tests with promtool, checks that the
 # PrometheusRule carries exactly deploy/prometheus/alerts.yml, and that the
 # Grafana dashboard is valid JSON whose queries name only metrics the server
-# exports. Any failure exits non-zero.
+# exports, and that the Dockerfiles copy every source folder the image's
+# build needs. Any failure exits non-zero.
 #   NODE_TOOLS   where the npm packages are installed (default build/deploy-tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,4 +76,26 @@ for service in compose["services"].values():
             sys.exit(f"compose mounts {source_path}, which does not exist")
 print(f"compose: {len(compose['services'])} services, every mounted file exists")
 PY
+echo "== Dockerfiles copy every folder the image's build configures"
+# The image builds with tests and benchmarks off: every other
+# add_subdirectory() of the top CMakeLists.txt must be COPY'd, and the
+# installed plugin must be where the build puts it.
+$py - <<'PY'
+import re, sys
+top = open("CMakeLists.txt").read()
+top = re.sub(r"if\(ATTN_BUILD_(TESTS|BENCHMARKS)\).*?endif\(\)", "", top, flags=re.S)
+folders = re.findall(r"^add_subdirectory\((\w+)\)", top, flags=re.M)
+plugin = "model/text/libattn_sentencepiece.so"
+bad = []
+for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
+    text = open(dockerfile).read()
+    copied = set(re.findall(r"^COPY (\S+) \1$", text, flags=re.M))
+    bad += [f"{dockerfile}: no COPY {f} {f}" for f in folders if f not in copied]
+    if f"/build/{plugin}" not in text:
+        bad.append(f"{dockerfile}: does not install /build/{plugin}")
+if bad:
+    sys.exit("\n".join(bad))
+print(f"{', '.join(folders)}: copied by both Dockerfiles")
+PY
+
 echo "deploy checks passed"
