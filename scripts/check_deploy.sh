@@ -93,9 +93,23 @@ for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
     bad += [f"{dockerfile}: no COPY {f} {f}" for f in folders if f not in copied]
     if f"/build/{plugin}" not in text:
         bad.append(f"{dockerfile}: does not install /build/{plugin}")
+# The build's Debian -dev packages (scripts/install_deps.sh) other than the
+# tests' and benchmarks', in the build stage; the CUDA image brings its own
+# LibTorch.
+deps = open("scripts/install_deps.sh").read()
+deps = deps[deps.index("PACKAGES=("):deps.index(")", deps.index("PACKAGES=("))]
+needed = [p for p in re.findall(r"[\w.+-]+-dev\b", deps)
+          if p not in ("libgtest-dev", "libgmock-dev", "libbenchmark-dev")]
+for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
+    text = open(dockerfile).read()
+    for p in needed:
+        if p == "libtorch-dev" and dockerfile == "Dockerfile.cuda":
+            continue
+        if not re.search(rf"\s{re.escape(p)}\s", text):
+            bad.append(f"{dockerfile}: the build stage does not install {p}")
 if bad:
     sys.exit("\n".join(bad))
-print(f"{', '.join(folders)}: copied by both Dockerfiles")
+print(f"{', '.join(folders)}: copied by both Dockerfiles; {', '.join(needed)} installed")
 PY
 
 echo "deploy checks passed"
