@@ -1,7 +1,5 @@
 #include "model/backend/torchscript_backend.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -10,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/guarded.h"
+#include "model/lm/row_groups.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
@@ -93,21 +92,6 @@ int64_t CountParameters(const torch::jit::Module& module) {
     if (b.name != "tokenizer") count += b.value.numel();
   }
   return count;
-}
-
-// Rows are independent (the contract), so a large step runs as one call per
-// group of rows, a group per intra-op thread, as CausalLm::step does: the
-// many small operations between the products then run on every thread at
-// once instead of each forking for itself. Below 2 groups of 16 rows one
-// call is as fast.
-constexpr int64_t kMinRowsPerGroup = 16;
-
-int64_t StepGroups(int64_t rows, const torch::Device& device) {
-  const int64_t threads = at::get_num_threads();
-  if (threads < 2 || rows < 2 * kMinRowsPerGroup || at::in_parallel_region() || !device.is_cpu()) {
-    return 1;
-  }
-  return std::min(threads, rows / kMinRowsPerGroup);
 }
 
 // Whether ids (CPU int64) are first, first + 1, ...
@@ -299,20 +283,19 @@ absl::StatusOr<torch::Tensor> TorchScriptBackend::Prefill(const torch::Tensor& t
 absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& tokens,
                                                        const torch::Tensor& rows) {
   return Guarded("decode step", [&] {
+    c10::InferenceMode inference;
     const int64_t batch = tokens.size(0);
-    const int64_t groups = StepGroups(batch, device_);
+    // Rows are independent (the contract), so a large step runs as one call
+    // per group of rows, a group per intra-op thread, as CausalLm::step does:
+    // the small operations between the products then run on every thread.
+    const int64_t groups = RowGroups(batch, tokens);
     torch::Tensor logits;
     if (groups == 1) {
       logits = Run("step", tokens, rows);
     } else {
       std::vector<torch::Tensor> parts(groups);
-      const at::ThreadLocalState caller;
-      at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-        at::ThreadLocalStateGuard guard(caller);
-        for (int64_t g = begin; g < end; ++g) {
-          const int64_t first = batch * g / groups, count = batch * (g + 1) / groups - first;
-          parts[g] = Run("step", tokens.narrow(0, first, count), rows.narrow(0, first, count));
-        }
+      ForEachRowGroup(batch, groups, [&](int64_t g, int64_t first, int64_t count) {
+        parts[g] = Run("step", tokens.narrow(0, first, count), rows.narrow(0, first, count));
       });
       logits = torch::cat(parts);
     }

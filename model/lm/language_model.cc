@@ -9,46 +9,9 @@
 
 #include "model/layers/dense.h"
 #include "model/layers/feed_forward.h"
+#include "model/lm/row_groups.h"
 
 namespace attn {
-namespace {
-
-// A decode step's rows are independent sequences on their own state rows. With
-// several intra-op threads each thread steps one group of rows through all
-// layers: one fork per step instead of one per operation, and the small
-// operations between the products (norms, residual adds, the mixers' state
-// updates), each too small to fork for, run on every thread instead of one.
-// Below 2 groups of 16 rows one group is as fast or faster, since each group
-// reads every weight (docs/benchmarks.md).
-constexpr int64_t kMinRowsPerGroup = 16;
-
-// Groups of rows that work independent row by row splits into, one per
-// intra-op thread: 1 when there are too few rows, no threads to spare (inside
-// a parallel region already), or the work is not plain CPU inference.
-int64_t RowGroups(int64_t rows, const torch::Tensor& like) {
-  const int64_t threads = at::get_num_threads();
-  if (threads < 2 || rows < 2 * kMinRowsPerGroup || at::in_parallel_region() ||
-      !like.device().is_cpu() || torch::GradMode::is_enabled()) {
-    return 1;
-  }
-  return std::min(threads, rows / kMinRowsPerGroup);
-}
-
-// Calls fn(group, first_row, row_count) for each of `groups` near-equal
-// groups of `rows`, in parallel, with the caller's grad and inference modes.
-template <typename Fn>
-void ForEachRowGroup(int64_t rows, int64_t groups, Fn&& fn) {
-  const at::ThreadLocalState caller;
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    at::ThreadLocalStateGuard guard(caller);
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t first = rows * g / groups;
-      fn(g, first, rows * (g + 1) / groups - first);
-    }
-  });
-}
-
-}  // namespace
 
 // One pre-norm layer: h + Mixer(Norm(h)), then h + FF(Norm(h)).
 class LmLayer : public torch::nn::Module {
