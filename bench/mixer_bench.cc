@@ -51,10 +51,12 @@ bool HasCache(MixerKind kind) {
   return kind == MixerKind::kMha || kind == MixerKind::kMhaAlibi || kind == MixerKind::kRelative;
 }
 bool IsLinear(MixerKind kind) {
-  return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp;
+  return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp ||
+         kind == MixerKind::kLinearDecay;
 }
 bool HasWindow(MixerKind kind) {
-  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal || kind == MixerKind::kAftConv;
+  return kind == MixerKind::kAftFull || kind == MixerKind::kAftLocal ||
+         kind == MixerKind::kAftConv || kind == MixerKind::kAftDecay;
 }
 
 // One mixer and one state pool at a time: an MHA pool of 64 sequences at

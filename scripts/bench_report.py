@@ -12,7 +12,7 @@ from collections import defaultdict
 
 KINDS = ["mha", "mha-alibi", "relative", "linear-elu", "linear-exp",
          "aft-full", "aft-local", "aft-simple", "aft-conv"]
-FLAT_KINDS = {"aft-simple", "aft-conv", "linear-elu", "linear-exp"}
+FLAT_KINDS = {"aft-simple", "aft-conv", "aft-decay", "linear-elu", "linear-exp", "linear-decay"}
 WINDOW_KINDS = {"aft-local"}  # flat too, bounded by its window; no stated target
 CONTEXTS = [64, 512, 4096, 8192]
 

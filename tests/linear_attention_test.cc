@@ -133,6 +133,54 @@ TEST_P(LinearAttentionTest, BlockSizeDoesNotChangeTheCausalForm) {
   }
 }
 
+// linear-decay: g_h from 0.6 to 0.9999 across the heads, so that the oldest
+// keys of a head weigh from 0.6^400 (nothing) to nearly 1.
+class LinearDecayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(17);
+    options_ = SmallOptions(MixerKind::kLinearDecay);
+    attention_ = LinearAttention(options_);
+    torch::NoGradGuard no_grad;
+    auto g = torch::tensor({0.6, 0.9, 0.99, 0.9999}, torch::kDouble);
+    attention_->named_parameters()["decay_logit"].copy_(torch::log(torch::expm1(-torch::log(g))));
+  }
+
+  torch::Tensor Expected(const torch::Tensor& x) {
+    auto decay = attention_->decay_factor().detach().to(torch::kDouble);
+    std::vector<double> g(decay.data_ptr<double>(), decay.data_ptr<double>() + decay.numel());
+    auto qkv = reference::ProjectQkv(attention_->in_proj(), x, x);
+    return reference::ApplyLinear(attention_->out_proj(),
+                                  reference::LinearAttention(qkv[0], qkv[1], qkv[2], options_.heads,
+                                                             false, true, options_.linear_eps, g));
+  }
+
+  MixerOptions options_;
+  LinearAttention attention_{nullptr};
+};
+
+TEST_F(LinearDecayTest, CausalForwardMatchesNestedLoopsInFloat64) {
+  attention_->to(torch::kDouble);  // g in float64 too
+  auto x = torch::randn({2, 45, options_.d_model}, torch::kDouble);
+  auto expected = Expected(x);
+  EXPECT_LT(MaxAbsDiff(attention_->forward(x), expected), 1e-10);
+}
+
+TEST_F(LinearDecayTest, FusedPrefillAndStepsMatchNestedLoops) {
+  auto x = torch::randn({2, 400, options_.d_model});
+  auto expected = Expected(x);
+  torch::NoGradGuard no_grad;
+  auto state = attention_->initial_state(2, torch::kCPU);
+  auto y = PrefillChunksThenStep(*attention_, x, state, {}, {70, 1, 200});
+  EXPECT_LT(MaxAbsDiff(y, expected), 1e-5);
+  EXPECT_LT(MaxAbsDiff(attention_->forward(x), expected), 1e-5);
+}
+
+TEST_F(LinearDecayTest, NonCausalAttentionIsRefused) {
+  auto x = torch::randn({1, 5, options_.d_model});
+  EXPECT_THROW(attention_->attend(x, x, x), c10::Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(FeatureMaps, LinearAttentionTest,
                          ::testing::Values(MixerKind::kLinearElu, MixerKind::kLinearExp),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);

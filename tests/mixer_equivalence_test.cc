@@ -196,9 +196,11 @@ TEST_P(MixerEquivalenceTest, StateBytesMatchTheKind) {
   switch (GetParam().kind) {
     case MixerKind::kAftSimple:
     case MixerKind::kAftConv:
+    case MixerKind::kAftDecay:
     case MixerKind::kAftLocal:
     case MixerKind::kLinearElu:
     case MixerKind::kLinearExp:
+    case MixerKind::kLinearDecay:
       EXPECT_EQ(at_64, at_4096);  // constant once past the window
       break;
     default:

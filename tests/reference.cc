@@ -104,7 +104,7 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q_in, const torch::Tensor& k
 
 torch::Tensor LinearAttention(const torch::Tensor& q_in, const torch::Tensor& k_in,
                               const torch::Tensor& v_in, int64_t heads, bool exp_feature,
-                              bool causal, double eps) {
+                              bool causal, double eps, const std::vector<double>& decay) {
   auto q = q_in.to(torch::kDouble).contiguous(), k = k_in.to(torch::kDouble).contiguous(),
        v = v_in.to(torch::kDouble).contiguous();
   const int64_t batch = q.size(0), tq = q.size(1), tk = k.size(1), d = q.size(2);
@@ -124,6 +124,7 @@ torch::Tensor LinearAttention(const torch::Tensor& q_in, const torch::Tensor& k_
           FeatureMap(k[b][j].data_ptr<double>() + h * dh, dh, exp_feature, phi_k.data());
           double sim = 0;
           for (int64_t c = 0; c < dh; ++c) sim += phi_q[c] * phi_k[c];
+          if (!decay.empty()) sim *= std::pow(decay[h], static_cast<double>(i - j));
           for (int64_t c = 0; c < dh; ++c) num[c] += sim * va[b][j][h * dh + c];
           den += sim;
         }
@@ -153,6 +154,43 @@ torch::Tensor Aft(const torch::Tensor& q_in, const torch::Tensor& k_in, const to
         double num = 0, den = 0;
         for (int64_t s = 0; s <= t; ++s) {
           const double e = std::exp(ka[b][s][c] + wa[g][t][s] - max);
+          num += e * va[b][s][c];
+          den += e;
+        }
+        oa[b][t][c] = Sigmoid(qa[b][t][c]) * num / den;
+      }
+    }
+  }
+  return out;
+}
+
+torch::Tensor AftDecay(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                       const torch::Tensor& v_in, const torch::Tensor& u_in,
+                       const torch::Tensor& lambda_in) {
+  auto q = q_in.to(torch::kDouble).contiguous(), k = k_in.to(torch::kDouble).contiguous(),
+       v = v_in.to(torch::kDouble).contiguous();
+  auto u = u_in.detach().to(torch::kDouble).contiguous();
+  auto lambda = lambda_in.detach().to(torch::kDouble).contiguous();
+  const int64_t batch = q.size(0), time = q.size(1), d = q.size(2);
+  const int64_t heads = u.size(0), window = u.size(1), width = d / heads;
+  auto out = torch::zeros({batch, time, d}, torch::kDouble);
+  auto qa = q.accessor<double, 3>(), ka = k.accessor<double, 3>(), va = v.accessor<double, 3>();
+  auto ua = u.accessor<double, 2>();
+  auto la = lambda.accessor<double, 1>();
+  auto oa = out.accessor<double, 3>();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t c = 0; c < d; ++c) {
+      auto w = [&](int64_t t, int64_t s) {
+        const int64_t distance = t - s;
+        return distance < window ? ua[c / width][distance]
+                                 : -la[c] * static_cast<double>(distance - window);
+      };
+      for (int64_t t = 0; t < time; ++t) {
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t s = 0; s <= t; ++s) max = std::max(max, ka[b][s][c] + w(t, s));
+        double num = 0, den = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          const double e = std::exp(ka[b][s][c] + w(t, s) - max);
           num += e * va[b][s][c];
           den += e;
         }

@@ -27,16 +27,26 @@ torch::Tensor SoftmaxAttention(const torch::Tensor& q, const torch::Tensor& k,
                                const std::vector<double>& slopes,
                                const std::vector<std::vector<bool>>& padding = {});
 
-// Linear attention, feature map elu+1 or exp(x - max x) per head.
+// Linear attention, feature map elu+1 or exp(x - max x) per head. With
+// `decay` (one g_h per head; causal only), key j enters query i's sums with
+// weight g_h^(i - j) (linear-decay).
 torch::Tensor LinearAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t heads, bool exp_feature, bool causal,
-                              double eps);
+                              double eps, const std::vector<double>& decay = {});
 
 // Causal AFT: Y_t = sigmoid(Q_t) sum_{t'<=t} exp(K_t' + w[h(d), t, t']) V_t' /
 // sum_{t'<=t} exp(K_t' + w[h(d), t, t']); w [G, T, T], channels split into G
 // groups. Each (t, d) subtracts the maximum of its own exponents.
 torch::Tensor Aft(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                   const torch::Tensor& w);
+
+// AFT with a decayed past (model/mixers/aft_decay.h): w_{t,t'} =
+// u[h(d)][t - t'] for t - t' < s (s = u.size(1)), -lambda[d] (t - t' - s)
+// beyond; u [H, s], lambda [D], channels split into H heads. The same loop
+// as Aft with w computed from its formula on the fly, so that contexts of
+// 10,000 tokens need no [D, T, T] table.
+torch::Tensor AftDecay(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& u, const torch::Tensor& lambda);
 
 // Transformer-XL attention: q [B, Tq, D] at positions offset + i; k, v
 // [B, Tk, D] at 0..Tk-1; u, vb [H, Dh]; w_r [D, D] maps the sinusoidal

@@ -34,8 +34,10 @@ const std::vector<ScriptCase>& Cases() {
       {MixerKind::kAftLocal, NormKind::kLayerNorm, PositionKind::kLearned},
       {MixerKind::kAftFull, NormKind::kScaleNorm, PositionKind::kNone},
       {MixerKind::kAftSimple, NormKind::kRmsNorm, PositionKind::kSinusoidal},
+      {MixerKind::kAftDecay, NormKind::kLayerNorm, PositionKind::kNone},
       {MixerKind::kLinearElu, NormKind::kLayerNorm, PositionKind::kNone},
       {MixerKind::kLinearExp, NormKind::kRmsNorm, PositionKind::kLearned},
+      {MixerKind::kLinearDecay, NormKind::kRmsNorm, PositionKind::kNone},
       {MixerKind::kMha, NormKind::kRmsNorm, PositionKind::kSinusoidal},
       {MixerKind::kMhaAlibi, NormKind::kScaleNorm, PositionKind::kNone},
   };

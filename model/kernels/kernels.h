@@ -110,8 +110,9 @@ void GeluInPlace(int64_t n, float* x);
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);
 
 // Linear attention, one token per sequence, per head h:
-//   S += phi(k) v^T,  z += phi(k),  y = phi(q)^T S / (phi(q) . z + eps)
-// phi is elu(x)+1 (exp_feature false) or exp(x - max_i x_i) (true).
+//   S = g_h S + phi(k) v^T,  z = g_h z + phi(k),  y = phi(q)^T S / (phi(q) . z + eps)
+// phi is elu(x)+1 (exp_feature false) or exp(x - max_i x_i) (true); g_h is
+// decay[h] (linear-decay) or 1 when decay is null.
 // What the step and the prefill share: the heads, the feature map, the
 // inputs (laid out as each says) and the state rows, updated in place.
 struct LinearHeadsArgs {
@@ -122,8 +123,9 @@ struct LinearHeadsArgs {
   const float* q = nullptr;
   const float* k = nullptr;
   const float* v = nullptr;
-  float* s = nullptr;  // [N, H, Dh, Dh]
-  float* z = nullptr;  // [N, H, Dh]
+  const float* decay = nullptr;  // [H] g_h, or null: no decay
+  float* s = nullptr;            // [N, H, Dh, Dh]
+  float* z = nullptr;            // [N, H, Dh]
 };
 struct LinearStepArgs : LinearHeadsArgs {
   int64_t stride = 0;    // row b of q, k and v at (q|k|v) + b * stride: [H, Dh]
@@ -134,11 +136,11 @@ void LinearAttentionStep(const LinearStepArgs& a);
 // Linear attention, `time` tokens per sequence at once: the chunkwise
 // parallel form of LinearAttentionImpl (see model/mixers/linear_attention.h), fused.
 // Per head, for each block of `block` tokens, with (S, z) as the block found
-// them:
-//   y_i = (phi(q_i)^T S + sum_{j<=i} (phi(q_i) . phi(k_j)) v_j)
-//         / (phi(q_i) . z + sum_{j<=i} phi(q_i) . phi(k_j) + eps)
-// over the block's own tokens j; then S += sum_j phi(k_j) v_j^T and
-// z += sum_j phi(k_j). The same sums as the op-by-op blocks, with no
+// them and g = g_h (1 without decay):
+//   y_i = (g^(i+1) phi(q_i)^T S + sum_{j<=i} g^(i-j) (phi(q_i) . phi(k_j)) v_j)
+//         / (g^(i+1) phi(q_i) . z + sum_{j<=i} g^(i-j) phi(q_i) . phi(k_j) + eps)
+// over the block's own tokens j; then S = g^C S + sum_j g^(C-1-j) phi(k_j) v_j^T
+// and z alike. The same sums as the op-by-op blocks, with no
 // [B, H, block, block] temporaries. State lengths are left to the caller.
 struct LinearPrefillArgs : LinearHeadsArgs {
   int64_t time = 0, block = 64;
@@ -213,6 +215,43 @@ struct AftPrefillArgs {
   float* out = nullptr;      // [B, time - first_output, D]
 };
 void AftPrefill(const AftPrefillArgs& a);
+
+// AFT with a decayed past (aft-decay, model/mixers/aft_decay.h), `time`
+// tokens per row (1 for a decode step), token by token: the recurrence is
+// the cheapest exact form, O(window) per token and channel, and channels are
+// independent, so tasks are (row, run of channels) with no second phase.
+// Per token t of a row and per channel d, with s = window:
+//   1. num, den *= decay[d]            (the carried keys age by one step)
+//   2. t >= s: the key at t - s leaves the ring and joins num, den with
+//      weight exp(k - ref) (w = 0 at distance s); ref rises to that key
+//      when it is larger, rescaling the sums, and falls to the sums' own
+//      magnitude (ref += log den, den = 1) when den drops below 2^-30, so
+//      a long-gone huge key never hides the keys after it;
+//   3. k_t, v_t enter the ring at slot t mod s;
+//   4. y_t = sigmoid(q_t) (num e^(ref-m) + sum_j e^(k_j + u_h[t-j] - m) v_j)
+//                       / (den e^(ref-m) + sum_j e^(k_j + u_h[t-j] - m))
+//      over the ring, m the largest exponent, so no term can overflow.
+// State lengths are left to the caller.
+struct AftDecayArgs {
+  int64_t batch = 0, time = 1, channels = 0, window = 0, heads = 1;
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;  // [N] tokens each row holds before the call
+  // Token j of row b at (q|k|v) + b * row_stride + j * token_stride: [D].
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0, token_stride = 0;
+  const float* bias = nullptr;   // [heads, window] u_h[delta]
+  const float* decay = nullptr;  // [D] exp(-lambda_d)
+  float* ref = nullptr;          // [N, D] log reference of num and den (-inf: none yet)
+  float* num = nullptr;          // [N, D]
+  float* den = nullptr;          // [N, D]
+  float* ring_k = nullptr;       // [N, window, D] raw keys, slot = position mod window
+  float* ring_v = nullptr;       // [N, window, D] raw values
+  int64_t first_output = 0;      // queries before it are skipped (first_output above)
+  float* out = nullptr;          // [B, time - first_output, D]
+};
+void AftDecay(const AftDecayArgs& a);
 
 // Row normalisations of x [rows, d] into out (may alias x), one pass per row:
 //   RMSNorm:   out = gain * x / sqrt(mean(x^2) + eps),  gain [d]

@@ -47,6 +47,7 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
   float* z = a.z + (slot * a.heads + h) * dh;
 
   // One pass over S: update row i, then read it into the numerator.
+  const float g = a.decay ? a.decay[h] : 1.0f;  // x * 1 is x: no change without decay
   std::fill(acc, acc + dh, 0.0f);
   float den = 0.0f;
   for (int64_t i = 0; i < dh; ++i) {
@@ -55,10 +56,10 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
     const float pq = phi_q[i];
 #pragma omp simd
     for (int64_t j = 0; j < dh; ++j) {
-      s_row[j] += pk * v[j];
+      s_row[j] = g * s_row[j] + pk * v[j];
       acc[j] += pq * s_row[j];
     }
-    z[i] += pk;
+    z[i] = g * z[i] + pk;
     den += pq * z[i];
   }
   const float inv = 1.0f / (den + a.eps);
@@ -169,6 +170,12 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
   float* s = a.s + (slot * a.heads + h) * dh * dh;
   float* z = a.z + (slot * a.heads + h) * dh;
   for (int64_t r = 0; r < dh; ++r) std::copy_n(s + r * dh, dh, m.s + r * m.padded_dh);
+  // g^n for n = 0..block (linear-decay); empty without decay.
+  std::vector<float> power;
+  if (a.decay) {
+    power.resize(m.block + 1, 1.0f);
+    for (int64_t n = 1; n <= m.block; ++n) power[n] = power[n - 1] * a.decay[h];
+  }
   auto at = [&](int64_t t) { return b * a.row_stride + t * a.token_stride + h * dh; };
   for (int64_t first = 0; first < a.time; first += m.block) {
     const int64_t len = std::min(m.block, a.time - first);
@@ -191,14 +198,23 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
       const float* phi_q = m.phi_q + i0 * dh;
       MulAddRows(phi_q, dh, m.phi_kt, m.padded_block, dh, scores, m.padded_block, width);
       for (int64_t i = i0; i < last; ++i) {  // causal: no key after the query
-        std::fill(m.scores + i * m.padded_block + i + 1, m.scores + i * m.padded_block + last,
-                  0.0f);
+        float* row = m.scores + i * m.padded_block;
+        std::fill(row + i + 1, row + last, 0.0f);
+        if (a.decay) {
+          for (int64_t j = 0; j <= i; ++j) row[j] *= power[i - j];
+        }
       }
       MulAddRows(phi_q, dh, m.s, m.padded_dh, dh, num, m.padded_dh, m.padded_dh);
+      if (a.decay) {  // the state is i + 1 tokens older for query i
+        for (int64_t i = i0; i < last; ++i) {
+          float* n = m.numerators + i * m.padded_dh;
+          for (int64_t c = 0; c < dh; ++c) n[c] *= power[i + 1];
+        }
+      }
       MulAddRows(scores, m.padded_block, m.v, m.padded_dh, last, num, m.padded_dh, m.padded_dh);
       for (int64_t i = i0; i < last; ++i) {
         const float* row = m.scores + i * m.padded_block;
-        float den = Dot(m.phi_q + i * dh, z, dh);
+        float den = Dot(m.phi_q + i * dh, z, dh) * (a.decay ? power[i + 1] : 1.0f);
 #pragma omp simd reduction(+ : den)
         for (int64_t j = 0; j <= i; ++j) den += row[j];
         float* out = a.out + (OutputToken(b, first + i, a.time, a.first_output) * a.heads + h) * dh;
@@ -207,7 +223,17 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
         for (int64_t c = 0; c < dh; ++c) out[c] = n[c] * inv;
       }
     }
-    // The block's keys join the state.
+    // The block's keys join the state, each g^(len-1-j) as old as the state's
+    // newest token, which ages by g^len.
+    if (a.decay) {
+      for (int64_t r = 0; r < dh; ++r) {
+        float* row = m.phi_kt + r * m.padded_block;
+        for (int64_t j = 0; j < len; ++j) row[j] *= power[len - 1 - j];
+        float* s_row = m.s + r * m.padded_dh;
+        for (int64_t c = 0; c < dh; ++c) s_row[c] *= power[len];
+        z[r] *= power[len];
+      }
+    }
     for (int64_t r0 = 0; r0 < dh; r0 += kTileRows) {
       MulAddRows(m.phi_kt + r0 * m.padded_block, m.padded_block, m.v, m.padded_dh, len,
                  m.s + r0 * m.padded_dh, m.padded_dh, m.padded_dh);

@@ -26,7 +26,7 @@ struct LmConfig {
   MixerKind mixer = MixerKind::kAftConv;
   NormKind norm = NormKind::kRmsNorm;
   PositionKind positions = PositionKind::kNone;
-  int64_t window = 32;         // aft-local, aft-conv
+  int64_t window = 32;         // aft-local, aft-conv, aft-decay
   int64_t max_context = 2048;  // mixers with a cache or absolute bias; learned positions
   int64_t chunk = 0;           // blocks of the parallel forms; 0: DefaultChunk(mixer)
 

@@ -159,6 +159,116 @@ def _aft_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Ten
     z = den + (factors * ring_ek).sum(1)
     return self._dense(torch.sigmoid(q) * n / z, out_w, out_b)
 
+def _decay_factor(self, logit: Tensor) -> Tensor:
+    return torch.exp(-torch.softplus(logit, 1.0, 20.0))
+
+def _filter(self, bias: Tensor, window: int, heads: int, d: int) -> Tensor:
+    return bias.t().unsqueeze(-1).expand(window, heads, d // heads).reshape(window, d)
+
+def _aft_decay_block(self, q: Tensor, k: Tensor, v: Tensor, lam: Tensor, filter: Tensor,
+                     window: int, sums: List[Tensor]) -> Tensor:
+    ref, num, den, held_k, held_v = sums[0], sums[1], sums[2], sums[3], sums[4]
+    chunk, d = q.size(1), q.size(2)
+    ring = held_k.size(1)
+    span = ring + chunk
+    keys = torch.cat([held_k, k], 1)
+    values = torch.cat([held_v, v], 1)
+    delta = torch.arange(chunk, device=q.device).unsqueeze(1) + ring - \
+        torch.arange(span, device=q.device).unsqueeze(0)
+    near = filter.index_select(0, delta.clamp(0, window - 1).flatten()).view(chunk, span, d)
+    far = (delta - window).clamp_min(0).float().unsqueeze(-1) * -lam
+    w = torch.where((delta < window).unsqueeze(-1), near, far)
+    logits = (keys.unsqueeze(1) + w.unsqueeze(0)).masked_fill(
+        (delta < 0).view(1, chunk, span, 1), float("-inf"))
+    steps = torch.arange(1, chunk + 1, device=q.device).float().unsqueeze(-1)
+    carried_ref = ref.unsqueeze(1) - steps.unsqueeze(0) * lam
+    m = torch.maximum(torch.max(logits, 2)[0], carried_ref)
+    weights = torch.exp(logits - m.unsqueeze(2))
+    carried = torch.exp(carried_ref - m)
+    n = (weights * values.unsqueeze(1)).sum(2) + carried * num.unsqueeze(1)
+    z = weights.sum(2) + carried * den.unsqueeze(1)
+    y = torch.sigmoid(q) * n / z
+    keep = min(window, span)
+    evicted = span - keep
+    aged_ref = ref - float(chunk) * lam
+    if evicted > 0:
+        distance = (chunk - 1 + ring - window) - torch.arange(evicted, device=q.device)
+        joining = keys.narrow(1, 0, evicted) - distance.float().unsqueeze(-1) * lam
+        new_ref = torch.maximum(aged_ref, torch.max(joining, 1)[0])
+        old_scale = torch.exp(aged_ref - new_ref)
+        e = torch.exp(joining - new_ref.unsqueeze(1))
+        sums[1] = num * old_scale + (e * values.narrow(1, 0, evicted)).sum(1)
+        sums[2] = den * old_scale + e.sum(1)
+        sums[0] = new_ref
+    else:
+        sums[0] = aged_ref
+    sums[3] = keys.narrow(1, evicted, keep)
+    sums[4] = values.narrow(1, evicted, keep)
+    return y
+
+def _aft_decay_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, out_w: Tensor,
+                       out_b: Tensor, bias: Tensor, logit: Tensor, window: int, heads: int,
+                       block: int, state: List[Tensor], first: int) -> Tensor:
+    qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
+    time = x.size(1)
+    lam = -torch.log(self._decay_factor(logit))
+    filter = self._filter(bias, window, heads, x.size(2))
+    held = min(window, start)
+    sums = [state[first], state[first + 1], state[first + 2],
+            state[first + 3].narrow(1, window - held, held),
+            state[first + 4].narrow(1, window - held, held)]
+    outputs: List[Tensor] = []
+    for begin in range(0, time, block):
+        size = min(block, time - begin)
+        outputs.append(self._aft_decay_block(qkv[0].narrow(1, begin, size),
+                                             qkv[1].narrow(1, begin, size),
+                                             qkv[2].narrow(1, begin, size), lam, filter, window,
+                                             sums))
+    kept = sums[3].size(1)
+    state[first].copy_(sums[0])
+    state[first + 1].copy_(sums[1])
+    state[first + 2].copy_(sums[2])
+    state[first + 3].narrow(1, window - kept, kept).copy_(sums[3])
+    state[first + 4].narrow(1, window - kept, kept).copy_(sums[4])
+    return torch.linear(torch.cat(outputs, 1), out_w, out_b)
+
+def _aft_decay_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor,
+                    out_b: Tensor, bias: Tensor, logit: Tensor, window: int, heads: int,
+                    state: List[Tensor], first: int) -> Tensor:
+    ref, num, den = state[first], state[first + 1], state[first + 2]
+    ring_k, ring_v = state[first + 3], state[first + 4]
+    qkv = self._dense(x, in_w, in_b).chunk(3, -1)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    d = x.size(1)
+    a = self._decay_factor(logit)
+    # The oldest ring entry (age order) is the key at t - window once t >= window.
+    leaving = (t >= window).unsqueeze(-1)
+    old_k, old_v = ring_k.select(1, 0), ring_v.select(1, 0)
+    raised = torch.maximum(ref, old_k)
+    scale = torch.exp(ref - raised) * a
+    e = torch.exp(old_k - raised)
+    joined_den = den * scale + e
+    fold = (joined_den < 9.3132257e-10) & (joined_den > 0.0)
+    joined_num = num * scale + e * old_v
+    joined_ref = torch.where(fold, raised + torch.log(joined_den), raised)
+    joined_num = torch.where(fold, joined_num / joined_den, joined_num)
+    joined_den = torch.where(fold, torch.ones_like(joined_den), joined_den)
+    ref.copy_(torch.where(leaving, joined_ref, ref))
+    num.copy_(torch.where(leaving, joined_num, num))
+    den.copy_(torch.where(leaving, joined_den, den))
+    ring_k.copy_(torch.cat([ring_k.narrow(1, 1, window - 1), k.unsqueeze(1)], 1))
+    ring_v.copy_(torch.cat([ring_v.narrow(1, 1, window - 1), v.unsqueeze(1)], 1))
+    age = torch.arange(window - 1, -1, -1, device=x.device)
+    filter = self._filter(bias, window, heads, d).flip(0)
+    logits = (ring_k + filter.unsqueeze(0)).masked_fill(
+        (age.unsqueeze(0) > t.unsqueeze(1)).unsqueeze(-1), float("-inf"))
+    m = torch.maximum(torch.max(logits, 1)[0], ref)
+    weights = torch.exp(logits - m.unsqueeze(1))
+    carried = torch.exp(ref - m)
+    n = num * carried + (weights * ring_v).sum(1)
+    z = den * carried + weights.sum(1)
+    return self._dense(torch.sigmoid(q) * n / z, out_w, out_b)
+
 def _phi(self, x: Tensor, exp_feature: bool) -> Tensor:
     if exp_feature:
         return torch.exp(x - torch.max(x, -1, True)[0])
@@ -166,7 +276,7 @@ def _phi(self, x: Tensor, exp_feature: bool) -> Tensor:
 
 def _linear_prefill(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, out_b: Tensor,
                     heads: int, exp_feature: bool, eps: float, block: int,
-                    state: List[Tensor], first: int) -> Tensor:
+                    decay_logit: Optional[Tensor], state: List[Tensor], first: int) -> Tensor:
     batch, time, d = x.size(0), x.size(1), x.size(2)
     qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
     q = self._phi(qkv[0].view(batch, time, heads, d // heads).transpose(1, 2), exp_feature)
@@ -178,8 +288,20 @@ def _linear_prefill(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, 
         size = min(block, time - begin)
         pq, pk, vv = q.narrow(2, begin, size), k.narrow(2, begin, size), v.narrow(2, begin, size)
         within = torch.matmul(pq, pk.transpose(-2, -1)).tril()
-        num = torch.matmul(pq, s) + torch.matmul(within, vv)
-        den = (pq * z.unsqueeze(2)).sum(-1) + within.sum(-1)
+        carried_num = torch.matmul(pq, s)
+        carried_den = (pq * z.unsqueeze(2)).sum(-1, keepdim=True)
+        if decay_logit is not None:
+            lam = (-torch.log(self._decay_factor(decay_logit))).view(1, -1, 1, 1)
+            i = torch.arange(size, device=x.device).float().view(1, 1, size, 1)
+            within = within * torch.exp(-lam * (i - i.transpose(-2, -1)).clamp_min(0.0))
+            state_age = torch.exp(-lam * (i + 1.0))
+            carried_num = carried_num * state_age
+            carried_den = carried_den * state_age
+            pk = pk * torch.exp(-lam * (size - 1.0 - i))
+            s = s * torch.exp(-lam * float(size))
+            z = z * torch.exp(-lam * float(size)).squeeze(-1)
+        num = carried_num + torch.matmul(within, vv)
+        den = carried_den.squeeze(-1) + within.sum(-1)
         outputs.append(num / (den + eps).unsqueeze(-1))
         s = s + torch.matmul(pk.transpose(-2, -1), vv)
         z = z + pk.sum(2)
@@ -189,14 +311,18 @@ def _linear_prefill(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, 
     return torch.linear(y, out_w, out_b)
 
 def _linear_step(self, x: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor, out_b: Tensor,
-                 heads: int, exp_feature: bool, eps: float, state: List[Tensor],
-                 first: int) -> Tensor:
+                 heads: int, exp_feature: bool, eps: float, decay_logit: Optional[Tensor],
+                 state: List[Tensor], first: int) -> Tensor:
     batch, d = x.size(0), x.size(1)
     qkv = self._dense(x, in_w, in_b).chunk(3, -1)
     q = self._phi(qkv[0].view(batch, heads, d // heads), exp_feature)
     k = self._phi(qkv[1].view(batch, heads, d // heads), exp_feature)
     v = qkv[2].view(batch, heads, d // heads)
     s, z = state[first], state[first + 1]
+    if decay_logit is not None:
+        g = self._decay_factor(decay_logit)
+        s.mul_(g.view(1, -1, 1, 1))
+        z.mul_(g.view(1, -1, 1))
     s.add_(k.unsqueeze(-1) * v.unsqueeze(-2))
     z.add_(k)
     num = torch.matmul(q.unsqueeze(-2), s).squeeze(-2)
@@ -258,7 +384,8 @@ bool IsAft(MixerKind kind) {
 }
 
 bool IsLinear(MixerKind kind) {
-  return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp;
+  return kind == MixerKind::kLinearElu || kind == MixerKind::kLinearExp ||
+         kind == MixerKind::kLinearDecay;
 }
 
 // "self.layers_0_mixer_in_proj_weight" for layer 0 and "mixer.in_proj.weight".
@@ -292,6 +419,14 @@ std::vector<std::string> LayerStateInit(const LmConfig& c) {
             absl::StrCat("torch.zeros([batch, ", s, ", ", d, "], ", opts, ")"),
             absl::StrCat("torch.zeros([batch, ", s, ", ", d, "], ", opts, ")")};
   }
+  if (c.mixer == MixerKind::kAftDecay) {
+    const int64_t s = c.window;
+    return {absl::StrCat("torch.full([batch, ", d, "], float(\"-inf\"), ", opts, ")"),
+            absl::StrCat("torch.zeros([batch, ", d, "], ", opts, ")"),
+            absl::StrCat("torch.zeros([batch, ", d, "], ", opts, ")"),
+            absl::StrCat("torch.zeros([batch, ", s, ", ", d, "], ", opts, ")"),
+            absl::StrCat("torch.zeros([batch, ", s, ", ", d, "], ", opts, ")")};
+  }
   if (IsLinear(c.mixer)) {
     return {absl::StrCat("torch.zeros([batch, ", h, ", ", dh, ", ", dh, "], ", opts, ")"),
             absl::StrCat("torch.zeros([batch, ", h, ", ", dh, "], ", opts, ")")};
@@ -317,13 +452,24 @@ std::string MixerCall(const LmConfig& c, int64_t layer, int64_t first, bool step
                 : absl::StrCat("self._aft_prefill(x, start, ", weights, ", ", table, ", ", window,
                                ", ", heads, ", ", block, ", state, ", first, ")");
   }
+  if (c.mixer == MixerKind::kAftDecay) {
+    const std::string decay =
+        absl::StrCat(Param(layer, "mixer.position_bias"), ", ", Param(layer, "mixer.decay_logit"),
+                     ", ", c.window, ", ", c.heads);
+    return step ? absl::StrCat("self._aft_decay_step(x, length, ", weights, ", ", decay,
+                               ", state, ", first, ")")
+                : absl::StrCat("self._aft_decay_prefill(x, start, ", weights, ", ", decay, ", ",
+                               block, ", state, ", first, ")");
+  }
   if (IsLinear(c.mixer)) {
     const std::string exp = c.mixer == MixerKind::kLinearExp ? "True" : "False";
     const std::string eps = absl::StrCat(c.mixer_options().linear_eps);
+    const std::string decay =
+        c.mixer == MixerKind::kLinearDecay ? Param(layer, "mixer.decay_logit") : "None";
     return step ? absl::StrCat("self._linear_step(x, ", weights, ", ", c.heads, ", ", exp, ", ",
-                               eps, ", state, ", first, ")")
+                               eps, ", ", decay, ", state, ", first, ")")
                 : absl::StrCat("self._linear_prefill(x, ", weights, ", ", c.heads, ", ", exp, ", ",
-                               eps, ", ", block, ", state, ", first, ")");
+                               eps, ", ", block, ", ", decay, ", state, ", first, ")");
   }
   const std::string slopes =
       c.mixer == MixerKind::kMhaAlibi ? Param(layer, "mixer.log_alibi_slopes") : "None";

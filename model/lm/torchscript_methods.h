@@ -11,7 +11,8 @@
 //       that AFT's ring of the last S keys is in age order (oldest first,
 //       zeros before the sequence's first key) instead of slot order: a
 //       step then shifts it instead of gathering each row's slot, and its
-//       bias factors are the same for every row (aft-conv, aft-simple);
+//       bias factors are the same for every row (aft-conv, aft-simple;
+//       aft-decay keeps raw keys and values in its ring, also oldest first);
 //   prefill(tokens [B, T], state) -> (logits [B, T, V], state)
 //       continues rows that are all at the same length (blocks of the
 //       parallel form);

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
 #include "model/layers/heads.h"
@@ -15,12 +17,25 @@ torch::Tensor LinearFeatureMap(const torch::Tensor& x, bool exp_feature) {
 
 LinearAttentionImpl::LinearAttentionImpl(const MixerOptions& options)
     : SequenceMixer(options), head_dim_(options.d_model / options.heads) {
-  TORCH_CHECK(options.kind == MixerKind::kLinearElu || options.kind == MixerKind::kLinearExp,
-              "LinearAttention needs kind linear-elu or linear-exp");
+  TORCH_CHECK(options.kind == MixerKind::kLinearElu || options.kind == MixerKind::kLinearExp ||
+                  options.kind == MixerKind::kLinearDecay,
+              "LinearAttention needs kind linear-elu, linear-exp or linear-decay");
   TORCH_CHECK(options.d_model % options.heads == 0, "d_model (", options.d_model,
               ") must be divisible by heads (", options.heads, ")");
   in_proj_ = register_module("in_proj", torch::nn::Linear(options.d_model, 3 * options.d_model));
   out_proj_ = register_module("out_proj", torch::nn::Linear(options.d_model, options.d_model));
+  if (decayed()) {
+    // lambda = -log g from -log(1 - 2^-5) down to -log(1 - 2^-12), log-evenly.
+    const double fast = -std::log1p(-std::pow(2.0, -5)), slow = -std::log1p(-std::pow(2.0, -12));
+    auto f = torch::arange(options.heads, torch::kDouble) / std::max<int64_t>(1, options.heads - 1);
+    auto lambda = torch::exp(std::log(fast) + f * (std::log(slow) - std::log(fast)));
+    decay_logit_ =
+        register_parameter("decay_logit", torch::log(torch::expm1(lambda)).to(torch::kFloat));
+  }
+}
+
+torch::Tensor LinearAttentionImpl::decay_factor() const {
+  return decayed() ? torch::exp(-torch::softplus(decay_logit_)) : torch::Tensor();
 }
 
 torch::Tensor LinearAttentionImpl::CausalBlocks(const torch::Tensor& q, const torch::Tensor& k,
@@ -30,6 +45,9 @@ torch::Tensor LinearAttentionImpl::CausalBlocks(const torch::Tensor& q, const to
   auto phi_q = LinearFeatureMap(q, exp);
   auto phi_k = LinearFeatureMap(k, exp);
   const int64_t time = q.size(2);
+  // lambda_h = -log g_h as [1, H, 1, 1]; g_h^n = exp(-lambda_h n).
+  auto lambda =
+      decayed() ? (-torch::log(decay_factor())).to(q.dtype()).view({1, -1, 1, 1}) : torch::Tensor();
   std::vector<torch::Tensor> outputs;
   for (int64_t start = 0; start < time; start += options_.chunk) {
     const int64_t len = std::min(options_.chunk, time - start);
@@ -37,8 +55,22 @@ torch::Tensor LinearAttentionImpl::CausalBlocks(const torch::Tensor& q, const to
     auto pk = phi_k.narrow(2, start, len);
     auto vv = v.narrow(2, start, len);
     auto within = torch::matmul(pq, pk.transpose(-2, -1)).tril();  // [B, H, c, c]
-    auto num = torch::matmul(pq, s) + torch::matmul(within, vv);
-    auto den = (pq * z.unsqueeze(2)).sum(-1) + within.sum(-1);
+    auto carried_num = torch::matmul(pq, s);
+    auto carried_den = (pq * z.unsqueeze(2)).sum(-1, /*keepdim=*/true);
+    if (lambda.defined()) {
+      auto i = torch::arange(len, q.options()).view({1, 1, len, 1});
+      auto ages = (i - i.transpose(-2, -1)).clamp_min(0);  // i - j
+      within = within * torch::exp(-lambda * ages);
+      auto state_age = torch::exp(-lambda * (i + 1));  // [1, H, c, 1]
+      carried_num = carried_num * state_age;
+      carried_den = carried_den * state_age;
+      auto key_age = torch::exp(-lambda * (len - 1 - i));
+      pk = pk * key_age;  // for the state update below
+      s = s * torch::exp(-lambda * static_cast<double>(len));
+      z = z * torch::exp(-lambda * static_cast<double>(len)).squeeze(-1);
+    }
+    auto num = carried_num + torch::matmul(within, vv);
+    auto den = carried_den.squeeze(-1) + within.sum(-1);
     outputs.push_back(num / (den + options_.linear_eps).unsqueeze(-1));
     s = s + torch::matmul(pk.transpose(-2, -1), vv);
     z = z + pk.sum(2);
@@ -49,6 +81,8 @@ torch::Tensor LinearAttentionImpl::CausalBlocks(const torch::Tensor& q, const to
 torch::Tensor LinearAttentionImpl::attend(const torch::Tensor& query, const torch::Tensor& key,
                                           const torch::Tensor& value,
                                           const torch::Tensor& key_padding_mask, bool causal) {
+  TORCH_CHECK(causal || !decayed(),
+              "linear-decay attends causally only (its decay is by position)");
   auto qkv = ProjectToHeads(in_proj_, query, key, value, options_.heads);
   if (causal) {
     TORCH_CHECK(query.size(1) == key.size(1), "causal linear attention needs Tq == Tk");
@@ -104,8 +138,9 @@ torch::Tensor LinearAttentionImpl::Prefill(const torch::Tensor& x, MixerState& s
 }
 
 void LinearAttentionImpl::FillHeadsArgs(int64_t batch, const int64_t* slots,
-                                        const torch::Tensor& qkv, MixerState& state,
-                                        kernels::LinearHeadsArgs* args) const {
+                                        const torch::Tensor& qkv, const torch::Tensor& decay,
+                                        MixerState& state, kernels::LinearHeadsArgs* args) const {
+  args->decay = decay.defined() ? decay.data_ptr<float>() : nullptr;
   args->batch = batch;
   args->heads = options_.heads;
   args->head_dim = head_dim_;
@@ -124,8 +159,9 @@ torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerSta
   const int64_t batch = x.size(0), time = x.size(1), d = options_.d_model;
   auto qkv = DenseLeadingColumnsForLast(x, in_proj_, d, keep).contiguous();  // [B, T, 3D]
   auto out = torch::empty({batch, keep, d}, x.options());
+  auto decay = decayed() ? decay_factor().contiguous() : torch::Tensor();
   kernels::LinearPrefillArgs args;
-  FillHeadsArgs(batch, rows.data_ptr<int64_t>(), qkv, state, &args);
+  FillHeadsArgs(batch, rows.data_ptr<int64_t>(), qkv, decay, state, &args);
   args.time = time;
   args.block = options_.chunk;
   args.row_stride = time * 3 * d;
@@ -147,8 +183,9 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
   auto qkv = Dense(x, in_proj_).contiguous();
   auto out = torch::empty({batch, d}, x.options());
+  auto decay = decayed() ? decay_factor().contiguous() : torch::Tensor();
   kernels::LinearStepArgs args;
-  FillHeadsArgs(batch, slot_ids, qkv, state, &args);
+  FillHeadsArgs(batch, slot_ids, qkv, decay, state, &args);
   args.stride = 3 * d;
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionStep(args);

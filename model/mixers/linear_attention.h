@@ -12,6 +12,16 @@
 //   z_i = z_{i-1} + phi(k_i)            [d_head]
 //   y_i = phi(q_i)^T S_i / (phi(q_i)^T z_i + eps)
 //
+// linear-decay (a per-head decay, as RetNet's retention, Sun et al. 2023,
+// without its rotation): with g_h = exp(-softplus(rho_h)) learned per head,
+//
+//   S_i = g_h S_{i-1} + phi(k_i) v_i^T,   z_i = g_h z_{i-1} + phi(k_i)
+//
+// so key j enters query i's sums with weight g_h^(i-j): recent keys dominate
+// and the state forgets at a learned rate instead of averaging everything
+// it has seen. Feature map elu(x) + 1. g_h starts log-evenly from
+// 1 - 2^-5 to 1 - 2^-12 across the heads.
+//
 // Feature maps:
 //   linear-elu  phi(x) = elu(x) + 1 (Katharopoulos).
 //   linear-exp  phi(x)_c = exp(x_c - max_c' x_c'): the softmax numerator over
@@ -42,7 +52,7 @@ torch::Tensor LinearFeatureMap(const torch::Tensor& x, bool exp_feature);
 
 class LinearAttentionImpl : public SequenceMixer {
  public:
-  // options.kind selects the feature map: kLinearElu or kLinearExp.
+  // options.kind: kLinearElu, kLinearExp (the feature map) or kLinearDecay.
   explicit LinearAttentionImpl(const MixerOptions& options);
 
   torch::Tensor forward(const torch::Tensor& x) override;
@@ -60,6 +70,9 @@ class LinearAttentionImpl : public SequenceMixer {
   int64_t state_bytes_per_sequence(int64_t context) const override;
 
   bool exp_feature() const { return options_.kind == MixerKind::kLinearExp; }
+  bool decayed() const { return options_.kind == MixerKind::kLinearDecay; }
+  // g [H] = exp(-softplus(rho)) (differentiable); undefined without decay.
+  torch::Tensor decay_factor() const;
   torch::nn::Linear in_proj() const { return in_proj_; }
   torch::nn::Linear out_proj() const { return out_proj_; }
 
@@ -77,13 +90,16 @@ class LinearAttentionImpl : public SequenceMixer {
   // the state rows (CPU, long).
   torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,
                              int64_t keep);
-  // The kernel arguments step and prefill share; qkv is in_proj's output.
+  // The kernel arguments step and prefill share; qkv is in_proj's output,
+  // decay decay_factor() (contiguous) or undefined.
   void FillHeadsArgs(int64_t batch, const int64_t* slots, const torch::Tensor& qkv,
-                     MixerState& state, kernels::LinearHeadsArgs* args) const;
+                     const torch::Tensor& decay, MixerState& state,
+                     kernels::LinearHeadsArgs* args) const;
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};
   torch::nn::Linear out_proj_{nullptr};
+  torch::Tensor decay_logit_;  // rho [H], linear-decay only
 };
 TORCH_MODULE(LinearAttention);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/mixers/aft.h"
+#include "model/mixers/aft_decay.h"
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/multi_head_attention.h"
 #include "model/mixers/relative_attention.h"
@@ -21,10 +22,12 @@ constexpr std::pair<MixerKind, const char*> kKindNames[] = {
     {MixerKind::kRelative, "relative"},
     {MixerKind::kLinearElu, "linear-elu"},
     {MixerKind::kLinearExp, "linear-exp"},
+    {MixerKind::kLinearDecay, "linear-decay"},
     {MixerKind::kAftFull, "aft-full"},
     {MixerKind::kAftLocal, "aft-local"},
     {MixerKind::kAftSimple, "aft-simple"},
     {MixerKind::kAftConv, "aft-conv"},
+    {MixerKind::kAftDecay, "aft-decay"},
 };
 
 }  // namespace
@@ -50,6 +53,7 @@ int64_t DefaultChunk(MixerKind kind) {
     case MixerKind::kAftLocal:
     case MixerKind::kAftSimple:
     case MixerKind::kAftConv:
+    case MixerKind::kAftDecay:
       return 16;
     default:
       return 64;
@@ -222,12 +226,15 @@ std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
       return std::make_shared<RelativeMultiHeadAttentionImpl>(options);
     case MixerKind::kLinearElu:
     case MixerKind::kLinearExp:
+    case MixerKind::kLinearDecay:
       return std::make_shared<LinearAttentionImpl>(options);
     case MixerKind::kAftFull:
     case MixerKind::kAftLocal:
     case MixerKind::kAftSimple:
     case MixerKind::kAftConv:
       return std::make_shared<AftImpl>(options);
+    case MixerKind::kAftDecay:
+      return std::make_shared<AftDecayImpl>(options);
   }
   TORCH_CHECK(false, "unknown mixer kind");
 }

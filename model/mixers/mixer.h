@@ -35,15 +35,17 @@ namespace attn {
 // The kinds of mixer a layer can be configured with. The string names are the
 // ones used in configuration files and on command lines.
 enum class MixerKind {
-  kMha,        // softmax multi-head attention with a key/value cache
-  kMhaAlibi,   // the same with ALiBi distance biases, no position embedding
-  kRelative,   // Transformer-XL relative multi-head attention
-  kLinearElu,  // linear attention, feature map elu(x) + 1
-  kLinearExp,  // linear attention, feature map exp(x - max_i x_i)
-  kAftFull,    // attention-free transformer, learned T x T bias
-  kAftLocal,   // AFT with a learned bias inside a band of width s
-  kAftSimple,  // AFT without position bias
-  kAftConv,    // AFT with a per-head bias that depends only on t - t'
+  kMha,          // softmax multi-head attention with a key/value cache
+  kMhaAlibi,     // the same with ALiBi distance biases, no position embedding
+  kRelative,     // Transformer-XL relative multi-head attention
+  kLinearElu,    // linear attention, feature map elu(x) + 1
+  kLinearExp,    // linear attention, feature map exp(x - max_i x_i)
+  kLinearDecay,  // linear attention, elu+1, with a learned per-head decay of the state
+  kAftFull,      // attention-free transformer, learned T x T bias
+  kAftLocal,     // AFT with a learned bias inside a band of width s
+  kAftSimple,    // AFT without position bias
+  kAftConv,      // AFT with a per-head bias that depends only on t - t'
+  kAftDecay,     // AFT-conv's filter in a window, a learned per-channel decay beyond
 };
 
 // Returns the configuration name of `kind` ("mha", "aft-conv", ...).
@@ -68,7 +70,7 @@ struct MixerOptions {
   // Longest sequence a mixer with a growing state (mha, relative, aft-full)
   // or an absolute-position bias (aft-local, aft-full) can process.
   int64_t max_context = 2048;
-  // Width s of the AFT-local / AFT-conv band: keys with t - t' < s get a
+  // Width s of the AFT-local / AFT-conv / AFT-decay band: keys with t - t' < s get a
   // learned bias, keys further back still contribute with bias 0.
   int64_t window = 32;
   // Transformer-XL: positions of segment memory carried between segments.

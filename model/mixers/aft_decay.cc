@@ -1,0 +1,229 @@
+#include "model/mixers/aft_decay.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
+
+namespace attn {
+
+// The recurrent state of a batch of rows during the parallel form: the
+// carried sums and the keys and values that are still inside the window,
+// oldest first (unlike the slot layout of MixerState, only those that exist).
+struct AftDecayImpl::Sums {
+  torch::Tensor ref, num, den;  // [B, D]
+  torch::Tensor k, v;           // [B, R, D], R = min(s, tokens so far)
+};
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softplus^-1(lambda) for channels log-spaced from 2e-4 to 1 inside each
+// head: every head starts with channels that forget within a few tokens and
+// channels that still see keys thousands of tokens back (exp(-0.2) at 1000).
+torch::Tensor InitialDecayLogits(int64_t d_model, int64_t heads) {
+  const int64_t width = d_model / heads;
+  auto fraction = torch::arange(width, torch::kDouble) / std::max<int64_t>(1, width - 1);
+  auto lambda = torch::exp(std::log(2e-4) + fraction * (std::log(1.0) - std::log(2e-4)));
+  return torch::log(torch::expm1(lambda)).repeat({heads}).to(torch::kFloat);
+}
+
+}  // namespace
+
+AftDecayImpl::AftDecayImpl(const MixerOptions& options) : SequenceMixer(options) {
+  TORCH_CHECK(options.kind == MixerKind::kAftDecay, "AftDecay needs the aft-decay kind");
+  TORCH_CHECK(options.window > 0, "aft-decay needs a window of at least 1, got ", options.window);
+  TORCH_CHECK(options.d_model % options.heads == 0, "d_model (", options.d_model,
+              ") must be divisible by heads (", options.heads, ")");
+  in_proj_ = register_module("in_proj", torch::nn::Linear(options.d_model, 3 * options.d_model));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(options.d_model, options.d_model));
+  // Zero filter: inside the window every key starts at weight exp(0), as AFT-conv does.
+  position_bias_ =
+      register_parameter("position_bias", torch::zeros({options.heads, options.window}));
+  decay_logit_ =
+      register_parameter("decay_logit", InitialDecayLogits(options.d_model, options.heads));
+}
+
+torch::Tensor AftDecayImpl::decay_factor() const {
+  return torch::exp(-torch::softplus(decay_logit_));
+}
+
+int64_t AftDecayImpl::state_bytes_per_sequence(int64_t context) const {
+  const int64_t ring = std::min(options_.window, context);
+  return (3 + 2 * ring) * options_.d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+MixerState AftDecayImpl::initial_state(int64_t rows, torch::Device device) const {
+  auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  const int64_t d = options_.d_model, s = options_.window;
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  state.tensors = {
+      torch::full({rows, d}, -kInf, opts),  // ref
+      torch::zeros({rows, d}, opts),        // num
+      torch::zeros({rows, d}, opts),        // den
+      torch::zeros({rows, s, d}, opts),     // ring of keys
+      torch::zeros({rows, s, d}, opts),     // ring of values
+  };
+  return state;
+}
+
+torch::Tensor AftDecayImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, Sums& sums) const {
+  const int64_t chunk = q.size(1), d = q.size(2), s = options_.window;
+  const int64_t ring = sums.k.size(1), span = ring + chunk;
+  auto lambda = -torch::log(decay_factor()).to(q.dtype());  // [D]
+  auto keys = torch::cat({sums.k, k}, 1);                   // [B, R + C, D], oldest first
+  auto values = torch::cat({sums.v, v}, 1);
+  auto long_opts = q.options().dtype(torch::kLong);
+  auto delta = torch::arange(chunk, long_opts).unsqueeze(1) + ring -
+               torch::arange(span, long_opts).unsqueeze(0);  // t - t' [C, R + C]
+  auto filter = position_bias_.to(q.dtype())
+                    .t()
+                    .unsqueeze(-1)
+                    .expand({s, options_.heads, d / options_.heads})
+                    .reshape({s, d});  // u_h(d)[delta] as [s, D]
+  auto near = filter.index_select(0, delta.clamp(0, s - 1).flatten()).view({chunk, span, d});
+  auto far = (delta - s).clamp_min(0).to(q.dtype()).unsqueeze(-1) * -lambda;
+  auto w = torch::where((delta < s).unsqueeze(-1), near, far);  // [C, R + C, D]
+  auto logits = (keys.unsqueeze(1) + w.unsqueeze(0))
+                    .masked_fill((delta < 0).view({1, chunk, span, 1}), -kInf);
+  // The carried sums as query i sees them: i + 1 steps older.
+  auto steps = torch::arange(1, chunk + 1, q.options()).unsqueeze(-1);
+  auto carried_ref = sums.ref.unsqueeze(1) - steps.unsqueeze(0) * lambda;  // [B, C, D]
+  // Any reference gives the same ratio: the largest exponent, held constant
+  // for autograd, keeps every term at most 1.
+  auto m = torch::maximum(std::get<0>(logits.max(2)), carried_ref).detach();
+  auto weights = torch::exp(logits - m.unsqueeze(2));
+  auto carried = torch::exp(carried_ref - m);  // 0 while nothing has left the window
+  auto num = (weights * values.unsqueeze(1)).sum(2) + carried * sums.num.unsqueeze(1);
+  auto den = weights.sum(2) + carried * sums.den.unsqueeze(1);
+  auto y = torch::sigmoid(q) * num / den;
+
+  // Past the block: keys further than s before its last query join the sums.
+  const int64_t keep = std::min(s, span), evicted = span - keep;
+  auto aged_ref = sums.ref - static_cast<double>(chunk) * lambda;
+  if (evicted > 0) {
+    auto distance = (chunk - 1 + ring - s) - torch::arange(evicted, long_opts);  // t - t' - s
+    auto joining =
+        keys.narrow(1, 0, evicted) - distance.to(q.dtype()).unsqueeze(-1) * lambda;  // [B, E, D]
+    auto new_ref = torch::maximum(aged_ref, std::get<0>(joining.max(1))).detach();
+    auto old_scale = torch::exp(aged_ref - new_ref);
+    auto e = torch::exp(joining - new_ref.unsqueeze(1));
+    sums.num = sums.num * old_scale + (e * values.narrow(1, 0, evicted)).sum(1);
+    sums.den = sums.den * old_scale + e.sum(1);
+    sums.ref = new_ref;
+  } else {
+    sums.ref = aged_ref.detach();
+  }
+  sums.k = keys.narrow(1, evicted, keep);
+  sums.v = values.narrow(1, evicted, keep);
+  return y;
+}
+
+torch::Tensor AftDecayImpl::Blocks(const torch::Tensor& x, Sums& sums) {
+  auto qkv = Dense(x, in_proj_).chunk(3, -1);
+  const int64_t time = x.size(1);
+  std::vector<torch::Tensor> outputs;
+  for (int64_t begin = 0; begin < time; begin += options_.chunk) {
+    const int64_t len = std::min(options_.chunk, time - begin);
+    outputs.push_back(Block(qkv[0].narrow(1, begin, len), qkv[1].narrow(1, begin, len),
+                            qkv[2].narrow(1, begin, len), sums));
+  }
+  return Dense(torch::cat(outputs, 1), out_proj_);
+}
+
+torch::Tensor AftDecayImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "expected x [B, T, ", options_.d_model,
+              "], got ", x.sizes());
+  const int64_t batch = x.size(0), d = options_.d_model;
+  auto opts = x.options();
+  Sums sums{torch::full({batch, d}, -kInf, opts), torch::zeros({batch, d}, opts),
+            torch::zeros({batch, d}, opts), torch::zeros({batch, 0, d}, opts),
+            torch::zeros({batch, 0, d}, opts)};
+  return Blocks(x, sums);
+}
+
+torch::Tensor AftDecayImpl::Fused(const torch::Tensor& x, MixerState& state, const int64_t* rows,
+                                  int64_t keep) {
+  const bool one_token = x.dim() == 2;
+  const int64_t batch = x.size(0), time = one_token ? 1 : x.size(1), d = options_.d_model;
+  auto qkv = (one_token ? Dense(x, in_proj_) : DenseLeadingColumnsForLast(x, in_proj_, d, keep))
+                 .contiguous();
+  auto out = torch::empty(
+      one_token ? std::vector<int64_t>{batch, d} : std::vector<int64_t>{batch, keep, d},
+      x.options());
+  auto decay = decay_factor().contiguous();
+  auto bias = position_bias_.contiguous();
+  kernels::AftDecayArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.channels = d;
+  args.window = options_.window;
+  args.heads = options_.heads;
+  args.slots = rows;
+  args.lengths = state.length.data_ptr<int64_t>();
+  args.q = qkv.data_ptr<float>();
+  args.k = args.q + d;
+  args.v = args.q + 2 * d;
+  args.row_stride = time * 3 * d;
+  args.token_stride = 3 * d;
+  args.bias = bias.data_ptr<float>();
+  args.decay = decay.data_ptr<float>();
+  args.ref = state.tensors[0].data_ptr<float>();
+  args.num = state.tensors[1].data_ptr<float>();
+  args.den = state.tensors[2].data_ptr<float>();
+  args.ring_k = state.tensors[3].data_ptr<float>();
+  args.ring_v = state.tensors[4].data_ptr<float>();
+  args.first_output = time - keep;
+  args.out = out.data_ptr<float>();
+  kernels::AftDecay(args);
+  int64_t* lengths = state.length.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) lengths[rows ? rows[b] : b] += time;
+  return Dense(out, out_proj_);
+}
+
+torch::Tensor AftDecayImpl::Prefill(const torch::Tensor& x, MixerState& state,
+                                    const torch::Tensor& slots, int64_t keep) {
+  auto rows = ResolveSlots(state, slots, x.size(0));
+  const int64_t start = CommonLength(state, rows);
+  if (CanFuse(x, state)) return Fused(x.contiguous(), state, rows.data_ptr<int64_t>(), keep);
+  const int64_t s = options_.window;
+  auto index = rows.to(x.device());
+  // Ring slots of the keys before and after this chunk, oldest first.
+  auto ring_slots = [&](int64_t end) {
+    const int64_t count = std::min(s, end);
+    return torch::arange(end - count, end, index.options()).remainder(s);
+  };
+  auto before = ring_slots(start);
+  auto ring_k = state.tensors[3].index_select(0, index);
+  auto ring_v = state.tensors[4].index_select(0, index);
+  Sums sums{state.tensors[0].index_select(0, index), state.tensors[1].index_select(0, index),
+            state.tensors[2].index_select(0, index), ring_k.index_select(1, before),
+            ring_v.index_select(1, before)};
+  auto y = Blocks(x, sums);
+  auto after = ring_slots(start + x.size(1));
+  ring_k.index_copy_(1, after, sums.k);
+  ring_v.index_copy_(1, after, sums.v);
+  const std::vector<torch::Tensor> updated = {sums.ref, sums.num, sums.den, ring_k, ring_v};
+  for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
+  state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
+  return y.narrow(1, x.size(1) - keep, keep);
+}
+
+torch::Tensor AftDecayImpl::step(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  torch::Tensor slot_holder;
+  const int64_t* rows = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
+  return Fused(x.contiguous(), state, rows, /*keep=*/1);
+}
+
+}  // namespace attn
