@@ -51,7 +51,7 @@ COPY --from=build /opt/attn /opt/attn
 COPY models/*.pt /opt/attn/models/
 ENV PATH=/opt/attn/bin:$PATH \
     ATTN_MODELS=/opt/attn/models \
-    ATTN_DEFAULT_MODEL=aft-conv \
+    ATTN_DEFAULT_MODEL=aft-decay \
     ATTN_HOST=0.0.0.0 \
     ATTN_PORT=50051 \
     ATTN_METRICS_PORT=9090 \

@@ -4,8 +4,9 @@
 //   attnctl generate --prompt="Once upon a time" --max_tokens=40 [--temperature=0]
 //   attnctl stream   --prompt="Once upon a time" --max_tokens=40
 //   attnctl score    --text="The cat sat on the mat."
+//   attnctl score    --text_file=book.txt --score_tokens=8192 --segments=128,256,512,1024
 //   attnctl tokenize --text="hello"      attnctl detokenize --ids=1,2,3
-//   attnctl health   [--service=aft-conv]
+//   attnctl health   [--service=aft-decay]
 //   attnctl bench    --concurrency=64 --prompt_tokens=128 --max_tokens=64 --duration_s=20
 //
 // --json prints responses as JSON (one object per line for stream).
@@ -14,8 +15,11 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,17 +27,24 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
 #include "client/health.h"
+#include "client/segments.h"
 #include "util/flags.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
 ABSL_FLAG(std::string, model, "", "Model name; empty: the server's default.");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (generate, stream).");
 ABSL_FLAG(std::string, text, "", "Text (score, tokenize).");
+ABSL_FLAG(std::string, text_file, "", "File whose text to use instead of --text (score).");
+ABSL_FLAG(int64_t, score_tokens, 0, "score: only the first N tokens of the text; 0: all.");
+ABSL_FLAG(std::string, segments, "",
+          "score: print the mean loss per position segment instead of per token, with segments "
+          "ending at these positions (e.g. 128,256,512,1024,2048,4096).");
 ABSL_FLAG(std::string, ids, "", "Comma-separated token ids (prompt, score, detokenize).");
 ABSL_FLAG(int, max_tokens, 64, "Tokens to generate.");
 ABSL_FLAG(double, temperature, 1.0, "0: greedy.");
@@ -240,12 +251,70 @@ std::string Quoted(const std::string& text) {
   return out + "\"";
 }
 
+// The text to score: --text, or the contents of --text_file.
+bool ScoreText(std::string* text) {
+  const std::string path = absl::GetFlag(FLAGS_text_file);
+  if (path.empty()) {
+    *text = absl::GetFlag(FLAGS_text);
+    return true;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read --text_file %s\n", path.c_str());
+    return false;
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  *text = contents.str();
+  return true;
+}
+
+// The loss per position segment: segment, tokens, mean -logprob, perplexity.
+void PrintSegments(const attn::v1::ScoreResponse& response, const std::vector<int64_t>& bounds) {
+  const std::vector<float> logprobs(response.logprobs().begin(), response.logprobs().end());
+  std::printf("%-13s %7s %9s %11s\n", "positions", "tokens", "mean_nll", "perplexity");
+  for (const auto& s : attn::client::ScoreBySegment(logprobs, bounds)) {
+    std::printf("%-13s %7ld %9.4f %11.2f\n", absl::StrCat(s.begin, "-", s.end).c_str(),
+                static_cast<long>(s.tokens), s.mean_nll, std::exp(s.mean_nll));
+  }
+  std::printf("all %ld tokens: total_logprob %.4f  perplexity %.3f\n",
+              static_cast<long>(response.token_ids_size()), response.total_logprob(),
+              response.perplexity());
+}
+
+// --score_tokens: the text's first N token ids, through the server's tokenizer.
+grpc::Status FirstTokens(TextGeneration::Stub& stub, const std::string& text, int64_t count,
+                         std::vector<int64_t>* ids) {
+  attn::v1::TokenizeRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_text(text);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::TokenizeResponse response;
+  grpc::Status status = stub.Tokenize(&context, request, &response);
+  if (!status.ok()) return status;
+  const int64_t kept = std::min<int64_t>(count, response.token_ids_size());
+  ids->assign(response.token_ids().begin(), response.token_ids().begin() + kept);
+  return grpc::Status::OK;
+}
+
 int Score(TextGeneration::Stub& stub) {
+  auto bounds = attn::client::ParseSegmentBounds(absl::GetFlag(FLAGS_segments));
+  if (!bounds.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(bounds.status().message()).c_str());
+    return 2;
+  }
   attn::v1::ScoreRequest request;
   request.set_model(absl::GetFlag(FLAGS_model));
   std::vector<int64_t> ids;
   if (!ParseIds(absl::GetFlag(FLAGS_ids), &ids)) return 2;
-  if (ids.empty()) request.set_text(absl::GetFlag(FLAGS_text));
+  std::string text;
+  if (ids.empty() && !ScoreText(&text)) return 2;
+  if (ids.empty() && absl::GetFlag(FLAGS_score_tokens) > 0) {
+    grpc::Status status = FirstTokens(stub, text, absl::GetFlag(FLAGS_score_tokens), &ids);
+    if (!status.ok()) return Fail(status);
+  }
+  if (ids.empty()) request.set_text(text);
   for (int64_t id : ids) request.add_token_ids(id);
   grpc::ClientContext context;
   SetDeadline(&context);
@@ -254,6 +323,10 @@ int Score(TextGeneration::Stub& stub) {
   if (!status.ok()) return Fail(status);
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(response);
+    return 0;
+  }
+  if (!absl::GetFlag(FLAGS_segments).empty()) {
+    PrintSegments(response, *bounds);
     return 0;
   }
   std::map<int64_t, std::string> texts;

@@ -5,10 +5,10 @@
 # contexts 128..4096, with the server's memory; the Python eager baseline;
 # and 10,000 concurrent slow-reading streams on the default model. Prints a
 # Markdown report; raw JSON lines go to $OUT (default /tmp/attn-bench).
-#   MODELS="aft-conv linear-elu mha"   QUICK=1 (shorter runs, for a smoke test)
+#   MODELS="aft-conv aft-decay linear-decay mha-alibi"   QUICK=1 (shorter runs, for a smoke test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODELS=${MODELS:-"aft-conv linear-elu mha"}
+MODELS=${MODELS:-"aft-conv aft-decay linear-decay mha-alibi"}
 OUT=${OUT:-/tmp/attn-bench}
 BUILD_DIR=${BUILD_DIR:-build}
 QUICK=${QUICK:-0}
@@ -117,7 +117,7 @@ step_means() {
 context_rounds() {
   local placement=$1; shift
   local contexts="128 1024 4032"
-  [ "$model" = mha ] && contexts="128 1024 3968"  # prompt + 64 new tokens within its 4096
+  [ "$model" = mha-alibi ] && contexts="128 1024 3968"  # as the earlier 4096-token mha
   for round in $(seq $context_rounds); do
     for ctx in $contexts; do
       line=$("$@" "$ctl_bin" --server=127.0.0.1:$port bench --concurrency=1 --prompt_tokens=$ctx \

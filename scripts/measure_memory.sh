@@ -35,7 +35,7 @@ peak_during() {
 
 echo "| model | idle RSS (MB) | peak RSS, 64 streams x 4096 tokens | peak RSS, 256 streams x 4096 tokens |"
 echo "| --- | --- | --- | --- |"
-for model in aft-conv linear-elu mha; do
+for model in aft-decay aft-conv linear-decay mha-alibi; do
   "$server" --models="models/$model.pt" --default_model= --host=127.0.0.1 --port=$port \
     --metrics_port=-1 > /tmp/measure_memory_server.log 2>&1 &
   pid=$!

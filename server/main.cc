@@ -26,7 +26,7 @@
 
 ABSL_FLAG(std::string, models, "models",
           "Comma-separated model package files (*.pt) or directories of them.");
-ABSL_FLAG(std::string, default_model, "aft-conv",
+ABSL_FLAG(std::string, default_model, "aft-decay",
           "Model used when a request names none; empty: the first one loaded.");
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");

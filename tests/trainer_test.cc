@@ -116,6 +116,54 @@ TEST_F(TrainerTest, ScheduleWarmsUpThenDecays) {
   EXPECT_GT(t.LearningRate(60), t.LearningRate(100));
 }
 
+// Stages 32 then 160 tokens: each step reports its stage's length, the
+// batch shrinks to keep about 256 tokens per step, and the last held-out
+// evaluation runs at 160 tokens and reports loss by position segment.
+TEST_F(TrainerTest, CurriculumLengthensSequencesAtAboutEqualTokensPerStep) {
+  auto options = Options();
+  options.steps = 6;
+  options.length_stages = {{32, 3}, {160, 6}};
+  auto trainer = Trainer::Create(options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<StepReport> reports;
+  ASSERT_TRUE((*trainer)->Run([&](const StepReport& r) { reports.push_back(r); }).ok());
+  ASSERT_EQ(reports.size(), 6u);
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.seq_len, r.step <= 3 ? 32 : 160) << "step " << r.step;
+    EXPECT_EQ(r.batch, r.step <= 3 ? 8 : 1) << "step " << r.step;
+  }
+  const auto& last = reports.back();
+  ASSERT_TRUE(last.heldout_loss.has_value());
+  ASSERT_EQ(last.heldout_segments.size(), 2u);
+  EXPECT_EQ(last.heldout_segments[0].begin, 0);
+  EXPECT_EQ(last.heldout_segments[0].end, 128);
+  EXPECT_EQ(last.heldout_segments[1].end, 160);
+  const double mean =
+      (128 * last.heldout_segments[0].loss + 32 * last.heldout_segments[1].loss) / 160;
+  EXPECT_NEAR(mean, *last.heldout_loss, 1e-6);
+}
+
+// Forty short files: their tokens together make long sequences, but no one
+// document does, and a training sequence never spans two documents.
+TEST_F(TrainerTest, SequencesNeverCrossDocuments) {
+  auto options = Options();
+  options.corpus_files.clear();
+  for (int f = 0; f < 40; ++f) {
+    const std::string path = dir_.File("doc" + std::to_string(f) + ".txt");
+    std::ofstream(path) << "one two three four five six seven eight nine ten.\n";
+    options.corpus_files.push_back(path);
+  }
+  options.heldout_fraction = 0.2;
+  options.seq_len = 64;
+  auto trainer = Trainer::Create(options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const auto status = (*trainer)->Run(nullptr);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(std::string(status.message()).find("no document of the corpus holds 65 tokens"),
+            std::string::npos)
+      << status;
+}
+
 TEST_F(TrainerTest, TooSmallACorpusIsAClearError) {
   auto options = Options();
   options.seq_len = 100000;
@@ -124,6 +172,19 @@ TEST_F(TrainerTest, TooSmallACorpusIsAClearError) {
   EXPECT_NE(std::string(trainer.status().message()).find("too few for seq_len 100000"),
             std::string::npos)
       << trainer.status();
+}
+
+}  // namespace
+}  // namespace attn
+
+namespace attn {
+namespace {
+
+TEST(PositionSegmentsTest, DoubleFrom128AndStopAtTheLength) {
+  using Segments = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(PositionSegments(100), (Segments{{0, 100}}));
+  EXPECT_EQ(PositionSegments(128), (Segments{{0, 128}}));
+  EXPECT_EQ(PositionSegments(600), (Segments{{0, 128}, {128, 256}, {256, 512}, {512, 600}}));
 }
 
 }  // namespace

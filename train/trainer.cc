@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -32,7 +33,23 @@ absl::Status CheckOptions(const TrainOptions& o) {
   if (!(o.heldout_fraction > 0 && o.heldout_fraction < 0.5)) {
     return absl::InvalidArgumentError("heldout_fraction must be in (0, 0.5)");
   }
+  int64_t previous = 0;
+  for (const auto& stage : o.length_stages) {
+    if (stage.seq_len < 2 || stage.until <= previous) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("curriculum stage ", stage.seq_len, ":", stage.until,
+                       ": lengths must be >= 2 and stages must end at increasing steps"));
+    }
+    previous = stage.until;
+  }
   return o.model.Validate();
+}
+
+// The longest sequence any step uses.
+int64_t LongestSeqLen(const TrainOptions& o) {
+  int64_t longest = o.length_stages.empty() ? o.seq_len : 0;
+  for (const auto& stage : o.length_stages) longest = std::max(longest, stage.seq_len);
+  return longest;
 }
 
 std::string OptimizerPath(const std::string& dir) {
@@ -91,6 +108,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const TrainOptions& opt
   return trainer;
 }
 
+std::vector<std::pair<int64_t, int64_t>> PositionSegments(int64_t seq_len) {
+  std::vector<std::pair<int64_t, int64_t>> segments;
+  int64_t begin = 0;
+  for (int64_t end = 128; begin < seq_len; end *= 2) {
+    segments.emplace_back(begin, std::min(end, seq_len));
+    begin = end;
+  }
+  return segments;
+}
+
 absl::Status Trainer::LoadCorpus() {
   std::vector<int64_t> ids;
   for (const auto& file : options_.corpus_files) {
@@ -102,24 +129,64 @@ absl::Status Trainer::LoadCorpus() {
   }
   const auto total = static_cast<int64_t>(ids.size());
   const auto heldout = static_cast<int64_t>(total * options_.heldout_fraction);
-  if (heldout < options_.seq_len + 1 || total - heldout < options_.seq_len + 1) {
+  const int64_t longest = LongestSeqLen(options_);
+  if (heldout < longest + 1 || total - heldout < longest + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the corpus has ", total, " tokens: too few for seq_len ", options_.seq_len,
+        "the corpus has ", total, " tokens: too few for seq_len ", longest,
         " with a held-out share of ", options_.heldout_fraction, "; add text or shorten seq_len"));
   }
-  auto all = torch::tensor(ids, torch::kLong);
-  train_ = all.narrow(0, 0, total - heldout).clone();
-  heldout_ = all.narrow(0, total - heldout, heldout).clone();
+  auto stream = [&](int64_t begin, int64_t count) {
+    Stream s{torch::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + begin + count),
+                           torch::kLong),
+             {}};
+    for (int64_t i = 0; i < count; ++i) {
+      if (ids[begin + i] == tokenizer_->eos_id() || i == count - 1) s.ends.push_back(i);
+    }
+    return s;
+  };
+  train_ = stream(0, total - heldout);
+  heldout_ = stream(total - heldout, heldout);
   return absl::OkStatus();
 }
 
-std::pair<torch::Tensor, torch::Tensor> Trainer::Batch(const torch::Tensor& tokens, int64_t batch,
-                                                       torch::Generator& generator) const {
-  const int64_t span = options_.seq_len + 1;
-  auto starts = torch::randint(tokens.numel() - span + 1, {batch}, generator, torch::kLong);
-  auto offsets = torch::arange(span, torch::kLong);
-  auto windows = tokens.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});  // [B, span]
-  return {windows.narrow(1, 0, options_.seq_len), windows.narrow(1, 1, options_.seq_len)};
+absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> Trainer::Batch(
+    const Stream& stream, int64_t seq_len, int64_t batch, torch::Generator& generator) const {
+  // Window starts per document: s with s + seq_len at or before its end.
+  std::vector<int64_t> first_start, starts_before;  // per document
+  int64_t begin = 0, count = 0;
+  for (int64_t end : stream.ends) {
+    first_start.push_back(begin);
+    starts_before.push_back(count);
+    count += std::max<int64_t>(0, end - begin - seq_len + 1);
+    begin = end + 1;
+  }
+  if (count == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no document of the corpus holds ", seq_len + 1,
+                     " tokens; train on longer documents or shorten the curriculum's sequences"));
+  }
+  auto picks = torch::randint(count, {batch}, generator, torch::kLong);
+  auto starts = torch::empty({batch}, torch::kLong);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pick = picks[b].item<int64_t>();
+    const auto doc = std::upper_bound(starts_before.begin(), starts_before.end(), pick) -
+                     starts_before.begin() - 1;
+    starts[b] = first_start[doc] + pick - starts_before[doc];
+  }
+  auto offsets = torch::arange(seq_len + 1, torch::kLong);
+  auto windows = stream.tokens.index({starts.unsqueeze(1) + offsets.unsqueeze(0)});
+  return std::make_pair(windows.narrow(1, 0, seq_len), windows.narrow(1, 1, seq_len));
+}
+
+int64_t Trainer::SeqLenAt(int64_t step) const {
+  for (const auto& stage : options_.length_stages) {
+    if (step <= stage.until) return stage.seq_len;
+  }
+  return options_.length_stages.empty() ? options_.seq_len : options_.length_stages.back().seq_len;
+}
+
+int64_t Trainer::BatchAt(int64_t step) const {
+  return std::max<int64_t>(1, options_.batch * options_.seq_len / SeqLenAt(step));
 }
 
 double Trainer::LearningRate(int64_t step) const {
@@ -130,10 +197,12 @@ double Trainer::LearningRate(int64_t step) const {
   return options_.lr * (options_.min_lr_ratio + (1.0 - options_.min_lr_ratio) * cosine);
 }
 
-double Trainer::TrainStep() {
+absl::StatusOr<double> Trainer::TrainStep() {
   const int64_t step = step_ + 1;
   auto generator = at::detail::createCPUGenerator(options_.seed * 1000003 + step);
-  auto [inputs, targets] = Batch(train_, options_.batch, generator);
+  auto batch = Batch(train_, SeqLenAt(step), BatchAt(step), generator);
+  if (!batch.ok()) return batch.status();
+  auto& [inputs, targets] = *batch;
   const double lr = LearningRate(step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
   optimizer_->zero_grad();
@@ -146,19 +215,33 @@ double Trainer::TrainStep() {
   return loss.item<double>();
 }
 
-double Trainer::HeldoutLoss() {
+double Trainer::HeldoutLoss(std::vector<SegmentLoss>* segments) {
   torch::NoGradGuard no_grad;
   model_->eval();
   auto generator = at::detail::createCPUGenerator(options_.seed ^ 0x5eed);  // fixed batches
-  double total = 0.0;
+  const int64_t step = std::max<int64_t>(step_, 1);
+  const int64_t seq_len = SeqLenAt(step);
+  auto by_position = torch::zeros({seq_len}, torch::kDouble);
   for (int64_t b = 0; b < options_.eval_batches; ++b) {
-    auto [inputs, targets] = Batch(heldout_, options_.batch, generator);
+    auto batch = Batch(heldout_, seq_len, BatchAt(step), generator);
+    if (!batch.ok()) return std::nan("");  // LoadCorpus made sure the held-out text is long enough
+    auto& [inputs, targets] = *batch;
     auto logits = model_->forward(inputs);
-    total += torch::nn::functional::cross_entropy(logits.flatten(0, 1), targets.flatten())
-                 .item<double>();
+    auto losses = torch::nn::functional::cross_entropy(
+        logits.flatten(0, 1), targets.flatten(),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    by_position += losses.view({inputs.size(0), seq_len}).to(torch::kDouble).mean(0);
   }
   model_->train();
-  return total / options_.eval_batches;
+  by_position /= static_cast<double>(options_.eval_batches);
+  if (segments) {
+    segments->clear();
+    for (const auto& [begin, end] : PositionSegments(seq_len)) {
+      segments->push_back(
+          {begin, end, by_position.narrow(0, begin, end - begin).mean().item<double>()});
+    }
+  }
+  return by_position.mean().item<double>();
 }
 
 absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step) {
@@ -166,16 +249,20 @@ absl::Status Trainer::Run(const std::function<void(const StepReport&)>& on_step)
   while (step_ < options_.steps) {
     const auto begin = std::chrono::steady_clock::now();
     StepReport report;
-    report.loss = TrainStep();
+    auto loss = TrainStep();
+    if (!loss.ok()) return loss.status();
+    report.loss = *loss;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     report.step = step_;
     report.steps = options_.steps;
     report.lr = LearningRate(step_);
-    report.tokens_per_second = options_.batch * options_.seq_len / std::max(seconds, 1e-9);
+    report.seq_len = SeqLenAt(step_);
+    report.batch = BatchAt(step_);
+    report.tokens_per_second = report.batch * report.seq_len / std::max(seconds, 1e-9);
     const bool last = step_ == options_.steps;
     if (last || (options_.eval_every > 0 && step_ % options_.eval_every == 0)) {
-      report.heldout_loss = HeldoutLoss();
+      report.heldout_loss = HeldoutLoss(&report.heldout_segments);
     }
     if (!std::isfinite(report.loss)) {
       return absl::InternalError(absl::StrCat("training diverged at step ", step_, " (loss ",

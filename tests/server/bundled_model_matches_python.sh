@@ -9,7 +9,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-"$server_bin" --models="$repo/models/aft-conv.pt" --host=127.0.0.1 --port="$port" \
+"$server_bin" --models="$repo/models/aft-conv.pt" --default_model=aft-conv --host=127.0.0.1 --port="$port" \
   --metrics_port=-1 --threads=1 > "$log" 2>&1 &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true; rm -f "$log"' EXIT

@@ -6,7 +6,7 @@
 # a running stream before the server exits 0, and --engine_cpus keeps the
 # engine threads and the serving threads on their own CPUs; --help lists each
 # command's flags, the startup log names each model, and score prints each
-# token's text.
+# token's text (or the loss per position segment).
 #   end_to_end.sh ATTN_SERVER ATTNCTL ATTN_TRAIN
 set -euo pipefail
 server_bin=$1 ctl_bin=$2 train_bin=$3
@@ -139,6 +139,24 @@ PY
   "${ctl[@]}" score --model=$model --text="the river keeps" > "$work/score.txt" || fail "score text"
   grep -qE '^ +[0-9]+ +-?[0-9]+\.[0-9]{4}  ".*river.*"$' "$work/score.txt" \
     || fail "score rows lack token text: $(cat "$work/score.txt")"
+  # --segments: the mean loss of each position segment, from the same logprobs;
+  # --text_file with --score_tokens scores the file's first tokens.
+  "${ctl[@]}" score --model=$model --ids="$ids" --segments=4,16 > "$work/segments.txt" \
+    || fail "score --segments"
+  printf 'the river keeps its small state and light falls' > "$work/text.txt"
+  "${ctl[@]}" score --model=$model --text_file="$work/text.txt" --score_tokens=5 --json \
+    > "$work/first.json" || fail "score --text_file"
+  $py - "$work/score.json" "$work/segments.txt" "$work/first.json" <<'PY' || fail "segments ($model)"
+import json, sys
+logprobs = json.load(open(sys.argv[1]))["logprobs"]
+rows = {l.split()[0]: l.split() for l in open(sys.argv[2]) if l[:1].isdigit()}
+for (begin, end) in ((0, 4), (4, 16), (16, len(logprobs))):
+    row = rows[f"{begin}-{end}"]
+    scored = [-x for x in logprobs[max(begin, 1):end]]
+    assert int(row[1]) == len(scored), (row, len(scored))
+    assert abs(float(row[2]) - sum(scored) / len(scored)) < 1e-3, (row, sum(scored) / len(scored))
+assert len(json.load(open(sys.argv[3]))["token_ids"]) == 5
+PY
   $py - "$work/unary.json" "$work/stream.jsonl" "$work/score.json" "$work/prompt.json" <<'PY' || fail "greedy equivalence ($model)"
 import json, sys
 unary = json.load(open(sys.argv[1]))

@@ -3,6 +3,8 @@
 //   attn-train --corpus=a.txt,b.txt --output=model.pt --mixer=aft-conv
 //       --d_model=256 --layers=4 --steps=2000 --checkpoint_dir=ckpt
 //   attn-train --corpus=... --output=model.pt --checkpoint_dir=ckpt --resume
+//   attn-train --corpus=... --mixer=aft-decay --steps=1500
+//       --curriculum=256:900,1024:1200,2048:1500
 #include <unistd.h>
 
 #include <cmath>
@@ -13,6 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "model/mixers/mixer.h"
 #include "train/trainer.h"
@@ -23,20 +27,24 @@ ABSL_FLAG(std::string, corpus, "", "comma-separated plain-text files to train on
 ABSL_FLAG(std::string, output, "model.pt", "where to write the model package");
 ABSL_FLAG(std::string, mixer, "aft-conv",
           "mha, mha-alibi, relative, linear-elu, linear-exp, aft-full, aft-local, aft-simple, "
-          "aft-conv");
+          "aft-conv, aft-decay");
 ABSL_FLAG(std::string, norm, "rmsnorm", "layernorm, scalenorm or rmsnorm");
 ABSL_FLAG(std::string, positions, "none", "none, sinusoidal or learned");
 ABSL_FLAG(int64_t, d_model, 256, "model width");
 ABSL_FLAG(int64_t, layers, 4, "number of layers");
 ABSL_FLAG(int64_t, heads, 4, "attention heads (AFT-conv: bias heads)");
 ABSL_FLAG(int64_t, ff_hidden, 1024, "feed-forward hidden width");
-ABSL_FLAG(int64_t, window, 32, "AFT-local / AFT-conv window");
+ABSL_FLAG(int64_t, window, 32, "AFT-local / AFT-conv / AFT-decay window");
 ABSL_FLAG(int64_t, max_context, 2048, "longest sequence for bounded mixers");
 ABSL_FLAG(int64_t, chunk, 0,
           "tokens per block of the parallel forms (0: the mixer's fastest, see DefaultChunk)");
 ABSL_FLAG(int64_t, vocab_size, 4096, "SentencePiece vocabulary size");
 ABSL_FLAG(int64_t, seq_len, 256, "training sequence length");
-ABSL_FLAG(int64_t, batch, 16, "sequences per step");
+ABSL_FLAG(int64_t, batch, 16,
+          "sequences per step at --seq_len; curriculum stages keep batch * seq_len tokens");
+ABSL_FLAG(std::string, curriculum, "",
+          "sequence-length curriculum LEN:UNTIL_STEP,... (e.g. 256:900,1024:1200,2048:1500); "
+          "empty: --seq_len throughout");
 ABSL_FLAG(int64_t, steps, 1000, "optimizer steps");
 ABSL_FLAG(double, lr, 3e-3, "peak learning rate");
 ABSL_FLAG(double, min_lr_ratio, 0.1, "final learning rate as a fraction of --lr (cosine)");
@@ -70,14 +78,35 @@ void ShowProgress(const attn::StepReport& r, double smoothed_tps, int64_t tokens
   std::string bar(filled, '#');
   bar.resize(kWidth, '.');
   const double eta = smoothed_tps > 0 ? (r.steps - r.step) * tokens_per_step / smoothed_tps : 0;
-  std::fprintf(stderr, "%s[%s] step %ld/%ld  loss %.3f  %.0f tok/s  lr %.2e  eta %s",
-               isatty(2) ? "\r" : "", bar.c_str(), r.step, r.steps, r.loss, smoothed_tps, r.lr,
-               Duration(eta).c_str());
+  std::fprintf(stderr, "%s[%s] step %ld/%ld  len %ld  loss %.3f  %.0f tok/s  lr %.2e  eta %s",
+               isatty(2) ? "\r" : "", bar.c_str(), r.step, r.steps, r.seq_len, r.loss, smoothed_tps,
+               r.lr, Duration(eta).c_str());
   if (!isatty(2)) std::fprintf(stderr, "\n");
   if (r.heldout_loss) {
-    std::fprintf(stderr, "%sstep %ld: held-out loss %.4f, perplexity %.2f\n", isatty(2) ? "\n" : "",
-                 r.step, *r.heldout_loss, std::exp(*r.heldout_loss));
+    std::fprintf(stderr, "%sstep %ld: held-out loss %.4f, perplexity %.2f (sequences of %ld)\n",
+                 isatty(2) ? "\n" : "", r.step, *r.heldout_loss, std::exp(*r.heldout_loss),
+                 r.seq_len);
+    std::string segments = "  loss by position:";
+    for (const auto& s : r.heldout_segments) {
+      absl::StrAppendFormat(&segments, "  %ld-%ld %.3f", s.begin, s.end, s.loss);
+    }
+    std::fprintf(stderr, "%s\n", segments.c_str());
   }
+}
+
+// "256:900,1024:1500" -> stages; false (with a message) on a malformed list.
+bool ParseCurriculum(const std::string& text, std::vector<attn::LengthStage>* stages) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(item, ':');
+    attn::LengthStage stage;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &stage.seq_len) ||
+        !absl::SimpleAtoi(parts[1], &stage.until)) {
+      std::cerr << "--curriculum: expected LEN:UNTIL_STEP, got \"" << item << "\"\n";
+      return false;
+    }
+    stages->push_back(stage);
+  }
+  return true;
 }
 
 bool ParseConfig(attn::LmConfig* config) {
@@ -119,6 +148,7 @@ int main(int argc, char** argv) {
   if (!ParseConfig(&options.model)) return 2;
   options.seq_len = absl::GetFlag(FLAGS_seq_len);
   options.batch = absl::GetFlag(FLAGS_batch);
+  if (!ParseCurriculum(absl::GetFlag(FLAGS_curriculum), &options.length_stages)) return 2;
   options.steps = absl::GetFlag(FLAGS_steps);
   options.lr = absl::GetFlag(FLAGS_lr);
   options.min_lr_ratio = absl::GetFlag(FLAGS_min_lr_ratio);
@@ -147,7 +177,7 @@ int main(int argc, char** argv) {
   double smoothed = 0.0;
   const auto status = t.Run([&](const attn::StepReport& r) {
     smoothed = smoothed == 0.0 ? r.tokens_per_second : 0.9 * smoothed + 0.1 * r.tokens_per_second;
-    ShowProgress(r, smoothed, options.batch * options.seq_len);
+    ShowProgress(r, smoothed, r.batch * r.seq_len);
   });
   if (isatty(2)) std::cerr << "\n";
   if (!status.ok()) {

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The context curve: scores held-out text through the real attn-server at
+# positions up to TOKENS for each model and prints the mean loss (nats per
+# token) of each position segment, averaged over WINDOWS windows of the
+# text, as a markdown table (models/README.md and docs/long-context.md hold
+# the recorded one). A model that uses its context has a falling curve; one
+# that breaks past its training length has a rising one.
+#
+#   MODELS     comma-separated packages (default: every models/*.pt)
+#   TEXT       held-out text file (default: the last 4% of the King James
+#              Bible, from bible-kjv: inside the held-out 5% of the models
+#              trained with the fortunes first and the Bible last, see
+#              scripts/train_bundled_models.sh)
+#   TOKENS     tokens scored per window (default 8192)
+#   WINDOWS    windows of the text, overlapping, starting evenly (default 16)
+#   SEGMENTS   segment ends (default 128,256,512,1024,2048,4096)
+#   BUILD_DIR  build directory holding attn-server and attnctl (default build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+TOKENS=${TOKENS:-8192}
+WINDOWS=${WINDOWS:-16}
+SEGMENTS=${SEGMENTS:-128,256,512,1024,2048,4096}
+MODELS=${MODELS:-$(ls models/*.pt | paste -sd, -)}
+
+cmake --build "$BUILD_DIR" --target attn-server attnctl >/dev/null
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+text=${TEXT:-}
+if [ -z "$text" ]; then
+  if ! command -v bible >/dev/null; then
+    echo "context_curve.sh: needs the bible-kjv package (apt-get install bible-kjv) or TEXT=file" >&2
+    exit 2
+  fi
+  bible gen1:1-rev22:21 > "$work/bible.txt"
+  tail -c $(($(wc -c < "$work/bible.txt") * 4 / 100)) "$work/bible.txt" > "$work/heldout.txt"
+  text="$work/heldout.txt"
+fi
+# Windows of about 5 characters per token (English runs at 3-4 with these
+# vocabularies; attnctl keeps the first TOKENS), starting evenly over the
+# text. They overlap, so each segment's mean covers different text in every
+# window instead of the same passages at the same positions.
+size=$(wc -c < "$text")
+span=$((TOKENS * 5))
+if [ "$size" -lt "$span" ]; then
+  echo "context_curve.sh: $text has $size characters; TOKENS=$TOKENS needs about $span" >&2
+  exit 2
+fi
+for ((w = 0; w < WINDOWS; w++)); do
+  dd if="$text" of="$work/window$w.txt" bs=64K iflag=skip_bytes,count_bytes status=none \
+    skip=$((WINDOWS > 1 ? w * (size - span) / (WINDOWS - 1) : 0)) count=$span
+done
+
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ctl=("$BUILD_DIR/client/attnctl" --server="127.0.0.1:$port" --timeout_s=1800)
+"$BUILD_DIR/server/attn-server" --models="$MODELS" --default_model= --host=127.0.0.1 \
+  --port="$port" --metrics_port=-1 --max_prompt_tokens="$TOKENS" > "$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 300); do
+  "${ctl[@]}" health > /dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+header="| model |"
+rule="| --- |"
+begin=0
+for end in ${SEGMENTS//,/ } $TOKENS; do
+  header+=" $begin-$end |"
+  rule+=" --- |"
+  begin=$end
+done
+echo "$header"
+echo "$rule"
+IFS=, read -ra packages <<< "$MODELS"
+for package in "${packages[@]}"; do
+  model=$(basename "$package" .pt)
+  for ((w = 0; w < WINDOWS; w++)); do
+    echo "   $model: window $((w + 1))/$WINDOWS" >&2
+    "${ctl[@]}" score --model="$model" --text_file="$work/window$w.txt" --score_tokens="$TOKENS" \
+      --segments="$SEGMENTS" > "$work/$model.$w.txt"
+  done
+  # Token-weighted mean of each segment over the windows.
+  awk -v model="$model" '
+    $1 ~ /^[0-9]+-[0-9]+$/ {
+      if (!($1 in tokens)) order[n++] = $1
+      tokens[$1] += $2; nll[$1] += $2 * $3
+    }
+    END {
+      line = "| " model " |"
+      for (i = 0; i < n; i++) line = line sprintf(" %.3f |", nll[order[i]] / tokens[order[i]])
+      print line
+    }' "$work/$model".*.txt
+done
