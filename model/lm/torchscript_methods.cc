@@ -48,6 +48,15 @@ def _check_context(self, end: int, max_context: int, what: str):
     assert end <= max_context, what + ": a sequence would reach " + str(end) + \
         " tokens; the model handles at most " + str(max_context)
 
+def _write_window_sums(self, sums: List[Tensor], window: int, state: List[Tensor], first: int):
+    # The three vectors, and the rings' last entries (oldest first) at their end.
+    kept = sums[3].size(1)
+    state[first].copy_(sums[0])
+    state[first + 1].copy_(sums[1])
+    state[first + 2].copy_(sums[2])
+    state[first + 3].narrow(1, window - kept, kept).copy_(sums[3])
+    state[first + 4].narrow(1, window - kept, kept).copy_(sums[4])
+
 def _aft_factors(self, table: Tensor, start: int, chunk: int, ring: int, window: int,
                  heads: int, device: Device) -> Tensor:
     i = torch.arange(chunk, device=device).unsqueeze(1)
@@ -116,12 +125,7 @@ def _aft_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, out_w:
         outputs.append(self._aft_block(qkv[0].narrow(1, begin, size), qkv[1].narrow(1, begin, size),
                                        qkv[2].narrow(1, begin, size), start + begin, table,
                                        window, heads, sums))
-    kept = sums[3].size(1)
-    state[first].copy_(sums[0])
-    state[first + 1].copy_(sums[1])
-    state[first + 2].copy_(sums[2])
-    state[first + 3].narrow(1, window - kept, kept).copy_(sums[3])
-    state[first + 4].narrow(1, window - kept, kept).copy_(sums[4])
+    self._write_window_sums(sums, window, state, first)
     return torch.linear(torch.cat(outputs, 1), out_w, out_b)
 
 def _aft_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor,
@@ -224,12 +228,7 @@ def _aft_decay_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, 
                                              qkv[1].narrow(1, begin, size),
                                              qkv[2].narrow(1, begin, size), lam, filter, window,
                                              sums))
-    kept = sums[3].size(1)
-    state[first].copy_(sums[0])
-    state[first + 1].copy_(sums[1])
-    state[first + 2].copy_(sums[2])
-    state[first + 3].narrow(1, window - kept, kept).copy_(sums[3])
-    state[first + 4].narrow(1, window - kept, kept).copy_(sums[4])
+    self._write_window_sums(sums, window, state, first)
     return torch.linear(torch.cat(outputs, 1), out_w, out_b)
 
 def _aft_decay_step(self, x: Tensor, t: Tensor, in_w: Tensor, in_b: Tensor, out_w: Tensor,

@@ -233,27 +233,11 @@ torch::Tensor AftImpl::Prefill(const torch::Tensor& x, MixerState& state,
   const int64_t start = CommonLength(state, rows);
   if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, start, keep);
   auto index = rows.to(x.device());
-  // Ring slots of the keys before and after this prompt, oldest first.
-  auto ring_slots = [&](int64_t end) {
-    const int64_t count = std::min(window_, end);
-    return torch::arange(end - count, end, index.options())
-        .remainder(std::max<int64_t>(window_, 1));
-  };
-  auto before = ring_slots(start);
-  Sums sums;
-  sums.c = state.tensors[0].index_select(0, index);
-  sums.num = state.tensors[1].index_select(0, index);
-  sums.den = state.tensors[2].index_select(0, index);
-  auto ring_ek = state.tensors[3].index_select(0, index);
-  auto ring_ekv = state.tensors[4].index_select(0, index);
-  sums.ek = ring_ek.index_select(1, before);
-  sums.ekv = ring_ekv.index_select(1, before);
+  auto held = GatherWindowRows(state, index, window_, start);
+  Sums sums{held[0], held[1], held[2], held[3], held[4]};
   auto y = Blocks(x, start, sums);
-  auto after = ring_slots(start + x.size(1));
-  ring_ek.index_copy_(1, after, sums.ek);
-  ring_ekv.index_copy_(1, after, sums.ekv);
-  const std::vector<torch::Tensor> updated = {sums.c, sums.num, sums.den, ring_ek, ring_ekv};
-  for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
+  ScatterWindowRows(state, index, window_, start + x.size(1),
+                    {sums.c, sums.num, sums.den, sums.ek, sums.ekv});
   state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
   return y.narrow(1, x.size(1) - keep, keep);
 }

@@ -193,25 +193,12 @@ torch::Tensor AftDecayImpl::Prefill(const torch::Tensor& x, MixerState& state,
   auto rows = ResolveSlots(state, slots, x.size(0));
   const int64_t start = CommonLength(state, rows);
   if (CanFuse(x, state)) return Fused(x.contiguous(), state, rows.data_ptr<int64_t>(), keep);
-  const int64_t s = options_.window;
   auto index = rows.to(x.device());
-  // Ring slots of the keys before and after this chunk, oldest first.
-  auto ring_slots = [&](int64_t end) {
-    const int64_t count = std::min(s, end);
-    return torch::arange(end - count, end, index.options()).remainder(s);
-  };
-  auto before = ring_slots(start);
-  auto ring_k = state.tensors[3].index_select(0, index);
-  auto ring_v = state.tensors[4].index_select(0, index);
-  Sums sums{state.tensors[0].index_select(0, index), state.tensors[1].index_select(0, index),
-            state.tensors[2].index_select(0, index), ring_k.index_select(1, before),
-            ring_v.index_select(1, before)};
+  auto held = GatherWindowRows(state, index, options_.window, start);
+  Sums sums{held[0], held[1], held[2], held[3], held[4]};
   auto y = Blocks(x, sums);
-  auto after = ring_slots(start + x.size(1));
-  ring_k.index_copy_(1, after, sums.k);
-  ring_v.index_copy_(1, after, sums.v);
-  const std::vector<torch::Tensor> updated = {sums.ref, sums.num, sums.den, ring_k, ring_v};
-  for (size_t i = 0; i < updated.size(); ++i) state.tensors[i].index_copy_(0, index, updated[i]);
+  ScatterWindowRows(state, index, options_.window, start + x.size(1),
+                    {sums.ref, sums.num, sums.den, sums.k, sums.v});
   state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
   return y.narrow(1, x.size(1) - keep, keep);
 }

@@ -88,6 +88,37 @@ void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState
   }
 }
 
+namespace {
+
+// Ring slots of the entries held before length `end`, oldest first.
+torch::Tensor HeldRingSlots(int64_t window, int64_t end, const torch::TensorOptions& options) {
+  const int64_t count = std::min(window, end);
+  return torch::arange(end - count, end, options).remainder(std::max<int64_t>(window, 1));
+}
+
+}  // namespace
+
+WindowRows GatherWindowRows(const MixerState& state, const torch::Tensor& index, int64_t window,
+                            int64_t start) {
+  auto held = HeldRingSlots(window, start, index.options());
+  WindowRows rows;
+  for (int i = 0; i < 5; ++i) rows[i] = state.tensors[i].index_select(0, index);
+  for (int i = 3; i < 5; ++i) rows[i] = rows[i].index_select(1, held);
+  return rows;
+}
+
+void ScatterWindowRows(MixerState& state, const torch::Tensor& index, int64_t window, int64_t end,
+                       const WindowRows& rows) {
+  auto held = HeldRingSlots(window, end, index.options());
+  for (int i = 0; i < 5; ++i) {
+    auto updated = rows[i];
+    if (i >= 3) {  // the entries that left the ring stay as they were
+      updated = state.tensors[i].index_select(0, index).index_copy_(1, held, rows[i]);
+    }
+    state.tensors[i].index_copy_(0, index, updated);
+  }
+}
+
 void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
   ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
 }

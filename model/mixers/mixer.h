@@ -25,6 +25,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,6 +106,20 @@ struct MixerState {
 MixerState GatherState(const MixerState& pool, const torch::Tensor& slots);
 // Writes the B rows of `part` into rows `slots` of `pool`.
 void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part);
+
+// The windowed AFT kinds (aft-*, aft-decay) hold per row three vectors and
+// two rings of the last `window` entries in slot order (position mod
+// window), in MixerState::tensors order. Their op-by-op prefill works on the
+// rows it continues with the rings oldest first, holding only the
+// min(window, length) entries that exist.
+using WindowRows = std::array<torch::Tensor, 5>;
+// Rows `index` of such a state, all at length `start`.
+WindowRows GatherWindowRows(const MixerState& state, const torch::Tensor& index, int64_t window,
+                            int64_t start);
+// Writes `rows` (as GatherWindowRows returns them) back into rows `index`,
+// whose sequences are now at length `end`. Lengths are left to the caller.
+void ScatterWindowRows(MixerState& state, const torch::Tensor& index, int64_t window, int64_t end,
+                       const WindowRows& rows);
 
 class SequenceMixer : public torch::nn::Module {
  public:
