@@ -74,20 +74,15 @@ MixerState AftDecayImpl::initial_state(int64_t rows, torch::Device device) const
 }
 
 torch::Tensor AftDecayImpl::Block(const torch::Tensor& q, const torch::Tensor& k,
-                                  const torch::Tensor& v, Sums& sums) const {
+                                  const torch::Tensor& v, const torch::Tensor& lambda,
+                                  const torch::Tensor& filter, Sums& sums) const {
   const int64_t chunk = q.size(1), d = q.size(2), s = options_.window;
   const int64_t ring = sums.k.size(1), span = ring + chunk;
-  auto lambda = -torch::log(decay_factor()).to(q.dtype());  // [D]
-  auto keys = torch::cat({sums.k, k}, 1);                   // [B, R + C, D], oldest first
+  auto keys = torch::cat({sums.k, k}, 1);  // [B, R + C, D], oldest first
   auto values = torch::cat({sums.v, v}, 1);
   auto long_opts = q.options().dtype(torch::kLong);
   auto delta = torch::arange(chunk, long_opts).unsqueeze(1) + ring -
                torch::arange(span, long_opts).unsqueeze(0);  // t - t' [C, R + C]
-  auto filter = position_bias_.to(q.dtype())
-                    .t()
-                    .unsqueeze(-1)
-                    .expand({s, options_.heads, d / options_.heads})
-                    .reshape({s, d});  // u_h(d)[delta] as [s, D]
   auto near = filter.index_select(0, delta.clamp(0, s - 1).flatten()).view({chunk, span, d});
   auto far = (delta - s).clamp_min(0).to(q.dtype()).unsqueeze(-1) * -lambda;
   auto w = torch::where((delta < s).unsqueeze(-1), near, far);  // [C, R + C, D]
@@ -128,12 +123,19 @@ torch::Tensor AftDecayImpl::Block(const torch::Tensor& q, const torch::Tensor& k
 
 torch::Tensor AftDecayImpl::Blocks(const torch::Tensor& x, Sums& sums) {
   auto qkv = Dense(x, in_proj_).chunk(3, -1);
-  const int64_t time = x.size(1);
+  const int64_t time = x.size(1), d = options_.d_model, s = options_.window;
+  // Once per call, not per block: lambda [D] and the filter u_h(d)[delta] as [s, D].
+  auto lambda = -torch::log(decay_factor()).to(x.dtype());
+  auto filter = position_bias_.to(x.dtype())
+                    .t()
+                    .unsqueeze(-1)
+                    .expand({s, options_.heads, d / options_.heads})
+                    .reshape({s, d});
   std::vector<torch::Tensor> outputs;
   for (int64_t begin = 0; begin < time; begin += options_.chunk) {
     const int64_t len = std::min(options_.chunk, time - begin);
     outputs.push_back(Block(qkv[0].narrow(1, begin, len), qkv[1].narrow(1, begin, len),
-                            qkv[2].narrow(1, begin, len), sums));
+                            qkv[2].narrow(1, begin, len), lambda, filter, sums));
   }
   return Dense(torch::cat(outputs, 1), out_proj_);
 }

@@ -66,9 +66,10 @@ class AftDecayImpl : public SequenceMixer {
  private:
   struct Sums;  // the gathered recurrent state of a batch of rows
 
-  // One block: q, k, v [B, C, D] continuing `sums`.
+  // One block: q, k, v [B, C, D] continuing `sums`; lambda [D] and the
+  // window's filter as [s, D], computed once per call by Blocks.
   torch::Tensor Block(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                      Sums& sums) const;
+                      const torch::Tensor& lambda, const torch::Tensor& filter, Sums& sums) const;
   // Blocks of options.chunk tokens over x, continuing `sums`.
   torch::Tensor Blocks(const torch::Tensor& x, Sums& sums);
   // kernels::AftDecay over x [B, T, D] for rows `rows` (CPU ids, null for
