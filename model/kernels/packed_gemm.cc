@@ -190,4 +190,13 @@ void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, 
                    [&](int64_t begin, int64_t end) { RunItems(args, begin, end); });
 }
 
+bool PackedGemmIsFast() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool fast = __builtin_cpu_supports("avx512f");
+  return fast;
+#else
+  return false;
+#endif
+}
+
 }  // namespace attn::kernels

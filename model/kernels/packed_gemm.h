@@ -26,6 +26,13 @@ int64_t PackedWeightSize(int64_t out, int64_t in);
 // Packs w [out, in] (row stride ldw) into `packed` (PackedWeightSize floats).
 void PackWeight(const float* w, int64_t out, int64_t in, int64_t ldw, float* packed);
 
+// Whether this CPU runs PackedGemm's fast clone. Its tiles keep 24 rows of
+// 16-float accumulators in registers, which needs AVX-512's 32 vector
+// registers; without AVX-512 they spill on every step and the product runs
+// at a few GFLOP/s (measured on an AVX-only EPYC: 3 GFLOP/s, 60x slower than
+// OpenBLAS), so callers use LibTorch's product (OpenBLAS) instead.
+bool PackedGemmIsFast();
+
 // y[r, :out] = x[r, :in] W^T + bias for r < rows. bias is [out] or null.
 // Parallelises over panels and tiles of rows when the product is large
 // enough to pay for a fork.

@@ -80,8 +80,8 @@ bool PackableOnCpu(const torch::Tensor& x, const torch::Tensor& weight, const to
   // Inference tensors keep no version counter, so a later in-place write
   // could not be noticed: those weights take the ordinary path.
   // Shapes that do not fit go to LibTorch, whose error names them.
-  return cpu_float(x) && cpu_float(weight) && weight.dim() == 2 && !weight.is_inference() &&
-         weight.size(1) == x.size(-1) &&
+  return kernels::PackedGemmIsFast() && cpu_float(x) && cpu_float(weight) && weight.dim() == 2 &&
+         !weight.is_inference() && weight.size(1) == x.size(-1) &&
          (!bias.defined() || (cpu_float(bias) && bias.dim() == 1 && bias.is_contiguous() &&
                               bias.size(0) == weight.size(0)));
 }
