@@ -117,7 +117,8 @@ class Bench {
   Bench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& options)
       : stub_(attn::v1::TextGeneration::NewStub(channel)), options_(options) {}
 
-  int Run(const std::vector<int64_t>& prompt);
+  // `vocab`: the model's, for distinct prompts.
+  int Run(const std::vector<int64_t>& prompt, int64_t vocab);
   void Finished(BenchStream* stream, const grpc::Status& status, double ttft,
                 const std::vector<double>& gaps, int64_t tokens);
   Timer& timer() { return timer_; }
@@ -135,6 +136,7 @@ class Bench {
   std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
   BenchOptions options_;
   GenerateRequest request_;
+  int64_t vocab_ = 0;
   Timer timer_;
   Results results_;
   absl::Time begin_;
@@ -190,7 +192,15 @@ void BenchStream::OnDone(const grpc::Status& status) {
 void Bench::Launch() {
   ++started_;
   ++in_flight_;
-  new BenchStream(this, stub_.get(), request_);  // deletes itself via Finished
+  GenerateRequest request = request_;
+  if (options_.distinct_prompts && request.prompt_token_ids_size() >= 2) {
+    // The stream's number in its first two tokens: no two prompts share
+    // more than a token, so no stream reuses another's state.
+    const int64_t ids = vocab_ - 3;
+    request.set_prompt_token_ids(0, 3 + started_ % ids);
+    request.set_prompt_token_ids(1, 3 + (started_ / ids) % ids);
+  }
+  new BenchStream(this, stub_.get(), request);  // deletes itself via Finished
 }
 
 void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttft,
@@ -213,7 +223,8 @@ void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttf
   cv_.notify_all();
 }
 
-int Bench::Run(const std::vector<int64_t>& prompt) {
+int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
+  vocab_ = vocab;
   request_.set_model(options_.model);
   for (int64_t id : prompt) request_.add_prompt_token_ids(id);
   request_.set_max_tokens(static_cast<int32_t>(options_.max_tokens));
@@ -264,9 +275,9 @@ void Bench::Report(absl::Duration elapsed) const {
         options_.concurrency, static_cast<long>(options_.prompt_tokens),
         static_cast<long>(options_.max_tokens), seconds, static_cast<long>(r.completed),
         static_cast<long>(errors), static_cast<long>(r.tokens), r.tokens / seconds,
-        Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms,
-        Percentile(r.ttft, 0.99) * ms, Percentile(r.inter_token, 0.5) * ms,
-        Percentile(r.inter_token, 0.95) * ms, Percentile(r.inter_token, 0.99) * ms);
+        Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms, Percentile(r.ttft, 0.99) * ms,
+        Percentile(r.inter_token, 0.5) * ms, Percentile(r.inter_token, 0.95) * ms,
+        Percentile(r.inter_token, 0.99) * ms);
     return;
   }
   std::printf("streams %ld ok, %ld failed in %.1f s; %ld tokens, %.1f tokens/s\n",
@@ -308,7 +319,7 @@ int RunBench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& 
   std::vector<int64_t> prompt(options.prompt_tokens);
   for (int64_t i = 0; i < options.prompt_tokens; ++i) prompt[i] = 3 + (i * 7919) % (vocab - 3);
   Bench bench(channel, options);
-  return bench.Run(prompt);
+  return bench.Run(prompt, vocab);
 }
 
 }  // namespace attn::client

@@ -4,11 +4,11 @@
 // and errors. Streams can read slowly (`read_delay`) to hold many open
 // streams at once.
 #pragma once
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
 
@@ -24,6 +24,10 @@ struct BenchOptions {
   int64_t total_streams = 0;  // > 0: stop after this many streams instead of `duration`
   bool progress = true;
   bool json = false;  // the report as one JSON object
+  // Each stream's prompt differs from every other's in its first tokens, as
+  // different users' would: no stream starts from another's cached state.
+  // False: every stream sends the same prompt.
+  bool distinct_prompts = true;
 };
 
 // Runs the benchmark and prints the report; returns the process exit code

@@ -8,16 +8,20 @@
 //   attnctl tokenize --text="hello"      attnctl detokenize --ids=1,2,3
 //   attnctl health   [--service=aft-decay]
 //   attnctl bench    --concurrency=64 --prompt_tokens=128 --max_tokens=64 --duration_s=20
+//   attnctl chat     [--servers=host:port,host:port] [--hold_state=false] < turns.txt
+//   attnctl generate --prompt="..." --state_out=s.bin, then --state_in=s.bin --prompt="more"
 //
 // --json prints responses as JSON (one object per line for stream).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -32,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
+#include "client/chat.h"
 #include "client/health.h"
 #include "client/segments.h"
 #include "util/flags.h"
@@ -64,6 +69,24 @@ ABSL_FLAG(double, duration_s, 10, "bench: how long to keep starting streams.");
 ABSL_FLAG(int64_t, streams, 0, "bench: stop after this many streams (overrides duration).");
 ABSL_FLAG(double, read_delay_ms, 0, "bench: pause between reads of one stream (slow readers).");
 ABSL_FLAG(bool, progress, true, "bench: show progress on stderr.");
+ABSL_FLAG(bool, distinct_prompts, true,
+          "bench: each stream's prompt starts with its own tokens, so none reuses another's "
+          "cached state; false: every stream sends the same prompt.");
+ABSL_FLAG(std::string, state_in, "",
+          "generate, stream: continue the sequence whose state this file holds (written by "
+          "--state_out); the prompt is then only the new text.");
+ABSL_FLAG(std::string, state_out, "",
+          "generate, stream: write the sequence's state to this file (GenerateRequest."
+          "return_state).");
+ABSL_FLAG(std::vector<std::string>, servers, {},
+          "chat: servers to use in turn, round-robin (default: --server).");
+ABSL_FLAG(bool, hold_state, true,
+          "chat: keep the conversation's state on the client and send only each turn's new "
+          "text; false: send the whole conversation every turn.");
+ABSL_FLAG(std::string, system_file, "", "chat: a file whose text starts every conversation.");
+ABSL_FLAG(bool, fresh_turns, false,
+          "chat: every line starts a new conversation after the system text (shared-prefix "
+          "benchmarks).");
 
 namespace {
 
@@ -119,7 +142,34 @@ bool BuildGenerateRequest(attn::v1::GenerateRequest* request) {
   for (const std::string& stop : absl::GetFlag(FLAGS_stop)) request->add_stop(stop);
   request->set_logprobs(absl::GetFlag(FLAGS_logprobs));
   request->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  const std::string state_in = absl::GetFlag(FLAGS_state_in);
+  if (!state_in.empty()) {
+    std::ifstream file(state_in, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << file.rdbuf();
+    if (!file) {
+      std::fprintf(stderr, "error: --state_in=%s: cannot read it\n", state_in.c_str());
+      return false;
+    }
+    request->set_state(bytes.str());
+  }
+  request->set_return_state(!absl::GetFlag(FLAGS_state_out).empty());
   return true;
+}
+
+// --state_out: the state the last message carries. Returns an exit code.
+int WriteState(const attn::v1::GenerateResponse& last) {
+  const std::string path = absl::GetFlag(FLAGS_state_out);
+  if (path.empty()) return 0;
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << last.state();
+  if (!file.flush()) {
+    std::fprintf(stderr, "error: --state_out=%s: cannot write it\n", path.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[state: %zu bytes after %ld tokens written to %s]\n", last.state().size(),
+               static_cast<long>(last.state_tokens()), path.c_str());
+  return 0;
 }
 
 void PrintFinish(const attn::v1::GenerateResponse& last) {
@@ -160,13 +210,15 @@ int Generate(TextGeneration::Stub& stub) {
   attn::v1::GenerateResponse response;
   grpc::Status status = stub.Generate(&context, request, &response);
   if (!status.ok()) return Fail(status);
+  const int written = WriteState(response);
   if (absl::GetFlag(FLAGS_json)) {
+    if (!absl::GetFlag(FLAGS_state_out).empty()) response.clear_state();  // it is in the file
     PrintJson(response);
-    return 0;
+    return written;
   }
   std::printf("%s", response.text().c_str());
   PrintFinish(response);
-  return 0;
+  return written;
 }
 
 int Stream(TextGeneration::Stub& stub) {
@@ -179,18 +231,19 @@ int Stream(TextGeneration::Stub& stub) {
   attn::v1::GenerateResponse last;
   const bool json = absl::GetFlag(FLAGS_json);
   while (reader->Read(&response)) {
+    last = response;
     if (json) {
+      if (!absl::GetFlag(FLAGS_state_out).empty()) response.clear_state();  // it is in the file
       PrintJson(response);
     } else {
       std::printf("%s", response.text().c_str());
       std::fflush(stdout);
     }
-    last = response;
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return Fail(status);
   if (!json) PrintFinish(last);
-  return 0;
+  return WriteState(last);
 }
 
 // The text `ids` decode to.
@@ -387,6 +440,7 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   options.read_delay = absl::Milliseconds(absl::GetFlag(FLAGS_read_delay_ms));
   options.progress = absl::GetFlag(FLAGS_progress);
   options.json = absl::GetFlag(FLAGS_json);
+  options.distinct_prompts = absl::GetFlag(FLAGS_distinct_prompts);
   if (options.concurrency < 1 || options.prompt_tokens < 1 || options.max_tokens < 1) {
     std::fprintf(stderr, "error: --concurrency, --prompt_tokens and --max_tokens must be >= 1\n");
     return 2;
@@ -394,11 +448,40 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   return attn::client::RunBench(channel, options);
 }
 
+int Chat(const grpc::ChannelArguments& channel_args) {
+  attn::client::ChatOptions options;
+  options.server_names = absl::GetFlag(FLAGS_servers);
+  if (options.server_names.empty()) options.server_names = {absl::GetFlag(FLAGS_server)};
+  for (const std::string& server : options.server_names) {
+    options.servers.push_back(
+        grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), channel_args));
+  }
+  if (!BuildGenerateRequest(&options.base)) return 2;
+  options.base.clear_prompt();
+  options.base.clear_return_state();
+  options.hold_state = absl::GetFlag(FLAGS_hold_state);
+  options.fresh_turns = absl::GetFlag(FLAGS_fresh_turns);
+  options.json = absl::GetFlag(FLAGS_json);
+  options.interactive = isatty(STDIN_FILENO) != 0;
+  const std::string system_file = absl::GetFlag(FLAGS_system_file);
+  if (!system_file.empty()) {
+    std::ifstream file(system_file);
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (!file) {
+      std::fprintf(stderr, "error: --system_file=%s: cannot read it\n", system_file.c_str());
+      return 2;
+    }
+    options.system = text.str();
+  }
+  return attn::client::RunChat(std::cin, options);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "attnctl <models|generate|stream|score|tokenize|detokenize|health|bench> [flags]");
+      "attnctl <models|generate|stream|chat|score|tokenize|detokenize|health|bench> [flags]");
   attn::ListFlagsOfFolderInHelp(__FILE__);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
@@ -422,6 +505,7 @@ int main(int argc, char** argv) {
                                      absl::GetFlag(FLAGS_timeout_s));
   }
   if (command == "bench") return Bench(channel);
+  if (command == "chat") return Chat(channel_args);
   std::fprintf(stderr, "unknown command \"%s\"; usage: %s\n", command.c_str(),
                absl::ProgramUsageMessage().data());
   return 2;

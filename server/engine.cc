@@ -20,6 +20,7 @@
 #include "model/backend/row_pool.h"
 #include "model/lm/continuation.h"
 #include "model/text/tokenizer.h"
+#include "server/engine_impl.h"
 #include "util/cpus.h"
 #include "util/field_error.h"
 
@@ -35,21 +36,11 @@ class SystemClock : public Clock {
   absl::Time Now() const override { return absl::Now(); }
 };
 
-// Wakes the engine thread; shared with the streams, which may outlive it.
-struct Signal {
-  absl::Mutex mu;
-  bool woken ABSL_GUARDED_BY(mu) = false;
-  bool stopping ABSL_GUARDED_BY(mu) = false;
-
-  void Wake() {
-    absl::MutexLock lock(&mu);
-    woken = true;
-  }
-  bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
-};
-
+// `context_limit`: the model's (-1: unbounded), of which a start state
+// has used its tokens.
 ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit) {
   ContinuationOptions options;
+  if (context_limit > 0) context_limit -= request.start_tokens;
   options.max_tokens = request.max_tokens;
   options.stop = request.stop;
   options.ignore_eos = request.ignore_eos;
@@ -62,25 +53,6 @@ std::vector<float> RowToVector(const torch::Tensor& row) {
   torch::Tensor cpu = row.to(torch::kCPU, torch::kFloat).contiguous();
   return std::vector<float>(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
 }
-
-struct Sequence {
-  EngineRequest request;
-  std::shared_ptr<RequestStream> stream;
-  absl::Time arrival;
-  absl::Time last_token;
-  int64_t slot = -1;
-  int64_t reservation = 0;                     // state bytes held against the budget once admitted
-  int64_t prefilled = 0;                       // prompt tokens in the state
-  std::vector<float> last_logits;              // after the last token in the state
-  std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
-  int64_t generated = 0;
-  int64_t next_token = -1;    // fed to the next decode step
-  int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
-  StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
-
-  bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
-  bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
-};
 
 }  // namespace
 
@@ -99,7 +71,9 @@ absl::Status EngineOptions::Validate() const {
                 {"default_max_tokens", limits.default_max_tokens, 1},
                 {"max_state_bytes", max_state_bytes, 0},
                 {"max_stop_strings", limits.max_stop_strings, 0},
-                {"max_context", limits.max_context, 0}};
+                {"max_context", limits.max_context, 0},
+                {"state_cache_bytes", state_cache_bytes, 0},
+                {"state_cache_interval", state_cache_interval, 1}};
   for (const auto& bound : bounds) {
     if (bound.value < bound.min) {
       return InvalidField(bound.name, "must be at least ", bound.min, ", got ", bound.value);
@@ -122,153 +96,22 @@ Clock& RealClock() {
   return clock;
 }
 
-class Engine::Impl {
- public:
-  Impl(std::unique_ptr<LmBackend> backend, const Tokenizer& tokenizer, const EngineOptions& options,
-       const Clock& clock, EngineObserver* observer)
-      : backend_(WithRows(std::move(backend), options.max_active)),
-        tokenizer_(tokenizer),
-        options_(options),
-        clock_(clock),
-        observer_(observer ? observer : &no_observer_),
-        device_(backend_->device()),
-        pool_(*backend_),
-        rows_(pool_.capacity()),
-        budget_(StateBudget(options, backend_->bytes_per_row())),
-        free_slots_(pool_.capacity()) {}
-
-  absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
-  bool RunOnce();
-  void Loop();
-  void Start() {
-    // From here the engine thread does the tensor work; the caller's idle
-    // OpenMP team (left by loading and slot allocation) would only slow it.
-    ReleaseThreadTeam();
-    std::promise<void> warmed_up;
-    std::future<void> done = warmed_up.get_future();
-    thread_ = std::thread([this, warmed_up = std::move(warmed_up)]() mutable {
-      pthread_setname_np(pthread_self(), "attn-engine");  // as top -H and /proc show it
-      if (!options_.cpus.empty()) {
-        // Validated at startup; should the mask change meanwhile, run unpinned.
-        const absl::Status pinned = PinCallingThread(options_.cpus);
-        if (!pinned.ok()) {
-          std::fprintf(stderr, "warning: engine thread not pinned: %s\n",
-                       std::string(pinned.message()).c_str());
-        }
-      }
-      const absl::Time warm_up_start = absl::Now();
-      warm_up_.tokens = WarmUp();
-      warm_up_.time = absl::Now() - warm_up_start;
-      warmed_up.set_value();
-      Loop();
-    });
-    done.wait();
-  }
-  EngineWarmUp warm_up() const { return warm_up_; }
-  void Drain() {
-    absl::MutexLock lock(&mu_);
-    draining_ = true;
-  }
-  void Stop(const absl::Status& status);
-  EngineLoad load() const {
-    return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load()};
-  }
-  int64_t bytes_per_slot() const { return backend_->bytes_per_row(); }
-  int64_t budget() const { return budget_; }
-  bool WaitIdle(absl::Time deadline) const {
-    absl::MutexLock lock(&published_mu_);
-    return published_mu_.AwaitWithDeadline(absl::Condition(this, &Impl::Idle), deadline);
-  }
-  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done, absl::Time deadline) const {
-    auto holds = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done(load()); };
-    absl::MutexLock lock(&published_mu_);
-    return published_mu_.AwaitWithDeadline(absl::Condition(&holds), deadline);
-  }
-
- private:
-  // `backend` holding `rows` rows; none (and a warning) if they cannot be
-  // allocated, so that every request is refused instead of the process
-  // failing. Loading the model allocates them first and reports failure.
-  static std::unique_ptr<LmBackend> WithRows(std::unique_ptr<LmBackend> backend, int64_t rows) {
-    if (backend->rows() == rows) return backend;
-    if (absl::Status allocated = backend->AllocateRows(rows); !allocated.ok()) {
-      std::fprintf(stderr, "warning: no state rows: %s\n",
-                   std::string(allocated.message()).c_str());
-      backend->AllocateRows(0).IgnoreError();
-    }
-    return backend;
-  }
-  // Returns the tokens it ran (0 if it failed).
-  int64_t WarmUp();
-  // The state bytes `request` may come to hold: at its longest context.
-  int64_t Reservation(const EngineRequest& request) const {
-    int64_t tokens = static_cast<int64_t>(request.prompt.size());
-    if (request.kind == EngineRequest::Kind::kGenerate) tokens += request.max_tokens;
-    const int64_t limit = backend_->max_context();
-    return backend_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
-  }
-  bool EndAbandoned(absl::Time now);
-  bool Admit(absl::Time now);
-  // Prefills one chunk of the oldest prompt being read, together with other
-  // prompts at the same position (one batched prefill within the budget).
-  bool PrefillChunk();
-  std::vector<Sequence*> PrefillGroup() const;
-  void PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin, int64_t count);
-  bool DecodeStep();
-  // The sequences of the next decode step: ready ones, at most
-  // max_decode_rows, fewest generated tokens first.
-  std::vector<Sequence*> DecodeBatch() const;
-  // Handles a token chosen for `seq`; ends the sequence when it finishes.
-  void Emit(Sequence& seq, const SampledToken& token);
-  // Pushes the last event (with usage for a success) and frees the slot.
-  void End(Sequence& seq, StreamEvent last);
-  void EndWithError(Sequence& seq, const absl::Status& status) {
-    StreamEvent last;
-    last.status = status;
-    End(seq, std::move(last));
-  }
-  void RemoveEnded();
-  void PublishLoad();
-
-  std::unique_ptr<LmBackend> backend_;
-  const Tokenizer& tokenizer_;
-  const EngineOptions options_;
-  const Clock& clock_;
-  EngineObserver no_observer_;
-  EngineObserver* observer_;
-  torch::Device device_;
-  RowPool pool_;          // engine thread only
-  const int64_t rows_;    // pool_'s capacity, for any thread
-  const int64_t budget_;  // EngineOptions::max_state_bytes, resolved
-  int64_t reserved_ = 0;  // engine thread only: the admitted sequences' reservations
-  std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
-  std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
-  std::thread thread_;
-
-  mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-
-  int64_t decode_steps_ = 0;  // engine thread only
-  // Written by the engine thread before Start() returns, read after.
-  EngineWarmUp warm_up_;
-
-  std::atomic<int64_t> free_slots_;
-  std::atomic<int64_t> running_{0};
-  std::atomic<int64_t> waiting_count_{0};
-  std::atomic<int64_t> unfinished_{0};          // submitted, last event not yet pushed
-  std::atomic<int64_t> state_bytes_in_use_{0};  // written by PublishLoad
-  // Released by PublishLoad() after every iteration, which makes waiters
-  // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
-  mutable absl::Mutex published_mu_;
-  bool Idle() const { return unfinished_.load() == 0; }
-};
-
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
   const RequestLimits& limits = options_.limits;
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size == 0 || prompt_size > limits.max_prompt_tokens) {
     return InvalidField("prompt", prompt_size, " tokens, expected 1 to ", limits.max_prompt_tokens);
+  }
+  if (request.start_state || request.start_tokens > 0) {
+    const int64_t limit = backend_->max_context();
+    if (request.kind != EngineRequest::Kind::kGenerate || !request.start_state ||
+        request.start_tokens < 0) {
+      return InvalidField("state", "a start state needs a generation request and its tokens");
+    }
+    if (limit > 0 && request.start_tokens + prompt_size >= limit) {
+      return InvalidField("state", "holds ", request.start_tokens, " tokens; with the prompt's ",
+                          prompt_size, " they leave no room in the model's context of ", limit);
+    }
   }
   if (request.kind == EngineRequest::Kind::kGenerate) {
     if (request.max_tokens == 0) request.max_tokens = limits.default_max_tokens;
@@ -413,6 +256,7 @@ bool Engine::Impl::Admit(absl::Time now) {
         ContinuationOptionsFor(seq->request, backend_->max_context()));
     observer_->OnAdmitted(now - seq->arrival);
     active_.push_back(std::move(seq));
+    StartSequence(*active_.back());
   }
   free_slots_ = pool_.capacity() - pool_.in_use();
   running_ = static_cast<int64_t>(active_.size());
@@ -424,9 +268,7 @@ std::vector<Sequence*> Engine::Impl::PrefillGroup() const {
   int64_t count = 0;
   for (const auto& candidate : active_) {
     if (!candidate->stream || !candidate->prefilling()) continue;
-    const int64_t remaining =
-        static_cast<int64_t>(candidate->request.prompt.size()) - candidate->prefilled;
-    const int64_t chunk = std::min<int64_t>(options_.prefill_chunk, remaining);
+    const int64_t chunk = ChunkLength(*candidate);
     if (group.empty()) {
       group.push_back(candidate.get());
       count = chunk;
@@ -435,7 +277,10 @@ std::vector<Sequence*> Engine::Impl::PrefillGroup() const {
     }
     // Rows of one prefill share a position and a chunk length; the tokens of
     // the whole group stay within one chunk's budget.
-    if (!candidate->scoring() && candidate->prefilled == group[0]->prefilled && chunk == count &&
+    if (!candidate->scoring() &&
+        candidate->request.start_tokens + candidate->prefilled ==
+            group[0]->request.start_tokens + group[0]->prefilled &&
+        chunk == count &&
         static_cast<int64_t>(group.size() + 1) * count <= options_.prefill_chunk) {
       group.push_back(candidate.get());
     }
@@ -465,21 +310,23 @@ bool Engine::Impl::PrefillChunk() {
   if (group.empty()) return false;
   const auto rows = static_cast<int64_t>(group.size());
   const int64_t begin = group[0]->prefilled;
-  const int64_t count = std::min<int64_t>(
-      options_.prefill_chunk, static_cast<int64_t>(group[0]->request.prompt.size()) - begin);
+  const int64_t count = ChunkLength(*group[0]);
   const absl::Time started = clock_.Now();
   try {
     std::vector<int64_t> tokens, slots;
     for (Sequence* seq : group) {
       const auto& prompt = seq->request.prompt;
-      tokens.insert(tokens.end(), prompt.begin() + begin, prompt.begin() + begin + count);
+      // Rows share a position in the state, not in their prompts (a start
+      // state comes first).
+      tokens.insert(tokens.end(), prompt.begin() + seq->prefilled,
+                    prompt.begin() + seq->prefilled + count);
       slots.push_back(seq->slot);
     }
     // Scoring needs every position's logits; generation only the prompt's
     // last, and nothing from its earlier chunks.
     const bool scoring = group[0]->scoring();
     const bool last_chunk = std::any_of(group.begin(), group.end(), [&](const Sequence* seq) {
-      return begin + count == static_cast<int64_t>(seq->request.prompt.size());
+      return seq->prefilled + count == static_cast<int64_t>(seq->request.prompt.size());
     });
     const PrefillLogits wanted = scoring      ? PrefillLogits::kAll
                                  : last_chunk ? PrefillLogits::kLast
@@ -507,6 +354,7 @@ bool Engine::Impl::PrefillChunk() {
   observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, rows, rows * count);
   for (Sequence* seq : group) {
     seq->prefilled += count;
+    SaveCheckpoint(*seq);
     if (seq->prefilling()) continue;
     if (seq->scoring()) {
       End(*seq, StreamEvent{});
@@ -573,16 +421,25 @@ bool Engine::Impl::DecodeStep() {
   std::vector<SampledToken> sampled(rows);
   at::parallel_for(0, rows, kRowsPerSamplingTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      sampled[i] = batch[i]->continuation->Sample(data + i * vocab, vocab);
+      if (!batch[i]->finishing)
+        sampled[i] = batch[i]->continuation->Sample(data + i * vocab, vocab);
     }
   });
-  for (int64_t i = 0; i < rows; ++i) Emit(*batch[i], sampled[i]);
+  for (int64_t i = 0; i < rows; ++i) {
+    if (batch[i]->finishing) {  // its last token is in the state now
+      batch[i]->last_fed = true;
+      End(*batch[i], std::exchange(batch[i]->pending, StreamEvent()));
+    } else {
+      Emit(*batch[i], sampled[i]);
+    }
+  }
   return true;
 }
 
 void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   const absl::Time now = clock_.Now();
   ++seq.generated;
+  seq.generated_ids.push_back(token.id);
   if (seq.generated == 1) {
     observer_->OnFirstToken(now - seq.arrival);
   } else {
@@ -605,10 +462,24 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
     }
     return;
   }
+  if (seq.request.return_state && CanFeedLast(seq)) {
+    // One more decode step puts the last token into the state that goes
+    // back to the client; it samples nothing.
+    seq.next_token = token.id;
+    seq.finishing = true;
+    return;
+  }
   End(seq, std::exchange(seq.pending, StreamEvent()));
 }
 
 void Engine::Impl::End(Sequence& seq, StreamEvent last) {
+  if (last.status.ok() && !seq.scoring() && seq.slot >= 0) {
+    if (absl::Status saved = SaveFinished(seq, last); !saved.ok()) {
+      // The tokens stand; only the state asked for could not be copied.
+      seq.pending = std::exchange(last, StreamEvent());
+      last.status = saved;
+    }
+  }
   // A failure does not take back tokens already generated: they go first.
   if (!last.status.ok() && !seq.pending.token_ids.empty()) {
     seq.stream->Push(std::exchange(seq.pending, StreamEvent()));
@@ -617,6 +488,8 @@ void Engine::Impl::End(Sequence& seq, StreamEvent last) {
   if (last.status.ok()) {
     last.prompt_tokens = static_cast<int64_t>(seq.request.prompt.size());
     last.completion_tokens = seq.generated;
+    last.cached_tokens = seq.request.start_tokens + seq.cache_hit;
+    last.prefilled_tokens = last.prompt_tokens - seq.cache_hit;
   }
   if (seq.slot >= 0) {
     pool_.Release(seq.slot).IgnoreError();  // the slot is ours: cannot fail
@@ -642,7 +515,10 @@ void Engine::Impl::PublishLoad() {
   // is backed by memory only as far as it is written.
   int64_t bytes = 0;
   for (const auto& seq : active_) {
-    if (seq->stream) bytes += backend_->state_bytes_per_sequence(seq->prefilled + seq->generated);
+    if (seq->stream) {
+      bytes += backend_->state_bytes_per_sequence(seq->request.start_tokens + seq->prefilled +
+                                                  seq->generated);
+    }
   }
   state_bytes_in_use_ = bytes;
   observer_->OnLoad(running_, waiting_count_, bytes);

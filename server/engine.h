@@ -38,6 +38,7 @@
 #include "server/request_stream.h"
 
 namespace attn {
+struct SavedRow;
 class Tokenizer;
 class CausalLm;
 class LmBackend;
@@ -79,6 +80,13 @@ struct EngineOptions {
   // max_active rows at the model's longest context, the most the pool holds.
   int64_t max_state_bytes = 0;
   RequestLimits limits;
+  // The state cache (server/state_cache.h): the bytes it may hold, 0 for
+  // none (attn-server's --state_cache_bytes; the registry turns it off for
+  // the models --state_cache leaves out). With it, a generation request starts from the state at
+  // the longest cached prefix of its prompt, and leaves the state at its prompt's end, every
+  // state_cache_interval prompt tokens, and at its finish for later requests.
+  int64_t state_cache_bytes = int64_t{256} << 20;
+  int64_t state_cache_interval = 256;
 
   // kInvalidArgument naming the first field out of range, by the name of
   // attn-server's flag for it ("max_active: must be at least 1, got 0").
@@ -95,6 +103,14 @@ struct EngineRequest {
   bool logprobs = false;
   bool ignore_eos = false;
   absl::Time deadline = absl::InfiniteFuture();
+  // Generation only. A sequence to continue instead of the empty one (a
+  // client's GenerateRequest.state): `prompt` is then only the new tokens,
+  // and the start state's `start_tokens` count against the context.
+  std::shared_ptr<const SavedRow> start_state;
+  int64_t start_tokens = 0;
+  // Generation only: the last event of a success carries the state after
+  // every token of the sequence (StreamEvent::state).
+  bool return_state = false;
 };
 
 // EngineOptions::max_state_bytes resolved for a model whose state slot
@@ -121,6 +137,11 @@ class EngineObserver {
   virtual void OnStep(Phase /*phase*/, absl::Duration /*took*/, int64_t /*rows*/,
                       int64_t /*tokens*/) {}
   virtual void OnLoad(int64_t /*running*/, int64_t /*waiting*/, int64_t /*state_bytes*/) {}
+  // A generation request's state cache lookup: `reused` of its `prompt`
+  // tokens came from the cache (0: a miss).
+  virtual void OnCacheLookup(int64_t /*reused*/, int64_t /*prompt*/) {}
+  // The cache's size after it changed.
+  virtual void OnCacheSize(int64_t /*entries*/, int64_t /*bytes*/) {}
 };
 
 struct EngineLoad {
@@ -129,6 +150,8 @@ struct EngineLoad {
   // What the running sequences' states hold at their current lengths
   // (LmBackend::state_bytes_per_sequence); a cache grows with its context.
   int64_t state_bytes_in_use = 0;
+  int64_t cache_entries = 0;  // in the state cache
+  int64_t cache_bytes = 0;
 };
 
 struct EngineWarmUp {

@@ -62,6 +62,15 @@ ABSL_FLAG(int64_t, stream_buffer, 16,
 ABSL_FLAG(int64_t, stream_interval, 1,
           "Tokens per streamed message after the first (which goes out at once): 1 streams "
           "every token; more send fewer messages, trading smoothness for throughput.");
+ABSL_FLAG(std::string, state_cache, "recurrent",
+          "Which models keep a state cache, so that a prompt that starts with tokens seen "
+          "before prefills only the rest: recurrent (models whose state does not grow with the "
+          "context), all (key/value caches too: an entry costs its context), or off.");
+ABSL_FLAG(int64_t, state_cache_bytes, attn::serving::EngineOptions().state_cache_bytes,
+          "Bytes of cached states per model (least recently used out first); 0: no cache.");
+ABSL_FLAG(int64_t, state_cache_interval, 256,
+          "A long prompt leaves a cached state every this many tokens, so that a shared "
+          "beginning (a system prompt) is reused whatever follows it.");
 ABSL_FLAG(int, shutdown_grace_seconds, 30,
           "On SIGTERM/SIGINT, how long running requests may take to finish.");
 
@@ -108,6 +117,21 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
+  engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
+  engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);
+  const std::string cache = absl::GetFlag(FLAGS_state_cache);
+  using StateCache = attn::serving::RegistryOptions::StateCache;
+  if (cache == "recurrent") {
+    options.registry.state_cache = StateCache::kRecurrent;
+  } else if (cache == "all") {
+    options.registry.state_cache = StateCache::kAll;
+  } else if (cache == "off") {
+    options.registry.state_cache = StateCache::kOff;
+  } else {
+    std::fprintf(stderr, "error: --state_cache=%s: expected recurrent, all or off\n",
+                 cache.c_str());
+    std::exit(2);
+  }
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   return options;
 }

@@ -91,6 +91,30 @@ struct Metrics::Families {
                            .Name("attn_state_memory_capacity_bytes")
                            .Help("State bytes preallocated for all slots.")
                            .Register(r)),
+        cache_hits(BuildCounter()
+                       .Name("attn_state_cache_hits_total")
+                       .Help("Generation requests that started from a cached state.")
+                       .Register(r)),
+        cache_misses(BuildCounter()
+                         .Name("attn_state_cache_misses_total")
+                         .Help("Generation requests the state cache had nothing for.")
+                         .Register(r)),
+        cache_tokens_saved(BuildCounter()
+                               .Name("attn_state_cache_tokens_saved_total")
+                               .Help("Prompt tokens not prefilled thanks to the state cache.")
+                               .Register(r)),
+        cache_entries(BuildGauge()
+                          .Name("attn_state_cache_entries")
+                          .Help("States held by the state cache.")
+                          .Register(r)),
+        cache_bytes(BuildGauge()
+                        .Name("attn_state_cache_bytes")
+                        .Help("Bytes held by the state cache (states, logits, tokens).")
+                        .Register(r)),
+        cache_capacity(BuildGauge()
+                           .Name("attn_state_cache_capacity_bytes")
+                           .Help("Bytes the state cache may hold; 0: off for the model.")
+                           .Register(r)),
         info(BuildGauge()
                  .Name("attn_model_info")
                  .Help("A hosted model; the value is always 1.")
@@ -110,6 +134,12 @@ struct Metrics::Families {
   prometheus::Family<Histogram>& step_duration;
   prometheus::Family<prometheus::Gauge>& state_memory;
   prometheus::Family<prometheus::Gauge>& state_capacity;
+  prometheus::Family<prometheus::Counter>& cache_hits;
+  prometheus::Family<prometheus::Counter>& cache_misses;
+  prometheus::Family<prometheus::Counter>& cache_tokens_saved;
+  prometheus::Family<prometheus::Gauge>& cache_entries;
+  prometheus::Family<prometheus::Gauge>& cache_bytes;
+  prometheus::Family<prometheus::Gauge>& cache_capacity;
   prometheus::Family<prometheus::Gauge>& info;
 };
 
@@ -131,7 +161,13 @@ class Metrics::ModelObserver : public EngineObserver {
             Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})),
         prefill_(f.step_duration.Add({{"model", model_}, {"phase", "prefill"}}, LatencyBuckets())),
         decode_(f.step_duration.Add({{"model", model_}, {"phase", "decode"}}, LatencyBuckets())),
-        state_memory_(f.state_memory.Add({{"model", model_}})) {
+        state_memory_(f.state_memory.Add({{"model", model_}})),
+        cache_hits_(f.cache_hits.Add({{"model", model_}})),
+        cache_misses_(f.cache_misses.Add({{"model", model_}})),
+        cache_tokens_saved_(f.cache_tokens_saved.Add({{"model", model_}})),
+        cache_entries_(f.cache_entries.Add({{"model", model_}})),
+        cache_bytes_(f.cache_bytes.Add({{"model", model_}})) {
+    f.cache_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_cache_bytes));
     f.state_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_capacity_bytes));
     f.info
         .Add({{"model", model_},
@@ -177,6 +213,18 @@ class Metrics::ModelObserver : public EngineObserver {
     waiting_.Set(static_cast<double>(waiting));
     state_memory_.Set(static_cast<double>(state_bytes));
   }
+  void OnCacheLookup(int64_t reused, int64_t /*prompt*/) override {
+    if (reused == 0) {
+      cache_misses_.Increment();
+      return;
+    }
+    cache_hits_.Increment();
+    cache_tokens_saved_.Increment(static_cast<double>(reused));
+  }
+  void OnCacheSize(int64_t entries, int64_t bytes) override {
+    cache_entries_.Set(static_cast<double>(entries));
+    cache_bytes_.Set(static_cast<double>(bytes));
+  }
 
  private:
   Families& families_;
@@ -193,6 +241,11 @@ class Metrics::ModelObserver : public EngineObserver {
   Histogram& prefill_;
   Histogram& decode_;
   prometheus::Gauge& state_memory_;
+  prometheus::Counter& cache_hits_;
+  prometheus::Counter& cache_misses_;
+  prometheus::Counter& cache_tokens_saved_;
+  prometheus::Gauge& cache_entries_;
+  prometheus::Gauge& cache_bytes_;
 };
 
 Metrics::Metrics()

@@ -38,7 +38,8 @@ struct ModelLabels {
   std::string architecture;
   std::string device;
   int64_t state_capacity_bytes = 0;
-  std::string backend;  // "native" or "torchscript"
+  std::string backend;            // "native" or "torchscript"
+  int64_t state_cache_bytes = 0;  // the state cache's capacity; 0: off
 };
 
 class Metrics {

@@ -15,6 +15,7 @@
 #include "model/lm/model_package.h"
 #include "model/text/tokenizer.h"
 #include "server/metrics.h"
+#include "server/state_blob.h"
 
 namespace attn::serving {
 namespace {
@@ -152,11 +153,20 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   hosted->tokenizer = std::move(loaded->tokenizer);
   // The request limits of this model: the server's, within its context.
   engine_options.limits.max_context = d.max_context;
+  // A key/value cache grows with the context: its entries cost megabytes.
+  const bool grows = d.mixer == "mha" || d.mixer == "mha-alibi" || d.mixer == "relative";
+  if (options.state_cache == RegistryOptions::StateCache::kOff ||
+      (options.state_cache == RegistryOptions::StateCache::kRecurrent && grows)) {
+    engine_options.state_cache_bytes = 0;
+  }
+  auto fingerprint = ModelFingerprint(path, d.mixer);
+  if (!fingerprint.ok()) return fingerprint.status();
+  d.fingerprint = *std::move(fingerprint);
   EngineObserver* observer = nullptr;
   if (metrics != nullptr) {
-    observer =
-        metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
-                           StateBudget(engine_options, d.state_bytes_per_sequence), d.backend});
+    observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
+                                  StateBudget(engine_options, d.state_bytes_per_sequence),
+                                  d.backend, engine_options.state_cache_bytes});
   }
   hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,
                                             engine_options, RealClock(), observer);

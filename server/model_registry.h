@@ -32,7 +32,8 @@ struct ModelDescription {
   int64_t layers = 0;
   int64_t d_model = 0;
   std::string device;
-  std::string backend;  // "native" or "torchscript"
+  std::string backend;      // "native" or "torchscript"
+  std::string fingerprint;  // which states it accepts (server/state_blob.h)
 };
 
 struct HostedModel {
@@ -54,6 +55,11 @@ struct RegistryOptions {
   BackendKind backend = BackendKind::kAuto;
   std::map<std::string, BackendKind> model_backends;
   EngineOptions engine;
+  // Which models get a state cache of engine.state_cache_bytes
+  // (--state_cache): kRecurrent, those whose state does not grow with the
+  // context (a cache entry of a key/value cache costs its context).
+  enum class StateCache { kOff, kRecurrent, kAll };
+  StateCache state_cache = StateCache::kRecurrent;
   // Told what loading is doing, one line at a time (attn-server prints
   // them), so that a slow start shows where it is; may be empty.
   std::function<void(const std::string&)> progress;

@@ -18,6 +18,10 @@
 #include "absl/synchronization/mutex.h"
 #include "model/lm/finish_reason.h"
 
+namespace attn {
+struct SavedRow;  // model/backend/backend.h
+}  // namespace attn
+
 namespace attn::serving {
 
 struct StreamEvent {
@@ -30,6 +34,18 @@ struct StreamEvent {
   FinishReason finish_reason = FinishReason::kUnspecified;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of the context, tokens this request did not prefill: a state cache
+  // hit's, or those of the state it started from. prefilled_tokens: the
+  // prompt tokens it ran through the model.
+  int64_t cached_tokens = 0;
+  int64_t prefilled_tokens = 0;
+  // EngineRequest::return_state, on the last event of a success: the state
+  // after `state_tokens` tokens in all (a start state's included), of which
+  // `state_token_ids` are this request's (its prompt, then what it
+  // generated; the last generated token only if the context had room).
+  std::shared_ptr<const SavedRow> state;
+  int64_t state_tokens = 0;
+  std::vector<int64_t> state_token_ids;
 };
 
 class DeliveryThread;

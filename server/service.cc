@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "model/text/tokenizer.h"
 #include "server/metrics.h"
+#include "server/state_blob.h"
 #include "util/field_error.h"
 #include "util/utf8.h"
 
@@ -55,7 +56,9 @@ attn::v1::FinishReason ToProto(FinishReason reason) {
 
 // Adds an event to a response: the events queued since the last write for a
 // streamed message, all of them for a unary one.
-void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* response) {
+// `fingerprint`: the model's, for a state the event carries.
+void AppendEvent(const StreamEvent& event, bool logprobs, const std::string& fingerprint,
+                 GenerateResponse* response) {
   response->mutable_text()->append(event.text);
   for (int64_t id : event.token_ids) response->add_token_ids(id);
   if (logprobs) {
@@ -65,7 +68,42 @@ void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* resp
     response->set_finish_reason(ToProto(event.finish_reason));
     response->mutable_usage()->set_prompt_tokens(event.prompt_tokens);
     response->mutable_usage()->set_completion_tokens(event.completion_tokens);
+    response->mutable_usage()->set_cached_tokens(event.cached_tokens);
+    response->mutable_usage()->set_prefilled_tokens(event.prefilled_tokens);
+    if (event.state) {
+      response->set_state(EncodeStateBlob({fingerprint, event.state_tokens, event.state}));
+      response->set_state_tokens(event.state_tokens);
+      for (int64_t id : event.state_token_ids) response->add_state_token_ids(id);
+    }
   }
+}
+
+// ToEngineRequest, plus the state the request starts from
+// (GenerateRequest.state) and whether it wants its own back.
+absl::StatusOr<EngineRequest> ToGeneration(const GenerateRequest& request, const HostedModel& model,
+                                           absl::Time deadline) {
+  absl::StatusOr<EngineRequest> generation =
+      ToEngineRequest(request, *model.tokenizer, model.engine->options().limits, deadline);
+  if (!generation.ok()) return generation;
+  generation->return_state = request.return_state();
+  if (!request.has_state()) return generation;
+  const int64_t budget = model.engine->state_budget_bytes();
+  if (static_cast<int64_t>(request.state().size()) > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "state: ", request.state().size(), " bytes, more than the ", budget,
+        " bytes of state the server holds for the model's requests (--max_state_bytes)"));
+  }
+  absl::StatusOr<StateBlob> blob = DecodeStateBlob(request.state());
+  if (!blob.ok()) return blob.status();
+  const ModelDescription& d = model.description;
+  if (blob->fingerprint != d.fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: it holds a state of model ", blob->fingerprint, ", but ", d.name, " is ",
+        d.fingerprint, "; send it to a server hosting that model, or start without it"));
+  }
+  generation->start_tokens = blob->tokens;
+  generation->start_state = std::move(blob->row);
+  return generation;
 }
 
 // Writes a request's events as stream messages, one write at a time; a
@@ -75,10 +113,11 @@ void AppendEvent(const StreamEvent& event, bool logprobs, GenerateResponse* resp
 // into one message, which costs far less than a message each.
 class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
-  StreamReactor(Metrics* metrics, std::string model, std::shared_ptr<RequestStream> stream,
-                bool logprobs)
+  StreamReactor(Metrics* metrics, std::string model, std::string fingerprint,
+                std::shared_ptr<RequestStream> stream, bool logprobs)
       : metrics_(metrics),
         model_(std::move(model)),
+        fingerprint_(std::move(fingerprint)),
         stream_(std::move(stream)),
         logprobs_(logprobs) {}
 
@@ -131,7 +170,7 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
     }
     response_.Clear();
     response_.set_model(model_);
-    for (const StreamEvent& event : events) AppendEvent(event, logprobs_, &response_);
+    for (const StreamEvent& event : events) AppendEvent(event, logprobs_, fingerprint_, &response_);
     writing_ = true;
     if (events.back().last) {
       finished_ = true;
@@ -154,6 +193,7 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
 
   Metrics* const metrics_;
   const std::string model_;
+  const std::string fingerprint_;  // the model's, for states (server/state_blob.h)
   const std::shared_ptr<RequestStream> stream_;
   const bool logprobs_;
   absl::Mutex mu_;
@@ -289,14 +329,16 @@ grpc::ServerUnaryReactor* TextGenerationService::RunUnary(
 grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerContext* context,
                                                           const GenerateRequest* request,
                                                           GenerateResponse* response) {
+  std::string fingerprint;
   auto to_engine = [&](const HostedModel& model) {
-    return ToEngineRequest(*request, *model.tokenizer, model.engine->options().limits,
-                           DeadlineOf(context));
+    fingerprint = model.description.fingerprint;
+    return ToGeneration(*request, model, DeadlineOf(context));
   };
-  auto make_sink = [response](const EngineRequest& engine_request, const std::string& name) {
+  auto make_sink = [response, &fingerprint](const EngineRequest& engine_request,
+                                            const std::string& name) {
     response->set_model(name);
-    return [response, logprobs = engine_request.logprobs](const StreamEvent& event) {
-      AppendEvent(event, logprobs, response);
+    return [response, logprobs = engine_request.logprobs, fingerprint](const StreamEvent& event) {
+      AppendEvent(event, logprobs, fingerprint, response);
     };
   };
   return RunUnary(context, request->model(), "Generate", to_engine, make_sink, [] {});
@@ -306,8 +348,7 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
   auto model = Resolve(request->model());
   absl::StatusOr<EngineRequest> engine_request =
-      model.ok() ? ToEngineRequest(*request, *(*model)->tokenizer,
-                                   (*model)->engine->options().limits, DeadlineOf(context))
+      model.ok() ? ToGeneration(*request, **model, DeadlineOf(context))
                  : absl::StatusOr<EngineRequest>(model.status());
   if (!engine_request.ok()) {
     const std::string name = model.ok() ? (*model)->description.name : request->model();
@@ -320,7 +361,8 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
   HostedModel& hosted = **model;
   auto stream = NewStream(hosted, &delivery_);
   auto* reactor =
-      new StreamReactor(metrics_, hosted.description.name, stream, engine_request->logprobs);
+      new StreamReactor(metrics_, hosted.description.name, hosted.description.fingerprint, stream,
+                        engine_request->logprobs);
   reactor->Begin();
   absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
   if (!queued.ok()) reactor->Fail(queued);
@@ -397,6 +439,8 @@ grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     info->set_d_model(d.d_model);
     info->set_max_active_sequences(model->engine->options().max_active);
     info->set_backend(d.backend);
+    info->set_state_fingerprint(d.fingerprint);
+    info->set_state_cache_bytes(model->engine->options().state_cache_bytes);
   }
   return Done(context, "", "ListModels", absl::OkStatus());
 }

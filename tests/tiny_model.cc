@@ -47,8 +47,9 @@ CausalLm TinyModel(MixerKind kind, uint64_t seed) {
   return model;
 }
 
-std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind) {
-  CausalLm model = TinyModel(kind);
+std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind,
+                             uint64_t seed) {
+  CausalLm model = TinyModel(kind, seed);
   const std::string path = dir + "/" + name + ".pt";
   absl::Status saved = SavePackage(path, model, TinyTokenizer().Serialized());
   if (!saved.ok()) {

@@ -23,7 +23,8 @@ LmConfig TinyConfig(MixerKind kind);
 // A model of TinyConfig(kind).
 CausalLm TinyModel(MixerKind kind, uint64_t seed = 7);
 
-// Writes `dir`/`name`.pt holding TinyModel(kind) and TinyTokenizer().
-std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind);
+// Writes `dir`/`name`.pt holding TinyModel(kind, seed) and TinyTokenizer().
+std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind,
+                             uint64_t seed = 7);
 
 }  // namespace attn::testing

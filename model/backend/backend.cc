@@ -1,3 +1,5 @@
+#include "model/backend/backend.h"
+
 #include "model/backend/backend_kind.h"
 #include "util/enum_names.h"
 
@@ -11,6 +13,12 @@ constexpr std::pair<BackendKind, const char*> kBackendNames[] = {
 };
 
 }  // namespace
+
+int64_t SavedRow::bytes() const {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes;
+}
 
 std::string BackendKindName(BackendKind kind) { return EnumName(kBackendNames, kind); }
 

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,14 @@
 #include "model/lm/language_model.h"
 
 namespace attn {
+
+// One sequence's state copied out of a row (LmBackend::SaveRow): what
+// continuing it in any row of a backend of the same model needs.
+struct SavedRow {
+  std::vector<torch::Tensor> tensors;  // on the backend's device
+  // Bytes the tensors hold.
+  int64_t bytes() const;
+};
 
 class LmBackend {
  public:
@@ -50,6 +59,13 @@ class LmBackend {
   // The sequence in `row` has ended: reset, with its memory given back
   // where the state allows it.
   virtual absl::Status ReleaseRow(int64_t row) = 0;
+
+  // Copies row `row` out: a cache's rows only as far as they are written.
+  virtual absl::StatusOr<SavedRow> SaveRow(int64_t row) = 0;
+  // Makes `row` continue `saved` exactly as the saved row would have.
+  // kInvalidArgument naming what does not fit when `saved` is not a row of
+  // this model's state (the row must then be reset before reuse).
+  virtual absl::Status LoadRow(int64_t row, const SavedRow& saved) = 0;
 
   // `rows`: int64 [B] on device(). kInternal with the model's message if
   // the model fails; kInvalidArgument for calls that break the contract

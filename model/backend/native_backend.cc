@@ -26,6 +26,21 @@ absl::Status NativeBackend::ReleaseRow(int64_t row) {
                      [&] { model_->ReleaseSlots(state_, torch::tensor({row}, torch::kLong)); });
 }
 
+absl::StatusOr<SavedRow> NativeBackend::SaveRow(int64_t row) {
+  return Guarded("saving a state row", [&] { return SavedRow{model_->SaveRow(state_, row)}; });
+}
+
+absl::Status NativeBackend::LoadRow(int64_t row, const SavedRow& saved) {
+  try {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& t : saved.tensors) tensors.push_back(t.to(device_));
+    model_->LoadRow(state_, row, tensors);
+    return absl::OkStatus();
+  } catch (const c10::Error& error) {
+    return absl::InvalidArgumentError(error.what_without_backtrace());
+  }
+}
+
 absl::StatusOr<torch::Tensor> NativeBackend::Prefill(const torch::Tensor& tokens,
                                                      const torch::Tensor& rows,
                                                      PrefillLogits logits) {

@@ -25,6 +25,9 @@ class NativeBackend : public LmBackend {
   absl::Status ResetRow(int64_t row) override;
   absl::Status ReleaseRow(int64_t row) override;
 
+  absl::StatusOr<SavedRow> SaveRow(int64_t row) override;
+  absl::Status LoadRow(int64_t row, const SavedRow& saved) override;
+
   absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,

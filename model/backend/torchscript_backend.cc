@@ -243,6 +243,41 @@ absl::Status TorchScriptBackend::ResetRow(int64_t row) {
   });
 }
 
+absl::StatusOr<SavedRow> TorchScriptBackend::SaveRow(int64_t row) {
+  return Guarded("saving a state row", [&] {
+    c10::InferenceMode inference;
+    TORCH_CHECK(row >= 0 && row < rows_, "SaveRow: row ", row, " of ", rows_);
+    SavedRow saved;
+    for (const auto& t : pool_) saved.tensors.push_back(t.narrow(0, row, 1).clone());
+    return saved;
+  });
+}
+
+absl::Status TorchScriptBackend::LoadRow(int64_t row, const SavedRow& saved) {
+  if (row < 0 || row >= rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadRow: row ", row, " of ", rows_));
+  }
+  // A row of init_state(1)'s shapes and dtypes, tensor for tensor.
+  if (saved.tensors.size() != empty_row_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("saved state: ", saved.tensors.size(),
+                                                   " tensors, the model's state holds ",
+                                                   empty_row_.size()));
+  }
+  for (size_t i = 0; i < empty_row_.size(); ++i) {
+    const torch::Tensor& got = saved.tensors[i];
+    if (!got.defined() || got.scalar_type() != empty_row_[i].scalar_type() ||
+        got.sizes() != empty_row_[i].sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat("saved state: tensor ", i,
+                                                     " does not have the shape and dtype of the ",
+                                                     "model's init_state(1)"));
+    }
+  }
+  return GuardedCall("loading a state row", [&] {
+    c10::InferenceMode inference;
+    for (size_t i = 0; i < pool_.size(); ++i) pool_[i].narrow(0, row, 1).copy_(saved.tensors[i]);
+  });
+}
+
 torch::Tensor TorchScriptBackend::Run(const std::string& method, const torch::Tensor& tokens,
                                       const torch::Tensor& rows) {
   c10::InferenceMode inference;

@@ -66,6 +66,10 @@ class TorchScriptBackend : public LmBackend {
   absl::Status ResetRow(int64_t row) override;
   absl::Status ReleaseRow(int64_t row) override { return ResetRow(row); }
 
+  // A row as init_state(1) shapes it: a cache at its capacity.
+  absl::StatusOr<SavedRow> SaveRow(int64_t row) override;
+  absl::Status LoadRow(int64_t row, const SavedRow& saved) override;
+
   absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,

@@ -158,6 +158,42 @@ void CausalLmImpl::ReleaseSlots(LmState& state, const torch::Tensor& slots) cons
   }
 }
 
+std::vector<torch::Tensor> CausalLmImpl::SaveRow(const LmState& state, int64_t row) const {
+  std::vector<torch::Tensor> saved;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    MixerState layer = layers_[l]->mixer->SaveRow(state.layers[l], row);
+    saved.push_back(layer.length);
+    saved.insert(saved.end(), layer.tensors.begin(), layer.tensors.end());
+  }
+  return saved;
+}
+
+void CausalLmImpl::LoadRow(LmState& state, int64_t row,
+                           const std::vector<torch::Tensor>& saved) const {
+  // Split the list by the layers' tensor counts, then check that every
+  // layer holds the same length before writing any.
+  std::vector<MixerState> layers(layers_.size());
+  size_t next = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const size_t count = state.layers[l].tensors.size();
+    TORCH_CHECK(next + 1 + count <= saved.size(), "saved state: ", saved.size(),
+                " tensors, too few for this model's ", layers_.size(), " layers");
+    layers[l].length = saved[next];
+    layers[l].tensors.assign(saved.begin() + next + 1, saved.begin() + next + 1 + count);
+    next += 1 + count;
+    TORCH_CHECK(layers[l].length.defined() && layers[l].length.numel() == 1 &&
+                    layers[l].length.scalar_type() == torch::kLong,
+                "saved state: layer ", l, " has no int64 length");
+    TORCH_CHECK(layers[l].length.item<int64_t>() == layers[0].length.item<int64_t>(),
+                "saved state: layers at different lengths");
+  }
+  TORCH_CHECK(next == saved.size(), "saved state: ", saved.size(), " tensors, this model holds ",
+              next);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l]->mixer->LoadRow(state.layers[l], row, layers[l]);
+  }
+}
+
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
                                     const torch::Tensor& slots, PrefillLogits logits) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());

@@ -79,6 +79,13 @@ class CausalLmImpl : public torch::nn::Module {
   // where the mixers allow it (SequenceMixer::ReleaseSlots).
   void ReleaseSlots(LmState& state, const torch::Tensor& slots) const;
 
+  // One sequence's state as a flat list, per layer its length and then its
+  // tensors, copied as SequenceMixer::SaveRow does. LoadRow writes such a
+  // list into row `row`; it throws c10::Error when the list does not fit
+  // this model, and may then have written part of the row (reset it).
+  std::vector<torch::Tensor> SaveRow(const LmState& state, int64_t row) const;
+  void LoadRow(LmState& state, int64_t row, const std::vector<torch::Tensor>& saved) const;
+
   const LmConfig& config() const { return config_; }
   // Longest sequence the model can process; -1 when unbounded.
   int64_t max_context() const;

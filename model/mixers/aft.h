@@ -63,6 +63,8 @@ class AftImpl : public SequenceMixer {
   torch::nn::Linear out_proj() const { return out_proj_; }
 
  protected:
+  // The rings: slots in dim 1, at most the window.
+  HeldPositions held_positions() const override { return {1, 3, window_}; }
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
                         int64_t keep) override;
 

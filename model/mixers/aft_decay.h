@@ -60,6 +60,8 @@ class AftDecayImpl : public SequenceMixer {
   torch::nn::Linear out_proj() const { return out_proj_; }
 
  protected:
+  // The rings: slots in dim 1, at most the window.
+  HeldPositions held_positions() const override { return {1, 3, options_.window}; }
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
                         int64_t keep) override;
 

@@ -123,6 +123,53 @@ void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) co
   ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
 }
 
+MixerState SequenceMixer::SaveRow(const MixerState& state, int64_t row) const {
+  TORCH_CHECK(row >= 0 && row < state.rows(), "SaveRow: row ", row, " of ", state.rows());
+  const HeldPositions held = held_positions();
+  MixerState saved;
+  saved.length = state.length.narrow(0, row, 1).clone();
+  const int64_t count = held.Count(saved.length.item<int64_t>());
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    torch::Tensor t = state.tensors[i].narrow(0, row, 1);
+    if (held.dim >= 0 && i >= held.first) t = t.narrow(held.dim, 0, count);
+    saved.tensors.push_back(t.clone());
+  }
+  return saved;
+}
+
+void SequenceMixer::LoadRow(MixerState& state, int64_t row, const MixerState& saved) const {
+  TORCH_CHECK(row >= 0 && row < state.rows(), "LoadRow: row ", row, " of ", state.rows());
+  TORCH_CHECK(saved.length.defined() && saved.length.dim() == 1 && saved.length.size(0) == 1 &&
+                  saved.length.scalar_type() == torch::kLong,
+              "saved state: expected one int64 length");
+  const int64_t length = saved.length.item<int64_t>();
+  const int64_t limit = max_context();
+  TORCH_CHECK(length >= 0 && (limit < 0 || length <= limit), "saved state: length ", length,
+              " outside 0..", limit < 0 ? std::string("unbounded") : std::to_string(limit));
+  TORCH_CHECK(saved.tensors.size() == state.tensors.size(), "saved state: ", saved.tensors.size(),
+              " tensors, this mixer holds ", state.tensors.size());
+  const HeldPositions held = held_positions();
+  const int64_t count = held.Count(length);
+  auto held_dim = [&](size_t i, int64_t d) { return d == held.dim && i >= held.first; };
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const torch::Tensor& want = state.tensors[i];
+    const torch::Tensor& got = saved.tensors[i];
+    TORCH_CHECK(got.defined() && got.scalar_type() == want.scalar_type() && got.dim() == want.dim(),
+                "saved state: tensor ", i, " has the wrong dtype or rank");
+    for (int64_t d = 0; d < want.dim(); ++d) {
+      const int64_t expected = d == 0 ? 1 : held_dim(i, d) ? count : want.size(d);
+      TORCH_CHECK(got.size(d) == expected, "saved state: tensor ", i, " has shape ", got.sizes(),
+                  ", expected size ", expected, " in dim ", d);
+    }
+  }
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    torch::Tensor target = state.tensors[i].narrow(0, row, 1);
+    if (held.dim >= 0 && i >= held.first) target = target.narrow(held.dim, 0, count);
+    target.copy_(saved.tensors[i]);
+  }
+  state.length.narrow(0, row, 1).copy_(saved.length);
+}
+
 // The checks below run on every decode step, so they loop over raw CPU
 // memory instead of issuing tensor ops (~1.3 us each here).
 torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::Tensor& slots,

@@ -25,6 +25,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -121,6 +122,17 @@ WindowRows GatherWindowRows(const MixerState& state, const torch::Tensor& index,
 void ScatterWindowRows(MixerState& state, const torch::Tensor& index, int64_t window, int64_t end,
                        const WindowRows& rows);
 
+// Per-position entries of a state: dim `dim` of its tensors from index
+// `first` on holds, for a sequence of `length` tokens, Count(length) entries
+// that exist (the rest of that dim is never read). window -1: as many as
+// the length (a cache); else at most `window` (a ring).
+struct HeldPositions {
+  int64_t dim = -1;  // -1: none
+  size_t first = 0;
+  int64_t window = -1;
+  int64_t Count(int64_t length) const { return window < 0 ? length : std::min(length, window); }
+};
+
 class SequenceMixer : public torch::nn::Module {
  public:
   explicit SequenceMixer(MixerOptions options) : options_(std::move(options)) {}
@@ -176,6 +188,16 @@ class SequenceMixer : public torch::nn::Module {
     ResetSlots(state, slots);
   }
 
+  // One sequence copied out and back in (a server's state cache, and state
+  // a client holds). SaveRow returns a one-row state with what row `row`
+  // really holds: of the positions a state keeps (held_positions()), only
+  // those that exist at its length. LoadRow makes row `row` continue such a
+  // copy exactly as the saved row would. It throws c10::Error when `saved`
+  // does not fit this mixer (the tensors' count, dtypes or shapes, a length
+  // past max_context), before writing anything.
+  MixerState SaveRow(const MixerState& state, int64_t row) const;
+  void LoadRow(MixerState& state, int64_t row, const MixerState& saved) const;
+
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
   torch::Tensor ResolveSlots(const MixerState& state, const torch::Tensor& slots,
@@ -187,6 +209,10 @@ class SequenceMixer : public torch::nn::Module {
                                 const torch::Tensor& slots, int64_t keep) = 0;
   // Throws unless the rows `slots` can take `tokens` more tokens.
   void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
+  // Where this mixer's state keeps per-position entries that exist only
+  // once a sequence reaches them (a key/value cache, an AFT ring), which
+  // SaveRow leaves out. Default: none.
+  virtual HeldPositions held_positions() const { return {}; }
   // The checks of a fused step: validates `slots` and that each row can take
   // one more token. Returns the rows' ids, or null for rows 0..B-1;
   // `holder` keeps converted ids alive.

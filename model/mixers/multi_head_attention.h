@@ -79,6 +79,8 @@ class MultiHeadAttentionImpl : public SequenceMixer {
   torch::nn::Linear out_proj() const { return out_proj_; }
 
  protected:
+  // The cache: positions in dim 2 of k and v.
+  HeldPositions held_positions() const override { return {2, 0, -1}; }
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
                         int64_t keep) override;
 

@@ -60,6 +60,8 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
   const torch::Tensor& distance_embeddings() const { return distances_; }
 
  protected:
+  // The cache: positions in dim 2 of k and v.
+  HeldPositions held_positions() const override { return {2, 0, -1}; }
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
                         int64_t keep) override;
 

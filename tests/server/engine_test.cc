@@ -18,6 +18,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "tests/server/fake_clock.h"
+#include "tests/server/requests.h"
 #include "tests/tiny_model.h"
 
 namespace attn::serving {
@@ -88,19 +89,11 @@ bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout) {
 }
 
 EngineRequest Greedy(std::vector<int64_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0.0;
-  r.ignore_eos = true;
-  r.logprobs = true;
-  return r;
+  return testing::GreedyEngineRequest(std::move(prompt), max_tokens);
 }
 
 std::vector<int64_t> Prompt(int64_t length, int64_t offset) {
-  std::vector<int64_t> ids(length);
-  for (int64_t i = 0; i < length; ++i) ids[i] = 3 + (offset + i * 37) % 290;
-  return ids;
+  return testing::SyntheticIds(length, offset);
 }
 
 class EngineTest : public ::testing::Test {

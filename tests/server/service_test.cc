@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
+#include "tests/server/test_server.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -34,17 +35,7 @@ std::function<bool(const EngineLoad&)> Running(int64_t n) {
 }
 
 std::unique_ptr<InferenceServer> StartServer(const std::string& dir, EngineOptions engine = {}) {
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
-  options.registry.paths = {dir};
-  options.registry.default_model = "tiny-aft";
-  options.registry.engine = engine;
-  options.shutdown_grace = absl::Seconds(10);
-  auto server = InferenceServer::Start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
+  return testing::StartTestServer(dir, engine);
 }
 
 class ServiceTest : public ::testing::Test {
@@ -74,22 +65,7 @@ class ServiceTest : public ::testing::Test {
   // All messages of a stream merged, and its final status.
   grpc::Status Stream(const GenerateRequest& request, GenerateResponse* merged,
                       int* messages = nullptr) {
-    grpc::ClientContext context;
-    auto reader = stub_->GenerateStream(&context, request);
-    GenerateResponse message;
-    int count = 0;
-    while (reader->Read(&message)) {
-      ++count;
-      merged->mutable_text()->append(message.text());
-      merged->mutable_token_ids()->MergeFrom(message.token_ids());
-      merged->mutable_logprobs()->MergeFrom(message.logprobs());
-      if (message.has_finish_reason()) {
-        merged->set_finish_reason(message.finish_reason());
-        *merged->mutable_usage() = message.usage();
-      }
-    }
-    if (messages) *messages = count;
-    return reader->Finish();
+    return testing::StreamMerged(*stub_, request, merged, messages);
   }
   grpc::Status Unary(const GenerateRequest& request, GenerateResponse* response,
                      int deadline_ms = 0) {

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "server/server.h"
 #include "tests/server/requests.h"
+#include "tests/server/test_server.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -89,14 +90,7 @@ class TorchScriptBackendTest : public ::testing::Test {
   }
 
   grpc::Status Stream(const GenerateRequest& request, GenerateResponse* merged) {
-    grpc::ClientContext context;
-    auto reader = stub_->GenerateStream(&context, request);
-    GenerateResponse message;
-    while (reader->Read(&message)) {
-      merged->mutable_token_ids()->MergeFrom(message.token_ids());
-      merged->mutable_logprobs()->MergeFrom(message.logprobs());
-    }
-    return reader->Finish();
+    return testing::StreamMerged(*stub_, request, merged);
   }
 
   static std::string Path(const std::string& name) { return dir_->File(name); }
@@ -120,6 +114,53 @@ TEST_F(TorchScriptBackendTest, GreedyStreamsEqualTheModulesOwnLoop) {
     std::vector<int64_t> tokens(streamed.token_ids().begin(), streamed.token_ids().end());
     EXPECT_EQ(tokens, expected["greedy"].get<std::vector<int64_t>>());
   }
+}
+
+// The module's state rows copied out (return_state) and back in (state),
+// and a cache hit on a repeated prompt: the same tokens as reading it all.
+TEST_F(TorchScriptBackendTest, StatesRoundTripThroughTheModulesOwnRows) {
+  GenerateRequest first = Greedy("rwkv", "The river", 10);
+  first.set_return_state(true);
+  GenerateResponse a;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Generate(&context, first, &a).ok());
+  }
+  ASSERT_FALSE(a.state().empty());
+  GenerateRequest next = Greedy("rwkv", "", 10);
+  next.clear_prompt();
+  next.add_prompt_token_ids(a.token_ids(0));
+  next.set_state(a.state());
+  GenerateResponse resumed;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Generate(&context, next, &resumed).ok());
+  }
+  GenerateRequest whole = Greedy("rwkv", "", 10);
+  whole.clear_prompt();
+  for (int64_t id : a.state_token_ids()) whole.add_prompt_token_ids(id);
+  whole.add_prompt_token_ids(a.token_ids(0));
+  GenerateResponse uninterrupted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Generate(&context, whole, &uninterrupted).ok());
+  }
+  EXPECT_EQ(
+      std::vector<int64_t>(resumed.token_ids().begin(), resumed.token_ids().end()),
+      std::vector<int64_t>(uninterrupted.token_ids().begin(), uninterrupted.token_ids().end()));
+  for (int i = 0; i < resumed.logprobs_size(); ++i) {
+    EXPECT_NEAR(resumed.logprobs(i), uninterrupted.logprobs(i), 1e-4) << i;
+  }
+  // Sent again, the whole sequence is a cache hit with the same tokens.
+  GenerateResponse again;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->Generate(&context, whole, &again).ok());
+  }
+  EXPECT_EQ(again.usage().cached_tokens(), whole.prompt_token_ids_size());
+  EXPECT_EQ(
+      std::vector<int64_t>(again.token_ids().begin(), again.token_ids().end()),
+      std::vector<int64_t>(uninterrupted.token_ids().begin(), uninterrupted.token_ids().end()));
 }
 
 TEST_F(TorchScriptBackendTest, ScoreEqualsForwardLogSoftmax) {

@@ -1,0 +1,126 @@
+#include "client/chat.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "attn/v1/text_generation.grpc.pb.h"
+#include "client/health.h"
+
+namespace attn::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct TurnResult {
+  std::string reply;
+  attn::v1::GenerateResponse last;  // usage, state
+  double ttft_ms = 0;
+  double total_ms = 0;
+};
+
+// One turn as a stream, printing the reply as it arrives unless `quiet`.
+grpc::Status RunTurn(attn::v1::TextGeneration::Stub& stub, const attn::v1::GenerateRequest& request,
+                     bool quiet, TurnResult* out) {
+  grpc::ClientContext context;
+  const Clock::time_point start = Clock::now();
+  auto reader = stub.GenerateStream(&context, request);
+  attn::v1::GenerateResponse message;
+  bool first = true;
+  while (reader->Read(&message)) {
+    if (first && message.token_ids_size() > 0) {
+      out->ttft_ms = Ms(Clock::now() - start);
+      first = false;
+    }
+    out->reply += message.text();
+    if (!quiet) {
+      std::fputs(message.text().c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (message.has_usage()) out->last = message;
+  }
+  out->total_ms = Ms(Clock::now() - start);
+  return reader->Finish();
+}
+
+void Report(const ChatOptions& options, int turn, size_t server, const TurnResult& result) {
+  const attn::v1::Usage& usage = result.last.usage();
+  if (options.json) {
+    std::printf(
+        "{\"turn\": %d, \"server\": \"%s\", \"prompt_tokens\": %ld, \"prefilled_tokens\": %ld, "
+        "\"cached_tokens\": %ld, \"completion_tokens\": %ld, \"ttft_ms\": %.3f, \"total_ms\": "
+        "%.3f, \"state_bytes\": %zu}\n",
+        turn, options.server_names[server].c_str(), static_cast<long>(usage.prompt_tokens()),
+        static_cast<long>(usage.prefilled_tokens()), static_cast<long>(usage.cached_tokens()),
+        static_cast<long>(usage.completion_tokens()), result.ttft_ms, result.total_ms,
+        result.last.state().size());
+    std::fflush(stdout);
+    return;
+  }
+  std::fprintf(
+      stderr,
+      "\n[turn %d on %s: prefilled %ld tokens, reused %ld, first token %.1f ms, "
+      "%ld tokens in %.1f ms%s]\n",
+      turn, options.server_names[server].c_str(), static_cast<long>(usage.prefilled_tokens()),
+      static_cast<long>(usage.cached_tokens()), result.ttft_ms,
+      static_cast<long>(usage.completion_tokens()), result.total_ms,
+      options.hold_state ? absl::StrFormat(", state %zu bytes", result.last.state().size()).c_str()
+                         : "");
+}
+
+}  // namespace
+
+int RunChat(std::istream& input, const ChatOptions& options) {
+  if (options.servers.empty()) {
+    std::fprintf(stderr, "error: --servers: no server to talk to\n");
+    return 2;
+  }
+  std::vector<std::unique_ptr<attn::v1::TextGeneration::Stub>> stubs;
+  for (const auto& channel : options.servers) {
+    stubs.push_back(attn::v1::TextGeneration::NewStub(channel));
+  }
+  std::string conversation = options.system;  // all of it, for !hold_state
+  std::string state;                          // the last reply's, for hold_state
+  std::string line;
+  int turn = 0;
+  if (options.interactive) std::fputs("> ", stderr);
+  while (std::getline(input, line)) {
+    if (line.empty()) continue;
+    ++turn;
+    const size_t server = static_cast<size_t>(turn - 1) % stubs.size();
+    if (options.fresh_turns) {
+      conversation = options.system;
+      state.clear();
+    }
+    // A turn is its line on a line of its own; the reply follows it.
+    const bool opening = conversation == options.system;
+    const std::string text = (opening ? "" : "\n") + line + "\n";
+    attn::v1::GenerateRequest request = options.base;
+    if (options.hold_state) {
+      request.set_prompt(opening ? options.system + text : text);
+      request.set_return_state(true);
+      if (!state.empty()) request.set_state(state);
+    } else {
+      request.set_prompt(conversation + text);
+    }
+    TurnResult result;
+    grpc::Status status = RunTurn(*stubs[server], request, options.json, &result);
+    if (!status.ok()) {
+      std::fprintf(stderr, "error: turn %d on %s: %s: %s\n", turn,
+                   options.server_names[server].c_str(), StatusCodeName(status.error_code()),
+                   status.error_message().c_str());
+      return 1;
+    }
+    conversation += text + result.reply;
+    state = result.last.state();
+    Report(options, turn, server, result);
+    if (options.interactive) std::fputs("> ", stderr);
+  }
+  return 0;
+}
+
+}  // namespace attn::client

@@ -1,0 +1,81 @@
+// The state cache of one model: sequences' states keyed by the exact tokens
+// they cover, so that a request whose tokens start with a cached sequence's
+// prefills only the rest, at token granularity.
+//
+// Keys are a chain of 64-bit hashes, one per token (h_i = Mix(h_{i-1},
+// t_i)): one pass over a prompt gives the key of each of its prefixes, so
+// finding the longest cached one costs a hash-map probe per token. A key
+// that matches is verified against the tokens the entry stores before it is
+// used, so a hash collision costs a miss, never a wrong state.
+//
+// Entries are bounded by bytes, least recently used out first. An entry's
+// bytes are what it really holds: its state (a key/value cache's rows only
+// as far as they are written), its logits if any, and its tokens.
+//
+// Not thread-safe: the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "model/backend/backend.h"
+
+namespace attn::serving {
+
+// A sequence's state after its tokens.
+struct CachedState {
+  SavedRow row;
+  // The model's logits after the last token: [vocab] when the state was
+  // saved at a prompt's end (a request with exactly these tokens then needs
+  // no prefill at all); empty otherwise.
+  std::vector<float> logits;
+};
+
+class StateCache {
+ public:
+  explicit StateCache(int64_t capacity_bytes);
+
+  struct Hit {
+    int64_t tokens = 0;  // 0: a miss
+    std::shared_ptr<const CachedState> state;
+  };
+  // The longest cached prefix of `tokens` that continues it: one of fewer
+  // tokens, or of all of them when the entry has logits (the next token is
+  // sampled from them). Marks the entry used.
+  Hit Lookup(absl::Span<const int64_t> tokens);
+  // Whether the state after exactly `tokens` is cached (marks nothing).
+  bool Contains(absl::Span<const int64_t> tokens) const;
+  // Keeps `state` as the state after `tokens` (at least one), replacing any
+  // entry for the same key, and drops the least recently used entries until
+  // it fits. A state larger than the whole capacity is not kept.
+  void Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state);
+
+  int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
+  int64_t bytes() const { return bytes_; }
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+
+  // The key chain of `tokens`: element i is the key of the first i + 1.
+  static std::vector<uint64_t> Keys(absl::Span<const int64_t> tokens);
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;  // vocabularies fit int32: half the bytes
+    std::shared_ptr<const CachedState> state;
+    int64_t bytes = 0;
+    std::list<uint64_t>::iterator recency;  // in recency_
+  };
+  // Whether `entry` holds exactly the first `count` of `tokens`.
+  static bool Holds(const Entry& entry, absl::Span<const int64_t> tokens, size_t count);
+  void Erase(std::unordered_map<uint64_t, Entry>::iterator it);
+
+  const int64_t capacity_bytes_;
+  int64_t bytes_ = 0;
+  std::unordered_map<uint64_t, Entry> entries_;
+  std::list<uint64_t> recency_;  // keys, most recently used first
+};
+
+}  // namespace attn::serving

@@ -1,0 +1,242 @@
+// State reuse in the engine: the state cache (server/state_cache.h) and the
+// states requests bring and take. For every mixer kind, a request's greedy
+// tokens do not depend on where its state came from, and its logprobs
+// equal those of the same tokens read from zero within 1e-4.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine.h"
+#include "server/state_cache.h"
+#include "tests/server/fake_clock.h"
+#include "tests/server/requests.h"
+#include "tests/test_util.h"
+#include "tests/tiny_model.h"
+
+namespace attn::serving {
+namespace state_reuse_test {
+
+using attn::testing::FakeClock;
+using attn::testing::TinyModel;
+using attn::testing::TinyTokenizer;
+
+struct Result {
+  std::vector<int64_t> ids;
+  std::vector<float> logprobs;
+  StreamEvent last;
+  bool done = false;
+};
+
+class LookupLog : public EngineObserver {
+ public:
+  void OnCacheLookup(int64_t reused, int64_t) override { reused_.push_back(reused); }
+  std::vector<int64_t> reused_;
+};
+
+EngineRequest GreedyRun(std::vector<int64_t> prompt, int64_t max_tokens) {
+  return testing::GreedyEngineRequest(std::move(prompt), max_tokens);
+}
+
+std::vector<int64_t> Tokens(int64_t length, int64_t offset) {
+  return testing::SyntheticIds(length, offset);
+}
+
+std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void ExpectSame(const Result& got, const Result& want, const std::string& what) {
+  ASSERT_TRUE(got.last.status.ok()) << what << ": " << got.last.status;
+  EXPECT_EQ(got.ids, want.ids) << what;
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
+  for (size_t i = 0; i < got.logprobs.size(); ++i) {
+    EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << what << " token " << i;
+  }
+}
+
+class StateReuseTest : public ::testing::TestWithParam<MixerKind> {
+ protected:
+  std::unique_ptr<Engine> NewEngine(int64_t cache_bytes, EngineObserver* observer = nullptr) {
+    if (!model_) model_ = TinyModel(GetParam());
+    EngineOptions options;
+    options.state_cache_bytes = cache_bytes;
+    options.state_cache_interval = 8;
+    options.prefill_chunk = 16;
+    return std::make_unique<Engine>(model_, TinyTokenizer(), options, clock_, observer);
+  }
+  Result Run(Engine& engine, const EngineRequest& request) {
+    auto stream = std::make_shared<RequestStream>(10000);
+    Result out;
+    absl::Status submitted = engine.Submit(request, stream);
+    if (!submitted.ok()) {
+      out.last.status = submitted;
+      return out;
+    }
+    for (int i = 0; i < 5000 && !out.done; ++i) {
+      engine.RunOnce();
+      for (const StreamEvent& event : stream->PopReady()) {
+        out.ids.insert(out.ids.end(), event.token_ids.begin(), event.token_ids.end());
+        out.logprobs.insert(out.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+        if (event.last) {
+          out.last = event;
+          out.done = true;
+        }
+      }
+    }
+    EXPECT_TRUE(out.done);
+    return out;
+  }
+
+  FakeClock clock_;
+  CausalLm model_{nullptr};
+};
+
+TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
+  LookupLog log;
+  auto cached = NewEngine(64 << 20, &log);
+  auto plain = NewEngine(0);
+  const EngineRequest first = GreedyRun(Tokens(21, 0), 10);
+  const Result a = Run(*cached, first);
+  ExpectSame(a, Run(*plain, first), "first");
+  EXPECT_EQ(a.last.cached_tokens, 0);
+  EXPECT_EQ(a.last.prefilled_tokens, 21);
+
+  // The same prompt again: its end was cached with the logits after it.
+  const Result again = Run(*cached, first);
+  ExpectSame(again, a, "again");
+  EXPECT_EQ(again.last.cached_tokens, 21);
+  EXPECT_EQ(again.last.prefilled_tokens, 0);
+
+  // A next turn: the prompt, the reply and more. The state at the reply's
+  // end (all but its last token) was cached when the first request ended.
+  const EngineRequest turn = GreedyRun(Concat(Concat(first.prompt, a.ids), Tokens(7, 100)), 10);
+  const Result b = Run(*cached, turn);
+  ExpectSame(b, Run(*plain, turn), "next turn");
+  EXPECT_EQ(b.last.cached_tokens, 21 + 10 - 1);
+
+  // A shared beginning, then something else: a checkpoint every 8 tokens.
+  const EngineRequest other = GreedyRun(Concat(Tokens(19, 0), Tokens(9, 7)), 6);
+  const Result c = Run(*cached, other);
+  ExpectSame(c, Run(*plain, other), "shared beginning");
+  EXPECT_EQ(c.last.cached_tokens, 16);
+
+  EXPECT_EQ(log.reused_, (std::vector<int64_t>{0, 21, 30, 16}));
+  EXPECT_GT(cached->load().cache_entries, 0);
+  EXPECT_EQ(plain->load().cache_entries, 0);
+}
+
+TEST_P(StateReuseTest, ReturnedStateContinuesAsIfUninterrupted) {
+  auto engine = NewEngine(0);
+  EngineRequest first = GreedyRun(Tokens(13, 5), 9);
+  first.return_state = true;
+  const Result a = Run(*engine, first);
+  ASSERT_TRUE(a.last.status.ok()) << a.last.status;
+  ASSERT_NE(a.last.state, nullptr);
+  const std::vector<int64_t> covered = Concat(first.prompt, a.ids);
+  EXPECT_EQ(a.last.state_token_ids, covered);  // the last generated token too
+  EXPECT_EQ(a.last.state_tokens, 22);
+
+  EngineRequest next = GreedyRun(Tokens(6, 50), 9);
+  next.start_state = a.last.state;
+  next.start_tokens = a.last.state_tokens;
+  next.return_state = true;
+  const Result b = Run(*engine, next);
+  ExpectSame(b, Run(*engine, GreedyRun(Concat(covered, next.prompt), 9)), "resumed");
+  EXPECT_EQ(b.last.cached_tokens, 22);
+  EXPECT_EQ(b.last.prefilled_tokens, 6);
+  EXPECT_EQ(b.last.state_tokens, 22 + 6 + 9);
+}
+
+TEST_P(StateReuseTest, AStateOfAnotherModelIsRefusedAndOthersGoOn) {
+  auto engine = NewEngine(0);
+  // A state of the same kind at half the width does not fit.
+  LmConfig config = attn::testing::TinyConfig(GetParam());
+  config.d_model /= 2;
+  CausalLm other(config);
+  other->eval();
+  LmState state = other->initial_state(1, torch::kCPU);
+  auto foreign = std::make_shared<SavedRow>();
+  foreign->tensors = other->SaveRow(state, 0);
+
+  EngineRequest bad = GreedyRun(Tokens(4, 1), 3);
+  bad.start_state = foreign;
+  bad.start_tokens = 0;
+  const Result refused = Run(*engine, bad);
+  EXPECT_EQ(refused.last.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.last.status.message().find("state"), std::string::npos);
+
+  const Result fine = Run(*engine, GreedyRun(Tokens(4, 1), 3));
+  EXPECT_TRUE(fine.last.status.ok());
+  EXPECT_EQ(engine->load().running, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKind, StateReuseTest, ::testing::ValuesIn(AllMixerKinds()),
+                         attn::testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
+
+// --- The cache itself ---
+
+std::shared_ptr<const CachedState> StateOf(float value, int64_t floats, bool logits = false) {
+  auto state = std::make_shared<CachedState>();
+  state->row.tensors.push_back(torch::full({floats}, value));
+  if (logits) state->logits.assign(4, value);
+  return state;
+}
+
+TEST(StateCacheTest, FindsTheLongestVerifiedPrefix) {
+  StateCache cache(1 << 20);
+  const std::vector<int64_t> tokens = {5, 6, 7, 8, 9, 10};
+  cache.Insert(absl::MakeSpan(tokens).subspan(0, 2), StateOf(2, 8));
+  cache.Insert(absl::MakeSpan(tokens).subspan(0, 4), StateOf(4, 8));
+  cache.Insert(tokens, StateOf(6, 8));  // no logits: usable only as a prefix
+
+  EXPECT_EQ(cache.Lookup(tokens).tokens, 4);  // all six need logits
+  EXPECT_EQ(cache.Lookup({5, 6, 7, 8, 9, 10, 11}).tokens, 6);
+  EXPECT_EQ(cache.Lookup({5, 6, 7, 1}).tokens, 2);
+  EXPECT_EQ(cache.Lookup({6, 5, 7, 8, 9}).tokens, 0);
+  const StateCache::Hit hit = cache.Lookup({5, 6, 7, 8, 0});
+  ASSERT_EQ(hit.tokens, 4);
+  EXPECT_EQ(hit.state->row.tensors[0][0].item<float>(), 4);
+
+  cache.Insert(tokens, StateOf(6, 8, /*logits=*/true));  // replaces the entry
+  EXPECT_EQ(cache.Lookup(tokens).tokens, 6);
+  EXPECT_EQ(cache.entries(), 3);
+}
+
+TEST(StateCacheTest, KeysAreVerifiedAgainstTheStoredTokens) {
+  StateCache cache(1 << 20);
+  // Distinct sequences have distinct key chains, and the same sequence the
+  // same chain: the keys depend on every token and on the order.
+  EXPECT_EQ(StateCache::Keys({1, 2, 3}), StateCache::Keys({1, 2, 3}));
+  EXPECT_NE(StateCache::Keys({1, 2, 3}).back(), StateCache::Keys({2, 1, 3}).back());
+  EXPECT_NE(StateCache::Keys({1, 2}).back(), StateCache::Keys({1, 2, 0}).back());
+  cache.Insert({1, 2, 3}, StateOf(1, 8));
+  EXPECT_TRUE(cache.Contains({1, 2, 3}));
+  EXPECT_FALSE(cache.Contains({1, 2}));
+  EXPECT_FALSE(cache.Contains({1, 2, 4}));
+}
+
+TEST(StateCacheTest, EvictsTheLeastRecentlyUsedToStayWithinItsBytes) {
+  // Each entry: 64 floats (256 bytes) and two tokens (8 bytes).
+  StateCache cache(3 * 264);
+  cache.Insert({1, 1}, StateOf(1, 64));
+  cache.Insert({2, 2}, StateOf(2, 64));
+  cache.Insert({3, 3}, StateOf(3, 64));
+  EXPECT_EQ(cache.bytes(), 3 * 264);
+  EXPECT_EQ(cache.Lookup({1, 1, 9}).tokens, 2);  // 1 is now the most recent
+  cache.Insert({4, 4}, StateOf(4, 64));          // 2 goes
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_EQ(cache.Lookup({2, 2, 9}).tokens, 0);
+  EXPECT_EQ(cache.Lookup({1, 1, 9}).tokens, 2);
+  EXPECT_EQ(cache.Lookup({3, 3, 9}).tokens, 2);
+  EXPECT_EQ(cache.Lookup({4, 4, 9}).tokens, 2);
+  cache.Insert({5, 5}, StateOf(5, 1000));  // larger than the whole cache: not kept
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_LE(cache.bytes(), cache.capacity_bytes());
+}
+
+}  // namespace state_reuse_test
+}  // namespace attn::serving
