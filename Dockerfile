@@ -21,7 +21,7 @@ RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
       libtorch-dev libopenblas0-openmp libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
-      protobuf-compiler libabsl-dev prometheus-cpp-dev libsentencepiece-dev nlohmann-json3-dev \
+      protobuf-compiler libabsl-dev prometheus-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./

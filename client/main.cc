@@ -20,10 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,9 +36,11 @@
 #include "absl/strings/str_split.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
+#include "client/channel.h"
 #include "client/chat.h"
 #include "client/health.h"
 #include "client/segments.h"
+#include "util/files.h"
 #include "util/flags.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
@@ -78,6 +80,15 @@ ABSL_FLAG(std::string, state_in, "",
 ABSL_FLAG(std::string, state_out, "",
           "generate, stream: write the sequence's state to this file (GenerateRequest."
           "return_state).");
+ABSL_FLAG(bool, tls, false, "Connect over TLS (implied by --tls_ca, --tls_cert, --tls_key).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that signed the server's; empty: system roots.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to check in the server's certificate instead of --server's host.");
+ABSL_FLAG(std::string, api_key, "",
+          "API key sent as \"authorization: Bearer <key>\"; empty: $ATTN_API_KEY if set.");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "chat: servers to use in turn, round-robin (default: --server).");
 ABSL_FLAG(bool, hold_state, true,
@@ -144,14 +155,12 @@ bool BuildGenerateRequest(attn::v1::GenerateRequest* request) {
   request->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   const std::string state_in = absl::GetFlag(FLAGS_state_in);
   if (!state_in.empty()) {
-    std::ifstream file(state_in, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << file.rdbuf();
-    if (!file) {
-      std::fprintf(stderr, "error: --state_in=%s: cannot read it\n", state_in.c_str());
+    absl::StatusOr<std::string> state = attn::ReadFileBytes(state_in, "--state_in=");
+    if (!state.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(state.status().message()).c_str());
       return false;
     }
-    request->set_state(bytes.str());
+    request->set_state(*std::move(state));
   }
   request->set_return_state(!absl::GetFlag(FLAGS_state_out).empty());
   return true;
@@ -311,14 +320,12 @@ bool ScoreText(std::string* text) {
     *text = absl::GetFlag(FLAGS_text);
     return true;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "cannot read --text_file %s\n", path.c_str());
+  absl::StatusOr<std::string> contents = attn::ReadFileBytes(path, "--text_file=");
+  if (!contents.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(contents.status().message()).c_str());
     return false;
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  *text = contents.str();
+  *text = *std::move(contents);
   return true;
 }
 
@@ -448,13 +455,35 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   return attn::client::RunBench(channel, options);
 }
 
-int Chat(const grpc::ChannelArguments& channel_args) {
+// A channel to `address` with the --tls_* and --api_key flags; exits with
+// an error naming the flag if they are wrong.
+std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+  attn::client::ChannelSecurity security;
+  security.tls = absl::GetFlag(FLAGS_tls);
+  security.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  security.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  security.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("ATTN_API_KEY"); security.api_key.empty() && key != nullptr) {
+    security.api_key = key;
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = attn::client::OpenChannel(address, security, arguments);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
+    std::exit(2);
+  }
+  return *std::move(channel);
+}
+
+int Chat() {
   attn::client::ChatOptions options;
   options.server_names = absl::GetFlag(FLAGS_servers);
   if (options.server_names.empty()) options.server_names = {absl::GetFlag(FLAGS_server)};
   for (const std::string& server : options.server_names) {
-    options.servers.push_back(
-        grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), channel_args));
+    options.servers.push_back(Channel(server));
   }
   if (!BuildGenerateRequest(&options.base)) return 2;
   options.base.clear_prompt();
@@ -465,14 +494,12 @@ int Chat(const grpc::ChannelArguments& channel_args) {
   options.interactive = isatty(STDIN_FILENO) != 0;
   const std::string system_file = absl::GetFlag(FLAGS_system_file);
   if (!system_file.empty()) {
-    std::ifstream file(system_file);
-    std::ostringstream text;
-    text << file.rdbuf();
-    if (!file) {
-      std::fprintf(stderr, "error: --system_file=%s: cannot read it\n", system_file.c_str());
+    absl::StatusOr<std::string> text = attn::ReadFileBytes(system_file, "--system_file=");
+    if (!text.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(text.status().message()).c_str());
       return 2;
     }
-    options.system = text.str();
+    options.system = *std::move(text);
   }
   return attn::client::RunChat(std::cin, options);
 }
@@ -489,10 +516,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  grpc::ChannelArguments channel_args;
-  channel_args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
-                                           grpc::InsecureChannelCredentials(), channel_args);
+  auto channel = Channel(absl::GetFlag(FLAGS_server));
   auto stub = TextGeneration::NewStub(channel);
   if (command == "models") return Models(*stub);
   if (command == "generate") return Generate(*stub);
@@ -505,7 +529,7 @@ int main(int argc, char** argv) {
                                      absl::GetFlag(FLAGS_timeout_s));
   }
   if (command == "bench") return Bench(channel);
-  if (command == "chat") return Chat(channel_args);
+  if (command == "chat") return Chat();
   std::fprintf(stderr, "unknown command \"%s\"; usage: %s\n", command.c_str(),
                absl::ProgramUsageMessage().data());
   return 2;

@@ -2,7 +2,8 @@
 # Installs every build and test dependency from Debian packages. Idempotent:
 # a second run only checks that everything is present. clang-14 runs the
 # thread-safety analysis (scripts/check_thread_safety.sh). python3-grpcio,
-# python3-grpc-tools and prometheus (promtool) serve the end-to-end tests.
+# python3-grpc-tools and prometheus (promtool) serve the end-to-end tests;
+# openssl makes the TLS tests' certificates.
 set -euo pipefail
 
 PACKAGES=(
@@ -11,7 +12,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsentencepiece-dev nlohmann-json3-dev
+  libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl
   clang-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl

@@ -31,6 +31,21 @@ ABSL_FLAG(std::string, default_model, "aft-decay",
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");
 ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0: any; -1: off).");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address of the metrics endpoint; empty: --host. 127.0.0.1 keeps it off the network.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: require client certificates they signed (mutual TLS).");
+ABSL_FLAG(int, tls_reload_seconds, 60,
+          "How often the TLS files are re-read; renewed certificates serve new connections "
+          "without a restart.");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "File of API keys, one per line (or sha256:<hex digest>); clients send "
+          "\"authorization: Bearer <key>\". Empty: no keys needed.");
+ABSL_FLAG(int64_t, max_requests_per_key, 0,
+          "Generation and scoring calls one API key may have running at once; 0: no limit.");
+ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, backend, "auto",
           "What runs the models: auto (native for this project's packages, TorchScript for any "
@@ -97,6 +112,14 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.tls.reload_seconds = absl::GetFlag(FLAGS_tls_reload_seconds);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  options.max_requests_per_key = absl::GetFlag(FLAGS_max_requests_per_key);
+  options.reflection = absl::GetFlag(FLAGS_reflection);
   options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
   options.registry.device = absl::GetFlag(FLAGS_device);

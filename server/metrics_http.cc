@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace attn::serving {
 namespace {
@@ -24,8 +26,7 @@ void SendAll(int fd, const std::string& data) {
   }
 }
 
-std::string Response(const std::string& status, const std::string& type,
-                     const std::string& body) {
+std::string Response(const std::string& status, const std::string& type, const std::string& body) {
   return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
                       "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
@@ -79,23 +80,62 @@ void MetricsHttpServer::Serve() {
 }
 
 void MetricsHttpServer::Answer(int connection) {
-  // The request line and headers; a scrape sends no body.
+  const timeval write_timeout = absl::ToTimeval(kWriteTimeout);
+  setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &write_timeout, sizeof(write_timeout));
+  // The request line and headers, whole within the deadline; a scrape
+  // sends no body.
+  const absl::Time deadline = absl::Now() + kReadDeadline;
   std::string request;
   char buffer[2048];
-  while (request.size() < 16384 && !absl::StrContains(request, "\r\n\r\n")) {
+  while (!absl::StrContains(request, "\r\n\r\n")) {
+    if (request.size() > kMaxHead) {
+      SendAll(connection, Response("431 Request Header Fields Too Large", "text/plain",
+                                   "the request head is over 8 KiB\n"));
+      return;
+    }
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     pollfd readable{connection, POLLIN, 0};
-    if (poll(&readable, 1, /*timeout_ms=*/2000) <= 0) return;
+    if (left_ms <= 0 || poll(&readable, 1, static_cast<int>(left_ms)) <= 0) return;  // too slow
     const ssize_t n = recv(connection, buffer, sizeof(buffer), 0);
     if (n <= 0) return;
     request.append(buffer, static_cast<size_t>(n));
   }
-  if (absl::StartsWith(request, "GET /metrics ") || absl::StartsWith(request, "GET /metrics?")) {
-    SendAll(connection, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_()));
-  } else if (absl::StartsWith(request, "GET ")) {
-    SendAll(connection, Response("404 Not Found", "text/plain", "metrics are at /metrics\n"));
-  } else {
-    SendAll(connection, Response("405 Method Not Allowed", "text/plain", "use GET /metrics\n"));
+  switch (RouteOf(request.substr(0, request.find("\r\n\r\n")))) {
+    case MetricsRoute::kMetrics:
+      SendAll(connection,
+              Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_()));
+      break;
+    case MetricsRoute::kHealth:
+      SendAll(connection, Response("200 OK", "text/plain", "ok\n"));
+      break;
+    case MetricsRoute::kNotFound:
+      SendAll(connection, Response("404 Not Found", "text/plain", "metrics are at /metrics\n"));
+      break;
+    case MetricsRoute::kMethodNotAllowed:
+      SendAll(connection, Response("405 Method Not Allowed", "text/plain", "use GET /metrics\n"));
+      break;
+    case MetricsRoute::kBadRequest:
+      SendAll(connection, Response("400 Bad Request", "text/plain", "not an HTTP request\n"));
+      break;
   }
+}
+
+MetricsRoute RouteOf(absl::string_view head) {
+  // The request line: METHOD SP TARGET SP HTTP/x.y
+  const absl::string_view line = head.substr(0, head.find("\r\n"));
+  const size_t method_end = line.find(' ');
+  const size_t target_end = method_end == absl::string_view::npos ? absl::string_view::npos
+                                                                  : line.find(' ', method_end + 1);
+  if (target_end == absl::string_view::npos ||
+      !absl::StartsWith(line.substr(target_end + 1), "HTTP/")) {
+    return MetricsRoute::kBadRequest;
+  }
+  if (line.substr(0, method_end) != "GET") return MetricsRoute::kMethodNotAllowed;
+  absl::string_view target = line.substr(method_end + 1, target_end - method_end - 1);
+  target = target.substr(0, target.find('?'));
+  if (target == "/metrics") return MetricsRoute::kMetrics;
+  if (target == "/healthz") return MetricsRoute::kHealth;
+  return MetricsRoute::kNotFound;
 }
 
 }  // namespace attn::serving

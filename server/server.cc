@@ -4,7 +4,10 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
+#include "server/access.h"
 #include "server/metrics.h"
 
 namespace attn::serving {
@@ -14,21 +17,41 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   std::unique_ptr<InferenceServer> server(new InferenceServer());
   server->options_ = options;
   server->metrics_ = std::make_unique<Metrics>();
+  // Credentials and keys before the models: a mistake there is cheap to report.
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options.tls.enabled()) {
+    auto tls = TlsServerCredentialsFor(options.tls);
+    if (!tls.ok()) return tls.status();
+    credentials = *std::move(tls);
+  }
+  server->access_ = std::make_unique<Access>();
+  if (!options.api_keys_file.empty()) {
+    auto access = Access::FromFile(options.api_keys_file, options.max_requests_per_key);
+    if (!access.ok()) return access.status();
+    server->access_ = *std::move(access);
+    if (!options.tls.enabled() && options.host != "127.0.0.1" && options.host != "localhost") {
+      std::fprintf(stderr,
+                   "warning: API keys travel in plaintext on %s; set --tls_cert and --tls_key\n",
+                   options.host.c_str());
+    }
+  }
   if (options.metrics_port >= 0) {
-    absl::Status serving = server->metrics_->Serve(options.host, options.metrics_port);
+    const std::string& host = options.metrics_host.empty() ? options.host : options.metrics_host;
+    absl::Status serving = server->metrics_->Serve(host, options.metrics_port);
     if (!serving.ok()) return serving;
   }
   auto registry = ModelRegistry::Load(options.registry, server->metrics_.get());
   if (!registry.ok()) return registry.status();
   server->registry_ = std::move(*registry);
-  server->service_ =
-      std::make_unique<TextGenerationService>(*server->registry_, server->metrics_.get());
+  server->service_ = std::make_unique<TextGenerationService>(
+      *server->registry_, server->metrics_.get(), server->access_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The plugin is process-wide: once on, every later server has reflection.
+  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
   server->server_ = builder.BuildAndStart();

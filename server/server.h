@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "server/model_registry.h"
 #include "server/service.h"
+#include "server/tls.h"
 
 namespace grpc {
 class Server;
@@ -21,6 +22,13 @@ struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 50051;          // 0: any free port
   int metrics_port = 9090;   // 0: any free port; -1: no metrics endpoint
+  std::string metrics_host;  // the metrics endpoint's address; empty: `host`
+  TlsOptions tls;            // the gRPC port's certificates; none: plaintext
+  // API keys (server/access.h); empty: no keys needed. The per-key limit on
+  // running generation and scoring calls applies with keys; 0: none.
+  std::string api_keys_file;
+  int64_t max_requests_per_key = 0;
+  bool reflection = true;    // serve grpc.reflection (health is always served)
   RegistryOptions registry;  // models, device, engine options and request limits
   absl::Duration shutdown_grace = absl::Seconds(30);
 };
@@ -47,6 +55,7 @@ class InferenceServer {
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<Access> access_;
   std::unique_ptr<TextGenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -114,8 +114,9 @@ absl::StatusOr<EngineRequest> ToGeneration(const GenerateRequest& request, const
 class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
  public:
   StreamReactor(Metrics* metrics, std::string model, std::string fingerprint,
-                std::shared_ptr<RequestStream> stream, bool logprobs)
-      : metrics_(metrics),
+                std::shared_ptr<RequestStream> stream, bool logprobs, Access::Ticket ticket)
+      : ticket_(std::move(ticket)),
+        metrics_(metrics),
         model_(std::move(model)),
         fingerprint_(std::move(fingerprint)),
         stream_(std::move(stream)),
@@ -191,6 +192,7 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
     Finish(status);
   }
 
+  Access::Ticket ticket_;  // the caller's admission, held until the call is done
   Metrics* const metrics_;
   const std::string model_;
   const std::string fingerprint_;  // the model's, for states (server/state_blob.h)
@@ -212,8 +214,10 @@ class CollectReactor : public grpc::ServerUnaryReactor {
  public:
   CollectReactor(Metrics* metrics, std::string model, std::string method,
                  std::shared_ptr<RequestStream> stream,
-                 std::function<void(const StreamEvent&)> on_event, std::function<void()> on_success)
-      : metrics_(metrics),
+                 std::function<void(const StreamEvent&)> on_event, std::function<void()> on_success,
+                 Access::Ticket ticket)
+      : ticket_(std::move(ticket)),
+        metrics_(metrics),
         model_(std::move(model)),
         method_(std::move(method)),
         stream_(std::move(stream)),
@@ -265,6 +269,7 @@ class CollectReactor : public grpc::ServerUnaryReactor {
     Finish(status);
   }
 
+  Access::Ticket ticket_;  // the caller's admission, held until the call is done
   Metrics* const metrics_;
   const std::string model_;
   const std::string method_;
@@ -290,8 +295,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics)
-    : registry_(registry), metrics_(metrics) {}
+TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
+                                             const Access* access)
+    : registry_(registry), metrics_(metrics), access_(access ? access : &open_access_) {}
+
+std::string TextGenerationService::Authorization(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
 
 absl::StatusOr<HostedModel*> TextGenerationService::Resolve(const std::string& name) const {
   if (!accepting_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
@@ -311,15 +323,19 @@ grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* TextGenerationService::RunUnary(
     grpc::CallbackServerContext* context, const std::string& requested_model, const char* method,
     const ToEngineFn& to_engine, const MakeSinkFn& make_sink, std::function<void()> on_success) {
+  // Before anything else: an unknown caller learns nothing and queues nothing.
+  absl::StatusOr<Access::Ticket> ticket = access_->Admit(Authorization(context));
+  if (!ticket.ok()) return Done(context, "", method, ticket.status());
   auto model = Resolve(requested_model);
-  if (!model.ok()) return Done(context, requested_model, method, model.status());
+  if (!model.ok()) return Done(context, "", method, model.status());
   HostedModel& hosted = **model;
   const std::string& name = hosted.description.name;
   absl::StatusOr<EngineRequest> engine_request = to_engine(hosted);
   if (!engine_request.ok()) return Done(context, name, method, engine_request.status());
   auto stream = NewStream(hosted, &delivery_);
-  auto* reactor = new CollectReactor(metrics_, name, method, stream,
-                                     make_sink(*engine_request, name), std::move(on_success));
+  auto* reactor =
+      new CollectReactor(metrics_, name, method, stream, make_sink(*engine_request, name),
+                         std::move(on_success), *std::move(ticket));
   reactor->Begin();
   absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
   if (!queued.ok()) reactor->Fail(queued);
@@ -346,12 +362,15 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
 
 grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  auto model = Resolve(request->model());
+  absl::StatusOr<Access::Ticket> ticket = access_->Admit(Authorization(context));
+  absl::StatusOr<HostedModel*> model =
+      ticket.ok() ? Resolve(request->model()) : absl::StatusOr<HostedModel*>(ticket.status());
   absl::StatusOr<EngineRequest> engine_request =
       model.ok() ? ToGeneration(*request, **model, DeadlineOf(context))
                  : absl::StatusOr<EngineRequest>(model.status());
   if (!engine_request.ok()) {
-    const std::string name = model.ok() ? (*model)->description.name : request->model();
+    // A name the caller made up is not a label: it could add series without end.
+    const std::string name = model.ok() ? (*model)->description.name : "";
     if (metrics_ != nullptr) {
       metrics_->CountRequest(name, "GenerateStream",
                              StatusCodeName(engine_request.status().code()));
@@ -362,7 +381,7 @@ grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStrea
   auto stream = NewStream(hosted, &delivery_);
   auto* reactor =
       new StreamReactor(metrics_, hosted.description.name, hosted.description.fingerprint, stream,
-                        engine_request->logprobs);
+                        engine_request->logprobs, *std::move(ticket));
   reactor->Begin();
   absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
   if (!queued.ok()) reactor->Fail(queued);
@@ -395,8 +414,11 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                           const attn::v1::TokenizeRequest* request,
                                                           attn::v1::TokenizeResponse* response) {
+  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+    return Done(context, "", "Tokenize", known);
+  }
   auto model = Resolve(request->model());
-  if (!model.ok()) return Done(context, request->model(), "Tokenize", model.status());
+  if (!model.ok()) return Done(context, "", "Tokenize", model.status());
   const std::string& name = (*model)->description.name;
   if (!IsValidUtf8(request->text())) {
     return Done(context, name, "Tokenize", InvalidField("text", "is not valid UTF-8"));
@@ -409,8 +431,11 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
     grpc::CallbackServerContext* context, const attn::v1::DetokenizeRequest* request,
     attn::v1::DetokenizeResponse* response) {
+  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+    return Done(context, "", "Detokenize", known);
+  }
   auto model = Resolve(request->model());
-  if (!model.ok()) return Done(context, request->model(), "Detokenize", model.status());
+  if (!model.ok()) return Done(context, "", "Detokenize", model.status());
   const std::string& name = (*model)->description.name;
   std::vector<int64_t> ids(request->token_ids().begin(), request->token_ids().end());
   absl::Status valid = CheckTokenIds(*(*model)->tokenizer, ids, "token_ids");
@@ -423,6 +448,9 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
 grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     grpc::CallbackServerContext* context, const attn::v1::ListModelsRequest* /*request*/,
     attn::v1::ListModelsResponse* response) {
+  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+    return Done(context, "", "ListModels", known);
+  }
   for (const auto& model : registry_.models()) {
     const ModelDescription& d = model->description;
     attn::v1::ModelInfo* info = response->add_models();

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.grpc.pb.h"
+#include "server/access.h"
 #include "server/delivery_thread.h"
 #include "server/model_registry.h"
 #include "server/validation.h"
@@ -25,8 +26,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 class TextGenerationService final : public attn::v1::TextGeneration::CallbackService {
  public:
   // Requests are checked against each model's RequestLimits (its engine's
-  // options).
-  TextGenerationService(const ModelRegistry& registry, Metrics* metrics);
+  // options). `access` (may be null: open to all) admits callers; every
+  // method checks it before it looks at the request.
+  TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
+                        const Access* access = nullptr);
 
   // New requests get UNAVAILABLE from now on (shutdown has begun).
   void StopAccepting() { accepting_ = false; }
@@ -67,8 +70,13 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
                                  const std::string& method, const absl::Status& status);
 
+  // The value of a call's "authorization" metadata; empty without one.
+  static std::string Authorization(const grpc::CallbackServerContext* context);
+
   const ModelRegistry& registry_;
   Metrics* metrics_;
+  const Access open_access_;
+  const Access* access_;
   std::atomic<bool> accepting_{true};
   // Writes responses for every model's streams; the engines only queue
   // events. Declared last: it stops before anything its listeners use. The

@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/backend/backend.h"
+#include "util/files.h"
 
 namespace attn::serving {
 namespace {
@@ -188,12 +187,9 @@ absl::StatusOr<StateBlob> DecodeStateBlob(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& path, const std::string& mixer) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open the model file"));
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": cannot read the model file"));
-  return absl::StrFormat("%s-%016x", mixer, Hash64(contents.str()));
+  absl::StatusOr<std::string> contents = ReadFileBytes(path);
+  if (!contents.ok()) return contents.status();
+  return absl::StrFormat("%s-%016x", mixer, Hash64(*contents));
 }
 
 }  // namespace attn::serving

@@ -117,6 +117,15 @@ TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
   const Result b = Run(*cached, turn);
   ExpectSame(b, Run(*plain, turn), "next turn");
   EXPECT_EQ(b.last.cached_tokens, 21 + 10 - 1);
+  // And Score over the whole sequence, read from the start, agrees.
+  EngineRequest score;
+  score.kind = EngineRequest::Kind::kScore;
+  score.prompt = Concat(turn.prompt, b.ids);
+  const Result scored = Run(*cached, score);
+  ASSERT_EQ(scored.logprobs.size(), score.prompt.size());
+  for (size_t i = 0; i < b.logprobs.size(); ++i) {
+    EXPECT_NEAR(b.logprobs[i], scored.logprobs[turn.prompt.size() + i], 1e-4) << i;
+  }
 
   // A shared beginning, then something else: a checkpoint every 8 tokens.
   const EngineRequest other = GreedyRun(Concat(Tokens(19, 0), Tokens(9, 7)), 6);
