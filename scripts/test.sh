@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up on a new Debian 12 machine and runs every test:
 # installs the Debian packages, configures, builds (tests and benchmarks),
-# then runs the suite with CTest.
+# runs the suite with CTest, then runs each libFuzzer target for 30 seconds
+# on its corpus (scripts/fuzz.sh, a clang build in build-fuzz).
 #
 #   BUILD_DIR   build directory (default: build)
 #   JOBS        parallel compile jobs (default: number of CPUs)
@@ -19,3 +20,5 @@ echo "== build ($JOBS jobs)"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "== test"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+echo "== fuzz (30 s per target)"
+bash scripts/fuzz.sh 30

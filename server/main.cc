@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, api_keys_file, "",
 ABSL_FLAG(int64_t, max_requests_per_key, 0,
           "Generation and scoring calls one API key may have running at once; 0: no limit.");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection.");
+ABSL_FLAG(bool, skip_bad_models, false,
+          "Serve the models that load when some do not (each is named with its reason); "
+          "false: any package that does not load stops the start.");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
 ABSL_FLAG(std::string, backend, "auto",
           "What runs the models: auto (native for this project's packages, TorchScript for any "
@@ -120,6 +123,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   options.max_requests_per_key = absl::GetFlag(FLAGS_max_requests_per_key);
   options.reflection = absl::GetFlag(FLAGS_reflection);
+  options.registry.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
   options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
   options.registry.device = absl::GetFlag(FLAGS_device);

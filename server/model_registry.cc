@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -229,11 +230,24 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     if (options.progress) options.progress(line);
   };
   std::unique_ptr<ModelRegistry> registry(new ModelRegistry());
+  std::vector<std::string> skipped;  // names of the packages that did not load
   for (const std::string& file : *files) {
     progress(absl::StrCat("loading ", file));
     const absl::Time started = absl::Now();
     auto hosted = LoadModel(file, torch::Device(*device_name), options, metrics);
-    if (!hosted.ok()) return hosted.status();
+    if (!hosted.ok()) {
+      // Every reason names the file, whichever layer found it.
+      const std::string reason = absl::StrContains(hosted.status().message(), file)
+                                     ? std::string(hosted.status().message())
+                                     : absl::StrCat(file, ": ", hosted.status().message());
+      if (!options.skip_bad_models) {
+        return absl::Status(hosted.status().code(),
+                            absl::StrCat(reason, " (--skip_bad_models serves the others)"));
+      }
+      progress(absl::StrCat("  skipped: ", reason));
+      skipped.push_back(fs::path(file).stem().string());
+      continue;
+    }
     const std::string& name = (*hosted)->description.name;
     const double state_mib =
         static_cast<double>((*hosted)->engine->state_budget_bytes()) / (1 << 20);
@@ -253,9 +267,19 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
           "--backend: ", name, "=", BackendKindName(kind), " names no model loaded here"));
     }
   }
-  registry->default_model_ = options.default_model.empty()
+  if (registry->models_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no model loaded: ", skipped.size(), " packages failed (see above)"));
+  }
+  const bool default_skipped =
+      std::find(skipped.begin(), skipped.end(), options.default_model) != skipped.end();
+  registry->default_model_ = options.default_model.empty() || default_skipped
                                  ? registry->models_.front()->description.name
                                  : options.default_model;
+  if (default_skipped) {
+    progress(absl::StrCat("  the default model ", options.default_model, " was skipped; ",
+                          registry->default_model_, " is the default"));
+  }
   if (!registry->Find(registry->default_model_).ok()) {
     return registry->Find(registry->default_model_).status();
   }

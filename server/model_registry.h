@@ -60,6 +60,10 @@ struct RegistryOptions {
   // context (a cache entry of a key/value cache costs its context).
   enum class StateCache { kOff, kRecurrent, kAll };
   StateCache state_cache = StateCache::kRecurrent;
+  // A package that does not load stops the start (false), or is left out
+  // with a warning naming the file and why (--skip_bad_models); either way
+  // at least one model must load.
+  bool skip_bad_models = false;
   // Told what loading is doing, one line at a time (attn-server prints
   // them), so that a slow start shows where it is; may be empty.
   std::function<void(const std::string&)> progress;
@@ -78,7 +82,9 @@ class ModelRegistry {
  public:
   // Loads every package and starts its engine. Any failure (a missing or
   // corrupt file, a package without a tokenizer, two models with one name,
-  // an unknown default) is an error naming the file or model.
+  // an unknown default) is an error naming the file or model; with
+  // skip_bad_models a package that does not load is skipped instead (and a
+  // skipped default model gives way to the first one loaded).
   static absl::StatusOr<std::unique_ptr<ModelRegistry>> Load(const RegistryOptions& options,
                                                              Metrics* metrics);
   ~ModelRegistry();  // stops the engines

@@ -5,7 +5,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <thread>
 
@@ -420,6 +422,40 @@ TEST(ServiceShutdownTest, RunningStreamsFinishAndNewWorkIsRefused) {
   EXPECT_TRUE(status.ok()) << status.error_message();  // finished within the grace period
   EXPECT_EQ(received, 2000);
   shutdown.join();
+}
+
+}  // namespace
+}  // namespace attn::serving
+
+namespace attn::serving {
+namespace {
+
+TEST(ServiceStartTest, ACorruptModelIsNamedAndSkippedOnlyWhenAsked) {
+  attn::testing::ScopedTempDir dir("service_start");
+  const std::string good =
+      attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  // A copy cut to half its bytes, as an interrupted download leaves it.
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bad = dir.path().string() + "/broken.pt";
+  std::ofstream(bad, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = -1;
+  options.registry.paths = {dir.path().string()};
+  options.registry.default_model = "broken";
+  auto refused = InferenceServer::Start(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), bad)) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "--skip_bad_models"));
+
+  options.registry.skip_bad_models = true;
+  auto server = InferenceServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_EQ((*server)->registry().models().size(), 1u);
+  EXPECT_EQ((*server)->registry().default_model(), "tiny-aft");  // the skipped default gave way
 }
 
 }  // namespace
