@@ -15,7 +15,8 @@ descriptors. At the end it waits for the server to go idle and checks:
   - the running gauge is back to 0;
   - attn_requests_total agrees with what the clients counted, per method;
   - RSS and descriptors are flat after the warm-up: it reports the slope of a
-    least-squares line through the samples of the last 80% of the run.
+    least-squares line through the samples of the last 80% of the run (the state
+    cache fills first, up to --state_cache_bytes, so the warm-up includes that).
 Prints a Markdown report; exits 1 on any failure.
 """
 import argparse
@@ -190,6 +191,8 @@ def main():
             break
         time.sleep(0.5)
     after = metrics(args.metrics_port)
+    cache = {name: float(value) for name, value in re.findall(
+        r'^attn_state_cache_(bytes|capacity_bytes|entries)\{[^}]*\} (\S+)$', after, re.M)}
 
     def server_counts(text):
         out = collections.Counter()
@@ -219,7 +222,9 @@ def main():
     print(f"\nRSS {samples[0][1]:.0f} MB at the start, {min(s[1] for s in steady):.0f}-"
           f"{max(s[1] for s in steady):.0f} MB after the warm-up, slope {rss_slope:+.1f} MB/hour; "
           f"open descriptors {min(s[2] for s in steady)}-{max(s[2] for s in steady)}, slope "
-          f"{fd_slope:+.1f}/hour; running gauge at the end {running:.0f}.")
+          f"{fd_slope:+.1f}/hour; running gauge at the end {running:.0f}. The state cache holds "
+          f"{cache.get('entries', 0):.0f} entries, {cache.get('bytes', 0) / 2**20:.1f} of its "
+          f"{cache.get('capacity_bytes', 0) / 2**20:.0f} MiB: RSS grows until it is full.")
     if failures:
         print("\nFAILURES:\n" + "\n".join(f"- {f}" for f in failures))
         sys.exit(1)
