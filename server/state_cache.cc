@@ -29,7 +29,13 @@ std::vector<uint64_t> StateCache::Keys(absl::Span<const int64_t> tokens) {
   std::vector<uint64_t> keys(tokens.size());
   uint64_t key = kEmptyKey;
   for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = Mix(key, tokens[i]);
-  return keys;
+  return keys;  // each element is Key() of a prefix
+}
+
+uint64_t StateCache::Key(absl::Span<const int64_t> tokens) {
+  uint64_t key = kEmptyKey;
+  for (int64_t token : tokens) key = Mix(key, token);
+  return key;
 }
 
 bool StateCache::Holds(const Entry& entry, absl::Span<const int64_t> tokens, size_t count) {
@@ -55,7 +61,7 @@ StateCache::Hit StateCache::Lookup(absl::Span<const int64_t> tokens) {
 
 bool StateCache::Contains(absl::Span<const int64_t> tokens) const {
   if (tokens.empty()) return false;
-  auto it = entries_.find(Keys(tokens).back());
+  auto it = entries_.find(Key(tokens));
   return it != entries_.end() && Holds(it->second, tokens, tokens.size());
 }
 
@@ -64,7 +70,7 @@ void StateCache::Insert(absl::Span<const int64_t> tokens,
   if (tokens.empty() || !state) return;
   const int64_t bytes = EntryBytes(*state, tokens.size());
   if (bytes > capacity_bytes_) return;
-  const uint64_t key = Keys(tokens).back();
+  const uint64_t key = Key(tokens);
   if (auto it = entries_.find(key); it != entries_.end()) Erase(it);
   while (bytes_ + bytes > capacity_bytes_ && !recency_.empty()) {
     Erase(entries_.find(recency_.back()));

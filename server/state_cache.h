@@ -60,6 +60,8 @@ class StateCache {
 
   // The key chain of `tokens`: element i is the key of the first i + 1.
   static std::vector<uint64_t> Keys(absl::Span<const int64_t> tokens);
+  // The key of all of `tokens` (Keys(tokens).back()), without the chain.
+  static uint64_t Key(absl::Span<const int64_t> tokens);
 
  private:
   struct Entry {

@@ -48,6 +48,15 @@ def _check_context(self, end: int, max_context: int, what: str):
     assert end <= max_context, what + ": a sequence would reach " + str(end) + \
         " tokens; the model handles at most " + str(max_context)
 
+def _read_window_sums(self, state: List[Tensor], first: int, window: int,
+                      start: int) -> List[Tensor]:
+    # The three vectors, and the rings' min(window, start) entries that exist
+    # (oldest first, at their end): what _write_window_sums writes back.
+    held = min(window, start)
+    return [state[first], state[first + 1], state[first + 2],
+            state[first + 3].narrow(1, window - held, held),
+            state[first + 4].narrow(1, window - held, held)]
+
 def _write_window_sums(self, sums: List[Tensor], window: int, state: List[Tensor], first: int):
     # The three vectors, and the rings' last entries (oldest first) at their end.
     kept = sums[3].size(1)
@@ -115,10 +124,7 @@ def _aft_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, out_w:
                  state: List[Tensor], first: int) -> Tensor:
     qkv = torch.linear(x, in_w, in_b).chunk(3, -1)
     time = x.size(1)
-    held = min(window, start)
-    sums = [state[first], state[first + 1], state[first + 2],
-            state[first + 3].narrow(1, window - held, held),
-            state[first + 4].narrow(1, window - held, held)]
+    sums = self._read_window_sums(state, first, window, start)
     outputs: List[Tensor] = []
     for begin in range(0, time, block):
         size = min(block, time - begin)
@@ -217,10 +223,7 @@ def _aft_decay_prefill(self, x: Tensor, start: int, in_w: Tensor, in_b: Tensor, 
     time = x.size(1)
     lam = -torch.log(self._decay_factor(logit))
     filter = self._filter(bias, window, heads, x.size(2))
-    held = min(window, start)
-    sums = [state[first], state[first + 1], state[first + 2],
-            state[first + 3].narrow(1, window - held, held),
-            state[first + 4].narrow(1, window - held, held)]
+    sums = self._read_window_sums(state, first, window, start)
     outputs: List[Tensor] = []
     for begin in range(0, time, block):
         size = min(block, time - begin)

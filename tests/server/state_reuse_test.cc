@@ -222,6 +222,7 @@ TEST(StateCacheTest, KeysAreVerifiedAgainstTheStoredTokens) {
   EXPECT_EQ(StateCache::Keys({1, 2, 3}), StateCache::Keys({1, 2, 3}));
   EXPECT_NE(StateCache::Keys({1, 2, 3}).back(), StateCache::Keys({2, 1, 3}).back());
   EXPECT_NE(StateCache::Keys({1, 2}).back(), StateCache::Keys({1, 2, 0}).back());
+  EXPECT_EQ(StateCache::Key({4, 5, 6}), StateCache::Keys({4, 5, 6}).back());
   cache.Insert({1, 2, 3}, StateOf(1, 8));
   EXPECT_TRUE(cache.Contains({1, 2, 3}));
   EXPECT_FALSE(cache.Contains({1, 2}));
