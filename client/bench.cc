@@ -1,17 +1,17 @@
 #include "client/bench.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <queue>
+#include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 
 namespace attn::client {
@@ -33,18 +33,18 @@ class Timer {
   Timer() : thread_([this] { Run(); }) {}
   ~Timer() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_one();
+    cv_.Signal();
     thread_.join();
   }
   void At(absl::Time when, std::function<void()> fn) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       queue_.push({when, seq_++, std::move(fn)});
     }
-    cv_.notify_one();
+    cv_.Signal();
   }
 
  private:
@@ -57,39 +57,41 @@ class Timer {
     }
   };
   void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     while (!stop_) {
       if (queue_.empty()) {
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
         continue;
       }
       const absl::Time next = queue_.top().when;
       if (absl::Now() < next) {
-        cv_.wait_for(lock, absl::ToChronoNanoseconds(next - absl::Now()));
+        cv_.WaitWithDeadline(&mu_, next);
         continue;
       }
       Item item = queue_.top();
       queue_.pop();
-      lock.unlock();
+      mu_.Unlock();
       item.fn();
-      lock.lock();
+      mu_.Lock();
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
-  uint64_t seq_ = 0;
-  bool stop_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
 struct Results {
-  std::mutex mu;
-  std::vector<double> ttft;         // seconds
-  std::vector<double> inter_token;  // seconds
-  int64_t tokens = 0;
-  int64_t completed = 0;
-  std::map<std::string, int64_t> errors;  // by status code
+  absl::Mutex mu;
+  std::vector<double> ttft ABSL_GUARDED_BY(mu);         // seconds
+  std::vector<double> inter_token ABSL_GUARDED_BY(mu);  // seconds
+  int64_t tokens ABSL_GUARDED_BY(mu) = 0;
+  int64_t completed ABSL_GUARDED_BY(mu) = 0;
+  std::map<std::string, int64_t> errors ABSL_GUARDED_BY(mu);  // by status code and message
+  // Seconds from the start of a call to its RESOURCE_EXHAUSTED status.
+  std::vector<double> rejected ABSL_GUARDED_BY(mu);
 };
 
 class Bench;
@@ -99,6 +101,7 @@ class BenchStream : public grpc::ClientReadReactor<GenerateResponse> {
   BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub, const GenerateRequest& request);
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
+  double seconds() const { return absl::ToDoubleSeconds(absl::Now() - started_); }
 
  private:
   Bench* bench_;
@@ -121,16 +124,20 @@ class Bench {
   int Run(const std::vector<int64_t>& prompt, int64_t vocab);
   void Finished(BenchStream* stream, const grpc::Status& status, double ttft,
                 const std::vector<double>& gaps, int64_t tokens);
+  // A call that ended RESOURCE_EXHAUSTED `seconds` after it started.
+  void Rejected(double seconds);
   Timer& timer() { return timer_; }
   absl::Duration read_delay() const { return options_.read_delay; }
 
  private:
-  bool MoreToStart() const {
+  bool MoreToStart() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (options_.total_streams > 0) return started_ < options_.total_streams;
     return absl::Now() < end_;
   }
-  void Launch();
-  void Report(absl::Duration elapsed) const;
+  void Launch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Open loop: starts streams at Poisson arrivals of options_.rate per second.
+  void Arrivals();
+  void Report(absl::Duration elapsed);
   void Progress(absl::Duration elapsed);
 
   std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
@@ -141,10 +148,9 @@ class Bench {
   Results results_;
   absl::Time begin_;
   absl::Time end_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t started_ = 0;
-  int64_t in_flight_ = 0;
+  absl::Mutex mu_;
+  int64_t started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 BenchStream::BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub,
@@ -186,6 +192,9 @@ void BenchStream::OnReadDone(bool ok) {
 }
 
 void BenchStream::OnDone(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    bench_->Rejected(seconds());
+  }
   bench_->Finished(this, status, ttft_, gaps_, tokens_);
 }
 
@@ -206,7 +215,7 @@ void Bench::Launch() {
 void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttft,
                      const std::vector<double>& gaps, int64_t tokens) {
   {
-    std::lock_guard<std::mutex> lock(results_.mu);
+    absl::MutexLock lock(&results_.mu);
     results_.tokens += tokens;
     if (status.ok()) {
       ++results_.completed;
@@ -217,10 +226,31 @@ void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttf
     }
   }
   delete stream;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   --in_flight_;
-  if (MoreToStart()) Launch();
-  cv_.notify_all();
+  if (options_.rate <= 0 && MoreToStart()) Launch();
+}
+
+void Bench::Rejected(double seconds) {
+  absl::MutexLock lock(&results_.mu);
+  results_.rejected.push_back(seconds);
+}
+
+void Bench::Arrivals() {
+  std::mt19937_64 random(1);
+  std::exponential_distribution<double> gap(options_.rate);
+  absl::Time next = begin_;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!MoreToStart()) return;
+      Launch();
+    }
+    next += absl::Seconds(gap(random));
+    // Arrivals that fell behind (a slow client) start at once rather than
+    // being dropped, so the offered rate holds on average.
+    absl::SleepFor(next - absl::Now());
+  }
 }
 
 int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
@@ -232,64 +262,87 @@ int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
   request_.set_ignore_eos(true);
   begin_ = absl::Now();
   end_ = begin_ + options_.duration;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
+  std::thread arrivals;
+  if (options_.rate > 0) {
+    arrivals = std::thread([this] { Arrivals(); });
+  } else {
+    absl::MutexLock lock(&mu_);
     for (int i = 0; i < options_.concurrency && MoreToStart(); ++i) Launch();
-    while (in_flight_ > 0) {
-      cv_.wait_for(lock, std::chrono::seconds(1));
-      if (options_.progress) {
-        lock.unlock();
-        Progress(absl::Now() - begin_);
-        lock.lock();
-      }
-    }
   }
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_ == 0 && (options_.rate <= 0 || !MoreToStart());
+  };
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(1))) break;
+    }
+    if (options_.progress) Progress(absl::Now() - begin_);
+  }
+  if (arrivals.joinable()) arrivals.join();
   const absl::Duration elapsed = absl::Now() - begin_;
   if (options_.progress) std::fprintf(stderr, "\n");
   Report(elapsed);
+  absl::MutexLock lock(&results_.mu);
   return results_.completed == 0 ? 1 : 0;
 }
 
 void Bench::Progress(absl::Duration elapsed) {
-  std::lock_guard<std::mutex> lock(results_.mu);
+  int64_t in_flight = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight = in_flight_;
+  }
+  absl::MutexLock lock(&results_.mu);
   int64_t errors = 0;
   for (const auto& [code, count] : results_.errors) errors += count;
   std::fprintf(stderr, "\r%6.1fs  streams done %-7ld open %-6ld tokens %-9ld errors %-5ld",
                absl::ToDoubleSeconds(elapsed), static_cast<long>(results_.completed),
-               static_cast<long>(in_flight_), static_cast<long>(results_.tokens),
+               static_cast<long>(in_flight), static_cast<long>(results_.tokens),
                static_cast<long>(errors));
 }
 
-void Bench::Report(absl::Duration elapsed) const {
+void Bench::Report(absl::Duration elapsed) {
   const double seconds = absl::ToDoubleSeconds(elapsed);
-  const auto& r = results_;
+  absl::MutexLock lock(&results_.mu);
   int64_t errors = 0;
-  for (const auto& [code, count] : r.errors) errors += count;
+  for (const auto& [code, count] : results_.errors) errors += count;
   const double ms = 1000.0;
+  const auto percentiles = [ms](const std::vector<double>& values) {
+    return absl::StrFormat("{\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f, \"max\": %.3f}",
+                           Percentile(values, 0.5) * ms, Percentile(values, 0.95) * ms,
+                           Percentile(values, 0.99) * ms, Percentile(values, 1.0) * ms);
+  };
   if (options_.json) {
     std::printf(
-        "{\"concurrency\": %d, \"prompt_tokens\": %ld, \"max_tokens\": %ld, \"seconds\": %.3f, "
-        "\"streams\": %ld, \"errors\": %ld, \"tokens\": %ld, \"tokens_per_s\": %.2f, "
-        "\"ttft_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f}, "
-        "\"itl_ms\": {\"p50\": %.3f, \"p95\": %.3f, \"p99\": %.3f}}\n",
-        options_.concurrency, static_cast<long>(options_.prompt_tokens),
-        static_cast<long>(options_.max_tokens), seconds, static_cast<long>(r.completed),
-        static_cast<long>(errors), static_cast<long>(r.tokens), r.tokens / seconds,
-        Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms, Percentile(r.ttft, 0.99) * ms,
-        Percentile(r.inter_token, 0.5) * ms, Percentile(r.inter_token, 0.95) * ms,
-        Percentile(r.inter_token, 0.99) * ms);
+        "{\"concurrency\": %d, \"rate\": %.3f, \"prompt_tokens\": %ld, \"max_tokens\": %ld, "
+        "\"seconds\": %.3f, \"streams\": %ld, \"errors\": %ld, \"rejected\": %zu, "
+        "\"tokens\": %ld, \"tokens_per_s\": %.2f, \"ttft_ms\": %s, \"itl_ms\": %s, "
+        "\"reject_ms\": %s}\n",
+        options_.rate > 0 ? 0 : options_.concurrency, options_.rate,
+        static_cast<long>(options_.prompt_tokens), static_cast<long>(options_.max_tokens), seconds,
+        static_cast<long>(results_.completed), static_cast<long>(errors), results_.rejected.size(),
+        static_cast<long>(results_.tokens), results_.tokens / seconds,
+        percentiles(results_.ttft).c_str(), percentiles(results_.inter_token).c_str(),
+        percentiles(results_.rejected).c_str());
     return;
   }
   std::printf("streams %ld ok, %ld failed in %.1f s; %ld tokens, %.1f tokens/s\n",
-              static_cast<long>(r.completed), static_cast<long>(errors), seconds,
-              static_cast<long>(r.tokens), r.tokens / seconds);
+              static_cast<long>(results_.completed), static_cast<long>(errors), seconds,
+              static_cast<long>(results_.tokens), results_.tokens / seconds);
   std::printf("time to first token  p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms\n",
-              Percentile(r.ttft, 0.5) * ms, Percentile(r.ttft, 0.95) * ms,
-              Percentile(r.ttft, 0.99) * ms);
+              Percentile(results_.ttft, 0.5) * ms, Percentile(results_.ttft, 0.95) * ms,
+              Percentile(results_.ttft, 0.99) * ms);
   std::printf("inter-token latency  p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms\n",
-              Percentile(r.inter_token, 0.5) * ms, Percentile(r.inter_token, 0.95) * ms,
-              Percentile(r.inter_token, 0.99) * ms);
-  for (const auto& [code, count] : r.errors) {
+              Percentile(results_.inter_token, 0.5) * ms,
+              Percentile(results_.inter_token, 0.95) * ms,
+              Percentile(results_.inter_token, 0.99) * ms);
+  if (!results_.rejected.empty()) {
+    std::printf("rejected in          p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms (%zu calls)\n",
+                Percentile(results_.rejected, 0.5) * ms, Percentile(results_.rejected, 0.99) * ms,
+                Percentile(results_.rejected, 1.0) * ms, results_.rejected.size());
+  }
+  for (const auto& [code, count] : results_.errors) {
     std::printf("error x%ld: %s\n", static_cast<long>(count), code.c_str());
   }
 }

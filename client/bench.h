@@ -1,7 +1,8 @@
 // attnctl bench: a load generator. Keeps `concurrency` GenerateStream calls
-// open for `duration` (each finished stream is replaced by a new one), and
-// reports time to first token and inter-token latency percentiles, tokens/s
-// and errors. Streams can read slowly (`read_delay`) to hold many open
+// open for `duration` (each finished stream is replaced by a new one), or
+// starts them at a fixed mean `rate`, and reports time to first token and
+// inter-token latency percentiles, tokens/s, errors, and how fast rejected
+// calls were told. Streams can read slowly (`read_delay`) to hold many open
 // streams at once.
 #pragma once
 #include <grpcpp/grpcpp.h>
@@ -17,6 +18,11 @@ namespace attn::client {
 struct BenchOptions {
   std::string model;
   int concurrency = 8;
+  // > 0: an open loop instead. Streams start at Poisson arrivals of `rate`
+  // per second whatever the server's pace, as independent users would, and
+  // `concurrency` is ignored. Used to overload the server on purpose; calls
+  // it rejects (RESOURCE_EXHAUSTED) are timed separately.
+  double rate = 0;
   int64_t prompt_tokens = 128;
   int64_t max_tokens = 64;
   absl::Duration duration = absl::Seconds(10);

@@ -66,6 +66,9 @@ ABSL_FLAG(bool, json, false, "Print responses as JSON.");
 ABSL_FLAG(double, timeout_s, 0, "Deadline of the call in seconds; 0: none.");
 ABSL_FLAG(std::string, service, "", "health: the service or model to check; empty: overall.");
 ABSL_FLAG(int, concurrency, 8, "bench: streams open at once.");
+ABSL_FLAG(double, rate, 0,
+          "bench: > 0: start streams at this mean rate per second (Poisson arrivals, an open "
+          "loop) instead of keeping --concurrency open.");
 ABSL_FLAG(int64_t, prompt_tokens, 128, "bench: prompt length in tokens.");
 ABSL_FLAG(double, duration_s, 10, "bench: how long to keep starting streams.");
 ABSL_FLAG(int64_t, streams, 0, "bench: stop after this many streams (overrides duration).");
@@ -440,6 +443,7 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   attn::client::BenchOptions options;
   options.model = absl::GetFlag(FLAGS_model);
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
+  options.rate = absl::GetFlag(FLAGS_rate);
   options.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   options.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   options.duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
@@ -450,6 +454,10 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   options.distinct_prompts = absl::GetFlag(FLAGS_distinct_prompts);
   if (options.concurrency < 1 || options.prompt_tokens < 1 || options.max_tokens < 1) {
     std::fprintf(stderr, "error: --concurrency, --prompt_tokens and --max_tokens must be >= 1\n");
+    return 2;
+  }
+  if (!(options.rate >= 0)) {
+    std::fprintf(stderr, "error: --rate must be >= 0 (0: closed loop at --concurrency)\n");
     return 2;
   }
   return attn::client::RunBench(channel, options);

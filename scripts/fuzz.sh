@@ -12,7 +12,7 @@ seconds=${1:-30}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_state_blob fuzz_metrics_request fuzz_api_keys
-                                     fuzz_tokenizer fuzz_generate_request)
+                                     fuzz_tokenizer fuzz_generate_request fuzz_config)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the CPU image with podman (no Docker engine needed), starts a
-# container, and checks it from the host: attnctl health, the model list and
-# a streamed completion. Then stops the container with SIGTERM and checks it
-# exits 0. The steps follow what works on a Debian 12 host without a
+# Builds the CPU image with podman (no Docker engine needed) and checks it:
+# its size (under MAX_MB, default 500), its contents (no shell, no setuid or
+# setgid file, a non-root user without a login shell), then starts a
+# container and checks it from the host: attnctl health, the model list, a
+# streamed completion with each backend's first model and the metrics. Then
+# stops the container with SIGTERM and checks it exits 0. The steps follow what works on a Debian 12 host without a
 # registry: a bookworm base image made with debootstrap, `podman build
 # --isolation chroot`, and runc as the runtime.
 #   IMAGE      image name (default attn-server:verify)
@@ -10,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-attn-server:verify}
+MAX_MB=${MAX_MB:-500}
 BASE=docker.io/library/debian:bookworm-slim
 ATTNCTL=${ATTNCTL:-build/client/attnctl}
 
@@ -34,6 +37,33 @@ start=$(date +%s)
 podman build --isolation chroot --format docker -t "$IMAGE" . > /tmp/attn-image-build.log 2>&1 \
   || { tail -30 /tmp/attn-image-build.log; exit 1; }
 echo "   built in $(( $(date +%s) - start )) s; $(podman image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "%.0f MB", $1/1e6}')"
+
+size_mb=$(podman image inspect "$IMAGE" --format '{{.Size}}' | awk '{printf "%d", $1/1e6}')
+[ "$size_mb" -le "$MAX_MB" ] || { echo "FAIL: the image is $size_mb MB, over $MAX_MB MB" >&2; exit 1; }
+
+echo "== contents"
+box=$(podman create "$IMAGE")
+listing=$(mktemp)
+podman export "$box" | tar -tvf - > "$listing"
+passwd=$(podman export "$box" | tar -xOf - --wildcards '*etc/passwd')
+podman rm "$box" > /dev/null
+echo "   $(wc -l < "$listing") entries"
+# Mode strings with s or S in the user or group execute place.
+if awk '$1 ~ /^.{3}[sS]|^.{6}[sS]/' "$listing" | grep .; then
+  echo "FAIL: setuid or setgid files (above)" >&2; exit 1
+fi
+echo "   no setuid or setgid file"
+if grep -E ' (\./)?(usr/)?s?bin/(sh|bash|dash|ash|zsh|busybox|su|sudo|apt|apt-get|dpkg)( |$)' "$listing"; then
+  echo "FAIL: a shell or a package tool is in the image (above)" >&2; exit 1
+fi
+echo "   no shell, no package manager"
+user=$(podman image inspect "$IMAGE" --format '{{.Config.User}}')
+[ "${user%%:*}" = 10001 ] || { echo "FAIL: the image runs as '$user', not 10001" >&2; exit 1; }
+login_shell=$(echo "$passwd" | awk -F: '$3 == 10001 {print $7}')
+[ "$login_shell" = /usr/sbin/nologin ] && ! grep -qE " (\./)?${login_shell#/}( |\$)" "$listing" \
+  || { echo "FAIL: user 10001 has login shell '$login_shell'" >&2; exit 1; }
+echo "   runs as $user, whose login shell ($login_shell) does not exist in the image"
+rm -f "$listing"
 
 echo "== starting the container"
 name=attn-verify-$$

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace attn {
 
@@ -19,16 +21,38 @@ inline bool IsFlagOfFile(const absl::CommandLineFlag& flag, absl::string_view fi
   return absl::EndsWith(defined_in, file) || absl::EndsWith(file, defined_in);
 }
 
+// The folder part of a source path as a compiler or Abseil recorded it,
+// without what differs between builds: leading "/", "./" and "../" (Abseil
+// drops the leading "/" of an absolute path; a ccache base directory makes
+// the path relative to the build directory). "server/" for all of
+// "/work/x/server/main.cc", "work/x/server/main.cc" and "../server/main.cc".
+inline absl::string_view SourceFolder(absl::string_view path) {
+  path = path.substr(0, path.find_last_of('/') + 1);  // keeps the '/'; empty without one
+  while (true) {
+    if (absl::ConsumePrefix(&path, "/") || absl::ConsumePrefix(&path, "./") ||
+        absl::ConsumePrefix(&path, "../")) {
+      continue;
+    }
+    return path;
+  }
+}
+
+// Whether one folder path ends with the other at a folder boundary.
+inline bool SameFolderTail(absl::string_view a, absl::string_view b) {
+  if (a.size() < b.size()) std::swap(a, b);
+  if (b.empty() || !absl::EndsWith(a, b)) return false;
+  return a.size() == b.size() || a[a.size() - b.size() - 1] == '/';
+}
+
 // Makes --help (and --helpshort) list the flags defined in the folder of
 // `main_file` (the command's main.cc, passed as __FILE__). Abseil's default
 // lists the flags of files named after the program, which no file here is,
 // so --help printed "No flags matched".
 inline void ListFlagsOfFolderInHelp(const char* main_file) {
-  std::string folder(main_file);
-  folder.erase(folder.find_last_of('/') + 1);  // keeps the '/'; empty without one
+  const std::string folder(SourceFolder(main_file));
   absl::FlagsUsageConfig config;
   auto ours = [folder](absl::string_view defined_in) {
-    return absl::StartsWith(defined_in, folder) || absl::StrContains(defined_in, "/" + folder);
+    return SameFolderTail(SourceFolder(defined_in), folder);
   };
   config.contains_help_flags = ours;
   config.contains_helpshort_flags = ours;

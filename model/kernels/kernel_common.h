@@ -9,8 +9,10 @@
 
 // ATTN_HOT marks a hot loop to be compiled for AVX-512, AVX2+FMA and
 // baseline x86-64; the loader picks the best the CPU has, so one binary
-// serves any x86-64 machine.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// serves any x86-64 machine. Not under ThreadSanitizer: the loader runs the
+// clones' resolvers while relocating, before the TSan runtime is set up, and
+// an instrumented resolver crashes there; TSan builds take the baseline.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define ATTN_HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define ATTN_HOT

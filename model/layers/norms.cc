@@ -5,25 +5,8 @@
 #include <cmath>
 
 #include "model/kernels/kernels.h"
-#include "util/enum_names.h"
 
 namespace attn {
-
-namespace {
-
-constexpr std::pair<NormKind, const char*> kNormNames[] = {
-    {NormKind::kLayerNorm, "layernorm"},
-    {NormKind::kScaleNorm, "scalenorm"},
-    {NormKind::kRmsNorm, "rmsnorm"},
-};
-
-}  // namespace
-
-std::string NormKindName(NormKind kind) { return EnumName(kNormNames, kind); }
-
-bool ParseNormKind(const std::string& name, NormKind* kind) {
-  return ParseEnumName(kNormNames, name, kind);
-}
 
 NormImpl::NormImpl(NormKind kind, int64_t d_model, double eps) : kind_(kind), eps_(eps) {
   switch (kind) {

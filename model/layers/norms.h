@@ -11,13 +11,9 @@
 
 #include <string>
 
+#include "model/layers/norm_kind.h"
+
 namespace attn {
-
-enum class NormKind { kLayerNorm, kScaleNorm, kRmsNorm };
-
-// "layernorm", "scalenorm", "rmsnorm".
-std::string NormKindName(NormKind kind);
-bool ParseNormKind(const std::string& name, NormKind* kind);
 
 class NormImpl : public torch::nn::Module {
  public:

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/layers/norms.h"
-#include "model/mixers/mixer.h"
+#include "model/layers/norm_kind.h"
+#include "model/mixers/mixer_options.h"
 
 namespace attn {
 

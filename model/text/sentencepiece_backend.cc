@@ -27,6 +27,22 @@ std::vector<std::string> Candidates() {
   return paths;
 }
 
+// glibc's own dlopen, not whatever the process interposes on the name.
+// Sanitizer runtimes interpose dlopen and refuse RTLD_DEEPBIND outright,
+// because a deep-bound library could bind malloc to libc's instead of the
+// runtime's. That cannot happen to this plugin: built with the same
+// sanitizer flags, it lists the runtime among its first dependencies, so its
+// deep-bound scope finds the runtime's malloc and operator new before libc's
+// and libstdc++'s (scripts/sanitize.sh runs every tokenizer and server test
+// through it, and ASan checks every allocation is freed by its own kind).
+// Without a sanitizer this is the same function as plain dlopen.
+using DlopenFn = void* (*)(const char*, int);
+DlopenFn LibcDlopen() {
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  void* real = libc ? dlsym(libc, "dlopen") : nullptr;
+  return real ? reinterpret_cast<DlopenFn>(real) : &dlopen;
+}
+
 struct Loaded {
   const PluginApi* api = nullptr;
   std::string error;
@@ -34,11 +50,12 @@ struct Loaded {
 
 Loaded LoadPlugin() {
   std::string tried;
+  const DlopenFn open_library = LibcDlopen();
   for (const auto& path : Candidates()) {
     // DEEPBIND: the plugin and libsentencepiece bind to their own symbols
     // (its embedded protobuf) before the process's; LOCAL: theirs never
     // reach the global scope.
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* handle = open_library(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (!handle) {
       tried += "\n  " + path + ": " + dlerror();
       continue;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/backend/backend.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/state_blob.h"

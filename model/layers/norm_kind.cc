@@ -1,0 +1,25 @@
+#include "model/layers/norm_kind.h"
+
+#include <utility>
+
+#include "util/enum_names.h"
+
+namespace attn {
+
+namespace {
+
+constexpr std::pair<NormKind, const char*> kNormNames[] = {
+    {NormKind::kLayerNorm, "layernorm"},
+    {NormKind::kScaleNorm, "scalenorm"},
+    {NormKind::kRmsNorm, "rmsnorm"},
+};
+
+}  // namespace
+
+std::string NormKindName(NormKind kind) { return EnumName(kNormNames, kind); }
+
+bool ParseNormKind(const std::string& name, NormKind* kind) {
+  return ParseEnumName(kNormNames, name, kind);
+}
+
+}  // namespace attn

@@ -1,0 +1,67 @@
+// What selects and sizes a sequence mixer: its kind, by name, and the
+// options every kind is built with (model/mixers/mixer.h builds them). No
+// LibTorch here, so configurations can be parsed and checked without it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+enum class MixerKind {
+  kMha,          // softmax multi-head attention with a key/value cache
+  kMhaAlibi,     // the same with ALiBi distance biases, no position embedding
+  kRelative,     // Transformer-XL relative multi-head attention
+  kLinearElu,    // linear attention, feature map elu(x) + 1
+  kLinearExp,    // linear attention, feature map exp(x - max_i x_i)
+  kLinearDecay,  // linear attention, elu+1, with a learned per-head decay of the state
+  kAftFull,      // attention-free transformer, learned T x T bias
+  kAftLocal,     // AFT with a learned bias inside a band of width s
+  kAftSimple,    // AFT without position bias
+  kAftConv,      // AFT with a per-head bias that depends only on t - t'
+  kAftDecay,     // AFT-conv's filter in a window, a learned per-channel decay beyond
+};
+
+// Returns the configuration name of `kind` ("mha", "aft-conv", ...).
+std::string MixerKindName(MixerKind kind);
+// Parses a configuration name; returns false for an unknown name.
+bool ParseMixerKind(const std::string& name, MixerKind* kind);
+// All kinds, in declaration order.
+const std::vector<MixerKind>& AllMixerKinds();
+
+// The fastest block size of a kind's parallel form on CPU: 16 for AFT, whose
+// blocks are elementwise [batch, C, C, d] work that grows with C squared, 64
+// for the rest, whose blocks are matrix products. The block size never
+// changes the result.
+int64_t DefaultChunk(MixerKind kind);
+
+// Everything needed to build any mixer. Fields a kind does not use are
+// ignored by it.
+struct MixerOptions {
+  MixerKind kind = MixerKind::kAftConv;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  // Longest sequence a mixer with a growing state (mha, relative, aft-full)
+  // or an absolute-position bias (aft-local, aft-full) can process.
+  int64_t max_context = 2048;
+  // Width s of the AFT-local / AFT-conv / AFT-decay band: keys with t - t' < s get a
+  // learned bias, keys further back still contribute with bias 0.
+  int64_t window = 32;
+  // Transformer-XL: positions of segment memory carried between segments.
+  int64_t mem_len = 128;
+  // Whether ALiBi slopes are trained (in log space) or fixed.
+  bool learn_alibi_slopes = false;
+  // Denominator guard of linear attention.
+  double linear_eps = 1e-6;
+  // Tokens per block of the chunked parallel forms.
+  int64_t chunk = 64;
+  // Whether step() (every kind) and prefill() (AFT) use the fused CPU loops
+  // of model/kernels/kernels.h when they can: CPU float tensors, nothing to
+  // differentiate. Off, step() runs prefill() one row at a time and prefill()
+  // runs the op-by-op blocks: slower, same numbers; the path any non-CPU
+  // device takes.
+  bool fused_kernels = true;
+};
+
+}  // namespace attn
