@@ -47,7 +47,8 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address host:port.");
 ABSL_FLAG(std::string, model, "", "Model name; empty: the server's default.");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (generate, stream).");
 ABSL_FLAG(std::string, text, "", "Text (score, tokenize).");
-ABSL_FLAG(std::string, text_file, "", "File whose text to use instead of --text (score).");
+ABSL_FLAG(std::string, text_file, "",
+          "File whose text to use instead of --text (score, tokenize).");
 ABSL_FLAG(int64_t, score_tokens, 0, "score: only the first N tokens of the text; 0: all.");
 ABSL_FLAG(std::string, segments, "",
           "score: print the mean loss per position segment instead of per token, with segments "
@@ -316,8 +317,9 @@ std::string Quoted(const std::string& text) {
   return out + "\"";
 }
 
-// The text to score: --text, or the contents of --text_file.
-bool ScoreText(std::string* text) {
+// The text to score or tokenize: --text, or the contents of --text_file
+// (for texts longer than a command-line argument may be).
+bool TextFromFlags(std::string* text) {
   const std::string path = absl::GetFlag(FLAGS_text_file);
   if (path.empty()) {
     *text = absl::GetFlag(FLAGS_text);
@@ -372,7 +374,7 @@ int Score(TextGeneration::Stub& stub) {
   std::vector<int64_t> ids;
   if (!ParseIds(absl::GetFlag(FLAGS_ids), &ids)) return 2;
   std::string text;
-  if (ids.empty() && !ScoreText(&text)) return 2;
+  if (ids.empty() && !TextFromFlags(&text)) return 2;
   if (ids.empty() && absl::GetFlag(FLAGS_score_tokens) > 0) {
     grpc::Status status = FirstTokens(stub, text, absl::GetFlag(FLAGS_score_tokens), &ids);
     if (!status.ok()) return Fail(status);
@@ -412,7 +414,7 @@ int Score(TextGeneration::Stub& stub) {
 int Tokenize(TextGeneration::Stub& stub) {
   attn::v1::TokenizeRequest request;
   request.set_model(absl::GetFlag(FLAGS_model));
-  request.set_text(absl::GetFlag(FLAGS_text));
+  if (!TextFromFlags(request.mutable_text())) return 2;
   grpc::ClientContext context;
   attn::v1::TokenizeResponse response;
   grpc::Status status = stub.Tokenize(&context, request, &response);

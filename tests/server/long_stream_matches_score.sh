@@ -20,7 +20,9 @@ trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 ctl=("$ctl_bin" --server=127.0.0.1:$port --timeout_s=600)
 for _ in $(seq 150); do "${ctl[@]}" health > /dev/null 2>&1 && break; sleep 0.2; done
 # A prompt of the model's own text: its tokenizer over the repository's README.
-"${ctl[@]}" tokenize --text="$(cat "$repo/README.md" "$repo/docs/"*.md)" --json > "$work/text.json"
+# (a file: the text is longer than one command-line argument may be).
+cat "$repo/README.md" "$repo/docs/"*.md > "$work/text.txt"
+"${ctl[@]}" tokenize --text_file="$work/text.txt" --json > "$work/text.json"
 prompt=$($py -c '
 import json, sys
 ids = json.load(open(sys.argv[1]))["token_ids"]
