@@ -12,7 +12,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl
+  libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev
   clang-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl

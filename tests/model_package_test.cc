@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
@@ -126,6 +128,73 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
     EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_NE(std::string(loaded.status().message()).find(c.message), std::string::npos)
         << loaded.status();
+  }
+}
+
+// LibTorch's reader checks no CRC: without the package's own check, a
+// flipped bit in a weight loads as a different model.
+TEST_F(ModelPackageTest, AChangedWeightByteIsDataLossNotADifferentModel) {
+  CausalLm model{nullptr};
+  const auto path = SaveModel(MixerKind::kAftConv, &model);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const torch::Tensor embedding = model->named_parameters()["embedding.weight"].contiguous();
+  const std::string first_weights(static_cast<const char*>(embedding.data_ptr()), 64);
+  const size_t at = bytes.find(first_weights);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] ^= 0x01;  // a low mantissa bit of the first weight
+  const std::string damaged = Path("damaged.pt");
+  std::ofstream(damaged, std::ios::binary) << bytes;
+
+  EXPECT_NO_THROW(torch::jit::load(damaged));  // LibTorch alone accepts it
+  auto loaded = LoadPackage(damaged);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  const std::string message(loaded.status().message());
+  EXPECT_NE(message.find("damaged.pt"), std::string::npos) << message;
+  EXPECT_NE(message.find("CRC-32 mismatch"), std::string::npos) << message;
+}
+
+// A config may claim any size; the archive's tensors bound what is built.
+TEST_F(ModelPackageTest, AConfigClaimingAHugeModelIsRefusedBeforeBuildingIt) {
+  for (auto edit : std::vector<std::function<void(LmConfig&)>>{
+           [](LmConfig& c) { c.vocab_size = int64_t{1} << 40; },
+           [](LmConfig& c) { c.d_model = c.heads << 30; },
+           [](LmConfig& c) { c.layers = int64_t{1} << 50; },
+           [](LmConfig& c) { c.max_context = int64_t{1} << 40; },  // learned positions
+       }) {
+    CausalLm model{nullptr};
+    const auto path = SaveModel(MixerKind::kAftConv, &model);
+    LmConfig huge = SmallConfig(MixerKind::kAftConv);
+    edit(huge);
+    Rewrite(path, [&](torch::jit::Module& m) {
+      m.setattr("config", absl::StrCat("{\"lm\": ", huge.ToJson(), "}"));
+    });
+    auto loaded = LoadPackage(path);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << huge.ToJson();
+    EXPECT_NE(std::string(loaded.status().message()).find("config describes a model of at least"),
+              std::string::npos)
+        << loaded.status();
+  }
+}
+
+// The bound never refuses a real model: it is at most what every kind holds.
+TEST(MinimumTensorElements, IsALowerBoundForEveryKind) {
+  for (MixerKind kind : AllMixerKinds()) {
+    for (auto positions : {PositionKind::kNone, PositionKind::kLearned}) {
+      LmConfig config = testing::SmallLmConfig(kind, 40);
+      config.positions = positions;
+      CausalLm model(config);
+      int64_t held = 0;
+      for (const auto& p : model->named_parameters()) held += p.value().numel();
+      for (const auto& b : model->named_buffers()) held += b.value().numel();
+      const double bound = MinimumTensorElements(config);
+      EXPECT_LE(bound, static_cast<double>(held)) << MixerKindName(kind);
+      // and it is not vacuous: the dense matrices are most of a model
+      EXPECT_GE(bound, 0.5 * static_cast<double>(held)) << MixerKindName(kind);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include "model/backend/guarded.h"
 #include "model/lm/row_groups.h"
 #include "nlohmann/json.hpp"
+#include "util/zip_integrity.h"
 
 namespace attn {
 namespace {
@@ -159,8 +160,12 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   if (!std::filesystem::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat("model ", path, " does not exist"));
   }
+  // LibTorch checks no CRC; a damaged file must not load as other weights.
+  absl::StatusOr<std::string> bytes = ReadIntactZip(path);
+  if (!bytes.ok()) return absl::DataLossError(absl::StrCat("model ", bytes.status().message()));
   auto module = std::make_unique<torch::jit::Module>();
-  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(path, device); });
+  std::istringstream stream(*std::move(bytes));
+  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(stream, device); });
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("model ", path, " is not a readable TorchScript archive: ", loaded.message()));

@@ -277,4 +277,35 @@ int64_t CausalLmImpl::parameter_count() const {
   return count;
 }
 
+double MinimumTensorElements(const LmConfig& config) {
+  const double vocab = static_cast<double>(config.vocab_size);
+  const double d = static_cast<double>(config.d_model);
+  const double ff = static_cast<double>(config.ff_hidden);
+  const double context = static_cast<double>(config.max_context);
+  const double window = static_cast<double>(config.window);
+  // Every mixer projects to queries, keys and values and back (4 d^2); the
+  // feed-forward's two matrices are d x ff_hidden.
+  double per_layer = 4 * d * d + 2 * d * ff;
+  switch (config.mixer) {
+    case MixerKind::kAftFull:  // a max_context x max_context bias
+      per_layer += context * context;
+      break;
+    case MixerKind::kAftLocal:  // a band of `window` per position
+      per_layer += context * window;
+      break;
+    case MixerKind::kAftConv:
+    case MixerKind::kAftDecay:  // a filter of `window` taps
+      per_layer += window;
+      break;
+    case MixerKind::kRelative:  // a table of max_context distances
+      per_layer += context * d;
+      break;
+    default:
+      break;
+  }
+  double total = vocab * d + static_cast<double>(config.layers) * per_layer;
+  if (config.positions == PositionKind::kLearned) total += context * d;
+  return total;
+}
+
 }  // namespace attn

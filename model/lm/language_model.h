@@ -111,4 +111,14 @@ class CausalLmImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CausalLm);
 
+// A lower bound on the number of values (parameters and buffers) a model of
+// `config` holds, from the dimensions alone and without allocating: every
+// dimension that can make a model large (vocabulary, width, depth,
+// feed-forward, and the windows and context lengths some mixers store)
+// appears in it. LoadPackage compares it with what an archive holds before
+// building the model, so a config claiming a model far larger than its
+// tensors is refused instead of exhausting memory. As a double: a fuzzed
+// config's product of dimensions overflows int64.
+double MinimumTensorElements(const LmConfig& config);
+
 }  // namespace attn

@@ -3,13 +3,17 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/lm/torchscript_methods.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "util/zip_integrity.h"
 
 namespace attn {
 namespace {
@@ -73,6 +77,22 @@ absl::StatusOr<LmConfig> NativeConfig(const std::string& config, int64_t version
   return LmConfig::FromJson(json["lm"].dump());
 }
 
+// Refuses a config that describes a model far larger than the tensors the
+// archive holds (every value of the model is copied from one of them) before
+// anything is allocated: building the model first would let a few bytes of
+// config claim terabytes. A small disagreement passes, to be named tensor by
+// tensor by the shape checks, whose messages say more; the slack (twice the
+// archive plus a million values) bounds what a bad config can allocate.
+absl::Status CheckSize(const LmConfig& config, const std::map<std::string, torch::Tensor>& stored) {
+  double held = 0;
+  for (const auto& [name, tensor] : stored) held += static_cast<double>(tensor.numel());
+  const double needed = MinimumTensorElements(config);
+  if (needed <= 2 * held + (1 << 20)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "config describes a model of at least %.0f values, the archive's tensors hold %.0f", needed,
+      held));
+}
+
 }  // namespace
 
 absl::Status SavePackage(const std::string& path, CausalLm& model,
@@ -111,10 +131,18 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
   if (!std::filesystem::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat("model package ", path, " does not exist"));
   }
+  // LibTorch checks no CRC; a damaged file must not load as other weights.
+  absl::StatusOr<std::string> file = ReadIntactZip(path);
+  if (!file.ok()) {
+    return absl::DataLossError(absl::StrCat("model package ", file.status().message()));
+  }
   torch::jit::Module archive;
   try {
-    archive = torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
+    std::istringstream stream(*std::move(file));
+    archive = torch::jit::load(stream, torch::kCPU);
+  } catch (const std::exception& e) {
+    // Not only c10::Error: the archive's TorchScript source is parsed on
+    // load, and a syntax error there is a std::runtime_error.
     return absl::DataLossError(
         absl::StrCat("model package ", path,
                      " is not a readable archive (truncated or corrupt): ", FirstLine(e.what())));
@@ -148,6 +176,8 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
                                    bytes.numel());
   }
   stored.erase(tokenizer);
+  if (auto fits = CheckSize(*config, stored); !fits.ok())
+    return Invalid(path, std::string(fits.message()));
 
   try {
     package.model = CausalLm(*config);
@@ -170,7 +200,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     }
     package.model->to(device);
     package.model->eval();
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
     return Invalid(path, FirstLine(e.what()));
   }
   return package;

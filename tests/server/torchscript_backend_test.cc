@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -248,6 +249,27 @@ TEST_F(TorchScriptBackendTest, ContractViolationsAreStartupErrorsNamingTheProble
     EXPECT_TRUE(absl::StrContains(server.status().message(), message)) << server.status();
     EXPECT_TRUE(absl::StrContains(server.status().message(), file)) << server.status();
   }
+}
+
+// A model written by PyTorch passes the zip check (the suite's server
+// serves rwkv.pt); one changed byte in its pickled module does not, although
+// LibTorch alone would read it.
+TEST_F(TorchScriptBackendTest, ADamagedModelIsDataLossNamingTheRecord) {
+  std::string bytes;
+  {
+    std::ifstream in(Path("rwkv.pt"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t global = bytes.find("c__torch__\n");  // the pickle's first class reference
+  ASSERT_NE(global, std::string::npos);
+  bytes[global + 1] = 'X';
+  std::ofstream(Path("damaged.pt"), std::ios::binary) << bytes;
+  auto loaded = TorchScriptBackend::Load(Path("damaged.pt"), torch::kCPU);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(loaded.status().message(), "damaged.pt")) << loaded.status();
+  EXPECT_TRUE(absl::StrContains(loaded.status().message(), "data.pkl: CRC-32 mismatch"))
+      << loaded.status();
 }
 
 TEST_F(TorchScriptBackendTest, NativeBackendRefusesAnOutsideModel) {
