@@ -174,7 +174,8 @@ class Metrics::ModelObserver : public EngineObserver {
               {"mixer", labels.mixer},
               {"architecture", labels.architecture},
               {"device", labels.device},
-              {"backend", labels.backend}})
+              {"backend", labels.backend},
+              {"weight_dtype", labels.weight_dtype}})
         .Set(1);
     // Every finish reason from the start, so rate() sees the first one.
     for (const char* reason : {"length", "stop", "eos"}) {

@@ -53,7 +53,10 @@ struct LoadedModel {
   ModelDescription description;
 };
 
-absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Device& device) {
+using Quantization = RegistryOptions::Quantization;
+
+absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Device& device,
+                                       Quantization quantization) {
   auto package = LoadPackage(path, device);
   if (!package.ok()) return package.status();
   if (package->tokenizer_model.empty()) {
@@ -78,6 +81,15 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
   // Constant for the recurrent mixers; the cache at its longest otherwise.
   d.state_bytes_per_sequence =
       model->state_bytes_per_sequence(d.max_context > 0 ? d.max_context : 4096);
+  d.weight_dtype = "float32";
+  d.weight_bytes = model->dense_weight_bytes();
+  if (quantization == Quantization::kInt8) {
+    auto bytes = QuantizeInt8(model);
+    if (!bytes.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
+    d.weight_dtype = "int8";
+    d.weight_bytes = *bytes;
+  }
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
   loaded.backend = std::make_unique<NativeBackend>(std::move(model));
   return loaded;
@@ -115,14 +127,26 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
 // kAuto: native when the package is this library's; otherwise TorchScript,
 // and if that fails too, both reasons.
 absl::StatusOr<LoadedModel> LoadWithBackend(const std::string& path, const torch::Device& device,
-                                            BackendKind kind) {
-  if (kind == BackendKind::kTorchScript) return LoadTorchScript(path, device);
-  auto native = LoadNative(path, device);
+                                            BackendKind kind, Quantization quantization) {
+  // Quantising is this library's: a TorchScript model is quantised in
+  // PyTorch before it is exported.
+  const auto script_model = [&]() -> absl::StatusOr<LoadedModel> {
+    if (quantization != Quantization::kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path,
+                       ": --quantize=int8 applies to the native backend only; this model runs as "
+                       "TorchScript (quantise it in PyTorch before exporting, or set NAME=none)"));
+    }
+    return LoadTorchScript(path, device);
+  };
+  if (kind == BackendKind::kTorchScript) return script_model();
+  auto native = LoadNative(path, device, quantization);
   if (native.ok() || kind == BackendKind::kNative ||
-      native.status().code() != absl::StatusCode::kInvalidArgument) {
+      native.status().code() != absl::StatusCode::kInvalidArgument ||
+      absl::StrContains(native.status().message(), "--quantize")) {
     return native;
   }
-  auto script = LoadTorchScript(path, device);
+  auto script = script_model();
   if (script.ok()) return script;
   return absl::InvalidArgumentError(absl::StrCat(
       native.status().message(),
@@ -137,7 +161,10 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   auto chosen = options.model_backends.find(name);
   const BackendKind kind =
       chosen != options.model_backends.end() ? chosen->second : options.backend;
-  auto loaded = LoadWithBackend(path, device, kind);
+  auto quantize = options.model_quantization.find(name);
+  const Quantization quantization =
+      quantize != options.model_quantization.end() ? quantize->second : options.quantization;
+  auto loaded = LoadWithBackend(path, device, kind, quantization);
   if (!loaded.ok()) return loaded.status();
   EngineOptions engine_options = options.engine;
   // Rows now, so that a model whose state does not fit fails the start-up.
@@ -167,7 +194,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   if (metrics != nullptr) {
     observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,
                                   StateBudget(engine_options, d.state_bytes_per_sequence),
-                                  d.backend, engine_options.state_cache_bytes});
+                                  d.backend, engine_options.state_cache_bytes, d.weight_dtype});
   }
   hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,
                                             engine_options, RealClock(), observer);
@@ -179,23 +206,47 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
 HostedModel::HostedModel() = default;
 HostedModel::~HostedModel() = default;
 
-absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options) {
+namespace {
+
+// A flag of VALUE for every model and/or NAME=VALUE entries for single ones,
+// comma-separated; `parse` turns a value into a kind or returns false.
+template <typename Kind, typename Parse>
+absl::Status ParsePerModelFlag(const std::string& flag, const char* name, const char* choices,
+                               Parse parse, Kind* all, std::map<std::string, Kind>* per_model) {
   for (absl::string_view entry : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
     const std::pair<std::string, std::string> parts =
         absl::StrSplit(entry, absl::MaxSplits('=', 1));
-    const std::string& kind_name = parts.second.empty() ? parts.first : parts.second;
-    BackendKind kind;
-    if (!ParseBackendKind(kind_name, &kind)) {
+    const std::string& value = parts.second.empty() ? parts.first : parts.second;
+    Kind kind;
+    if (!parse(value, &kind)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--backend: \"", kind_name, "\" is not auto, native or torchscript"));
+          absl::StrCat("--", name, ": \"", value, "\" is not ", choices));
     }
     if (parts.second.empty()) {
-      options->backend = kind;
+      *all = kind;
     } else {
-      options->model_backends[parts.first] = kind;
+      (*per_model)[parts.first] = kind;
     }
   }
   return absl::OkStatus();
+}
+
+bool ParseQuantization(const std::string& name, Quantization* quantization) {
+  if (name != "none" && name != "int8") return false;
+  *quantization = name == "int8" ? Quantization::kInt8 : Quantization::kNone;
+  return true;
+}
+
+}  // namespace
+
+absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options) {
+  return ParsePerModelFlag(flag, "backend", "auto, native or torchscript", ParseBackendKind,
+                           &options->backend, &options->model_backends);
+}
+
+absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options) {
+  return ParsePerModelFlag(flag, "quantize", "none or int8", ParseQuantization,
+                           &options->quantization, &options->model_quantization);
 }
 
 absl::StatusOr<std::string> CheckDevice(const std::string& device) {
@@ -265,6 +316,13 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     if (!registry->Find(name).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--backend: ", name, "=", BackendKindName(kind), " names no model loaded here"));
+    }
+  }
+  for (const auto& [name, quantization] : options.model_quantization) {
+    if (!registry->Find(name).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--quantize: ", name, "=", quantization == Quantization::kInt8 ? "int8" : "none",
+          " names no model loaded here"));
     }
   }
   if (registry->models_.empty()) {

@@ -32,7 +32,12 @@ struct ModelDescription {
   int64_t layers = 0;
   int64_t d_model = 0;
   std::string device;
-  std::string backend;      // "native" or "torchscript"
+  std::string backend;  // "native" or "torchscript"
+  // The dense weights a decode step reads: "float32" or "int8" (--quantize),
+  // and their bytes (int8: the weights and their scales). Empty and 0 for a
+  // TorchScript model, whose weights the server does not inspect.
+  std::string weight_dtype;
+  int64_t weight_bytes = 0;
   std::string fingerprint;  // which states it accepts (server/state_blob.h)
 };
 
@@ -54,6 +59,12 @@ struct RegistryOptions {
   // TorchScript for any other module that keeps docs/model-contract.md.
   BackendKind backend = BackendKind::kAuto;
   std::map<std::string, BackendKind> model_backends;
+  // Weight-only quantisation at load (--quantize), for every model but
+  // those named in `model_quantization`. Native backend only: a TorchScript
+  // model asked to quantise is an error naming it.
+  enum class Quantization { kNone, kInt8 };
+  Quantization quantization = Quantization::kNone;
+  std::map<std::string, Quantization> model_quantization;
   EngineOptions engine;
   // Which models get a state cache of engine.state_cache_bytes
   // (--state_cache): kRecurrent, those whose state does not grow with the
@@ -73,6 +84,10 @@ struct RegistryOptions {
 // and/or comma-separated NAME=KIND entries for single models
 // ("torchscript", "auto,gru=torchscript"). kInvalidArgument naming --backend.
 absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options);
+
+// Parses --quantize the same way: "none" or "int8" for every model, and/or
+// NAME=none|int8 entries ("int8", "none,big=int8").
+absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options);
 
 // "cpu", "cuda", "cuda:N". kInvalidArgument naming --device for anything
 // else, kFailedPrecondition when CUDA is asked of a build without it.

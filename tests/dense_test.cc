@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
+
 namespace attn {
 namespace {
 
@@ -121,6 +123,52 @@ TEST(Dense, ProductsAutogradTracksKeepTheirGradients) {
   Dense(x, w).sum().backward();
   ASSERT_TRUE(w.grad().defined());
   EXPECT_TRUE(torch::allclose(w.grad(), x.sum(0).expand({16, 8})));
+}
+
+// QuantizeWeightInt8 writes the dequantised weights back, so every path
+// (the int8 copy up to 32 rows, the float product above) computes with the
+// same weights: both equal Linear over the written weight.
+TEST(DenseInt8, EveryRowCountComputesWithTheDequantisedWeights) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(11);
+  const torch::Tensor original = torch::randn({96, 160}) * 0.05;
+  torch::Tensor w = original.clone();
+  const torch::Tensor b = torch::randn({96});
+  const int64_t bytes = QuantizeWeightInt8(w);
+  EXPECT_EQ(bytes, 96 * 160 + 96 * 4);
+  ASSERT_TRUE(HasInt8Copy(w));
+  // Within half a step of the original, per output channel.
+  const torch::Tensor step = original.abs().amax(1, true) / 127;
+  EXPECT_TRUE(((w - original).abs() <= step * 0.5 + 1e-7).all().item<bool>());
+  EXPECT_FALSE(w.equal(original));
+  for (int64_t rows : {1, 2, 3, 7, 32, 33, 300}) {
+    ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
+    ExpectMatchesLinear(torch::randn({2, rows, 160}), w, {});
+  }
+}
+
+TEST(DenseInt8, AWeightWrittenAgainDropsItsInt8Copy) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  torch::Tensor w = torch::randn({40, 160});
+  QuantizeWeightInt8(w);
+  ASSERT_TRUE(HasInt8Copy(w));
+  w.mul_(2.0);  // e.g. new weights loaded in place
+  EXPECT_FALSE(HasInt8Copy(w));
+  ExpectMatchesLinear(torch::randn({1, 160}), w, {});
+  EXPECT_FALSE(HasInt8Copy(torch::randn({40, 160})));
+}
+
+TEST(DenseInt8, RefusesWhatItCannotQuantise) {
+  torch::NoGradGuard no_grad;
+  EXPECT_THROW(QuantizeWeightInt8(torch::randn({4, 4}, torch::kDouble)), c10::Error);
+  EXPECT_THROW(QuantizeWeightInt8(torch::randn({16})), c10::Error);
+  torch::Tensor with_nan = torch::randn({4, 4});
+  with_nan[1][2] = std::numeric_limits<float>::quiet_NaN();
+  const torch::Tensor before = with_nan.clone();
+  EXPECT_THROW(QuantizeWeightInt8(with_nan), c10::Error);
+  EXPECT_TRUE(torch::nan_to_num(with_nan).equal(torch::nan_to_num(before)));  // unchanged
+  EXPECT_FALSE(HasInt8Copy(with_nan));
 }
 
 }  // namespace

@@ -65,6 +65,36 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
   EXPECT_TRUE(state.length().eq(59).all().item<bool>());
 }
 
+// With int8 weights the decode steps read the int8 copies (three rows) and
+// the parallel forward multiplies the dequantised float weights (177 rows):
+// the two must still agree, as Score and a stream must.
+TEST_P(LanguageModelTest, Int8StepsEqualTheInt8ModelsForward) {
+  torch::NoGradGuard no_grad;
+  int64_t weights = 0, channels = 0;  // the projections' and the embedding's
+  for (const auto& p : model_->named_parameters()) {
+    const std::string& name = p.key();
+    if (p.value().dim() == 2 && name.size() >= 6 && name.substr(name.size() - 6) == "weight") {
+      weights += p.value().numel();
+      channels += p.value().size(0);
+    }
+  }
+  EXPECT_EQ(model_->dense_weight_bytes(), 4 * weights);
+  auto bytes = QuantizeInt8(model_);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, weights + 4 * channels);
+  const torch::Tensor quantised = model_->forward(tokens_);
+  const double scale = logits_.abs().max().item<double>();
+  EXPECT_GT(MaxAbsDiff(quantised, logits_), 1e-4);          // the weights did change,
+  EXPECT_LT(MaxAbsDiff(quantised, logits_), 0.05 * scale);  // by a small step each
+  auto state = model_->initial_state(3, torch::kCPU);
+  std::vector<torch::Tensor> outputs;
+  outputs.push_back(model_->prefill(tokens_.narrow(1, 0, 20), state));
+  for (int64_t t = 20; t < 59; ++t) {
+    outputs.push_back(model_->step(tokens_.select(1, t), {}, state).unsqueeze(1));
+  }
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), quantised), 1e-4);
+}
+
 // How the server prefills a prompt: no logits for the earlier chunks, the
 // last position's for the last one; the state goes on as after a full prefill.
 TEST_P(LanguageModelTest, PrefillWithoutAllLogitsGivesTheLastPositionAndTheSameState) {

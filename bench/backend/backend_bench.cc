@@ -1,6 +1,7 @@
 // attn-backend-bench: one decode step of a package through the native
 // backend (fused kernels) and through the TorchScript backend (the package's
-// own methods), at each batch size, timed in one interleaved loop because
+// own methods), and through the native backend with int8 weights
+// (--quantize=int8), at each batch size, timed in one interleaved loop because
 // this machine's speed drifts between runs. Where the TorchScript time goes:
 // the same step called on the module directly, without the backend's
 // gather and write-back of pool rows.
@@ -65,6 +66,10 @@ int main(int argc, char** argv) {
   auto script = attn::TorchScriptBackend::Load(path, torch::kCPU);
   Check(script.status());
   attn::NativeBackend native(package->model);
+  auto quantised = attn::LoadPackage(path);
+  Check(quantised.status());
+  Check(attn::QuantizeInt8(quantised->model).status());
+  attn::NativeBackend native_int8(quantised->model);
   std::vector<int64_t> batches;
   for (const auto& b : absl::GetFlag(FLAGS_batch)) batches.push_back(std::stoll(b));
   const int64_t rows = *std::max_element(batches.begin(), batches.end());
@@ -77,7 +82,8 @@ int main(int argc, char** argv) {
   const torch::Tensor prompt = torch::randint(3, vocab, {rows, context}, torch::kLong);
   const torch::Tensor all = torch::arange(rows, torch::kLong);
   for (attn::LmBackend* backend :
-       {static_cast<attn::LmBackend*>(&native), static_cast<attn::LmBackend*>(script->get())}) {
+       {static_cast<attn::LmBackend*>(&native), static_cast<attn::LmBackend*>(&native_int8),
+        static_cast<attn::LmBackend*>(script->get())}) {
     Check(backend->AllocateRows(rows));
     for (int64_t r = 0; r < rows; ++r) Check(backend->ResetRow(r));
     Check(backend->Prefill(prompt, all, attn::PrefillLogits::kNone).status());
@@ -92,23 +98,25 @@ int main(int argc, char** argv) {
     state = module.get_method("prefill")({prompt.narrow(0, 0, batch), state})
                 .toTupleRef()
                 .elements()[1];
-    std::vector<double> native_ms, script_ms, module_ms;
+    std::vector<double> native_ms, int8_ms, script_ms, module_ms;
     const int repeats = absl::GetFlag(FLAGS_repeats);
     std::fprintf(stderr, "batch %ld: %d steps each...\n", static_cast<long>(batch), repeats);
     for (int i = 0; i < repeats; ++i) {
       native_ms.push_back(Milliseconds([&] { native.Step(tokens, ids).value(); }));
+      int8_ms.push_back(Milliseconds([&] { native_int8.Step(tokens, ids).value(); }));
       script_ms.push_back(Milliseconds([&] { (*script)->Step(tokens, ids).value(); }));
       module_ms.push_back(Milliseconds([&] {
         state = module.get_method("step")({tokens, state}).toTupleRef().elements()[1];
       }));
     }
-    const double n = Median(native_ms), s = Median(script_ms), m = Median(module_ms);
+    const double n = Median(native_ms), q = Median(int8_ms), s = Median(script_ms),
+                 m = Median(module_ms);
     std::printf(
-        "batch %3ld: native %.3f ms, torchscript backend %.3f ms (%.2fx native), module alone "
-        "%.3f ms\n",
-        static_cast<long>(batch), n, s, s / n, m);
-    json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"torchscript_ms\": ", s,
-                                ", \"module_ms\": ", m, "}"));
+        "batch %3ld: native %.3f ms, native int8 %.3f ms (%.2fx faster), torchscript backend "
+        "%.3f ms (%.2fx native), module alone %.3f ms\n",
+        static_cast<long>(batch), n, q, n / q, s, s / n, m);
+    json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"native_int8_ms\": ", q,
+                                ", \"torchscript_ms\": ", s, ", \"module_ms\": ", m, "}"));
   }
   std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}}\n",
               path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str());

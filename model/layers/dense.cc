@@ -2,12 +2,15 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "model/kernels/int8_gemm.h"
 #include "model/kernels/packed_gemm.h"
 
 namespace attn {
@@ -15,30 +18,37 @@ namespace {
 
 using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
-// Packed copies of the weights Dense has multiplied, keyed by the weight's
-// TensorImpl. An entry is used only while that tensor is alive, still points
-// at the same memory and has not been written since it was packed (its
-// version counter), so training between evaluations or loading new weights
-// repacks instead of reading stale values.
-class PackedWeights {
+// Copies of weights in another layout, keyed by the weight's TensorImpl. An
+// entry is used only while that tensor is alive, still points at the same
+// memory and has not been written since the copy was made (its version
+// counter), so training between evaluations or loading new weights never
+// reads a stale copy.
+template <typename Copy>
+class WeightCopies {
  public:
-  std::shared_ptr<const std::vector<float>> Get(const torch::Tensor& weight) {
+  // Null when `weight` has no valid copy. Inference tensors keep no version
+  // counter, so they never have one.
+  std::shared_ptr<const Copy> Find(const torch::Tensor& weight) {
+    if (size_.load(std::memory_order_acquire) == 0 || weight.is_inference()) return nullptr;
     const c10::TensorImpl* key = weight.unsafeGetTensorImpl();
-    const int64_t version = weight._version();
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
-    if (it != entries_.end() && !it->second.owner.expired() &&
-        it->second.data == weight.data_ptr() && it->second.version == version) {
-      return it->second.packed;
+    if (it == entries_.end() || it->second.owner.expired() ||
+        it->second.data != weight.data_ptr() || it->second.version != weight._version()) {
+      return nullptr;
     }
-    DropDeadEntries();
-    const torch::Tensor w = weight.contiguous();
-    auto packed =
-        std::make_shared<std::vector<float>>(kernels::PackedWeightSize(w.size(0), w.size(1)));
-    kernels::PackWeight(w.data_ptr<float>(), w.size(0), w.size(1), w.size(1), packed->data());
-    entries_.insert_or_assign(
-        key, Entry{WeakImpl(weight.getIntrusivePtr()), weight.data_ptr(), version, packed});
-    return packed;
+    return it->second.copy;
+  }
+
+  void Insert(const torch::Tensor& weight, std::shared_ptr<const Copy> copy) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.owner.expired() ? entries_.erase(it) : std::next(it);
+    }
+    entries_.insert_or_assign(weight.unsafeGetTensorImpl(),
+                              Entry{WeakImpl(weight.getIntrusivePtr()), weight.data_ptr(),
+                                    weight._version(), std::move(copy)});
+    size_.store(entries_.size(), std::memory_order_release);
   }
 
  private:
@@ -46,22 +56,47 @@ class PackedWeights {
     WeakImpl owner;
     const void* data;
     int64_t version;
-    std::shared_ptr<const std::vector<float>> packed;
+    std::shared_ptr<const Copy> copy;
   };
-
-  void DropDeadEntries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      it = it->second.owner.expired() ? entries_.erase(it) : std::next(it);
-    }
-  }
 
   absl::Mutex mu_;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // entries_.size(), read without the lock: a Dense call on a process that
+  // quantised nothing costs one load.
+  std::atomic<size_t> size_{0};
 };
 
-PackedWeights& SharedPackedWeights() {
-  static auto* weights = new PackedWeights();  // never destroyed: used until exit
-  return *weights;
+using PackedWeight = std::vector<float>;
+
+// The weight in PackedGemm's panel layout, packed on first use.
+std::shared_ptr<const PackedWeight> Packed(const torch::Tensor& weight) {
+  static auto* packed = new WeightCopies<PackedWeight>();  // never destroyed: used until exit
+  if (auto found = packed->Find(weight)) return found;
+  const torch::Tensor w = weight.contiguous();
+  auto copy = std::make_shared<PackedWeight>(kernels::PackedWeightSize(w.size(0), w.size(1)));
+  kernels::PackWeight(w.data_ptr<float>(), w.size(0), w.size(1), w.size(1), copy->data());
+  packed->Insert(weight, copy);
+  return copy;
+}
+
+struct Int8Weight {
+  std::vector<int8_t> q;     // [out, in]
+  std::vector<float> scale;  // [out]
+};
+
+WeightCopies<Int8Weight>& Int8Weights() {
+  static auto* copies = new WeightCopies<Int8Weight>();  // never destroyed: used until exit
+  return *copies;
+}
+
+// Up to this many rows Dense multiplies a quantised weight's int8 copy:
+// every row re-converts the int8 weights it reads, so past a few dozen rows
+// the float product of the dequantised weights is as fast (measured
+// crossover 40-48 rows on an AVX2 EPYC; docs/benchmarks.md).
+constexpr int64_t kInt8MaxRows = 32;
+
+bool FloatOnCpu(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
 }
 
 // Where the packed product beats OpenBLAS: from one row up to a prefill
@@ -74,15 +109,12 @@ constexpr int64_t kPackedMinRows = 1;
 constexpr int64_t kPackedMaxRows = 256;
 
 bool PackableOnCpu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  auto cpu_float = [](const torch::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
-  };
   // Inference tensors keep no version counter, so a later in-place write
   // could not be noticed: those weights take the ordinary path.
   // Shapes that do not fit go to LibTorch, whose error names them.
-  return kernels::PackedGemmIsFast() && cpu_float(x) && cpu_float(weight) && weight.dim() == 2 &&
+  return kernels::PackedGemmIsFast() && FloatOnCpu(x) && FloatOnCpu(weight) && weight.dim() == 2 &&
          !weight.is_inference() && weight.size(1) == x.size(-1) &&
-         (!bias.defined() || (cpu_float(bias) && bias.dim() == 1 && bias.is_contiguous() &&
+         (!bias.defined() || (FloatOnCpu(bias) && bias.dim() == 1 && bias.is_contiguous() &&
                               bias.size(0) == weight.size(0)));
 }
 
@@ -91,7 +123,7 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
   const int64_t in = weight.size(1), out = weight.size(0);
   torch::Tensor rows = x.reshape({-1, in});
   if (rows.stride(1) != 1) rows = rows.contiguous();
-  const auto packed = SharedPackedWeights().Get(weight);
+  const auto packed = Packed(weight);
   torch::Tensor y = torch::empty({rows.size(0), out}, x.options());
   kernels::PackedGemm(rows.data_ptr<float>(), rows.size(0), rows.stride(0), packed->data(), out, in,
                       bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), out);
@@ -100,7 +132,55 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
   return y.view(sizes);
 }
 
+// The int8 product for x [..., in] when `weight` has an int8 copy and the
+// operands fit it; undefined otherwise.
+torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias, int64_t rows) {
+  if (rows > kInt8MaxRows || !FloatOnCpu(x) || weight.dim() != 2 || weight.size(1) != x.size(-1) ||
+      (bias.defined() && (!FloatOnCpu(bias) || bias.dim() != 1 || !bias.is_contiguous() ||
+                          bias.size(0) != weight.size(0)))) {
+    return {};
+  }
+  const auto copy = Int8Weights().Find(weight);
+  if (copy == nullptr) return {};
+  const int64_t in = weight.size(1), out = weight.size(0);
+  torch::Tensor flat = x.reshape({-1, in});
+  if (flat.stride(1) != 1) flat = flat.contiguous();
+  torch::Tensor y = torch::empty({flat.size(0), out}, x.options());
+  kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->q.data(),
+                    copy->scale.data(), out, in, bias.defined() ? bias.data_ptr<float>() : nullptr,
+                    y.data_ptr<float>(), out);
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  return y.view(sizes);
+}
+
 }  // namespace
+
+int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
+  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(),
+              "int8 quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
+              weight.sizes(), " on ", weight.device());
+  TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
+  const int64_t out = weight.size(0), in = weight.size(1);
+  const torch::Tensor w = weight.detach().contiguous();
+  auto copy = std::make_shared<Int8Weight>();
+  copy->q.resize(out * in);
+  copy->scale.resize(out);
+  kernels::QuantizeRows(w.data_ptr<float>(), out, in, in, copy->q.data(), copy->scale.data());
+  auto q = torch::from_blob(copy->q.data(), {out, in}, torch::kChar);
+  auto scale = torch::from_blob(copy->scale.data(), {out, 1}, torch::kFloat);
+  {
+    torch::NoGradGuard no_grad;
+    // In place, which moves the version counter: packed float copies of the
+    // old values are dropped, and the int8 copy records the new version.
+    weight.copy_(q.to(torch::kFloat) * scale);
+  }
+  Int8Weights().Insert(weight, copy);
+  return out * in + out * static_cast<int64_t>(sizeof(float));
+}
+
+bool HasInt8Copy(const torch::Tensor& weight) { return Int8Weights().Find(weight) != nullptr; }
 
 torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn::Linear& layer,
                                          int64_t leading, int64_t keep) {
@@ -114,7 +194,7 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
       leading % kernels::kPanelWidth != 0) {
     return Dense(x, weight, bias);
   }
-  const auto packed = SharedPackedWeights().Get(weight);
+  const auto packed = Packed(weight);
   const float* trailing_weights =
       packed->data() + leading / kernels::kPanelWidth * in * kernels::kPanelWidth;
   const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
@@ -143,6 +223,7 @@ torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
     return torch::nn::functional::linear(x, weight, bias);
   }
   const int64_t rows = x.numel() / x.size(-1);
+  if (torch::Tensor y = Int8Dense(x, weight, bias, rows); y.defined()) return y;
   if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);
   }

@@ -27,6 +27,21 @@ inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& laye
   return Dense(x, layer->weight, layer->bias);
 }
 
+// Weight-only int8 for `weight` [out, in], a float32 CPU parameter
+// (model/kernels/int8_gemm.h: symmetric, one scale per output channel).
+// Writes the dequantised values back into `weight`, so that every product
+// with it computes with the same weights, whichever path it takes (a long
+// prefill's float product, autograd, an exported package), and keeps the
+// int8 copy, which Dense multiplies for 1 to 32 rows: the decode steps,
+// which read a quarter of the bytes (past 32 rows, where every row
+// re-converting the weights costs more than it saves, the float product). Writing `weight` again
+// later (its version counter moves) drops the int8 copy. Returns the int8 copy's bytes (weights and
+// scales).
+int64_t QuantizeWeightInt8(const torch::Tensor& weight);
+
+// Whether Dense would multiply `weight` through its int8 copy.
+bool HasInt8Copy(const torch::Tensor& weight);
+
 // Dense(x, layer) for x [B, C, in] where the first `leading` outputs are
 // wanted only for the last `keep` tokens of each sequence: a fused
 // [q | k | v] projection in the last layer of a prefill, whose queries only

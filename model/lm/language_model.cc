@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "model/layers/dense.h"
 #include "model/layers/feed_forward.h"
 #include "model/lm/row_groups.h"
@@ -275,6 +276,40 @@ int64_t CausalLmImpl::parameter_count() const {
   int64_t count = 0;
   for (const auto& p : parameters()) count += p.numel();
   return count;
+}
+
+namespace {
+bool IsDenseWeight(const std::string& name, const torch::Tensor& p) {
+  return p.dim() == 2 && absl::EndsWith(name, "weight");
+}
+}  // namespace
+
+int64_t CausalLmImpl::QuantizeInt8() {
+  for (const auto& p : named_parameters()) {
+    TORCH_CHECK(!IsDenseWeight(p.key(), p.value()) || torch::isfinite(p.value()).all().item<bool>(),
+                "weight ", p.key(), " is not finite; int8 needs finite weights");
+  }
+  int64_t bytes = 0;
+  for (const auto& p : named_parameters()) {
+    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightInt8(p.value());
+  }
+  return bytes;
+}
+
+absl::StatusOr<int64_t> QuantizeInt8(CausalLm& model) {
+  try {
+    return model->QuantizeInt8();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+}
+
+int64_t CausalLmImpl::dense_weight_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : named_parameters()) {
+    if (IsDenseWeight(p.key(), p.value())) bytes += p.value().numel() * p.value().element_size();
+  }
+  return bytes;
 }
 
 double MinimumTensorElements(const LmConfig& config) {

@@ -93,6 +93,18 @@ class CausalLmImpl : public torch::nn::Module {
   int64_t state_bytes_per_sequence(int64_t context) const;
   int64_t parameter_count() const;
 
+  // Weight-only int8 for every dense projection and the tied embedding/head
+  // (the 2-D parameters named *weight; QuantizeWeightInt8 in
+  // model/layers/dense.h): the model then computes with the dequantised
+  // weights everywhere, and its decode steps read the int8 copies. Norms,
+  // position tables, the mixers' own parameters and every state stay
+  // float32. Returns the bytes a decode step's products then read (int8
+  // weights and their scales). Throws c10::Error, before changing anything,
+  // when a weight is not finite.
+  int64_t QuantizeInt8();
+  // Bytes of the 2-D weights (what a float32 decode step's products read).
+  int64_t dense_weight_bytes() const;
+
  private:
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
@@ -110,6 +122,10 @@ class CausalLmImpl : public torch::nn::Module {
   Norm final_norm_{nullptr};
 };
 TORCH_MODULE(CausalLm);
+
+// model->QuantizeInt8() as a status: kInvalidArgument naming the first
+// weight that is not finite, the model then unchanged.
+absl::StatusOr<int64_t> QuantizeInt8(CausalLm& model);
 
 // A lower bound on the number of values (parameters and buffers) a model of
 // `config` holds, from the dimensions alone and without allocating: every

@@ -16,7 +16,6 @@
 //     --seq_len=16 --batch=2 --steps=1 --warmup=1
 // on a corpus of a few hundred lines of random lowercase words.
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +23,7 @@
 #include <string>
 
 #include "model/lm/model_package.h"
+#include "tests/fuzz/scratch_file.h"
 
 // LibTorch's unpickler reserves whatever length a corrupt record claims. In
 // the server that either succeeds (untouched pages; the short read then
@@ -46,11 +46,7 @@ void* operator new[](size_t size) {
 namespace {
 
 const std::string& ScratchPath() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/fuzz_model_package." +
-           std::to_string(getpid()) + ".pt";
-  }();
+  static const std::string path = attn::fuzzing::ScratchPath("fuzz_model_package");
   return path;
 }
 

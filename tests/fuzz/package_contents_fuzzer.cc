@@ -13,7 +13,6 @@
 #include <fuzzer/FuzzedDataProvider.h>
 #include <torch/script.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -24,15 +23,12 @@
 
 #include "model/lm/model_package.h"
 #include "model/lm/torchscript_methods.h"
+#include "tests/fuzz/scratch_file.h"
 
 namespace {
 
 const std::string& ScratchPath() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/fuzz_package_contents." +
-           std::to_string(getpid()) + ".pt";
-  }();
+  static const std::string path = attn::fuzzing::ScratchPath("fuzz_package_contents");
   return path;
 }
 

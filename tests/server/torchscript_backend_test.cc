@@ -272,6 +272,23 @@ TEST_F(TorchScriptBackendTest, ADamagedModelIsDataLossNamingTheRecord) {
       << loaded.status();
 }
 
+// Quantising is the native backend's; a TorchScript model asked to is named.
+TEST_F(TorchScriptBackendTest, QuantizeInt8RefusesATorchScriptModel) {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = -1;
+  options.registry.paths = {Path("rwkv.pt")};
+  ASSERT_TRUE(ParseQuantizeFlag("int8", &options.registry).ok());
+  auto server = InferenceServer::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "rwkv.pt")) << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                "--quantize=int8 applies to the native backend only"))
+      << server.status();
+}
+
 TEST_F(TorchScriptBackendTest, NativeBackendRefusesAnOutsideModel) {
   auto server = Start({Path("rwkv.pt")}, "native");
   ASSERT_FALSE(server.ok());

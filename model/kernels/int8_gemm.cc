@@ -1,0 +1,70 @@
+#include "model/kernels/int8_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "model/kernels/kernel_common.h"
+
+namespace attn::kernels {
+
+// int8_gemm_avx2.cc: the same loops compiled with -mavx2 -mfma.
+void RunBlocksAvx2(int64_t begin, int64_t end, const float* x, int64_t rows, int64_t ldx,
+                   const int8_t* q, const float* scale, int64_t out, int64_t in, const float* bias,
+                   float* y, int64_t ldy);
+
+namespace {
+namespace baseline {
+#include "model/kernels/int8_gemm_body.h"
+}  // namespace baseline
+
+// Whether this CPU runs the AVX2 loops. Explicit dispatch rather than
+// ATTN_HOT's clones: GCC lowers the int8-to-float conversion of its vector
+// extensions to scalar code, so the AVX2 loops are written with intrinsics,
+// which only a file compiled for AVX2 may use.
+bool HasAvx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* q, float* scale) {
+  for (int64_t o = 0; o < out; ++o) {
+    const float* row = w + o * ldw;
+    float largest = 0.0f;
+    for (int64_t k = 0; k < in; ++k) largest = std::max(largest, std::abs(row[k]));
+    const float s = largest > 0.0f ? largest / 127.0f : 1.0f;
+    scale[o] = s;
+    for (int64_t k = 0; k < in; ++k) {
+      const float level = std::nearbyint(row[k] / s);
+      q[o * in + k] = static_cast<int8_t>(std::clamp(level, -127.0f, 127.0f));
+    }
+  }
+}
+
+bool Int8GemmUsesAvx2() { return HasAvx2(); }
+
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* q, const float* scale,
+              int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
+  if (rows <= 0 || out <= 0) return;
+  const int64_t blocks = (out + baseline::kBlock - 1) / baseline::kBlock;
+  const bool avx2 = HasAvx2();
+  at::parallel_for(
+      0, blocks, GrainFor(baseline::kBlock * in * rows), [&](int64_t begin, int64_t end) {
+        if (avx2) {
+          RunBlocksAvx2(begin, end, x, rows, ldx, q, scale, out, in, bias, y, ldy);
+        } else {
+          baseline::RunBlocks(begin, end, x, rows, ldx, q, scale, out, in, bias, y, ldy);
+        }
+      });
+}
+
+}  // namespace attn::kernels

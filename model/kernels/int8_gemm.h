@@ -1,0 +1,47 @@
+// Weight-only int8: y = x W^T + b with W stored as int8 and one float scale
+// per output channel, activations and accumulation in float32.
+//
+// Why: a batch-1 decode step reads every weight once, so its time is the
+// weights' bytes over the memory bandwidth. Stored as int8 they are a
+// quarter of the float32 bytes. The product converts each int8 weight to
+// float in registers (AVX2: eight at a time) and multiplies it with the
+// float activations; nothing is rounded but the weights.
+//
+// Quantisation is symmetric per output channel:
+//
+//   scale_o = max_k |W[o, k]| / 127     (1 for an all-zero row),
+//   Q[o, k] = round(W[o, k] / scale_o)  in [-127, 127],
+//
+// so |W[o, k] - scale_o Q[o, k]| <= scale_o / 2, and the product is
+//
+//   y[r, o] = scale_o * sum_k Q[o, k] x[r, k] + b_o,
+//
+// exact up to float32 accumulation against the same sum in float64 over the
+// dequantised weights scale_o Q[o, k].
+//
+// Layout: Q row-major [out, in] with row stride `in`; scale [out]. x and y
+// are float32 rows with the given row strides.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// Quantises w [out, in] (row stride ldw) into q [out, in] and scale [out].
+// Non-finite weights are the caller's to refuse: they make a row's scale
+// infinite or NaN.
+void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* q, float* scale);
+
+// y[r, :out] = x[r, :in] (diag(scale) Q)^T + bias for r < rows. bias is
+// [out] or null. Parallelises over blocks of output channels when the
+// product is large enough to pay for a fork. Meant for the few rows of a
+// decode step: every row re-converts the weights it reads, so for many rows
+// (a long prefill) dequantising once and calling a float GEMM is faster.
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* q, const float* scale,
+              int64_t out, int64_t in, const float* bias, float* y, int64_t ldy);
+
+// Whether Int8Gemm runs its AVX2+FMA loops on this CPU (else a baseline
+// x86-64 loop, several times slower).
+bool Int8GemmUsesAvx2();
+
+}  // namespace attn::kernels

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# What --quantize=int8 costs in quality, through the real attn-server: two
+# servers on loopback, one float32 and one int8, score the same held-out text
+# (WINDOWS windows of TOKENS tokens from the last 4% of the King James Bible,
+# the held-out part of the bundled models' training text) and generate
+# GREEDY tokens greedily from one prompt. Prints a markdown table: held-out
+# perplexity of each model both ways, its change, and the first position
+# where the greedy tokens differ (docs/benchmarks.md holds the recorded one).
+#
+#   MODELS     comma-separated packages (default: every models/*.pt)
+#   TOKENS     tokens scored per window (default 2048)
+#   WINDOWS    windows of the held-out text (default 4)
+#   GREEDY     greedy tokens compared (default 256)
+#   BUILD_DIR  build directory holding attn-server and attnctl (default build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+TOKENS=${TOKENS:-2048}
+WINDOWS=${WINDOWS:-4}
+GREEDY=${GREEDY:-256}
+MODELS=${MODELS:-$(ls models/*.pt | paste -sd, -)}
+if ! command -v bible >/dev/null; then
+  echo "int8_quality.sh: needs the bible-kjv package (apt-get install bible-kjv)" >&2
+  exit 2
+fi
+cmake --build "$BUILD_DIR" --target attn-server attnctl >/dev/null
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+bible gen1:1-rev22:21 > "$work/bible.txt"
+held=$(($(wc -c < "$work/bible.txt") * 4 / 100))
+tail -c "$held" "$work/bible.txt" > "$work/heldout.txt"
+span=$((TOKENS * 5))  # about 5 characters per token; attnctl keeps the first TOKENS
+for ((w = 0; w < WINDOWS; w++)); do
+  dd if="$work/heldout.txt" of="$work/window$w.txt" bs=64K iflag=skip_bytes,count_bytes \
+    status=none skip=$((WINDOWS > 1 ? w * (held - span) / (WINDOWS - 1) : 0)) count=$span
+done
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+declare -A port
+for q in none int8; do
+  port[$q]=$(free_port)
+  "$BUILD_DIR/server/attn-server" --models="$MODELS" --host=127.0.0.1 --port="${port[$q]}" \
+    --metrics_port=-1 --quantize="$q" --max_prompt_tokens="$TOKENS" > "$work/server-$q.log" 2>&1 &
+  pids+=($!)
+done
+ctl() { "$BUILD_DIR/client/attnctl" --server="127.0.0.1:${port[$1]}" --timeout_s=600 "${@:2}"; }
+for q in none int8; do
+  for _ in $(seq 300); do ctl "$q" health > /dev/null 2>&1 && break; sleep 0.2; done
+  ctl "$q" health > /dev/null || { cat "$work/server-$q.log" >&2; exit 1; }
+done
+
+echo "| model | float32 perplexity | int8 perplexity | change | first greedy difference (of $GREEDY) |"
+echo "| --- | --- | --- | --- | --- |"
+IFS=, read -ra packages <<< "$MODELS"
+for package in "${packages[@]}"; do
+  model=$(basename "$package" .pt)
+  for q in none int8; do
+    for ((w = 0; w < WINDOWS; w++)); do
+      echo "   $model ($q): window $((w + 1))/$WINDOWS" >&2
+      ctl "$q" score --model="$model" --text_file="$work/window$w.txt" --score_tokens="$TOKENS" \
+        --segments=$((TOKENS / 2)) | grep '^all' >> "$work/$model.$q.scores"
+    done
+    ctl "$q" generate --model="$model" --prompt="And it came to pass" --max_tokens="$GREEDY" \
+      --ignore_eos --temperature=0 --json > "$work/$model.$q.json"
+  done
+  /usr/bin/python3 - "$work/$model" "$model" <<'PY'
+import json, math, sys
+base, model = sys.argv[1], sys.argv[2]
+def perplexity(q):
+    tokens = logprob = 0.0
+    for line in open(f"{base}.{q}.scores"):  # all N tokens: total_logprob L perplexity P
+        fields = line.split()
+        tokens += float(fields[1]); logprob += float(fields[4])
+    return math.exp(-logprob / tokens)
+def ids(q):
+    return [int(t) for t in json.load(open(f"{base}.{q}.json"))["token_ids"]]
+f, q = perplexity("none"), perplexity("int8")
+a, b = ids("none"), ids("int8")
+first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+print(f"| {model} | {f:.3f} | {q:.3f} | {100 * (q / f - 1):+.2f}% | "
+      f"{'none' if first is None else f'token {first}'} |")
+PY
+done

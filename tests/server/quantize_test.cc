@@ -1,0 +1,132 @@
+// --quantize end to end: a real server on 127.0.0.1 hosting a tiny model
+// with int8 weights beside a float32 one, over gRPC.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+#include "server/server.h"
+#include "tests/server/requests.h"
+#include "tests/server/test_server.h"
+#include "tests/test_util.h"
+#include "tests/tiny_model.h"
+
+namespace attn::serving {
+namespace {
+
+using attn::v1::GenerateRequest;
+using attn::v1::GenerateResponse;
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> StartQuantized(const std::string& dir,
+                                                                const std::string& quantize) {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.registry.paths = {dir};
+  options.registry.default_model = "tiny-aft";
+  options.shutdown_grace = absl::Seconds(10);
+  if (absl::Status parsed = ParseQuantizeFlag(quantize, &options.registry); !parsed.ok()) {
+    return parsed;
+  }
+  return InferenceServer::Start(options);
+}
+
+class QuantizeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new attn::testing::ScopedTempDir("quantize_test");
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-aft", MixerKind::kAftConv);
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-linear", MixerKind::kLinearElu);
+    auto server = StartQuantized(dir_->path().string(), "none,tiny-aft=int8");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    stub_ = attn::v1::TextGeneration::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  }
+
+  static attn::testing::ScopedTempDir* dir_;
+  static InferenceServer* server_;
+  std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
+};
+
+attn::testing::ScopedTempDir* QuantizeTest::dir_ = nullptr;
+InferenceServer* QuantizeTest::server_ = nullptr;
+
+TEST_F(QuantizeTest, ListModelsAndMetricsSayTheWeightType) {
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse response;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &response).ok());
+  ASSERT_EQ(response.models_size(), 2);
+  int64_t float_bytes = 0, int8_bytes = 0, float_params = 0, int8_params = 0;
+  for (const auto& m : response.models()) {
+    const bool int8 = m.name() == "tiny-aft";
+    EXPECT_EQ(m.weight_dtype(), int8 ? "int8" : "float32") << m.name();
+    (int8 ? int8_bytes : float_bytes) = m.weight_bytes();
+    (int8 ? int8_params : float_params) = m.parameters();
+  }
+  // Both tiny models have the same dense shapes: int8 is a quarter of the
+  // bytes, plus a float scale per output channel.
+  EXPECT_GT(float_bytes, 0);
+  EXPECT_LT(int8_bytes, float_bytes / 3);
+  EXPECT_GT(int8_bytes, float_bytes / 4);
+  const std::string metrics = server_->metrics().Exposition();
+  EXPECT_TRUE(absl::StrContains(metrics, "weight_dtype=\"int8\"")) << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "weight_dtype=\"float32\""));
+}
+
+// Streamed tokens come from the int8 copies (one row per step); Score of
+// about 90 tokens multiplies the dequantised float weights. They agree as the float
+// model's do.
+TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
+  const std::vector<int64_t> prompt = attn::testing::TinyTokenizer().Encode("light falls over");
+  GenerateRequest request = testing::GreedyRequest("tiny-aft", "", 84);
+  request.clear_prompt();
+  for (int64_t id : prompt) request.add_prompt_token_ids(id);
+  GenerateResponse streamed;
+  ASSERT_TRUE(testing::StreamMerged(*stub_, request, &streamed).ok());
+  ASSERT_EQ(streamed.logprobs_size(), 84);
+  attn::v1::ScoreRequest score_request;
+  score_request.set_model("tiny-aft");
+  for (int64_t id : prompt) score_request.add_token_ids(id);
+  for (int64_t id : streamed.token_ids()) score_request.add_token_ids(id);
+  ASSERT_GT(score_request.token_ids_size(), 32);  // past the int8 product's rows
+  grpc::ClientContext context;
+  attn::v1::ScoreResponse scored;
+  ASSERT_TRUE(stub_->Score(&context, score_request, &scored).ok());
+  for (int i = 0; i < 84; ++i) {
+    EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i), 1e-4)
+        << "token " << i;
+  }
+}
+
+TEST(QuantizeFlag, BadValuesAndUnknownModelsAreNamed) {
+  RegistryOptions options;
+  absl::Status bad = ParseQuantizeFlag("int4", &options);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "--quantize: \"int4\" is not none or int8")) << bad;
+  ASSERT_TRUE(ParseQuantizeFlag("int8,big=none", &options).ok());
+  EXPECT_EQ(options.quantization, RegistryOptions::Quantization::kInt8);
+  EXPECT_EQ(options.model_quantization.at("big"), RegistryOptions::Quantization::kNone);
+
+  attn::testing::ScopedTempDir dir("quantize_flag");
+  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  auto server = StartQuantized(dir.path().string(), "tiny-aft=int8,absent=int8");
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(server.status().message(), "--quantize: absent=int8 names no model"))
+      << server.status();
+}
+
+}  // namespace
+}  // namespace attn::serving
