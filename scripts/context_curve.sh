@@ -15,6 +15,7 @@
 #   WINDOWS    windows of the text, overlapping, starting evenly (default 16)
 #   SEGMENTS   segment ends (default 128,256,512,1024,2048,4096)
 #   BUILD_DIR  build directory holding attn-server and attnctl (default build)
+#   SERVER_FLAGS  more attn-server flags (e.g. --quantize=int8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,7 +62,8 @@ done
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 ctl=("$BUILD_DIR/client/attnctl" --server="127.0.0.1:$port" --timeout_s=1800)
 "$BUILD_DIR/server/attn-server" --models="$MODELS" --default_model= --host=127.0.0.1 \
-  --port="$port" --metrics_port=-1 --max_prompt_tokens="$TOKENS" > "$work/server.log" 2>&1 &
+  --port="$port" --metrics_port=-1 --max_prompt_tokens="$TOKENS" ${SERVER_FLAGS:-} \
+  > "$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 300); do
   "${ctl[@]}" health > /dev/null 2>&1 && break

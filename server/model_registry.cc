@@ -142,8 +142,7 @@ absl::StatusOr<LoadedModel> LoadWithBackend(const std::string& path, const torch
   if (kind == BackendKind::kTorchScript) return script_model();
   auto native = LoadNative(path, device, quantization);
   if (native.ok() || kind == BackendKind::kNative ||
-      native.status().code() != absl::StatusCode::kInvalidArgument ||
-      absl::StrContains(native.status().message(), "--quantize")) {
+      native.status().code() != absl::StatusCode::kInvalidArgument) {
     return native;
   }
   auto script = script_model();

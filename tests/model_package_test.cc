@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
+#include "util/files.h"
 
 namespace attn {
 namespace {
@@ -136,11 +136,7 @@ TEST_F(ModelPackageTest, OtherInconsistenciesAreNamed) {
 TEST_F(ModelPackageTest, AChangedWeightByteIsDataLossNotADifferentModel) {
   CausalLm model{nullptr};
   const auto path = SaveModel(MixerKind::kAftConv, &model);
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = ReadFileBytes(path).value();
   const torch::Tensor embedding = model->named_parameters()["embedding.weight"].contiguous();
   const std::string first_weights(static_cast<const char*>(embedding.data_ptr()), 64);
   const size_t at = bytes.find(first_weights);

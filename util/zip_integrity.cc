@@ -3,11 +3,10 @@
 #include <zlib.h>
 
 #include <cstdint>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/files.h"
 
 namespace attn {
 namespace {
@@ -233,12 +232,9 @@ absl::Status CheckZipIntegrity(absl::string_view archive) {
 }
 
 absl::StatusOr<std::string> ReadIntactZip(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::string archive(std::istreambuf_iterator<char>(file), {});
-  if (!file.is_open() || file.bad()) {
-    return absl::DataLossError(absl::StrCat(path, ": cannot be read"));
-  }
-  if (auto status = CheckZipIntegrity(archive); !status.ok()) {
+  absl::StatusOr<std::string> archive = ReadFileBytes(path);
+  if (!archive.ok()) return absl::DataLossError(archive.status().message());
+  if (auto status = CheckZipIntegrity(*archive); !status.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", status.message()));
   }
   return archive;

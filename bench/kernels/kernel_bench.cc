@@ -20,12 +20,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "model/kernels/int8_gemm.h"
 #include "util/cpus.h"
+
+ABSL_FLAG(int, reps, 400, "Alternating repetitions per row count (medians are reported).");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
 
 namespace attn {
 namespace {
@@ -106,22 +110,13 @@ double ReadBandwidth(int64_t bytes, int reps) {
   return bytes / Median(times);
 }
 
-int FlagValue(int argc, char** argv, const std::string& name, int fallback) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      return std::atoi(argv[i] + prefix.size());
-    }
-  }
-  return fallback;
-}
-
 }  // namespace
 }  // namespace attn
 
 int main(int argc, char** argv) {
-  const int reps = attn::FlagValue(argc, argv, "reps", 400);
-  const int threads = attn::ConfigureThreads(attn::FlagValue(argc, argv, "threads", 0));
+  absl::ParseCommandLine(argc, argv);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   torch::NoGradGuard no_grad;
   auto matrices = attn::ModelMatrices();
   int64_t weights = 0, widest = 0;
@@ -131,8 +126,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "threads %d, %d alternating repetitions per row count; %.2f MB float32, %.2f MB "
-      "int8 (+ scales) per token\n",
-      threads, reps, weights * 4 / 1e6, weights / 1e6);
+      "int8 (+ scales) per token; int8 loops: %s\n",
+      threads, reps, weights * 4 / 1e6, weights / 1e6,
+      attn::kernels::Int8GemmUsesAvx2() ? "AVX2" : "baseline");
   std::printf(
       "plain parallel read: %.1f GB/s over 1.9 MB, %.1f GB/s over 7.5 MB, %.1f GB/s over "
       "256 MB\n",

@@ -11,7 +11,6 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -23,6 +22,7 @@
 #include "tests/server/test_server.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
+#include "util/files.h"
 
 namespace attn::serving {
 namespace {
@@ -255,11 +255,7 @@ TEST_F(TorchScriptBackendTest, ContractViolationsAreStartupErrorsNamingTheProble
 // serves rwkv.pt); one changed byte in its pickled module does not, although
 // LibTorch alone would read it.
 TEST_F(TorchScriptBackendTest, ADamagedModelIsDataLossNamingTheRecord) {
-  std::string bytes;
-  {
-    std::ifstream in(Path("rwkv.pt"), std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = ReadFileBytes(Path("rwkv.pt")).value();
   const size_t global = bytes.find("c__torch__\n");  // the pickle's first class reference
   ASSERT_NE(global, std::string::npos);
   bytes[global + 1] = 'X';
