@@ -108,51 +108,62 @@ bool FloatOnCpu(const torch::Tensor& t) {
 constexpr int64_t kPackedMinRows = 1;
 constexpr int64_t kPackedMaxRows = 256;
 
+// Whether the kernels' products can take these operands: float32 CPU
+// tensors, x [..., in], weight [out, in], bias [out] contiguous or none.
+// Shapes that do not fit go to LibTorch, whose error names them.
+bool KernelOperands(const torch::Tensor& x, const torch::Tensor& weight,
+                    const torch::Tensor& bias) {
+  return FloatOnCpu(x) && FloatOnCpu(weight) && weight.dim() == 2 && weight.size(1) == x.size(-1) &&
+         (!bias.defined() || (FloatOnCpu(bias) && bias.dim() == 1 && bias.is_contiguous() &&
+                              bias.size(0) == weight.size(0)));
+}
+
 bool PackableOnCpu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   // Inference tensors keep no version counter, so a later in-place write
   // could not be noticed: those weights take the ordinary path.
-  // Shapes that do not fit go to LibTorch, whose error names them.
-  return kernels::PackedGemmIsFast() && FloatOnCpu(x) && FloatOnCpu(weight) && weight.dim() == 2 &&
-         !weight.is_inference() && weight.size(1) == x.size(-1) &&
-         (!bias.defined() || (FloatOnCpu(bias) && bias.dim() == 1 && bias.is_contiguous() &&
-                              bias.size(0) == weight.size(0)));
+  return kernels::PackedGemmIsFast() && !weight.is_inference() && KernelOperands(x, weight, bias);
+}
+
+// y [..., out] = x [..., in] W^T + b through a kernel that takes row-major
+// rows: `product(rows, y)` with x's rows flattened (unit column stride) and
+// y [rows, out] to fill.
+template <typename Product>
+torch::Tensor RowProduct(const torch::Tensor& x, int64_t out, Product&& product) {
+  torch::Tensor rows = x.reshape({-1, x.size(-1)});
+  if (rows.stride(1) != 1) rows = rows.contiguous();
+  torch::Tensor y = torch::empty({rows.size(0), out}, x.options());
+  product(rows, y);
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  return y.view(sizes);
+}
+
+const float* BiasData(const torch::Tensor& bias) {
+  return bias.defined() ? bias.data_ptr<float>() : nullptr;
 }
 
 torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
                           const torch::Tensor& bias) {
   const int64_t in = weight.size(1), out = weight.size(0);
-  torch::Tensor rows = x.reshape({-1, in});
-  if (rows.stride(1) != 1) rows = rows.contiguous();
   const auto packed = Packed(weight);
-  torch::Tensor y = torch::empty({rows.size(0), out}, x.options());
-  kernels::PackedGemm(rows.data_ptr<float>(), rows.size(0), rows.stride(0), packed->data(), out, in,
-                      bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), out);
-  auto sizes = x.sizes().vec();
-  sizes.back() = out;
-  return y.view(sizes);
+  return RowProduct(x, out, [&](const torch::Tensor& rows, torch::Tensor& y) {
+    kernels::PackedGemm(rows.data_ptr<float>(), rows.size(0), rows.stride(0), packed->data(), out,
+                        in, BiasData(bias), y.data_ptr<float>(), out);
+  });
 }
 
-// The int8 product for x [..., in] when `weight` has an int8 copy and the
-// operands fit it; undefined otherwise.
+// The int8 product when `weight` has an int8 copy and the operands fit it;
+// undefined otherwise.
 torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias, int64_t rows) {
-  if (rows > kInt8MaxRows || !FloatOnCpu(x) || weight.dim() != 2 || weight.size(1) != x.size(-1) ||
-      (bias.defined() && (!FloatOnCpu(bias) || bias.dim() != 1 || !bias.is_contiguous() ||
-                          bias.size(0) != weight.size(0)))) {
-    return {};
-  }
+  if (rows > kInt8MaxRows || !KernelOperands(x, weight, bias)) return {};
   const auto copy = Int8Weights().Find(weight);
   if (copy == nullptr) return {};
   const int64_t in = weight.size(1), out = weight.size(0);
-  torch::Tensor flat = x.reshape({-1, in});
-  if (flat.stride(1) != 1) flat = flat.contiguous();
-  torch::Tensor y = torch::empty({flat.size(0), out}, x.options());
-  kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->q.data(),
-                    copy->scale.data(), out, in, bias.defined() ? bias.data_ptr<float>() : nullptr,
-                    y.data_ptr<float>(), out);
-  auto sizes = x.sizes().vec();
-  sizes.back() = out;
-  return y.view(sizes);
+  return RowProduct(x, out, [&](const torch::Tensor& flat, torch::Tensor& y) {
+    kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->q.data(),
+                      copy->scale.data(), out, in, BiasData(bias), y.data_ptr<float>(), out);
+  });
 }
 
 }  // namespace
@@ -197,7 +208,7 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
   const auto packed = Packed(weight);
   const float* trailing_weights =
       packed->data() + leading / kernels::kPanelWidth * in * kernels::kPanelWidth;
-  const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  const float* bias_data = BiasData(bias);
   const float* x_data = x.data_ptr<float>();
   torch::Tensor y = torch::empty({batch, chunk, out}, x.options());
   float* y_data = y.data_ptr<float>();
