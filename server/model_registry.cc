@@ -83,7 +83,9 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
       model->state_bytes_per_sequence(d.max_context > 0 ? d.max_context : 4096);
   d.weight_dtype = "float32";
   d.weight_bytes = model->dense_weight_bytes();
-  if (quantization == Quantization::kInt8) {
+  // An int8 package is served with its int8 weights whatever --quantize
+  // says: its float values are the dequantised ones either way.
+  if (quantization == Quantization::kInt8 || model->has_int8_weights()) {
     auto bytes = QuantizeInt8(model);
     if (!bytes.ok())
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));

@@ -49,8 +49,8 @@ TEST(BundledModelTest, EveryBundledPackageLoads) {
   EXPECT_GE(packages, 1);
 }
 
-// The bundled packages are in the current format: their own TorchScript
-// methods give the native model's logits.
+// The bundled packages are in the current float format: their own
+// TorchScript methods give the native model's logits.
 TEST(BundledModelTest, EveryBundledPackageRunsAsTorchScript) {
   torch::NoGradGuard no_grad;
   for (const auto& entry : std::filesystem::directory_iterator(kModels)) {
@@ -58,7 +58,7 @@ TEST(BundledModelTest, EveryBundledPackageRunsAsTorchScript) {
     auto package = LoadPackage(entry.path().string());
     ASSERT_TRUE(package.ok()) << entry.path() << ": " << package.status();
     torch::jit::Module module = torch::jit::load(entry.path().string());
-    EXPECT_EQ(module.attr("format_version").toInt(), kPackageFormatVersion) << entry.path();
+    EXPECT_EQ(module.attr("format_version").toInt(), kFloatPackageFormatVersion) << entry.path();
     auto tokens = torch::randint(3, package->model->config().vocab_size, {1, 48}, torch::kLong);
     auto native = package->model->forward(tokens);
     auto scripted = module.forward({tokens}).toTensor();

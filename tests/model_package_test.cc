@@ -4,11 +4,13 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "model/layers/dense.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 #include "util/files.h"
@@ -192,6 +194,103 @@ TEST(MinimumTensorElements, IsALowerBoundForEveryKind) {
       EXPECT_GE(bound, 0.5 * static_cast<double>(held)) << MixerKindName(kind);
     }
   }
+}
+
+int64_t FormatVersion(const std::string& path) {
+  return torch::jit::load(path).attr("format_version").toInt();
+}
+
+// An int8 model saves its int8 values and scales, not its float weights, and
+// loads back to the same int8 copies and dequantised weights, bit for bit.
+TEST_F(ModelPackageTest, Int8PackagesHoldTheInt8WeightsAndLoadThemExactly) {
+  for (auto kind : {MixerKind::kAftDecay, MixerKind::kMhaAlibi, MixerKind::kRelative}) {
+    CausalLm model{nullptr};
+    const auto float_path = SaveModel(kind, &model);
+    const int64_t float_weight_bytes = model->dense_weight_bytes();
+    ASSERT_TRUE(QuantizeInt8(model).ok());
+    const std::string int8_path = Path(MixerKindName(kind) + "-int8.pt");
+    ASSERT_TRUE(SavePackage(int8_path, model, testing::TinyTokenizer().Serialized()).ok());
+    EXPECT_EQ(FormatVersion(float_path), kFloatPackageFormatVersion);
+    EXPECT_EQ(FormatVersion(int8_path), kInt8PackageFormatVersion);
+    // Three of every four weight bytes are gone (less the scales).
+    EXPECT_LT(fs::file_size(int8_path) + float_weight_bytes / 2, fs::file_size(float_path))
+        << MixerKindName(kind);
+
+    auto loaded = LoadPackage(int8_path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->model->has_int8_weights());
+    auto saved = model->named_parameters();
+    int64_t int8_weights = 0;
+    for (const auto& p : loaded->model->named_parameters()) {
+      EXPECT_TRUE(p.value().equal(saved[p.key()])) << p.key();
+      auto original = Int8CopyOf(saved[p.key()]), copy = Int8CopyOf(p.value());
+      ASSERT_EQ(original.has_value(), copy.has_value()) << p.key();
+      if (!copy) continue;
+      ++int8_weights;
+      EXPECT_TRUE(copy->values.equal(original->values)) << p.key();
+      EXPECT_TRUE(copy->scales.equal(original->scales)) << p.key();
+    }
+    EXPECT_GE(int8_weights, 9) << "embedding and two layers' projections and feed-forward";
+    torch::NoGradGuard no_grad;
+    model->eval();
+    // 5 rows multiply the int8 copies, 60 the dequantised float weights.
+    for (auto shape : {std::vector<int64_t>{1, 5}, std::vector<int64_t>{2, 30}}) {
+      auto tokens = torch::randint(0, 40, shape, torch::kLong);
+      EXPECT_TRUE(loaded->model->forward(tokens).equal(model->forward(tokens)))
+          << MixerKindName(kind) << " " << shape[1];
+    }
+    // Quantising the loaded model again keeps its int8 weights.
+    const auto before = Int8CopyOf(loaded->model->named_parameters()["layers.0.ff.up.weight"]);
+    ASSERT_TRUE(QuantizeInt8(loaded->model).ok());
+    const auto after = Int8CopyOf(loaded->model->named_parameters()["layers.0.ff.up.weight"]);
+    EXPECT_TRUE(after->values.equal(before->values) && after->scales.equal(before->scales));
+  }
+}
+
+TEST_F(ModelPackageTest, DamagedInt8TensorsAreNamed) {
+  struct Case {
+    std::function<void(torch::jit::Module&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& m) { m.setattr("format_version", kFloatPackageFormatVersion); },
+       "tensor embedding.weight is int8, which only format 3 stores"},
+      {[](auto& m) { m.setattr("layers_0_ff_up_bias", torch::zeros({48}, torch::kChar)); },
+       "tensor layers.0.ff.up.bias is int8; only the dense weights may be"},
+      {[](auto& m) { m.setattr("layers_0_ff_up_weight_int8_scale", torch::ones({3})); },
+       "scales layers_0_ff_up_weight_int8_scale must be 48 finite, non-negative float32 values"},
+      {[](auto& m) { m.setattr("layers_0_ff_up_weight_int8_scale", torch::full({48}, NAN)); },
+       "must be 48 finite"},
+      {[](auto& m) { m.setattr("layers_0_ff_up_weight_int8_scale", -torch::ones({48})); },
+       "non-negative"},
+  };
+  for (const auto& c : cases) {
+    CausalLm model{nullptr};
+    SaveModel(MixerKind::kAftConv, &model);
+    ASSERT_TRUE(QuantizeInt8(model).ok());
+    const std::string path = Path("damaged-int8.pt");
+    ASSERT_TRUE(SavePackage(path, model, testing::TinyTokenizer().Serialized()).ok());
+    Rewrite(path, c.edit);
+    auto loaded = LoadPackage(path);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_NE(std::string(loaded.status().message()).find(c.message), std::string::npos)
+        << loaded.status();
+  }
+  // An int8 weight without its scales: a float package with one weight
+  // replaced.
+  CausalLm model{nullptr};
+  const auto path = SaveModel(MixerKind::kAftConv, &model);
+  Rewrite(path, [](torch::jit::Module& m) {
+    m.setattr("format_version", kInt8PackageFormatVersion);
+    m.setattr("layers_1_mixer_out_proj_weight", torch::zeros({32, 32}, torch::kChar));
+  });
+  auto loaded = LoadPackage(path);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(loaded.status().message())
+                .find("int8 tensor layers.1.mixer.out_proj.weight has no scales "
+                      "(layers_1_mixer_out_proj_weight_int8_scale)"),
+            std::string::npos)
+      << loaded.status();
 }
 
 // Format 1, as packages were written before the TorchScript methods: the

@@ -175,6 +175,36 @@ TEST(TorchScriptExport, BoundedKindsRefuseToRunPastTheirContext) {
   }
 }
 
+// An int8 package's methods read its int8 buffers dequantised: they compute
+// the int8 model's logits, in any LibTorch, from a quarter of the bytes.
+TEST(TorchScriptExport, Int8PackagesRunTheInt8Model) {
+  torch::NoGradGuard no_grad;
+  testing::ScopedTempDir dir("torchscript_int8");
+  for (const ScriptCase& c : Cases()) {
+    CausalLm model = ModelFor(c);
+    ASSERT_TRUE(QuantizeInt8(model).ok());
+    const std::string path = dir.File(MixerKindName(c.kind) + ".pt");
+    ASSERT_TRUE(SavePackage(path, model, testing::TinyTokenizer().Serialized()).ok());
+    auto module = torch::jit::load(path);
+    EXPECT_EQ(module.attr("layers_0_ff_down_weight").toTensor().scalar_type(), torch::kChar);
+    auto tokens = torch::randint(0, model->config().vocab_size, {2, 23}, torch::kLong);
+    auto scripted = module.forward({tokens}).toTensor();
+    EXPECT_LT((scripted - model->forward(tokens)).abs().max().item<double>(), kScriptTolerance)
+        << MixerKindName(c.kind);
+    // Steps of one row: the C++ model multiplies the int8 copies there.
+    auto state = module.get_method("init_state")({int64_t{1}});
+    auto row = tokens.narrow(0, 0, 1);
+    for (int64_t t = 0; t < 5; ++t) {
+      auto out = module.get_method("step")({row.select(1, t), state}).toTuple();
+      state = out->elements()[1];
+      auto native = model->forward(row.narrow(1, 0, t + 1)).select(1, t);
+      EXPECT_LT((out->elements()[0].toTensor() - native).abs().max().item<double>(),
+                kScriptTolerance)
+          << MixerKindName(c.kind) << " t=" << t;
+    }
+  }
+}
+
 // Python, with nothing of this project installed, loads every kind's
 // package and checks forward against the C++ model's logits and a step loop
 // against forward (tests/python/check_torchscript.py).

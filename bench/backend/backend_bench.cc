@@ -4,7 +4,8 @@
 // (--quantize=int8), at each batch size, timed in one interleaved loop because
 // this machine's speed drifts between runs. Where the TorchScript time goes:
 // the same step called on the module directly, without the backend's
-// gather and write-back of pool rows.
+// gather and write-back of pool rows. Then a prefill of --prefill_tokens,
+// float32 against int8 weights.
 //
 //   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
 //
@@ -33,6 +34,9 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "64"})
           "Rows per decode step.");
 ABSL_FLAG(int, repeats, 200, "Steps timed per backend and batch (medians are reported).");
 ABSL_FLAG(int64_t, context, 64, "Tokens each row holds before the timed steps.");
+ABSL_FLAG(int64_t, prefill_tokens, 512,
+          "Prompt length of the prefill comparison, float32 against int8 weights (0: none).");
+ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
 
 namespace {
 
@@ -118,7 +122,33 @@ int main(int argc, char** argv) {
     json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"native_int8_ms\": ", q,
                                 ", \"torchscript_ms\": ", s, ", \"module_ms\": ", m, "}"));
   }
-  std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}}\n",
-              path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str());
+  // A prompt read into an empty row, float32 and int8 in turn: past 32 rows
+  // the int8 model multiplies its dequantised float weights, so this checks
+  // that int8 costs prefill nothing.
+  std::string prefill_json;
+  if (const int64_t length = absl::GetFlag(FLAGS_prefill_tokens); length > 0) {
+    const torch::Tensor row = torch::zeros({1}, torch::kLong);
+    const torch::Tensor long_prompt = torch::randint(3, vocab, {1, length}, torch::kLong);
+    std::vector<double> float_ms, int8_ms;
+    std::fprintf(stderr, "prefill of %ld tokens: %d each...\n", static_cast<long>(length),
+                 absl::GetFlag(FLAGS_prefill_repeats));
+    for (int i = 0; i < absl::GetFlag(FLAGS_prefill_repeats); ++i) {
+      for (auto [backend, times] :
+           {std::pair{&native, &float_ms}, std::pair{&native_int8, &int8_ms}}) {
+        Check(backend->ResetRow(0));
+        times->push_back(Milliseconds([&] {
+          Check(backend->Prefill(long_prompt, row, attn::PrefillLogits::kLast).status());
+        }));
+      }
+    }
+    const double f = Median(float_ms), q = Median(int8_ms);
+    std::printf("prefill %ld tokens: native %.2f ms, native int8 %.2f ms (%.3fx)\n",
+                static_cast<long>(length), f, q, f / q);
+    prefill_json = absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
+                                ", \"native_int8_ms\": ", q, "}");
+  }
+  std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}%s}\n",
+              path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str(),
+              prefill_json.c_str());
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -166,19 +167,10 @@ torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
-}  // namespace
-
-int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
-  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(),
-              "int8 quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
-              weight.sizes(), " on ", weight.device());
-  TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
+// Installs `copy` as the int8 copy of `weight` after writing its dequantised
+// values into `weight`.
+int64_t InstallInt8Copy(const torch::Tensor& weight, std::shared_ptr<Int8Weight> copy) {
   const int64_t out = weight.size(0), in = weight.size(1);
-  const torch::Tensor w = weight.detach().contiguous();
-  auto copy = std::make_shared<Int8Weight>();
-  copy->q.resize(out * in);
-  copy->scale.resize(out);
-  kernels::QuantizeRows(w.data_ptr<float>(), out, in, in, copy->q.data(), copy->scale.data());
   auto q = torch::from_blob(copy->q.data(), {out, in}, torch::kChar);
   auto scale = torch::from_blob(copy->scale.data(), {out, 1}, torch::kFloat);
   {
@@ -189,6 +181,59 @@ int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
   }
   Int8Weights().Insert(weight, copy);
   return out * in + out * static_cast<int64_t>(sizeof(float));
+}
+
+void CheckQuantizable(const torch::Tensor& weight) {
+  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(),
+              "int8 quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
+              weight.sizes(), " on ", weight.device());
+}
+
+}  // namespace
+
+int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
+  CheckQuantizable(weight);
+  TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
+  const int64_t out = weight.size(0), in = weight.size(1);
+  const torch::Tensor w = weight.detach().contiguous();
+  auto copy = std::make_shared<Int8Weight>();
+  copy->q.resize(out * in);
+  copy->scale.resize(out);
+  kernels::QuantizeRows(w.data_ptr<float>(), out, in, in, copy->q.data(), copy->scale.data());
+  return InstallInt8Copy(weight, std::move(copy));
+}
+
+int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix) {
+  CheckQuantizable(weight);
+  const int64_t out = weight.size(0), in = weight.size(1);
+  TORCH_CHECK(matrix.values.scalar_type() == torch::kChar && matrix.values.dim() == 2 &&
+                  matrix.values.size(0) == out && matrix.values.size(1) == in,
+              "int8 values must be int8 ", weight.sizes(), ", got ", matrix.values.scalar_type(),
+              " ", matrix.values.sizes());
+  TORCH_CHECK(matrix.scales.scalar_type() == torch::kFloat && matrix.scales.dim() == 1 &&
+                  matrix.scales.size(0) == out,
+              "int8 scales must be float [", out, "], got ", matrix.scales.scalar_type(), " ",
+              matrix.scales.sizes());
+  TORCH_CHECK(
+      torch::isfinite(matrix.scales).all().item<bool>() && (matrix.scales >= 0).all().item<bool>(),
+      "int8 scales must be finite and not negative");
+  auto copy = std::make_shared<Int8Weight>();
+  copy->q.resize(out * in);
+  copy->scale.resize(out);
+  const torch::Tensor values = matrix.values.to(torch::kCPU).contiguous();
+  const torch::Tensor scales = matrix.scales.to(torch::kCPU).contiguous();
+  std::memcpy(copy->q.data(), values.data_ptr<int8_t>(), out * in);
+  std::memcpy(copy->scale.data(), scales.data_ptr<float>(), out * sizeof(float));
+  return InstallInt8Copy(weight, std::move(copy));
+}
+
+std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
+  const auto copy = Int8Weights().Find(weight);
+  if (copy == nullptr) return std::nullopt;
+  const int64_t out = weight.size(0), in = weight.size(1);
+  return Int8Matrix{
+      torch::from_blob(const_cast<int8_t*>(copy->q.data()), {out, in}, torch::kChar).clone(),
+      torch::from_blob(const_cast<float*>(copy->scale.data()), {out}, torch::kFloat).clone()};
 }
 
 bool HasInt8Copy(const torch::Tensor& weight) { return Int8Weights().Find(weight) != nullptr; }

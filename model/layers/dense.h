@@ -17,6 +17,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <optional>
+
 namespace attn {
 
 // x [..., in], weight [out, in], bias [out] or undefined: [..., out].
@@ -34,10 +36,29 @@ inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& laye
 // prefill's float product, autograd, an exported package), and keeps the
 // int8 copy, which Dense multiplies for 1 to 32 rows: the decode steps,
 // which read a quarter of the bytes (past 32 rows, where every row
-// re-converting the weights costs more than it saves, the float product). Writing `weight` again
-// later (its version counter moves) drops the int8 copy. Returns the int8 copy's bytes (weights and
-// scales).
+// re-converting the weights costs more than it saves, the float product).
+// Writing `weight` again later (its version counter moves) drops the int8
+// copy. Returns the int8 copy's bytes (weights and scales).
 int64_t QuantizeWeightInt8(const torch::Tensor& weight);
+
+// An int8 weight as stored in an int8 model package: values int8 [out, in]
+// and scales float32 [out]; the weight is scales[o] * values[o, k].
+struct Int8Matrix {
+  torch::Tensor values;
+  torch::Tensor scales;
+};
+
+// Makes `matrix` the int8 copy of `weight` (a float32 CPU parameter of the
+// same [out, in]) and writes its dequantised values into `weight`, as
+// QuantizeWeightInt8 does with the values it computes: loading an int8
+// package installs exactly the int8 weights that were saved. Throws
+// c10::Error naming the problem when the shapes or types disagree or a scale
+// is negative or not finite. Returns the int8 copy's bytes.
+int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix);
+
+// A copy of `weight`'s int8 values and scales, or nullopt when Dense would
+// not multiply it through an int8 copy.
+std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight);
 
 // Whether Dense would multiply `weight` through its int8 copy.
 bool HasInt8Copy(const torch::Tensor& weight);

@@ -291,9 +291,20 @@ int64_t CausalLmImpl::QuantizeInt8() {
   }
   int64_t bytes = 0;
   for (const auto& p : named_parameters()) {
-    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightInt8(p.value());
+    if (!IsDenseWeight(p.key(), p.value())) continue;
+    // Quantised already (an int8 package): quantising the dequantised
+    // values again could move a value by a rounding step.
+    bytes += HasInt8Copy(p.value()) ? p.value().numel() + p.value().size(0) * sizeof(float)
+                                    : QuantizeWeightInt8(p.value());
   }
   return bytes;
+}
+
+bool CausalLmImpl::has_int8_weights() const {
+  for (const auto& p : named_parameters()) {
+    if (IsDenseWeight(p.key(), p.value()) && HasInt8Copy(p.value())) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<int64_t> QuantizeInt8(CausalLm& model) {

@@ -99,9 +99,13 @@ class CausalLmImpl : public torch::nn::Module {
   // weights everywhere, and its decode steps read the int8 copies. Norms,
   // position tables, the mixers' own parameters and every state stay
   // float32. Returns the bytes a decode step's products then read (int8
-  // weights and their scales). Throws c10::Error, before changing anything,
-  // when a weight is not finite.
+  // weights and their scales). Weights that already have an int8 copy (a
+  // model loaded from an int8 package) keep it. Throws c10::Error, before
+  // changing anything, when a weight is not finite.
   int64_t QuantizeInt8();
+  // Whether any dense weight has an int8 copy (QuantizeInt8 ran, or the
+  // model came from an int8 package).
+  bool has_int8_weights() const;
   // Bytes of the 2-D weights (what a float32 decode step's products read).
   int64_t dense_weight_bytes() const;
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/layers/dense.h"
 #include "model/lm/torchscript_methods.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -93,6 +94,41 @@ absl::Status CheckSize(const LmConfig& config, const std::map<std::string, torch
       held));
 }
 
+// The int8 values stored for the model tensor `name` (archive name
+// `script_name`) and their scales, which it takes out of `stored`. Only a
+// format-3 package holds int8 tensors, and only for float matrices that are
+// parameters (what QuantizeInt8 quantises); the scales must be float32 [out],
+// finite and not negative, or the dequantised weights would be garbage.
+absl::StatusOr<Int8Matrix> TakeInt8(const std::string& name, const std::string& script_name,
+                                    int64_t version, CausalLmImpl& model,
+                                    std::map<std::string, torch::Tensor>& stored) {
+  if (version < kInt8PackageFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is int8, which only format ",
+                                                   kInt8PackageFormatVersion, " stores"));
+  }
+  const auto parameters = model.named_parameters();
+  const torch::Tensor* parameter = parameters.find(name);
+  if (parameter == nullptr || parameter->dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " is int8; only the dense weights may be"));
+  }
+  auto scales = stored.find(Int8ScaleName(script_name));
+  if (scales == stored.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int8 tensor ", name, " has no scales (", Int8ScaleName(script_name), ")"));
+  }
+  const torch::Tensor& s = scales->second;
+  if (s.scalar_type() != torch::kFloat || s.dim() != 1 || s.size(0) != parameter->size(0) ||
+      !torch::isfinite(s).all().item<bool>() || (s < 0).any().item<bool>()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scales ", scales->first, " must be ", parameter->size(0),
+                     " finite, non-negative float32 values, one per output channel of ", name));
+  }
+  Int8Matrix matrix{stored[script_name], s};
+  stored.erase(scales);
+  return matrix;
+}
+
 }  // namespace
 
 absl::Status SavePackage(const std::string& path, CausalLm& model,
@@ -105,8 +141,16 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
   }
   try {
     torch::jit::Module archive("attn_model_package");
+    std::vector<std::string> int8_names;
     for (const auto& [name, tensor] : NamedTensors(*model)) {
-      archive.register_buffer(ScriptTensorName(name), tensor.detach().to(torch::kCPU).contiguous());
+      const std::string script_name = ScriptTensorName(name);
+      if (auto int8 = Int8CopyOf(tensor)) {
+        archive.register_buffer(script_name, int8->values);
+        archive.register_buffer(Int8ScaleName(script_name), int8->scales);
+        int8_names.push_back(script_name);
+      } else {
+        archive.register_buffer(script_name, tensor.detach().to(torch::kCPU).contiguous());
+      }
     }
     auto bytes = torch::empty({static_cast<int64_t>(tokenizer_model.size())}, torch::kUInt8);
     if (!tokenizer_model.empty()) {  // an empty tensor has no data to copy into
@@ -114,9 +158,11 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
     }
     archive.register_buffer("tokenizer", bytes);
     archive.register_attribute("config", c10::StringType::get(), *config);
-    archive.register_attribute("format_version", c10::IntType::get(), kPackageFormatVersion);
+    archive.register_attribute(
+        "format_version", c10::IntType::get(),
+        int8_names.empty() ? kFloatPackageFormatVersion : kInt8PackageFormatVersion);
     if (HasTorchScriptMethods(model->config().mixer)) {
-      DefineTorchScriptMethods(archive, model->config());
+      DefineTorchScriptMethods(archive, model->config(), int8_names);
     }
     archive.save(path);
   } catch (const c10::Error& e) {
@@ -183,6 +229,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     package.model = CausalLm(*config);
     torch::NoGradGuard no_grad;
     auto expected = NamedTensors(*package.model);
+    std::map<std::string, Int8Matrix> int8;
     for (auto& [name, tensor] : expected) {
       auto found = stored.find(version == 1 ? name : ScriptTensorName(name));
       if (found == stored.end()) return Invalid(path, absl::StrCat("missing tensor ", name));
@@ -191,7 +238,14 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
                        absl::StrCat("tensor ", name, " has shape ", ShapeString(found->second),
                                     ", the config needs ", ShapeString(tensor)));
       }
-      tensor.copy_(found->second);
+      if (found->second.scalar_type() == torch::kChar) {
+        auto matrix = TakeInt8(name, found->first, version, *package.model, stored);
+        if (!matrix.ok()) return Invalid(path, std::string(matrix.status().message()));
+        tensor.copy_(matrix->values.to(torch::kFloat) * matrix->scales.unsqueeze(1));
+        int8.emplace(name, *std::move(matrix));
+      } else {
+        tensor.copy_(found->second);
+      }
       stored.erase(found);
     }
     if (!stored.empty()) {
@@ -200,6 +254,10 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     }
     package.model->to(device);
     package.model->eval();
+    if (device.is_cpu()) {  // the int8 product is a CPU kernel
+      auto parameters = package.model->named_parameters();
+      for (const auto& [name, matrix] : int8) SetInt8Copy(parameters[name], matrix);
+    }
   } catch (const std::exception& e) {
     return Invalid(path, FirstLine(e.what()));
   }

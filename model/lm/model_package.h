@@ -13,6 +13,14 @@
 //   buffer "tokenizer"       the SentencePiece model as uint8 bytes (may be empty);
 //                            a byte buffer, not a string: Python reads strings as UTF-8
 //
+// A model with int8 weights (CausalLmImpl::QuantizeInt8) is saved as format
+// 3: each int8 dense weight is an int8 buffer [out, in] under its usual name
+// and its float32 scales [out] under Int8ScaleName (torchscript_methods.h),
+// about a quarter of the float bytes. It loads with the same int8 weights
+// and their dequantised float values, bit for bit, and its TorchScript
+// methods dequantise as they read. Float models are still saved as format 2,
+// which older builds read.
+//
 // Loading rebuilds the model from the config and copies every tensor,
 // checking names and shapes both ways. Every failure is a status whose message
 // names the file and the problem; none crashes.
@@ -25,24 +33,31 @@
 
 namespace attn {
 
-// Format 1 stored the weights only; format 2 (written since) adds the
-// TorchScript methods (model/lm/torchscript_methods.h) and the serving
-// contract's config (docs/model-contract.md). Both load.
+// Format 1 stored the weights only; format 2 (written since for float
+// models) adds the TorchScript methods (model/lm/torchscript_methods.h) and
+// the serving contract's config (docs/model-contract.md); format 3 (written
+// for models with int8 weights) adds int8 buffers. All load.
 inline constexpr int64_t kOldestPackageFormatVersion = 1;
-inline constexpr int64_t kPackageFormatVersion = 2;
+inline constexpr int64_t kFloatPackageFormatVersion = 2;
+inline constexpr int64_t kInt8PackageFormatVersion = 3;
+inline constexpr int64_t kPackageFormatVersion = kInt8PackageFormatVersion;  // the newest
 
 struct ModelPackage {
   CausalLm model{nullptr};
   std::string tokenizer_model;  // serialized SentencePiece model; empty if none
 };
 
+// Writes `model` as it is: a model with int8 weights as an int8 package
+// (format 3), any other as format 2.
 absl::Status SavePackage(const std::string& path, CausalLm& model,
                          const std::string& tokenizer_model);
 
 // kNotFound for a missing file, kDataLoss for one that is not a readable
 // archive (truncated, corrupt), kInvalidArgument for a readable archive whose
 // contents do not form a model (bad config, missing or mismatched tensors,
-// unknown format version). The model comes back in eval mode on `device`.
+// unknown format version). The model comes back in eval mode on `device`;
+// from an int8 package, with its int8 weights on the CPU (elsewhere with
+// their dequantised float values only).
 absl::StatusOr<ModelPackage> LoadPackage(const std::string& path,
                                          torch::Device device = torch::kCPU);
 

@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <cctype>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,9 @@ def _dense(self, x: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
             return torch.mv(w, x[0]).unsqueeze(0)
         return torch.addmv(b, w, x[0]).unsqueeze(0)
     return torch.linear(x, w, b)
+
+def _dequantize(self, values: Tensor, scales: Tensor) -> Tensor:
+    return values.float() * scales.unsqueeze(1)
 
 def _feed_forward(self, x: Tensor, up_w: Tensor, up_b: Tensor, down_w: Tensor,
                   down_b: Tensor) -> Tensor:
@@ -566,12 +570,36 @@ std::string ScriptTensorName(const std::string& name) {
   return absl::StrReplaceAll(name, {{".", "_"}});
 }
 
-std::string TorchScriptSource(const LmConfig& config) {
-  return absl::StrCat(kHelpers, GeneratedMethods(config));
+std::string Int8ScaleName(const std::string& script_name) { return script_name + "_int8_scale"; }
+
+std::string TorchScriptSource(const LmConfig& config, const std::vector<std::string>& int8_names) {
+  std::string source = absl::StrCat(kHelpers, GeneratedMethods(config));
+  // Every read of an int8 buffer dequantises it: the methods stay the float
+  // model's, whatever the package stores. Whole names only: a name followed
+  // by more of an identifier is another buffer.
+  const auto is_identifier = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  for (const std::string& name : int8_names) {
+    const std::string read = "self." + name;
+    const std::string dequantized =
+        absl::StrCat("self._dequantize(self.", name, ", self.", Int8ScaleName(name), ")");
+    std::string rewritten;
+    size_t from = 0;
+    for (size_t at = source.find(read); at != std::string::npos; at = source.find(read, at + 1)) {
+      const size_t end = at + read.size();
+      if (end < source.size() && is_identifier(source[end])) continue;
+      absl::StrAppend(&rewritten, source.substr(from, at - from), dequantized);
+      from = end;
+    }
+    source = absl::StrCat(rewritten, source.substr(from));
+  }
+  return source;
 }
 
-void DefineTorchScriptMethods(torch::jit::Module& module, const LmConfig& config) {
-  module.define(TorchScriptSource(config));
+void DefineTorchScriptMethods(torch::jit::Module& module, const LmConfig& config,
+                              const std::vector<std::string>& int8_names) {
+  module.define(TorchScriptSource(config, int8_names));
 }
 
 }  // namespace attn

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/lm/config.h"
 
@@ -47,13 +48,21 @@ bool HasTorchScriptMethods(MixerKind kind);
 // The buffer name of the model tensor `name` ("layers.0.ff.up.weight").
 std::string ScriptTensorName(const std::string& name);
 
-// The TorchScript source of the four methods and their helpers for a model
-// with `config`.
-std::string TorchScriptSource(const LmConfig& config);
+// The buffer name of the float32 scales [out] of the int8 buffer
+// `script_name` (an int8 package's dense weight [out, in]).
+std::string Int8ScaleName(const std::string& script_name);
 
-// Compiles TorchScriptSource(config) into `module`, which must hold the
-// model's tensors under their ScriptTensorName. Throws c10::Error if the
-// source does not compile (a bug, never an input error).
-void DefineTorchScriptMethods(torch::jit::Module& module, const LmConfig& config);
+// The TorchScript source of the four methods and their helpers for a model
+// with `config`. `int8_names` are the buffers stored as int8 values with
+// scales (Int8ScaleName): the methods read them dequantised, values times
+// scale per output channel, so they compute the float model's equations.
+std::string TorchScriptSource(const LmConfig& config,
+                              const std::vector<std::string>& int8_names = {});
+
+// Compiles TorchScriptSource(config, int8_names) into `module`, which must
+// hold the model's tensors under their ScriptTensorName. Throws c10::Error
+// if the source does not compile (a bug, never an input error).
+void DefineTorchScriptMethods(torch::jit::Module& module, const LmConfig& config,
+                              const std::vector<std::string>& int8_names = {});
 
 }  // namespace attn

@@ -14,7 +14,9 @@
 //   attn-train --corpus=C --output=KIND.pt --mixer=KIND --d_model=8 --layers=1
 //     --heads=2 --ff_hidden=8 --window=4 --max_context=32 --vocab_size=280
 //     --seq_len=16 --batch=2 --steps=1 --warmup=1
-// on a corpus of a few hundred lines of random lowercase words.
+// on a corpus of a few hundred lines of random lowercase words, and one
+// int8 package (format 3) made from one of them by
+//   attn-export --input=aft-decay.pt --output=aft-decay-int8.pt --quantize=int8
 #include <torch/torch.h>
 
 #include <cstdint>

@@ -5,8 +5,10 @@
 //
 //   the config (a field set to any integer, any JSON in place of "lm", or
 //   the format-1 layout), the format version, each tensor (kept, dropped,
-//   renamed, reshaped, or given another dtype), an extra tensor, and the
-//   tokenizer buffer (any bytes, another dtype, or none).
+//   renamed, reshaped, given another dtype, or stored as an int8 package
+//   stores a dense weight, with its scales right, edited or missing), an
+//   extra tensor, and the tokenizer buffer (any bytes, another dtype, or
+//   none).
 //
 // Every load must end OK or in kInvalidArgument naming the file (the archive
 // itself is intact); a model that loads must run a forward pass.
@@ -97,6 +99,8 @@ torch::Tensor Edited(FuzzedDataProvider& in, const torch::Tensor& tensor) {
       return tensor.to(torch::kBool);
     case 4:
       return tensor.flatten();
+    case 5:
+      return tensor.to(torch::kChar);
     default:
       return tensor;
   }
@@ -127,6 +131,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (action == 0) continue;  // dropped
     std::string stored = format_one ? name : attn::ScriptTensorName(name);
     if (action == 1) stored += "_renamed";
+    if (action == 3 && tensor.dim() == 2) {  // int8 values and scales, as format 3 stores them
+      torch::Tensor scales = tensor.abs().amax(1).clamp_min(1e-8) / 127;
+      archive.register_buffer(stored, (tensor / scales.unsqueeze(1)).round().to(torch::kChar));
+      switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+        case 0:  // no scales
+          continue;
+        case 1:
+          scales = Edited(in, scales);
+          break;
+        case 2:
+          scales = scales.neg();
+          break;
+        case 3:
+          scales = scales / 0.0;
+          break;
+        default:
+          break;
+      }
+      archive.register_buffer(attn::Int8ScaleName(stored), scales);
+      continue;
+    }
     archive.register_buffer(stored, action == 2 ? Edited(in, tensor) : tensor);
   }
   if (in.ConsumeIntegralInRange<int>(0, 9) == 0) {
@@ -141,7 +166,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string config = ConfigText(in, BaseConfig(kind), format_one);
   archive.register_attribute("config", c10::StringType::get(), config);
-  const int64_t version = in.ConsumeBool() ? (format_one ? 1 : 2) : in.ConsumeIntegral<int64_t>();
+  const int64_t version = in.ConsumeBool()
+                              ? (format_one ? 1 : in.ConsumeIntegralInRange<int64_t>(2, 3))
+                              : in.ConsumeIntegral<int64_t>();
   archive.register_attribute("format_version", c10::IntType::get(), version);
 
   const std::string& path = ScratchPath();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/lm/model_package.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/server.h"
@@ -34,12 +35,22 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> StartQuantized(const std::strin
   return InferenceServer::Start(options);
 }
 
+// An int8 package (attn-export --quantize=int8) of the model tiny-aft.pt holds.
+void WriteInt8Package(const std::string& dir, const std::string& name) {
+  CausalLm model = attn::testing::TinyModel(MixerKind::kAftConv);
+  ASSERT_TRUE(QuantizeInt8(model).ok());
+  ASSERT_TRUE(
+      SavePackage(dir + "/" + name + ".pt", model, attn::testing::TinyTokenizer().Serialized())
+          .ok());
+}
+
 class QuantizeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new attn::testing::ScopedTempDir("quantize_test");
     attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-aft", MixerKind::kAftConv);
     attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-linear", MixerKind::kLinearElu);
+    WriteInt8Package(dir_->path().string(), "tiny-aft-int8");
     auto server = StartQuantized(dir_->path().string(), "none,tiny-aft=int8");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
@@ -66,10 +77,15 @@ TEST_F(QuantizeTest, ListModelsAndMetricsSayTheWeightType) {
   grpc::ClientContext context;
   attn::v1::ListModelsResponse response;
   ASSERT_TRUE(stub_->ListModels(&context, {}, &response).ok());
-  ASSERT_EQ(response.models_size(), 2);
+  ASSERT_EQ(response.models_size(), 3);
   int64_t float_bytes = 0, int8_bytes = 0, float_params = 0, int8_params = 0;
   for (const auto& m : response.models()) {
-    const bool int8 = m.name() == "tiny-aft";
+    // tiny-aft-int8 is an int8 package, served as int8 under "none".
+    const bool int8 = m.name() != "tiny-linear";
+    if (m.name() == "tiny-aft-int8") {
+      EXPECT_EQ(m.weight_dtype(), "int8");
+      continue;
+    }
     EXPECT_EQ(m.weight_dtype(), int8 ? "int8" : "float32") << m.name();
     (int8 ? int8_bytes : float_bytes) = m.weight_bytes();
     (int8 ? int8_params : float_params) = m.parameters();
@@ -107,6 +123,32 @@ TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
     EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i), 1e-4)
         << "token " << i;
   }
+}
+
+// The int8 package serves what --quantize=int8 serves from the float
+// package: the same int8 weights, so the same tokens and logprobs.
+TEST_F(QuantizeTest, AnInt8PackageServesWhatQuantizingAtLoadServes) {
+  GenerateResponse from_flag, from_package;
+  ASSERT_TRUE(
+      testing::StreamMerged(*stub_, testing::GreedyRequest("tiny-aft", "the light", 40), &from_flag)
+          .ok());
+  ASSERT_TRUE(testing::StreamMerged(
+                  *stub_, testing::GreedyRequest("tiny-aft-int8", "the light", 40), &from_package)
+                  .ok());
+  ASSERT_EQ(from_package.token_ids_size(), 40);
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(from_package.token_ids(i), from_flag.token_ids(i)) << i;
+    EXPECT_NEAR(from_package.logprobs(i), from_flag.logprobs(i), 1e-6) << i;
+  }
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse models;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &models).ok());
+  int64_t flag_bytes = -1, package_bytes = -2;
+  for (const auto& m : models.models()) {
+    if (m.name() == "tiny-aft") flag_bytes = m.weight_bytes();
+    if (m.name() == "tiny-aft-int8") package_bytes = m.weight_bytes();
+  }
+  EXPECT_EQ(package_bytes, flag_bytes);
 }
 
 TEST(QuantizeFlag, BadValuesAndUnknownModelsAreNamed) {
