@@ -16,6 +16,17 @@
 #   SEGMENTS   segment ends (default 128,256,512,1024,2048,4096)
 #   BUILD_DIR  build directory holding attn-server and attnctl (default build)
 #   SERVER_FLAGS  more attn-server flags (e.g. --quantize=int8)
+#
+# Each segment of that table averages different passages, so segments move
+# by a few hundredths of a nat with the text that falls in them (16, 64 and
+# 128 windows rank 128-256 and 256-512 differently; docs/long-context.md).
+# CONTEXTS=0,128,...  measures on the same text instead: PASSAGES passages
+# of PASSAGE_TOKENS tokens, each scored after each number of tokens of the
+# text that precedes it, and prints the mean loss of the passages by the
+# context they were given. Only the context differs between the columns.
+#   CONTEXTS        contexts in tokens (at most TOKENS - PASSAGE_TOKENS)
+#   PASSAGES        passages, evenly spread over the text (default 32)
+#   PASSAGE_TOKENS  tokens per passage (default 128)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,6 +81,61 @@ for _ in $(seq 300); do
   kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
   sleep 0.2
 done
+
+# The same-text measurement (CONTEXTS set): prints its table and exits.
+same_text_table() {
+  local passages=${PASSAGES:-32} passage=${PASSAGE_TOKENS:-128} contexts longest
+  IFS=, read -ra contexts <<< "$CONTEXTS"
+  longest=$(printf '%s\n' "${contexts[@]}" | sort -n | tail -1)
+  if [ $((longest + passage)) -gt "$TOKENS" ]; then
+    echo "context_curve.sh: the longest context plus PASSAGE_TOKENS exceeds TOKENS=$TOKENS" >&2
+    exit 2
+  fi
+  local header="| model |" rule="| --- |" c
+  for c in "${contexts[@]}"; do header+=" $c |"; rule+=" --- |"; done
+  echo "$header"
+  echo "$rule"
+  IFS=, read -ra packages <<< "$MODELS"
+  local package model ids count p j line
+  for package in "${packages[@]}"; do
+    model=$(basename "$package" .pt)
+    ids="$work/$model.ids"
+    "${ctl[@]}" tokenize --model="$model" --text_file="$text" |
+      /usr/bin/python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["token_ids"]))' > "$ids"
+    count=$(wc -l < "$ids")
+    if [ "$count" -lt $((longest + passage + passages)) ]; then
+      echo "context_curve.sh: $count tokens of text; the passages need more" >&2
+      exit 2
+    fi
+    : > "$work/$model.scores"
+    for ((j = 0; j < passages; j++)); do
+      echo "   $model: passage $((j + 1))/$passages" >&2
+      # Passage j starts at token p (0-based); every context ends where it starts.
+      p=$((longest + (passages > 1 ? j * (count - longest - passage) / (passages - 1) : 0)))
+      for c in "${contexts[@]}"; do
+        line=$("${ctl[@]}" score --model="$model" \
+          --ids="$(sed -n "$((p - c + 1)),$((p + passage))p" "$ids" | paste -sd,)" \
+          --segments="$((c > 0 ? c : passage))" |
+          awk -v seg="$c-$((c + passage))" -v first="0-$passage" -v c="$c" \
+            '$1 == (c > 0 ? seg : first) { print $2, $3 }')
+        echo "$c $line" >> "$work/$model.scores"
+      done
+    done
+    # Token-weighted mean loss of the passages at each context.
+    awk -v model="$model" -v order="$CONTEXTS" '
+      { tokens[$1] += $2; nll[$1] += $2 * $3 }
+      END {
+        n = split(order, cs, ",")
+        line = "| " model " |"
+        for (i = 1; i <= n; i++) line = line sprintf(" %.3f |", nll[cs[i]] / tokens[cs[i]])
+        print line
+      }' "$work/$model.scores"
+  done
+}
+if [ -n "${CONTEXTS:-}" ]; then
+  same_text_table
+  exit 0
+fi
 
 header="| model |"
 rule="| --- |"
