@@ -18,14 +18,16 @@ void ExpectMatchesLinear(const torch::Tensor& x, const torch::Tensor& w, const t
       << "x " << x.sizes() << " max difference " << (got - expected).abs().max().item<float>();
 }
 
-// Row counts on both sides of the switch between the packed product (1 to
-// 256 rows) and OpenBLAS's (more), for a small weight and one larger than L2.
+// Row counts on both sides of the switches between the packed product (1 to
+// 256 rows) and OpenBLAS's (more), or without AVX-512 between row-by-row
+// matrix-vector products (1 to 6 rows) and OpenBLAS's matrix product, for a
+// small weight and one larger than L2.
 TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(3);
   for (int64_t out : {40, 4096}) {
     const torch::Tensor w = torch::randn({out, 160}), b = torch::randn({out});
-    for (int64_t rows : {1, 2, 5, 12, 13, 32, 33, 64, 65, 200, 256, 257}) {
+    for (int64_t rows : {1, 2, 5, 6, 7, 12, 13, 32, 33, 64, 65, 200, 256, 257}) {
       ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
       ExpectMatchesLinear(torch::randn({rows, 160}), w, {});
     }

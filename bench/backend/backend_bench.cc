@@ -34,6 +34,11 @@ ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "64"})
           "Rows per decode step.");
 ABSL_FLAG(int, repeats, 200, "Steps timed per backend and batch (medians are reported).");
 ABSL_FLAG(int64_t, context, 64, "Tokens each row holds before the timed steps.");
+ABSL_FLAG(std::vector<std::string>, backends,
+          std::vector<std::string>({"native", "int8", "torchscript", "module"}),
+          "Which steps to time: native, int8 (native with int8 weights), torchscript (the "
+          "backend), module (the package's own step); the others report 0. One alone suits a "
+          "profiler.");
 ABSL_FLAG(int64_t, prefill_tokens, 512,
           "Prompt length of the prefill comparison, float32 against int8 weights (0: none).");
 ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
@@ -74,6 +79,10 @@ int main(int argc, char** argv) {
   Check(quantised.status());
   Check(attn::QuantizeInt8(quantised->model).status());
   attn::NativeBackend native_int8(quantised->model);
+  const std::vector<std::string> backends = absl::GetFlag(FLAGS_backends);
+  const auto timed = [&](const std::string& name) {
+    return std::find(backends.begin(), backends.end(), name) != backends.end();
+  };
   std::vector<int64_t> batches;
   for (const auto& b : absl::GetFlag(FLAGS_batch)) batches.push_back(std::stoll(b));
   const int64_t rows = *std::max_element(batches.begin(), batches.end());
@@ -106,12 +115,20 @@ int main(int argc, char** argv) {
     const int repeats = absl::GetFlag(FLAGS_repeats);
     std::fprintf(stderr, "batch %ld: %d steps each...\n", static_cast<long>(batch), repeats);
     for (int i = 0; i < repeats; ++i) {
-      native_ms.push_back(Milliseconds([&] { native.Step(tokens, ids).value(); }));
-      int8_ms.push_back(Milliseconds([&] { native_int8.Step(tokens, ids).value(); }));
-      script_ms.push_back(Milliseconds([&] { (*script)->Step(tokens, ids).value(); }));
-      module_ms.push_back(Milliseconds([&] {
-        state = module.get_method("step")({tokens, state}).toTupleRef().elements()[1];
-      }));
+      if (timed("native")) {
+        native_ms.push_back(Milliseconds([&] { native.Step(tokens, ids).value(); }));
+      }
+      if (timed("int8")) {
+        int8_ms.push_back(Milliseconds([&] { native_int8.Step(tokens, ids).value(); }));
+      }
+      if (timed("torchscript")) {
+        script_ms.push_back(Milliseconds([&] { (*script)->Step(tokens, ids).value(); }));
+      }
+      if (timed("module")) {
+        module_ms.push_back(Milliseconds([&] {
+          state = module.get_method("step")({tokens, state}).toTupleRef().elements()[1];
+        }));
+      }
     }
     const double n = Median(native_ms), q = Median(int8_ms), s = Median(script_ms),
                  m = Median(module_ms);

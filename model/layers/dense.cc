@@ -153,6 +153,30 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
+// Up to this many rows, where PackedGemm is not fast (no AVX-512) and the
+// call is not already one thread's share of a step, Dense multiplies row by
+// row with OpenBLAS's matrix-vector product. Its multi-threaded matrix
+// product (sgemm) costs 3-5x one row's matrix-vector product at 2 to 8 rows,
+// so a few rows, each reading the weights again, are faster: decode steps of
+// aft-decay at 2, 4 and 6 rows took 1.4, 2.3 and 3.2 times a one-row step
+// this way against 3.6, 4.2 and 4.6 times through sgemm (AVX2 EPYC,
+// interleaved runs; docs/benchmarks.md "Int8 weights").
+constexpr int64_t kMatVecMaxRows = 6;
+
+torch::Tensor MatVecRows(const torch::Tensor& x, const torch::Tensor& weight,
+                         const torch::Tensor& bias) {
+  return RowProduct(x, weight.size(0), [&](const torch::Tensor& rows, torch::Tensor& y) {
+    for (int64_t r = 0; r < rows.size(0); ++r) {
+      torch::Tensor out = y[r];
+      if (bias.defined()) {
+        torch::addmv_out(out, bias, weight, rows[r]);
+      } else {
+        torch::mv_out(out, weight, rows[r]);
+      }
+    }
+  });
+}
+
 // The int8 product when `weight` has an int8 copy and the operands fit it;
 // undefined otherwise.
 torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
@@ -283,7 +307,12 @@ torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
   if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);
   }
-  if (rows != 1) return torch::nn::functional::linear(x, weight, bias);
+  if (rows != 1) {
+    if (rows <= kMatVecMaxRows && !at::in_parallel_region() && KernelOperands(x, weight, bias)) {
+      return MatVecRows(x, weight, bias);
+    }
+    return torch::nn::functional::linear(x, weight, bias);
+  }
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
   auto row = x.reshape({x.size(-1)});
