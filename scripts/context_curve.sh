@@ -29,6 +29,7 @@
 #   PASSAGE_TOKENS  tokens per passage (default 128)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/local_server.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 TOKENS=${TOKENS:-8192}
@@ -47,40 +48,22 @@ trap cleanup EXIT
 
 text=${TEXT:-}
 if [ -z "$text" ]; then
-  if ! command -v bible >/dev/null; then
-    echo "context_curve.sh: needs the bible-kjv package (apt-get install bible-kjv) or TEXT=file" >&2
-    exit 2
-  fi
-  bible gen1:1-rev22:21 > "$work/bible.txt"
-  tail -c $(($(wc -c < "$work/bible.txt") * 4 / 100)) "$work/bible.txt" > "$work/heldout.txt"
+  heldout_bible "$work/heldout.txt" || { echo "context_curve.sh: or give TEXT=file" >&2; exit 2; }
   text="$work/heldout.txt"
 fi
 # Windows of about 5 characters per token (English runs at 3-4 with these
 # vocabularies; attnctl keeps the first TOKENS), starting evenly over the
 # text. They overlap, so each segment's mean covers different text in every
 # window instead of the same passages at the same positions.
-size=$(wc -c < "$text")
-span=$((TOKENS * 5))
-if [ "$size" -lt "$span" ]; then
-  echo "context_curve.sh: $text has $size characters; TOKENS=$TOKENS needs about $span" >&2
-  exit 2
-fi
-for ((w = 0; w < WINDOWS; w++)); do
-  dd if="$text" of="$work/window$w.txt" bs=64K iflag=skip_bytes,count_bytes status=none \
-    skip=$((WINDOWS > 1 ? w * (size - span) / (WINDOWS - 1) : 0)) count=$span
-done
+cut_windows "$text" "$WINDOWS" $((TOKENS * 5)) "$work/window"
 
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 ctl=("$BUILD_DIR/client/attnctl" --server="127.0.0.1:$port" --timeout_s=1800)
 "$BUILD_DIR/server/attn-server" --models="$MODELS" --default_model= --host=127.0.0.1 \
   --port="$port" --metrics_port=-1 --max_prompt_tokens="$TOKENS" ${SERVER_FLAGS:-} \
   > "$work/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 300); do
-  "${ctl[@]}" health > /dev/null 2>&1 && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-  sleep 0.2
-done
+wait_healthy "$BUILD_DIR/client/attnctl" "$port" "$server_pid" "$work/server.log"
 
 # The same-text measurement (CONTEXTS set): prints its table and exits.
 same_text_table() {

@@ -14,16 +14,13 @@
 #   BUILD_DIR  build directory holding attn-server and attnctl (default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/local_server.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 TOKENS=${TOKENS:-2048}
 WINDOWS=${WINDOWS:-4}
 GREEDY=${GREEDY:-256}
 MODELS=${MODELS:-$(ls models/*.pt | paste -sd, -)}
-if ! command -v bible >/dev/null; then
-  echo "int8_quality.sh: needs the bible-kjv package (apt-get install bible-kjv)" >&2
-  exit 2
-fi
 cmake --build "$BUILD_DIR" --target attn-server attnctl >/dev/null
 work=$(mktemp -d)
 pids=()
@@ -33,18 +30,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bible gen1:1-rev22:21 > "$work/bible.txt"
-held=$(($(wc -c < "$work/bible.txt") * 4 / 100))
-tail -c "$held" "$work/bible.txt" > "$work/heldout.txt"
-span=$((TOKENS * 5))  # about 5 characters per token; attnctl keeps the first TOKENS
-for ((w = 0; w < WINDOWS; w++)); do
-  dd if="$work/heldout.txt" of="$work/window$w.txt" bs=64K iflag=skip_bytes,count_bytes \
-    status=none skip=$((WINDOWS > 1 ? w * (held - span) / (WINDOWS - 1) : 0)) count=$span
-done
+heldout_bible "$work/heldout.txt"
+cut_windows "$work/heldout.txt" "$WINDOWS" $((TOKENS * 5)) "$work/window"  # about 5 characters a token
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 declare -A port
 for q in none int8; do
   port[$q]=$(free_port)
@@ -53,10 +41,8 @@ for q in none int8; do
   pids+=($!)
 done
 ctl() { "$BUILD_DIR/client/attnctl" --server="127.0.0.1:${port[$1]}" --timeout_s=600 "${@:2}"; }
-for q in none int8; do
-  for _ in $(seq 300); do ctl "$q" health > /dev/null 2>&1 && break; sleep 0.2; done
-  ctl "$q" health > /dev/null || { cat "$work/server-$q.log" >&2; exit 1; }
-done
+wait_healthy "$BUILD_DIR/client/attnctl" "${port[none]}" "${pids[0]}" "$work/server-none.log"
+wait_healthy "$BUILD_DIR/client/attnctl" "${port[int8]}" "${pids[1]}" "$work/server-int8.log"
 
 echo "| model | float32 perplexity | int8 perplexity | change | first greedy difference (of $GREEDY) |"
 echo "| --- | --- | --- | --- | --- |"

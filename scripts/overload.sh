@@ -24,7 +24,7 @@ prompt=${PROMPT:-64}
 tokens=${TOKENS:-64}
 py=/usr/bin/python3
 ctl=$build/client/attnctl
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$repo/scripts/local_server.sh"
 read -r engine_cpu client_cpus < <($py -c '
 import os
 cpus = sorted(os.sched_getaffinity(0))
@@ -36,10 +36,7 @@ log=$(mktemp)
   --max_active="$active" --max_waiting="$waiting" --state_cache=off ${SERVER_FLAGS:-} > "$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 150); do
-  "$ctl" --server=127.0.0.1:$port health > /dev/null 2>&1 && break
-  sleep 0.2
-done
+wait_healthy "$ctl" "$port" "$pid" "$log"
 bench() {  # bench FLAGS...: one JSON line
   taskset -c "$client_cpus" "$ctl" --server=127.0.0.1:$port bench --json --progress=false \
     --prompt_tokens="$prompt" --max_tokens="$tokens" --duration_s="$seconds" "$@"

@@ -8,16 +8,13 @@ build=${BUILD_DIR:-$repo/build}
 minutes=${1:-30}
 workers=${2:-8}
 py=/usr/bin/python3
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$repo/scripts/local_server.sh"
 port=$(free_port) metrics_port=$(free_port)
 log=$(mktemp)
 "$build/server/attn-server" --models="$repo/models/aft-decay.pt" --default_model=aft-decay \
   --host=127.0.0.1 --port="$port" --metrics_port="$metrics_port" > "$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 150); do
-  "$build/client/attnctl" --server=127.0.0.1:$port health > /dev/null 2>&1 && break
-  sleep 0.2
-done
+wait_healthy "$build/client/attnctl" "$port" "$pid" "$log"
 $py "$repo/scripts/soak.py" --server=127.0.0.1:$port --metrics_port="$metrics_port" --pid=$pid \
   --attnctl="$build/client/attnctl" --minutes="$minutes" --workers="$workers"

@@ -191,6 +191,11 @@ torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
+// Bytes of an int8 copy of an [out, in] weight: the values and the scales.
+int64_t Int8Bytes(int64_t out, int64_t in) {
+  return out * in + out * static_cast<int64_t>(sizeof(float));
+}
+
 // Installs `copy` as the int8 copy of `weight` after writing its dequantised
 // values into `weight`.
 int64_t InstallInt8Copy(const torch::Tensor& weight, std::shared_ptr<Int8Weight> copy) {
@@ -204,7 +209,7 @@ int64_t InstallInt8Copy(const torch::Tensor& weight, std::shared_ptr<Int8Weight>
     weight.copy_(q.to(torch::kFloat) * scale);
   }
   Int8Weights().Insert(weight, copy);
-  return out * in + out * static_cast<int64_t>(sizeof(float));
+  return Int8Bytes(out, in);
 }
 
 void CheckQuantizable(const torch::Tensor& weight) {
@@ -217,8 +222,11 @@ void CheckQuantizable(const torch::Tensor& weight) {
 
 int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
   CheckQuantizable(weight);
-  TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
   const int64_t out = weight.size(0), in = weight.size(1);
+  // Quantising the dequantised values again could move a value by a
+  // rounding step: a valid copy stays.
+  if (HasInt8Copy(weight)) return Int8Bytes(out, in);
+  TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
   const torch::Tensor w = weight.detach().contiguous();
   auto copy = std::make_shared<Int8Weight>();
   copy->q.resize(out * in);

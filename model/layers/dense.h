@@ -41,7 +41,8 @@ inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& laye
 // which read a quarter of the bytes (past 32 rows, where every row
 // re-converting the weights costs more than it saves, the float product).
 // Writing `weight` again later (its version counter moves) drops the int8
-// copy. Returns the int8 copy's bytes (weights and scales).
+// copy; a weight that still has one keeps it. Returns the int8 copy's bytes
+// (weights and scales).
 int64_t QuantizeWeightInt8(const torch::Tensor& weight);
 
 // An int8 weight as stored in an int8 model package: values int8 [out, in]

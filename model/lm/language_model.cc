@@ -291,11 +291,7 @@ int64_t CausalLmImpl::QuantizeInt8() {
   }
   int64_t bytes = 0;
   for (const auto& p : named_parameters()) {
-    if (!IsDenseWeight(p.key(), p.value())) continue;
-    // Quantised already (an int8 package): quantising the dequantised
-    // values again could move a value by a rounding step.
-    bytes += HasInt8Copy(p.value()) ? p.value().numel() + p.value().size(0) * sizeof(float)
-                                    : QuantizeWeightInt8(p.value());
+    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightInt8(p.value());
   }
   return bytes;
 }

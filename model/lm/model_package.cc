@@ -99,14 +99,14 @@ absl::Status CheckSize(const LmConfig& config, const std::map<std::string, torch
 // format-3 package holds int8 tensors, and only for float matrices that are
 // parameters (what QuantizeInt8 quantises); the scales must be float32 [out],
 // finite and not negative, or the dequantised weights would be garbage.
-absl::StatusOr<Int8Matrix> TakeInt8(const std::string& name, const std::string& script_name,
-                                    int64_t version, CausalLmImpl& model,
-                                    std::map<std::string, torch::Tensor>& stored) {
+absl::StatusOr<Int8Matrix> TakeInt8(
+    const std::string& name, const std::string& script_name, int64_t version,
+    const torch::OrderedDict<std::string, torch::Tensor>& parameters,
+    std::map<std::string, torch::Tensor>& stored) {
   if (version < kInt8PackageFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is int8, which only format ",
                                                    kInt8PackageFormatVersion, " stores"));
   }
-  const auto parameters = model.named_parameters();
   const torch::Tensor* parameter = parameters.find(name);
   if (parameter == nullptr || parameter->dim() != 2) {
     return absl::InvalidArgumentError(
@@ -229,6 +229,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     package.model = CausalLm(*config);
     torch::NoGradGuard no_grad;
     auto expected = NamedTensors(*package.model);
+    const auto parameters = package.model->named_parameters();
     std::map<std::string, Int8Matrix> int8;
     for (auto& [name, tensor] : expected) {
       auto found = stored.find(version == 1 ? name : ScriptTensorName(name));
@@ -239,7 +240,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
                                     ", the config needs ", ShapeString(tensor)));
       }
       if (found->second.scalar_type() == torch::kChar) {
-        auto matrix = TakeInt8(name, found->first, version, *package.model, stored);
+        auto matrix = TakeInt8(name, found->first, version, parameters, stored);
         if (!matrix.ok()) return Invalid(path, std::string(matrix.status().message()));
         tensor.copy_(matrix->values.to(torch::kFloat) * matrix->scales.unsqueeze(1));
         int8.emplace(name, *std::move(matrix));
@@ -254,9 +255,9 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     }
     package.model->to(device);
     package.model->eval();
-    if (device.is_cpu()) {  // the int8 product is a CPU kernel
-      auto parameters = package.model->named_parameters();
-      for (const auto& [name, matrix] : int8) SetInt8Copy(parameters[name], matrix);
+    if (device.is_cpu()) {                             // the int8 product is a CPU kernel
+      auto moved = package.model->named_parameters();  // to() may have replaced them
+      for (const auto& [name, matrix] : int8) SetInt8Copy(moved[name], matrix);
     }
   } catch (const std::exception& e) {
     return Invalid(path, FirstLine(e.what()));
