@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
-#include <tuple>
 #include <vector>
 
 namespace attn::kernels {
@@ -57,14 +56,12 @@ TEST(QuantizeRows, WeightsOnTheGridComeBackExactly) {
   for (size_t k = 0; k < w.size(); ++k) EXPECT_EQ(q[k], static_cast<int>(k) - 127);
 }
 
-// rows x out x in, with or without a bias.
-class Int8GemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
-
 // Against the float64 product of the dequantised weights, with padded row
 // strides on x and y so that a kernel reading or writing past a row's end
 // would show; the bound is float32 accumulation over `in` terms.
-TEST_P(Int8GemmTest, MatchesTheDequantisedProductInDouble) {
-  const auto [rows, out, in, with_bias] = GetParam();
+void ExpectMatchesTheDequantisedProduct(int rows, int out, int in, bool with_bias) {
+  SCOPED_TRACE(testing::Message() << rows << " rows, out " << out << ", in " << in
+                                  << (with_bias ? ", bias" : ""));
   std::mt19937 rng(rows * 7919 + out * 31 + in);
   const int64_t ldx = in + 3, ldy = out + 5;
   const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * in, rng, 0.05f);
@@ -72,10 +69,12 @@ TEST_P(Int8GemmTest, MatchesTheDequantisedProductInDouble) {
   std::vector<int8_t> q(out * in);
   std::vector<float> scale(out);
   QuantizeRows(w.data(), out, in, in, q.data(), scale.data());
+  std::vector<int8_t> panels(Int8PanelBytes(out, in));
+  PackInt8Panels(q.data(), out, in, panels.data());
   const float sentinel = -12345.0f;
   std::vector<float> y(rows * ldy, sentinel);
-  Int8Gemm(x.data(), rows, ldx, q.data(), scale.data(), out, in, with_bias ? bias.data() : nullptr,
-           y.data(), ldy);
+  Int8Gemm(x.data(), rows, ldx, panels.data(), scale.data(), out, in,
+           with_bias ? bias.data() : nullptr, y.data(), ldy);
   for (int r = 0; r < rows; ++r) {
     for (int o = 0; o < out; ++o) {
       double expected = with_bias ? bias[o] : 0.0, magnitude = std::abs(expected);
@@ -84,23 +83,56 @@ TEST_P(Int8GemmTest, MatchesTheDequantisedProductInDouble) {
         expected += term;
         magnitude += std::abs(term);
       }
-      EXPECT_NEAR(y[r * ldy + o], expected, 1.2e-7 * (in + 2) * magnitude + 1e-7)
+      ASSERT_NEAR(y[r * ldy + o], expected, 1.2e-7 * (in + 2) * magnitude + 1e-7)
           << "row " << r << " out " << o;
     }
     for (int64_t pad = out; pad < ldy; ++pad) ASSERT_EQ(y[r * ldy + pad], sentinel);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Int8GemmTest,
-                         testing::Combine(testing::Values(1, 2, 3, 5), testing::Values(1, 4, 13),
-                                          testing::Values(1, 7, 8, 37, 256), testing::Bool()));
+// Rows cover every tile (4, 2 and 1 rows) and their mixes; outputs cover a
+// partial panel, whole panels, groups of four panels and the groups of one
+// to three left at a range's end; inputs cover the eight-step passes and
+// their remainders.
+TEST(Int8Gemm, MatchesTheDequantisedProductInDoubleForEveryTile) {
+  for (int rows : {1, 2, 3, 4, 5, 7, 9}) {
+    for (int out : {1, 4, 8, 13, 24, 41}) {
+      for (int in : {1, 3, 7, 8, 37, 256}) {
+        for (bool with_bias : {false, true}) {
+          ExpectMatchesTheDequantisedProduct(rows, out, in, with_bias);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
 
 // Large enough to run on several threads: the bundled models' widest
-// projection, at a decode batch.
-INSTANTIATE_TEST_SUITE_P(Parallel, Int8GemmTest,
-                         testing::Values(std::make_tuple(1, 1024, 256, true),
-                                         std::make_tuple(4, 1024, 256, false),
-                                         std::make_tuple(64, 256, 1024, true)));
+// projection, at decode batches.
+TEST(Int8Gemm, MatchesTheDequantisedProductInDoubleOnSeveralThreads) {
+  ExpectMatchesTheDequantisedProduct(1, 1024, 256, true);
+  ExpectMatchesTheDequantisedProduct(4, 1024, 256, false);
+  ExpectMatchesTheDequantisedProduct(64, 256, 1024, true);
+  ExpectMatchesTheDequantisedProduct(127, 200, 160, true);
+}
+
+TEST(Int8Panels, PackingPadsThePanelsWithZerosAndUnpacksToTheMatrix) {
+  const int64_t out = 11, in = 5;
+  std::vector<int8_t> q(out * in);
+  for (int64_t i = 0; i < out * in; ++i) q[i] = static_cast<int8_t>(i % 251 - 125);
+  ASSERT_EQ(Int8PanelBytes(out, in), 16 * in);
+  std::vector<int8_t> panels(Int8PanelBytes(out, in), 99);
+  PackInt8Panels(q.data(), out, in, panels.data());
+  for (int64_t o = 0; o < 16; ++o) {
+    for (int64_t k = 0; k < in; ++k) {
+      const int8_t stored = panels[o / 8 * 8 * in + k * 8 + o % 8];
+      EXPECT_EQ(stored, o < out ? q[o * in + k] : 0) << o << "," << k;
+    }
+  }
+  std::vector<int8_t> back(out * in);
+  UnpackInt8Panels(panels.data(), out, in, back.data());
+  EXPECT_EQ(back, q);
+}
 
 TEST(Int8Gemm, NoRowsOrOutputsWritesNothing) {
   std::vector<int8_t> q(8, 1);

@@ -4,7 +4,12 @@
 // ff_hidden 640, 4 layers, a 4096-token tied head. Per token that is 1.88M
 // weights: 7.5 MB as float32, 1.9 MB as int8.
 //
-//   attn-kernel-bench [--reps=N] [--threads=N]
+//   attn-kernel-bench [--reps=N] [--threads=N] [--rows=1,2,4]
+//                     [--d_model=160 --ff_hidden=640 --layers=4 --vocab=4096]
+//
+// The shape flags time a larger model's products: one whose weights do not
+// fit in the caches reads them from memory, where int8's quarter of the
+// bytes pays in full.
 //
 // For each row count it runs one token's products (every layer's four
 // projections and the head) in float32 and in int8, alternately, `reps`
@@ -12,6 +17,13 @@
 // weights read per second, after the bandwidth a plain parallel read reaches
 // over buffers of the same sizes. Alternating in one process is what makes
 // the ratio meaningful on a machine whose speed drifts between runs.
+//
+// It also prints the physical limits the table is read against: how fast one
+// thread converts and multiplies int8 weights that sit in its cache (so no
+// memory is in the way), the one-row bound that follows for int8 and for
+// float32 (whose weights come from the read bandwidth), and the float32
+// matrix product's rate on large matrices, the bound for many rows, where
+// every weight serves all rows and bytes no longer matter.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -25,11 +37,18 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "model/kernels/int8_gemm.h"
 #include "util/cpus.h"
 
 ABSL_FLAG(int, reps, 400, "Alternating repetitions per row count (medians are reported).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
+ABSL_FLAG(int64_t, d_model, 160, "Model width of the matrices (the bundled models': 160).");
+ABSL_FLAG(int64_t, ff_hidden, 640, "Feed-forward width (the bundled models': 640).");
+ABSL_FLAG(int64_t, layers, 4, "Layers (the bundled models': 4).");
+ABSL_FLAG(int64_t, vocab, 4096, "Rows of the tied head (the bundled models': 4096).");
+ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,48,64", "Row counts to time.");
 
 namespace attn {
 namespace {
@@ -37,12 +56,23 @@ namespace {
 struct Matrix {
   int64_t out, in;
   torch::Tensor weight, bias;  // float32
-  std::vector<int8_t> q;
+  std::vector<int8_t> panels;  // kernels::PackInt8Panels' layout
   std::vector<float> scale;
 };
 
+Matrix RandomMatrix(int64_t out, int64_t in) {
+  Matrix m{out, in, torch::randn({out, in}) * 0.05, torch::randn({out}) * 0.1, {}, {}};
+  std::vector<int8_t> q(out * in);
+  m.scale.resize(out);
+  kernels::QuantizeRows(m.weight.data_ptr<float>(), out, in, in, q.data(), m.scale.data());
+  m.panels.resize(kernels::Int8PanelBytes(out, in));
+  kernels::PackInt8Panels(q.data(), out, in, m.panels.data());
+  return m;
+}
+
 std::vector<Matrix> ModelMatrices() {
-  const int64_t d = 160, ff = 640, vocab = 4096, layers = 4;
+  const int64_t d = absl::GetFlag(FLAGS_d_model), ff = absl::GetFlag(FLAGS_ff_hidden);
+  const int64_t vocab = absl::GetFlag(FLAGS_vocab), layers = absl::GetFlag(FLAGS_layers);
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (int64_t l = 0; l < layers; ++l) {
     shapes.insert(shapes.end(), {{3 * d, d}, {d, d}, {ff, d}, {d, ff}});
@@ -50,13 +80,7 @@ std::vector<Matrix> ModelMatrices() {
   shapes.push_back({vocab, d});
   std::vector<Matrix> matrices;
   torch::manual_seed(1);
-  for (const auto& [out, in] : shapes) {
-    Matrix m{out, in, torch::randn({out, in}) * 0.05, torch::randn({out}) * 0.1, {}, {}};
-    m.q.resize(out * in);
-    m.scale.resize(out);
-    kernels::QuantizeRows(m.weight.data_ptr<float>(), out, in, in, m.q.data(), m.scale.data());
-    matrices.push_back(std::move(m));
-  }
+  for (const auto& [out, in] : shapes) matrices.push_back(RandomMatrix(out, in));
   return matrices;
 }
 
@@ -88,8 +112,8 @@ void Int8Token(std::vector<Matrix>& matrices, const torch::Tensor& x,
                std::vector<torch::Tensor>& y) {
   for (size_t i = 0; i < matrices.size(); ++i) {
     const Matrix& m = matrices[i];
-    kernels::Int8Gemm(x.data_ptr<float>(), x.size(0), x.size(1), m.q.data(), m.scale.data(), m.out,
-                      m.in, m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
+    kernels::Int8Gemm(x.data_ptr<float>(), x.size(0), x.size(1), m.panels.data(), m.scale.data(),
+                      m.out, m.in, m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
   }
 }
 
@@ -110,6 +134,49 @@ double ReadBandwidth(int64_t bytes, int reps) {
   return bytes / Median(times);
 }
 
+// Weights per second one thread multiplies from a 480x160 matrix that stays
+// in its L2 cache (307 KB as float32): the loops' own limit, with no memory
+// in the way. For int8 that is the conversion to float (each weight costs a
+// conversion and a fused multiply-add), so no amount of bandwidth makes an
+// int8 token faster than weights / (threads x this rate).
+double CacheResidentRate(bool int8) {
+  const Matrix m = RandomMatrix(480, 160);
+  const int previous = at::get_num_threads();
+  at::set_num_threads(1);
+  const torch::Tensor x = torch::randn({m.in});
+  torch::Tensor y = torch::empty({m.out});
+  std::vector<double> times;
+  for (int rep = 0; rep < 2000; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) {
+      if (int8) {
+        kernels::Int8Gemm(x.data_ptr<float>(), 1, m.in, m.panels.data(), m.scale.data(), m.out,
+                          m.in, m.bias.data_ptr<float>(), y.data_ptr<float>(), m.out);
+      } else {
+        torch::addmv_out(y, m.bias, m.weight, x);
+      }
+    }
+    if (rep >= 100) times.push_back(Seconds(start) / 20);
+  }
+  at::set_num_threads(previous);
+  return m.out * m.in / Median(times);
+}
+
+// Floating-point operations per second of LibTorch's float32 matrix product
+// on 512x512 matrices with every thread: the best the float path reaches
+// here, what many-row products are measured against.
+double GemmRate(int reps) {
+  const torch::Tensor a = torch::randn({512, 512}), b = torch::randn({512, 512});
+  torch::Tensor c = torch::empty({512, 512});
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    if (rep >= 5) times.push_back(Seconds(start));
+  }
+  return 2.0 * 512 * 512 * 512 / Median(times);
+}
+
 }  // namespace
 }  // namespace attn
 
@@ -124,19 +191,44 @@ int main(int argc, char** argv) {
     weights += m.out * m.in;
     widest = std::max(widest, m.in);
   }
+  const double float_mb = weights * 4 / 1e6, int8_mb = weights / 1e6;
   std::printf(
       "threads %d, %d alternating repetitions per row count; %.2f MB float32, %.2f MB "
       "int8 (+ scales) per token; int8 loops: %s\n",
-      threads, reps, weights * 4 / 1e6, weights / 1e6,
-      attn::kernels::Int8GemmUsesAvx2() ? "AVX2" : "baseline");
+      threads, reps, float_mb, int8_mb, attn::kernels::Int8GemmUsesAvx2() ? "AVX2" : "baseline");
+  const double read_int8 = attn::ReadBandwidth(weights, 400);
+  const double read_float = attn::ReadBandwidth(4 * weights, 400);
   std::printf(
-      "plain parallel read: %.1f GB/s over 1.9 MB, %.1f GB/s over 7.5 MB, %.1f GB/s over "
+      "plain parallel read: %.1f GB/s over %.1f MB, %.1f GB/s over %.1f MB, %.1f GB/s over "
       "256 MB\n",
-      attn::ReadBandwidth(weights, 400) / 1e9, attn::ReadBandwidth(4 * weights, 400) / 1e9,
+      read_int8 / 1e9, int8_mb, read_float / 1e9, float_mb,
       attn::ReadBandwidth(int64_t{256} << 20, 10) / 1e9);
-  std::printf("%6s %14s %14s %8s %12s %12s\n", "rows", "float32 (us)", "int8 (us)", "ratio",
-              "f32 GB/s", "int8 GB/s");
-  for (int64_t rows : {1, 2, 4, 8, 16, 32, 48, 64}) {
+  const double int8_rate = attn::CacheResidentRate(true);
+  const double float_rate = attn::CacheResidentRate(false);
+  // An int8 token takes at least the longer of converting its weights on
+  // every thread and reading their bytes; a float32 token at least reading
+  // its bytes.
+  const double convert_bound = weights / (threads * int8_rate),
+               int8_read_bound = weights / read_int8;
+  const double int8_bound = std::max(convert_bound, int8_read_bound);
+  const double float_bound = 4 * weights / read_float;
+  std::printf(
+      "one thread on a cache-resident 480x160 matrix: int8 %.1f, float32 %.1f G weights/s\n"
+      "one-row limits: int8 token >= %.1f us (converting on %d threads: %.1f us, reading "
+      "%.1f MB: %.1f us), float32 token >= %.1f us (reading %.1f MB): int8 at most %.2fx "
+      "faster\n",
+      int8_rate / 1e9, float_rate / 1e9, int8_bound * 1e6, threads, convert_bound * 1e6, int8_mb,
+      int8_read_bound * 1e6, float_bound * 1e6, float_mb, float_bound / int8_bound);
+  std::printf("float32 512x512 matrix product: %.1f GFLOP/s\n", attn::GemmRate(100) / 1e9);
+  std::printf("%6s %14s %14s %8s %12s %12s %12s\n", "rows", "float32 (us)", "int8 (us)", "ratio",
+              "f32 GB/s", "int8 GB/s", "f32 GFLOP/s");
+  for (const absl::string_view count : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',')) {
+    int64_t rows = 0;
+    if (!absl::SimpleAtoi(count, &rows) || rows < 1) {
+      std::fprintf(stderr, "--rows: '%s' is not a positive row count\n",
+                   std::string(count).c_str());
+      return 2;
+    }
     const torch::Tensor x = torch::randn({rows, widest});
     std::vector<torch::Tensor> y_float, y_int8;
     for (const auto& m : matrices) {
@@ -157,8 +249,9 @@ int main(int argc, char** argv) {
       }
     }
     const double f = attn::Median(float_times), q = attn::Median(int8_times);
-    std::printf("%6ld %14.1f %14.1f %8.2f %12.1f %12.1f\n", static_cast<long>(rows), f * 1e6,
-                q * 1e6, f / q, weights * 4 / f / 1e9, weights / q / 1e9);
+    std::printf("%6ld %14.1f %14.1f %8.2f %12.1f %12.1f %12.1f\n", static_cast<long>(rows), f * 1e6,
+                q * 1e6, f / q, weights * 4 / f / 1e9, weights / q / 1e9,
+                2.0 * weights * rows / f / 1e9);
   }
   return 0;
 }

@@ -12,9 +12,9 @@
 namespace attn::kernels {
 
 // int8_gemm_avx2.cc: the same loops compiled with -mavx2 -mfma.
-void RunBlocksAvx2(int64_t begin, int64_t end, const float* x, int64_t rows, int64_t ldx,
-                   const int8_t* q, const float* scale, int64_t out, int64_t in, const float* bias,
-                   float* y, int64_t ldy);
+void RunPanelsAvx2(int64_t begin, int64_t end, const float* x, int64_t rows, int64_t ldx,
+                   const int8_t* panels, const float* scale, int64_t out, int64_t in,
+                   const float* bias, float* y, int64_t ldy);
 
 namespace {
 namespace baseline {
@@ -50,19 +50,39 @@ void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* 
   }
 }
 
+int64_t Int8PanelBytes(int64_t out, int64_t in) {
+  return (out + kInt8PanelWidth - 1) / kInt8PanelWidth * kInt8PanelWidth * in;
+}
+
+void PackInt8Panels(const int8_t* q, int64_t out, int64_t in, int8_t* panels) {
+  std::memset(panels, 0, Int8PanelBytes(out, in));
+  for (int64_t o = 0; o < out; ++o) {
+    int8_t* panel = panels + o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
+    for (int64_t k = 0; k < in; ++k) panel[k * kInt8PanelWidth] = q[o * in + k];
+  }
+}
+
+void UnpackInt8Panels(const int8_t* panels, int64_t out, int64_t in, int8_t* q) {
+  for (int64_t o = 0; o < out; ++o) {
+    const int8_t* panel = panels + o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
+    for (int64_t k = 0; k < in; ++k) q[o * in + k] = panel[k * kInt8PanelWidth];
+  }
+}
+
 bool Int8GemmUsesAvx2() { return HasAvx2(); }
 
-void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* q, const float* scale,
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, const float* scale,
               int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
+  static_assert(baseline::kPanel == kInt8PanelWidth);
   if (rows <= 0 || out <= 0) return;
-  const int64_t blocks = (out + baseline::kBlock - 1) / baseline::kBlock;
+  const int64_t count = (out + kInt8PanelWidth - 1) / kInt8PanelWidth;
   const bool avx2 = HasAvx2();
   at::parallel_for(
-      0, blocks, GrainFor(baseline::kBlock * in * rows), [&](int64_t begin, int64_t end) {
+      0, count, GrainFor(kInt8PanelWidth * in * rows), [&](int64_t begin, int64_t end) {
         if (avx2) {
-          RunBlocksAvx2(begin, end, x, rows, ldx, q, scale, out, in, bias, y, ldy);
+          RunPanelsAvx2(begin, end, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
         } else {
-          baseline::RunBlocks(begin, end, x, rows, ldx, q, scale, out, in, bias, y, ldy);
+          baseline::RunPanels(begin, end, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
         }
       });
 }

@@ -19,7 +19,11 @@
 // exact up to float32 accumulation against the same sum in float64 over the
 // dequantised weights scale_o Q[o, k].
 //
-// Layout: Q row-major [out, in] with row stride `in`; scale [out]. x and y
+// Layout: QuantizeRows writes Q row-major [out, in]. Int8Gemm reads it in
+// panels of kInt8PanelWidth output channels (PackInt8Panels): panel p holds,
+// for k = 0..in-1, the values Q[8p + j, k] (j = 0..7, zero past `out`)
+// contiguously, so that one vector load serves eight output channels and
+// the product needs no sums across vector lanes. scale is [out]; x and y
 // are float32 rows with the given row strides.
 #pragma once
 
@@ -32,12 +36,23 @@ namespace attn::kernels {
 // infinite or NaN.
 void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* q, float* scale);
 
-// y[r, :out] = x[r, :in] (diag(scale) Q)^T + bias for r < rows. bias is
-// [out] or null. Parallelises over blocks of output channels when the
-// product is large enough to pay for a fork. Meant for the few rows of a
-// decode step: every row re-converts the weights it reads, so for many rows
-// (a long prefill) dequantising once and calling a float GEMM is faster.
-void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* q, const float* scale,
+inline constexpr int64_t kInt8PanelWidth = 8;
+
+// Bytes of the panel layout of an [out, in] matrix: out rounded up to whole
+// panels, times in.
+int64_t Int8PanelBytes(int64_t out, int64_t in);
+
+// Q [out, in] (row-major) into panels (Int8PanelBytes bytes), and back.
+void PackInt8Panels(const int8_t* q, int64_t out, int64_t in, int8_t* panels);
+void UnpackInt8Panels(const int8_t* panels, int64_t out, int64_t in, int8_t* q);
+
+// y[r, :out] = x[r, :in] (diag(scale) Q)^T + bias for r < rows, with Q in
+// panels (PackInt8Panels). bias is [out] or null. Parallelises over panels
+// when the product is large enough to pay for a fork. Meant for the rows of
+// a decode step: each tile of four rows converts the weights again, so for
+// many rows (a long prefill) a float GEMM of the dequantised weights, which
+// is cache-blocked, is as fast.
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, const float* scale,
               int64_t out, int64_t in, const float* bias, float* y, int64_t ldy);
 
 // Whether Int8Gemm runs its AVX2+FMA loops on this CPU (else a baseline

@@ -81,8 +81,8 @@ std::shared_ptr<const PackedWeight> Packed(const torch::Tensor& weight) {
 }
 
 struct Int8Weight {
-  std::vector<int8_t> q;     // [out, in]
-  std::vector<float> scale;  // [out]
+  std::vector<int8_t> panels;  // [out, in] in kernels::PackInt8Panels' layout
+  std::vector<float> scale;    // [out]
 };
 
 WeightCopies<Int8Weight>& Int8Weights() {
@@ -91,10 +91,11 @@ WeightCopies<Int8Weight>& Int8Weights() {
 }
 
 // Up to this many rows Dense multiplies a quantised weight's int8 copy:
-// every row re-converts the int8 weights it reads, so past a few dozen rows
-// the float product of the dequantised weights is as fast (measured
-// crossover 40-48 rows on an AVX2 EPYC; docs/benchmarks.md).
-constexpr int64_t kInt8MaxRows = 32;
+// every tile of four rows converts the int8 weights it reads again, so past
+// a couple of hundred rows OpenBLAS's cache-blocked float product of the
+// dequantised weights is faster (measured crossover about 190 rows on an
+// AVX2 EPYC, 1.4x in int8's favour at 64 rows; docs/benchmarks.md).
+constexpr int64_t kInt8MaxRows = 128;
 
 bool FloatOnCpu(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
@@ -186,7 +187,7 @@ torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
   if (copy == nullptr) return {};
   const int64_t in = weight.size(1), out = weight.size(0);
   return RowProduct(x, out, [&](const torch::Tensor& flat, torch::Tensor& y) {
-    kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->q.data(),
+    kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->panels.data(),
                       copy->scale.data(), out, in, BiasData(bias), y.data_ptr<float>(), out);
   });
 }
@@ -196,19 +197,23 @@ int64_t Int8Bytes(int64_t out, int64_t in) {
   return out * in + out * static_cast<int64_t>(sizeof(float));
 }
 
-// Installs `copy` as the int8 copy of `weight` after writing its dequantised
-// values into `weight`.
-int64_t InstallInt8Copy(const torch::Tensor& weight, std::shared_ptr<Int8Weight> copy) {
+// Installs q [out, in] (row-major) and scale [out] as the int8 copy of
+// `weight` after writing their dequantised values into `weight`.
+int64_t InstallInt8Copy(const torch::Tensor& weight, const int8_t* q, std::vector<float> scale) {
   const int64_t out = weight.size(0), in = weight.size(1);
-  auto q = torch::from_blob(copy->q.data(), {out, in}, torch::kChar);
-  auto scale = torch::from_blob(copy->scale.data(), {out, 1}, torch::kFloat);
+  auto copy = std::make_shared<Int8Weight>();
+  copy->panels.resize(kernels::Int8PanelBytes(out, in));
+  kernels::PackInt8Panels(q, out, in, copy->panels.data());
+  copy->scale = std::move(scale);
   {
     torch::NoGradGuard no_grad;
+    auto values = torch::from_blob(const_cast<int8_t*>(q), {out, in}, torch::kChar);
+    auto scales = torch::from_blob(copy->scale.data(), {out, 1}, torch::kFloat);
     // In place, which moves the version counter: packed float copies of the
     // old values are dropped, and the int8 copy records the new version.
-    weight.copy_(q.to(torch::kFloat) * scale);
+    weight.copy_(values.to(torch::kFloat) * scales);
   }
-  Int8Weights().Insert(weight, copy);
+  Int8Weights().Insert(weight, std::move(copy));
   return Int8Bytes(out, in);
 }
 
@@ -228,11 +233,10 @@ int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
   if (HasInt8Copy(weight)) return Int8Bytes(out, in);
   TORCH_CHECK(torch::isfinite(weight).all().item<bool>(), "int8 quantisation needs finite weights");
   const torch::Tensor w = weight.detach().contiguous();
-  auto copy = std::make_shared<Int8Weight>();
-  copy->q.resize(out * in);
-  copy->scale.resize(out);
-  kernels::QuantizeRows(w.data_ptr<float>(), out, in, in, copy->q.data(), copy->scale.data());
-  return InstallInt8Copy(weight, std::move(copy));
+  std::vector<int8_t> q(out * in);
+  std::vector<float> scale(out);
+  kernels::QuantizeRows(w.data_ptr<float>(), out, in, in, q.data(), scale.data());
+  return InstallInt8Copy(weight, q.data(), std::move(scale));
 }
 
 int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix) {
@@ -249,22 +253,21 @@ int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix) {
   TORCH_CHECK(
       torch::isfinite(matrix.scales).all().item<bool>() && (matrix.scales >= 0).all().item<bool>(),
       "int8 scales must be finite and not negative");
-  auto copy = std::make_shared<Int8Weight>();
-  copy->q.resize(out * in);
-  copy->scale.resize(out);
   const torch::Tensor values = matrix.values.to(torch::kCPU).contiguous();
   const torch::Tensor scales = matrix.scales.to(torch::kCPU).contiguous();
-  std::memcpy(copy->q.data(), values.data_ptr<int8_t>(), out * in);
-  std::memcpy(copy->scale.data(), scales.data_ptr<float>(), out * sizeof(float));
-  return InstallInt8Copy(weight, std::move(copy));
+  const float* scale_data = scales.data_ptr<float>();
+  return InstallInt8Copy(weight, values.data_ptr<int8_t>(),
+                         std::vector<float>(scale_data, scale_data + out));
 }
 
 std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
   const auto copy = Int8Weights().Find(weight);
   if (copy == nullptr) return std::nullopt;
   const int64_t out = weight.size(0), in = weight.size(1);
+  torch::Tensor values = torch::empty({out, in}, torch::kChar);
+  kernels::UnpackInt8Panels(copy->panels.data(), out, in, values.data_ptr<int8_t>());
   return Int8Matrix{
-      torch::from_blob(const_cast<int8_t*>(copy->q.data()), {out, in}, torch::kChar).clone(),
+      values,
       torch::from_blob(const_cast<float*>(copy->scale.data()), {out}, torch::kFloat).clone()};
 }
 

@@ -37,9 +37,10 @@ inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& laye
 // Writes the dequantised values back into `weight`, so that every product
 // with it computes with the same weights, whichever path it takes (a long
 // prefill's float product, autograd, an exported package), and keeps the
-// int8 copy, which Dense multiplies for 1 to 32 rows: the decode steps,
-// which read a quarter of the bytes (past 32 rows, where every row
-// re-converting the weights costs more than it saves, the float product).
+// int8 copy, which Dense multiplies for 1 to 128 rows: the decode steps,
+// which read a quarter of the bytes (past 128 rows, where converting the
+// weights again for every four rows costs more than it saves, the float
+// product).
 // Writing `weight` again later (its version counter moves) drops the int8
 // copy; a weight that still has one keeps it. Returns the int8 copy's bytes
 // (weights and scales).
