@@ -54,17 +54,25 @@ int64_t Int8PanelBytes(int64_t out, int64_t in) {
   return (out + kInt8PanelWidth - 1) / kInt8PanelWidth * kInt8PanelWidth * in;
 }
 
+namespace {
+// Where Q[o, 0] sits in the panel layout; Q[o, k] is kInt8PanelWidth * k
+// bytes further.
+int64_t PanelOffset(int64_t o, int64_t in) {
+  return o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
+}
+}  // namespace
+
 void PackInt8Panels(const int8_t* q, int64_t out, int64_t in, int8_t* panels) {
   std::memset(panels, 0, Int8PanelBytes(out, in));
   for (int64_t o = 0; o < out; ++o) {
-    int8_t* panel = panels + o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
+    int8_t* panel = panels + PanelOffset(o, in);
     for (int64_t k = 0; k < in; ++k) panel[k * kInt8PanelWidth] = q[o * in + k];
   }
 }
 
 void UnpackInt8Panels(const int8_t* panels, int64_t out, int64_t in, int8_t* q) {
   for (int64_t o = 0; o < out; ++o) {
-    const int8_t* panel = panels + o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
+    const int8_t* panel = panels + PanelOffset(o, in);
     for (int64_t k = 0; k < in; ++k) q[o * in + k] = panel[k * kInt8PanelWidth];
   }
 }

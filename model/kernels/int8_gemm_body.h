@@ -23,7 +23,7 @@
 
 constexpr int kPanel = 8;  // output channels per panel: one AVX2 vector
 constexpr int kMaxTileRows = 4;
-constexpr int kGroupPanels = 4;  // panels one-row tiles take at once
+constexpr int kGroupPanels = 4;  // panels a group takes: a one-row tile's
 
 // Bytes ahead of the loop at which each panel is prefetched: from memory
 // the hardware prefetcher alone does not keep a few panels' streams per
