@@ -59,9 +59,13 @@ TEST(QuantizeRows, WeightsOnTheGridComeBackExactly) {
 // Against the float64 product of the dequantised weights, with padded row
 // strides on x and y so that a kernel reading or writing past a row's end
 // would show; the bound is float32 accumulation over `in` terms.
-void ExpectMatchesTheDequantisedProduct(int rows, int out, int in, bool with_bias) {
+using Product = decltype(&Int8Gemm);
+
+void ExpectMatchesTheDequantisedProduct(int rows, int out, int in, bool with_bias,
+                                        Product product = Int8Gemm) {
   SCOPED_TRACE(testing::Message() << rows << " rows, out " << out << ", in " << in
-                                  << (with_bias ? ", bias" : ""));
+                                  << (with_bias ? ", bias" : "")
+                                  << (product == Int8Gemm ? "" : ", baseline loops"));
   std::mt19937 rng(rows * 7919 + out * 31 + in);
   const int64_t ldx = in + 3, ldy = out + 5;
   const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * in, rng, 0.05f);
@@ -73,8 +77,8 @@ void ExpectMatchesTheDequantisedProduct(int rows, int out, int in, bool with_bia
   PackInt8Panels(q.data(), out, in, panels.data());
   const float sentinel = -12345.0f;
   std::vector<float> y(rows * ldy, sentinel);
-  Int8Gemm(x.data(), rows, ldx, panels.data(), scale.data(), out, in,
-           with_bias ? bias.data() : nullptr, y.data(), ldy);
+  product(x.data(), rows, ldx, panels.data(), scale.data(), out, in,
+          with_bias ? bias.data() : nullptr, y.data(), ldy);
   for (int r = 0; r < rows; ++r) {
     for (int o = 0; o < out; ++o) {
       double expected = with_bias ? bias[o] : 0.0, magnitude = std::abs(expected);
@@ -90,7 +94,8 @@ void ExpectMatchesTheDequantisedProduct(int rows, int out, int in, bool with_bia
   }
 }
 
-// Rows cover every tile (4, 2 and 1 rows) and their mixes; outputs cover a
+// Through the loops this CPU runs and through the baseline loops. Rows
+// cover every tile (4, 2 and 1 rows) and their mixes; outputs cover a
 // partial panel, whole panels, groups of four panels and the groups of one
 // to three left at a range's end; inputs cover the eight-step passes and
 // their remainders.
@@ -100,6 +105,8 @@ TEST(Int8Gemm, MatchesTheDequantisedProductInDoubleForEveryTile) {
       for (int in : {1, 3, 7, 8, 37, 256}) {
         for (bool with_bias : {false, true}) {
           ExpectMatchesTheDequantisedProduct(rows, out, in, with_bias);
+          if (HasFatalFailure()) return;
+          ExpectMatchesTheDequantisedProduct(rows, out, in, with_bias, Int8GemmBaseline);
           if (HasFatalFailure()) return;
         }
       }

@@ -79,12 +79,13 @@ void UnpackInt8Panels(const int8_t* panels, int64_t out, int64_t in, int8_t* q) 
 
 bool Int8GemmUsesAvx2() { return HasAvx2(); }
 
-void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, const float* scale,
-              int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
+namespace {
+void RunInt8Gemm(bool avx2, const float* x, int64_t rows, int64_t ldx, const int8_t* panels,
+                 const float* scale, int64_t out, int64_t in, const float* bias, float* y,
+                 int64_t ldy) {
   static_assert(baseline::kPanel == kInt8PanelWidth);
   if (rows <= 0 || out <= 0) return;
   const int64_t count = (out + kInt8PanelWidth - 1) / kInt8PanelWidth;
-  const bool avx2 = HasAvx2();
   at::parallel_for(
       0, count, GrainFor(kInt8PanelWidth * in * rows), [&](int64_t begin, int64_t end) {
         if (avx2) {
@@ -93,6 +94,18 @@ void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, c
           baseline::RunPanels(begin, end, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
         }
       });
+}
+}  // namespace
+
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, const float* scale,
+              int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
+  RunInt8Gemm(HasAvx2(), x, rows, ldx, panels, scale, out, in, bias, y, ldy);
+}
+
+void Int8GemmBaseline(const float* x, int64_t rows, int64_t ldx, const int8_t* panels,
+                      const float* scale, int64_t out, int64_t in, const float* bias, float* y,
+                      int64_t ldy) {
+  RunInt8Gemm(false, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
 }
 
 }  // namespace attn::kernels

@@ -59,4 +59,10 @@ void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, c
 // x86-64 loop, several times slower).
 bool Int8GemmUsesAvx2();
 
+// Int8Gemm through the baseline loops whatever the CPU: what CPUs without
+// AVX2 run, so that tests on any machine check those loops too.
+void Int8GemmBaseline(const float* x, int64_t rows, int64_t ldx, const int8_t* panels,
+                      const float* scale, int64_t out, int64_t in, const float* bias, float* y,
+                      int64_t ldy);
+
 }  // namespace attn::kernels
