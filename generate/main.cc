@@ -15,7 +15,7 @@
 
 ABSL_FLAG(std::string, model, "", "model package (*.pt)");
 ABSL_FLAG(std::string, prompt, "", "text to continue");
-ABSL_FLAG(int64_t, max_tokens, 128, "tokens to generate at most");
+ABSL_FLAG(int64_t, max_tokens, attn::GenerationOptions().max_tokens, "tokens to generate at most");
 ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 is greedy");
 ABSL_FLAG(int64_t, top_k, 0, "keep the k most likely tokens (0: all)");
 ABSL_FLAG(double, top_p, 0.95, "keep the most likely tokens up to this probability");

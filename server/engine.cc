@@ -97,27 +97,16 @@ Clock& RealClock() {
 }
 
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
-  const RequestLimits& limits = options_.limits;
-  const auto prompt_size = static_cast<int64_t>(request.prompt.size());
-  if (prompt_size == 0 || prompt_size > limits.max_prompt_tokens) {
-    return InvalidField("prompt", prompt_size, " tokens, expected 1 to ", limits.max_prompt_tokens);
-  }
-  if (request.start_state || request.start_tokens > 0) {
-    const int64_t limit = backend_->max_context();
-    if (request.kind != EngineRequest::Kind::kGenerate || !request.start_state ||
-        request.start_tokens < 0) {
-      return InvalidField("state", "a start state needs a generation request and its tokens");
-    }
-    if (limit > 0 && request.start_tokens + prompt_size >= limit) {
-      return InvalidField("state", "holds ", request.start_tokens, " tokens; with the prompt's ",
-                          prompt_size, " they leave no room in the model's context of ", limit);
-    }
-  }
-  if (request.kind == EngineRequest::Kind::kGenerate) {
-    if (request.max_tokens == 0) request.max_tokens = limits.default_max_tokens;
-    if (request.max_tokens < 1 || request.max_tokens > limits.max_tokens) {
-      return InvalidField("max_tokens", request.max_tokens, ", expected 1 to ", limits.max_tokens);
-    }
+  // Validation (server/validation.h) checked the request against the limits
+  // and filled in its defaults; these guard the engine's own invariants
+  // against a caller that skipped it.
+  const bool generate = request.kind == EngineRequest::Kind::kGenerate;
+  if (request.prompt.empty() || (generate && request.max_tokens < 1) ||
+      (!generate && request.start_state) || request.start_tokens < 0 ||
+      (request.start_tokens > 0 && !request.start_state)) {
+    return absl::InternalError(
+        "an unvalidated request reached the engine (empty prompt, max_tokens below 1, or a start "
+        "state without its tokens); see server/validation.h");
   }
   if (rows_ == 0) {  // WithRows could not allocate them: nothing would ever run
     return absl::ResourceExhaustedError(
@@ -598,6 +587,10 @@ Engine::Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& 
              observer) {}
 
 Engine::~Engine() { Stop(); }
+
+std::shared_ptr<RequestStream> Engine::NewStream(DeliveryThread* delivery) const {
+  return std::make_shared<RequestStream>(static_cast<size_t>(options_.stream_buffer), delivery);
+}
 
 absl::Status Engine::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {
   return impl_->Submit(std::move(request), std::move(stream));

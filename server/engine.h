@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "model/lm/continuation.h"
 #include "model/lm/sampling.h"
 #include "server/request_stream.h"
 
@@ -46,6 +47,8 @@ class LmBackend;
 
 namespace attn::serving {
 
+class DeliveryThread;
+
 // What a request may ask of one model. The one source of these bounds:
 // attn-server's flags fill it, the model registry sets max_context per
 // model, and request validation and the engine both read it from the
@@ -53,7 +56,7 @@ namespace attn::serving {
 struct RequestLimits {
   int64_t max_prompt_tokens = 4096;  // prompt (or scored text) tokens per request
   int64_t max_tokens = 4096;         // the largest max_tokens a request may ask for
-  int64_t default_max_tokens = 128;  // max_tokens when a request leaves it unset
+  int64_t default_max_tokens = kDefaultMaxTokens;  // max_tokens when a request leaves it unset
   int64_t max_stop_strings = 16;     // stop strings per request
   int64_t max_context = 0;           // the model's context in tokens; 0: unbounded
 };
@@ -174,9 +177,24 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a validated request. Events arrive on `stream`; the last one
-  // carries the outcome. kResourceExhausted when the waiting queue is full,
-  // kUnavailable once draining; nothing is queued then.
+  // A stream for one request's events, as deep as options().stream_buffer
+  // (a slow reader's sequence pauses when it is full). `delivery` runs its
+  // listener (RequestStream); null: the engine thread does.
+  std::shared_ptr<RequestStream> NewStream(DeliveryThread* delivery = nullptr) const;
+
+  // Queues a request that validation (server/validation.h) has checked and
+  // completed. Events arrive on `stream`; the last one carries the outcome.
+  // Returns, with nothing queued:
+  //   kResourceExhausted  the waiting queue is full; or the request's state
+  //                       reservation (prompt plus max_tokens) exceeds the
+  //                       model's budget (--max_state_bytes); or the model
+  //                       has no state rows (they could not be allocated);
+  //   kUnavailable        the engine is draining (shutdown has begun);
+  //   kInternal           the request breaks what validation guarantees (an
+  //                       empty prompt, max_tokens below 1, start tokens
+  //                       without a start state): a bug in the caller.
+  // A start state that does not fit the model fails the request later, on
+  // its stream, with kInvalidArgument naming "state".
   absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
 
   // Runs iterations on an own thread until Stop(). Also releases the calling

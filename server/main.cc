@@ -19,42 +19,60 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "model/backend/backend_kind.h"
 #include "server/server.h"
 #include "util/cpus.h"
 #include "util/flags.h"
 
-ABSL_FLAG(std::string, models, "models",
+namespace {
+
+// Every default below comes from the options structs the server runs with,
+// so a flag's help and the code cannot disagree.
+const attn::serving::ServerOptions& Defaults() {
+  static const auto* defaults = new attn::serving::ServerOptions();
+  return *defaults;
+}
+const attn::serving::RegistryOptions& RegistryDefaults() { return Defaults().registry; }
+const attn::serving::EngineOptions& EngineDefaults() { return Defaults().registry.engine; }
+const attn::serving::RequestLimits& LimitDefaults() { return EngineDefaults().limits; }
+
+}  // namespace
+
+ABSL_FLAG(std::string, models, absl::StrJoin(RegistryDefaults().paths, ","),
           "Comma-separated model package files (*.pt) or directories of them.");
-ABSL_FLAG(std::string, default_model, "aft-decay",
+ABSL_FLAG(std::string, default_model, RegistryDefaults().default_model,
           "Model used when a request names none; empty: the first one loaded.");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
-ABSL_FLAG(int, port, 50051, "gRPC port (0: any free port, printed at start).");
-ABSL_FLAG(int, metrics_port, 9090, "Prometheus /metrics port (0: any; -1: off).");
-ABSL_FLAG(std::string, metrics_host, "",
+ABSL_FLAG(std::string, host, Defaults().host, "Address to listen on.");
+ABSL_FLAG(int, port, Defaults().port, "gRPC port (0: any free port, printed at start).");
+ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
+          "Prometheus /metrics port (0: any; -1: off).");
+ABSL_FLAG(std::string, metrics_host, Defaults().metrics_host,
           "Address of the metrics endpoint; empty: --host. 127.0.0.1 keeps it off the network.");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_client_ca, "",
+ABSL_FLAG(std::string, tls_cert, Defaults().tls.cert,
+          "PEM certificate chain: serve gRPC over TLS.");
+ABSL_FLAG(std::string, tls_key, Defaults().tls.key, "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, Defaults().tls.client_ca,
           "PEM CA certificates: require client certificates they signed (mutual TLS).");
-ABSL_FLAG(int, tls_reload_seconds, 60,
+ABSL_FLAG(int, tls_reload_seconds, Defaults().tls.reload_seconds,
           "How often the TLS files are re-read; renewed certificates serve new connections "
           "without a restart.");
-ABSL_FLAG(std::string, api_keys_file, "",
+ABSL_FLAG(std::string, api_keys_file, Defaults().api_keys_file,
           "File of API keys, one per line (or sha256:<hex digest>); clients send "
           "\"authorization: Bearer <key>\". Empty: no keys needed.");
-ABSL_FLAG(int64_t, max_requests_per_key, 0,
+ABSL_FLAG(int64_t, max_requests_per_key, Defaults().max_requests_per_key,
           "Generation and scoring calls one API key may have running at once; 0: no limit.");
-ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection.");
-ABSL_FLAG(bool, skip_bad_models, false,
+ABSL_FLAG(bool, reflection, Defaults().reflection, "Serve gRPC server reflection.");
+ABSL_FLAG(bool, skip_bad_models, RegistryDefaults().skip_bad_models,
           "Serve the models that load when some do not (each is named with its reason); "
           "false: any package that does not load stops the start.");
-ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N.");
-ABSL_FLAG(std::string, backend, "auto",
+ABSL_FLAG(std::string, device, RegistryDefaults().device, "cpu, cuda or cuda:N.");
+ABSL_FLAG(std::string, backend, attn::BackendKindName(RegistryDefaults().backend),
           "What runs the models: auto (native for this project's packages, TorchScript for any "
           "other module that keeps docs/model-contract.md), native or torchscript; for single "
           "models, comma-separated NAME=KIND entries (\"auto,gru=torchscript\").");
-ABSL_FLAG(std::string, quantize, "none",
+ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefaults().quantization),
           "Weight-only quantisation at load, native backend: none or int8 (the dense weights as "
           "int8 with a float scale per output channel; decode steps read a quarter of the "
           "bytes); for single models, comma-separated NAME=none|int8 entries (\"none,big=int8\").");
@@ -63,37 +81,42 @@ ABSL_FLAG(std::string, engine_cpus, "",
           "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC "
           "and delivery threads then run on the other CPUs this process may use. Empty: all "
           "threads anywhere. --threads defaults to the number listed.");
-ABSL_FLAG(int64_t, max_active, 256, "Sequences running at once per model (state slots).");
-ABSL_FLAG(int64_t, max_waiting, 1024,
+ABSL_FLAG(int64_t, max_active, EngineDefaults().max_active,
+          "Sequences running at once per model (state slots).");
+ABSL_FLAG(int64_t, max_waiting, EngineDefaults().max_waiting,
           "Requests queued per model beyond the running ones; more get RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int64_t, max_state_bytes, 0,
+ABSL_FLAG(int64_t, max_state_bytes, EngineDefaults().max_state_bytes,
           "State memory per model that running requests may hold; each reserves its state at "
           "its longest context (prompt plus max_tokens) and waits for room. 0: --max_active "
           "rows at the model's longest context.");
-ABSL_FLAG(int64_t, max_prompt_tokens, 4096, "Longest prompt (and scored text) in tokens.");
-ABSL_FLAG(int64_t, max_tokens, 4096, "Largest max_tokens a request may ask for.");
-ABSL_FLAG(int64_t, default_max_tokens, 128, "max_tokens when a request leaves it unset.");
-ABSL_FLAG(int64_t, prefill_chunk, 256,
+ABSL_FLAG(int64_t, max_prompt_tokens, LimitDefaults().max_prompt_tokens,
+          "Longest prompt (and scored text) in tokens.");
+ABSL_FLAG(int64_t, max_tokens, LimitDefaults().max_tokens,
+          "Largest max_tokens a request may ask for.");
+ABSL_FLAG(int64_t, default_max_tokens, LimitDefaults().default_max_tokens,
+          "max_tokens when a request leaves it unset.");
+ABSL_FLAG(int64_t, prefill_chunk, EngineDefaults().prefill_chunk,
           "Prompt tokens prefilled per engine iteration: bounds how long a prompt delays "
           "running streams.");
-ABSL_FLAG(int64_t, max_decode_rows, 256,
+ABSL_FLAG(int64_t, max_decode_rows, EngineDefaults().max_decode_rows,
           "Sequences decoded together per engine iteration; when more are ready, those with "
           "the fewest generated tokens go first.");
-ABSL_FLAG(int64_t, stream_buffer, 16,
+ABSL_FLAG(int64_t, stream_buffer, EngineDefaults().stream_buffer,
           "Messages queued per stream for a slow reader before its sequence pauses.");
-ABSL_FLAG(int64_t, stream_interval, 1,
+ABSL_FLAG(int64_t, stream_interval, EngineDefaults().stream_interval,
           "Tokens per streamed message after the first (which goes out at once): 1 streams "
           "every token; more send fewer messages, trading smoothness for throughput.");
-ABSL_FLAG(std::string, state_cache, "recurrent",
+ABSL_FLAG(std::string, state_cache, attn::serving::StateCacheName(RegistryDefaults().state_cache),
           "Which models keep a state cache, so that a prompt that starts with tokens seen "
           "before prefills only the rest: recurrent (models whose state does not grow with the "
           "context), all (key/value caches too: an entry costs its context), or off.");
-ABSL_FLAG(int64_t, state_cache_bytes, attn::serving::EngineOptions().state_cache_bytes,
+ABSL_FLAG(int64_t, state_cache_bytes, EngineDefaults().state_cache_bytes,
           "Bytes of cached states per model (least recently used out first); 0: no cache.");
-ABSL_FLAG(int64_t, state_cache_interval, 256,
+ABSL_FLAG(int64_t, state_cache_interval, EngineDefaults().state_cache_interval,
           "A long prompt leaves a cached state every this many tokens, so that a shared "
           "beginning (a system prompt) is reused whatever follows it.");
-ABSL_FLAG(int, shutdown_grace_seconds, 30,
+ABSL_FLAG(int, shutdown_grace_seconds,
+          static_cast<int>(absl::ToInt64Seconds(Defaults().shutdown_grace)),
           "On SIGTERM/SIGINT, how long running requests may take to finish.");
 
 namespace {
@@ -156,17 +179,10 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
   engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);
-  const std::string cache = absl::GetFlag(FLAGS_state_cache);
-  using StateCache = attn::serving::RegistryOptions::StateCache;
-  if (cache == "recurrent") {
-    options.registry.state_cache = StateCache::kRecurrent;
-  } else if (cache == "all") {
-    options.registry.state_cache = StateCache::kAll;
-  } else if (cache == "off") {
-    options.registry.state_cache = StateCache::kOff;
-  } else {
-    std::fprintf(stderr, "error: --state_cache=%s: expected recurrent, all or off\n",
-                 cache.c_str());
+  if (absl::Status parsed =
+          attn::serving::ParseStateCacheFlag(absl::GetFlag(FLAGS_state_cache), &options.registry);
+      !parsed.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
     std::exit(2);
   }
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));

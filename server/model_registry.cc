@@ -233,9 +233,13 @@ absl::Status ParsePerModelFlag(const std::string& flag, const char* name, const 
 }
 
 bool ParseQuantization(const std::string& name, Quantization* quantization) {
-  if (name != "none" && name != "int8") return false;
-  *quantization = name == "int8" ? Quantization::kInt8 : Quantization::kNone;
-  return true;
+  for (Quantization choice : {Quantization::kNone, Quantization::kInt8}) {
+    if (name == QuantizationName(choice)) {
+      *quantization = choice;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -248,6 +252,34 @@ absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options)
 absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options) {
   return ParsePerModelFlag(flag, "quantize", "none or int8", ParseQuantization,
                            &options->quantization, &options->model_quantization);
+}
+
+absl::Status ParseStateCacheFlag(const std::string& flag, RegistryOptions* options) {
+  using StateCache = RegistryOptions::StateCache;
+  for (StateCache choice : {StateCache::kRecurrent, StateCache::kAll, StateCache::kOff}) {
+    if (flag == StateCacheName(choice)) {
+      options->state_cache = choice;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--state_cache: \"", flag, "\" is not recurrent, all or off"));
+}
+
+std::string QuantizationName(RegistryOptions::Quantization quantization) {
+  return quantization == RegistryOptions::Quantization::kInt8 ? "int8" : "none";
+}
+
+std::string StateCacheName(RegistryOptions::StateCache state_cache) {
+  switch (state_cache) {
+    case RegistryOptions::StateCache::kOff:
+      return "off";
+    case RegistryOptions::StateCache::kAll:
+      return "all";
+    case RegistryOptions::StateCache::kRecurrent:
+      break;
+  }
+  return "recurrent";
 }
 
 absl::StatusOr<std::string> CheckDevice(const std::string& device) {

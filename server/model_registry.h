@@ -51,7 +51,7 @@ struct HostedModel {
 
 struct RegistryOptions {
   // Package files, or directories whose *.pt files are all loaded.
-  std::vector<std::string> paths;
+  std::vector<std::string> paths = {"models"};
   std::string default_model;  // empty: the first model loaded
   std::string device = "cpu";
   // What runs each model (--backend): `backend` for every model but those
@@ -88,6 +88,15 @@ absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options)
 // Parses --quantize the same way: "none" or "int8" for every model, and/or
 // NAME=none|int8 entries ("int8", "none,big=int8").
 absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options);
+
+// Parses --state_cache: "recurrent", "all" or "off". kInvalidArgument naming
+// --state_cache for anything else.
+absl::Status ParseStateCacheFlag(const std::string& flag, RegistryOptions* options);
+
+// The flag spellings of a quantisation ("none", "int8") and a state cache
+// choice ("off", "recurrent", "all").
+std::string QuantizationName(RegistryOptions::Quantization quantization);
+std::string StateCacheName(RegistryOptions::StateCache state_cache);
 
 // "cpu", "cuda", "cuda:N". kInvalidArgument naming --device for anything
 // else, kFailedPrecondition when CUDA is asked of a build without it.

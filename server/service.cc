@@ -3,7 +3,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,13 +19,6 @@ namespace {
 using attn::v1::GenerateRequest;
 using attn::v1::GenerateResponse;
 
-// The queue between a model's engine and one request, as deep as the engine
-// was configured to allow, delivered by `delivery`.
-std::shared_ptr<RequestStream> NewStream(const HostedModel& model, DeliveryThread* delivery) {
-  return std::make_shared<RequestStream>(static_cast<size_t>(model.engine->options().stream_buffer),
-                                         delivery);
-}
-
 absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
   const auto deadline = context->deadline();
   // No deadline arrives as the largest time point.
@@ -34,10 +26,6 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(deadline);
-}
-
-std::string CodeName(const grpc::Status& status) {
-  return StatusCodeName(static_cast<absl::StatusCode>(status.error_code()));
 }
 
 attn::v1::FinishReason ToProto(FinishReason reason) {
@@ -78,59 +66,88 @@ void AppendEvent(const StreamEvent& event, bool logprobs, const std::string& fin
   }
 }
 
-// ToEngineRequest, plus the state the request starts from
-// (GenerateRequest.state) and whether it wants its own back.
+// A GenerateRequest for `model`: its fields checked and completed, and the
+// state it continues (GenerateRequest.state) applied.
 absl::StatusOr<EngineRequest> ToGeneration(const GenerateRequest& request, const HostedModel& model,
                                            absl::Time deadline) {
+  const RequestLimits& limits = model.engine->options().limits;
   absl::StatusOr<EngineRequest> generation =
-      ToEngineRequest(request, *model.tokenizer, model.engine->options().limits, deadline);
+      ToEngineRequest(request, *model.tokenizer, limits, deadline);
   if (!generation.ok()) return generation;
   generation->return_state = request.return_state();
   if (!request.has_state()) return generation;
-  const int64_t budget = model.engine->state_budget_bytes();
-  if (static_cast<int64_t>(request.state().size()) > budget) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "state: ", request.state().size(), " bytes, more than the ", budget,
-        " bytes of state the server holds for the model's requests (--max_state_bytes)"));
-  }
-  absl::StatusOr<StateBlob> blob = DecodeStateBlob(request.state());
-  if (!blob.ok()) return blob.status();
-  const ModelDescription& d = model.description;
-  if (blob->fingerprint != d.fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state: it holds a state of model ", blob->fingerprint, ", but ", d.name, " is ",
-        d.fingerprint, "; send it to a server hosting that model, or start without it"));
-  }
-  generation->start_tokens = blob->tokens;
-  generation->start_state = std::move(blob->row);
+  const StateTarget target{model.description.name, model.description.fingerprint,
+                           model.engine->state_budget_bytes()};
+  absl::Status applied = ApplyStartState(request.state(), target, limits, &*generation);
+  if (!applied.ok()) return applied;
   return generation;
 }
 
-// Writes a request's events as stream messages, one write at a time; a
-// write completing pulls what queued meanwhile, so the RequestStream's bound
-// is the only buffer. A reader that keeps up gets one message per token; one
-// that falls behind (or a server short of CPU) gets the queued tokens merged
-// into one message, which costs far less than a message each.
-class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
+// What the reactors of a call that runs on an engine share: the admission
+// (its stream and ticket), exactly one Finish whatever comes first (the
+// last event, a failure, a cancellation), and the call's count in metrics
+// once gRPC is done with it. `Base` is gRPC's unary or write reactor; a
+// subclass says what events become (TakeEventsLocked).
+template <typename Base>
+class EngineCallReactor : public Base {
  public:
-  StreamReactor(Metrics* metrics, std::string model, std::string fingerprint,
-                std::shared_ptr<RequestStream> stream, bool logprobs, Access::Ticket ticket)
-      : ticket_(std::move(ticket)),
-        metrics_(metrics),
-        model_(std::move(model)),
-        fingerprint_(std::move(fingerprint)),
-        stream_(std::move(stream)),
-        logprobs_(logprobs) {}
+  EngineCallReactor(Metrics* metrics, const char* method) : metrics_(metrics), method_(method) {}
 
-  void Begin() {
-    stream_->SetListener([this] { Pump(); });
-  }
-  void Fail(const absl::Status& status) {
+  // Admits the call through `path` with this reactor listening to its
+  // stream, or finishes it with the reason it was refused.
+  void Start(const AdmissionPath& path, const std::string& authorization,
+             const std::string& model, const AdmissionPath::Convert& convert) {
+    Admission admission = path.Admit(authorization, model, convert, [this] { Pump(); });
     absl::MutexLock lock(&mu_);
-    FinishLocked(ToGrpcStatus(status));
+    // A name the caller made up is not a label: it could add series without
+    // end. Until a model is resolved the label is empty.
+    hosted_ = admission.model;
+    if (!admission.status.ok()) {
+      FinishLocked(ToGrpcStatus(admission.status));
+      return;
+    }
+    ticket_ = std::move(admission.ticket);
+    stream_ = std::move(admission.stream);
+    // Events may have arrived before the stream was stored here.
+    PumpLocked();
   }
 
-  void OnWriteDone(bool ok) override {
+  void OnCancel() override {
+    std::shared_ptr<RequestStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      stream = stream_;
+      if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    }
+    // The engine frees the slot at its next iteration.
+    if (stream) stream->Cancel();
+  }
+  void OnDone() override {
+    std::string model, code;
+    std::shared_ptr<RequestStream> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      if (hosted_ != nullptr) model = hosted_->description.name;
+      code = code_;
+      stream = stream_;
+    }
+    // Waits for a listener call in flight (it takes mu_, so not under it);
+    // none starts after it.
+    if (stream) stream->ClearListener();
+    if (metrics_ != nullptr) metrics_->CountRequest(model, method_, code);
+    delete this;
+  }
+
+ protected:
+  // Takes a batch of successful events (the last one may end the request);
+  // returns whether it started a write (the next batch waits for
+  // WriteDone). Runs under mu_.
+  virtual bool TakeEventsLocked(const std::vector<StreamEvent>& events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+
+  // A write started by TakeEventsLocked completed.
+  void WriteDone(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
@@ -140,17 +157,24 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
     }
     PumpLocked();
   }
-  void OnCancel() override {
-    stream_->Cancel();  // the engine frees the slot at its next iteration
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+
+  // The call's outcome is known: records it and finishes, once.
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    code_ = StatusCodeName(static_cast<absl::StatusCode>(status.error_code()));
+    this->Finish(status);
   }
-  void OnDone() override {
-    stream_->ClearListener();
-    if (metrics_ != nullptr) metrics_->CountRequest(model_, "GenerateStream", Code());
-    delete this;
+  // The last message goes out with the call's status in one operation
+  // (StartWriteAndFinish): records the call as finished without Finish.
+  void MarkFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
+    code_ = "OK";
   }
+
+  absl::Mutex mu_;
+  const HostedModel* hosted_ ABSL_GUARDED_BY(mu_) = nullptr;  // set by Start once resolved
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
   void Pump() {
@@ -158,134 +182,92 @@ class StreamReactor : public grpc::ServerWriteReactor<GenerateResponse> {
     PumpLocked();
   }
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
-    if (cancelled_) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-      return;
+    while (!writing_ && !finished_ && stream_ != nullptr) {
+      if (cancelled_) {  // OnCancel may have come before Start stored the stream
+        stream_->Cancel();
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        return;
+      }
+      std::vector<StreamEvent> events = stream_->PopReady();
+      if (events.empty()) return;
+      if (!events.front().status.ok()) {  // PopReady returns a failure alone
+        FinishLocked(ToGrpcStatus(events.front().status));
+        return;
+      }
+      writing_ = TakeEventsLocked(events);
     }
-    std::vector<StreamEvent> events = stream_->PopReady();
-    if (events.empty()) return;
-    if (!events.front().status.ok()) {  // PopReady returns a failure alone
-      FinishLocked(ToGrpcStatus(events.front().status));
-      return;
-    }
+  }
+
+  Metrics* const metrics_;
+  const char* const method_;
+  Access::Ticket ticket_ ABSL_GUARDED_BY(mu_);  // held until the call is done
+  std::shared_ptr<RequestStream> stream_ ABSL_GUARDED_BY(mu_);  // set by Start once admitted
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // The call's status code for metrics, read by OnDone.
+  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
+};
+
+// Writes a request's events as stream messages, one write at a time; a
+// write completing pulls what queued meanwhile, so the RequestStream's bound
+// is the only buffer. A reader that keeps up gets one message per token; one
+// that falls behind (or a server short of CPU) gets the queued tokens merged
+// into one message, which costs far less than a message each.
+class StreamReactor : public EngineCallReactor<grpc::ServerWriteReactor<GenerateResponse>> {
+ public:
+  StreamReactor(Metrics* metrics, bool logprobs)
+      : EngineCallReactor(metrics, "GenerateStream"), logprobs_(logprobs) {}
+
+  void OnWriteDone(bool ok) override { WriteDone(ok); }
+
+ private:
+  bool TakeEventsLocked(const std::vector<StreamEvent>& events) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const ModelDescription& model = hosted_->description;
     response_.Clear();
-    response_.set_model(model_);
-    for (const StreamEvent& event : events) AppendEvent(event, logprobs_, fingerprint_, &response_);
-    writing_ = true;
+    response_.set_model(model.name);
+    for (const StreamEvent& event : events) {
+      AppendEvent(event, logprobs_, model.fingerprint, &response_);
+    }
     if (events.back().last) {
-      finished_ = true;
-      code_ = "OK";
+      MarkFinishedLocked();
       StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
     } else {
       StartWrite(&response_);
     }
+    return true;
   }
-  std::string Code() {
-    absl::MutexLock lock(&mu_);
-    return code_;
-  }
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    code_ = CodeName(status);
-    Finish(status);
-  }
-
-  Access::Ticket ticket_;  // the caller's admission, held until the call is done
-  Metrics* const metrics_;
-  const std::string model_;
-  const std::string fingerprint_;  // the model's, for states (server/state_blob.h)
-  const std::shared_ptr<RequestStream> stream_;
   const bool logprobs_;
-  absl::Mutex mu_;
   // The message being written: it must live until OnWriteDone.
   GenerateResponse response_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  // The call's status code for metrics; read by OnDone, after the last
-  // reaction that could write it.
-  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
 };
 
-// Gathers all of a request's events into one unary response.
-class CollectReactor : public grpc::ServerUnaryReactor {
+// Gathers all of a request's events into one unary response: `on_event`
+// adds each to it, `on_success` runs after the last.
+class CollectReactor : public EngineCallReactor<grpc::ServerUnaryReactor> {
  public:
-  CollectReactor(Metrics* metrics, std::string model, std::string method,
-                 std::shared_ptr<RequestStream> stream,
-                 std::function<void(const StreamEvent&)> on_event, std::function<void()> on_success,
-                 Access::Ticket ticket)
-      : ticket_(std::move(ticket)),
-        metrics_(metrics),
-        model_(std::move(model)),
-        method_(std::move(method)),
-        stream_(std::move(stream)),
+  using OnEvent = std::function<void(const ModelDescription& model, const StreamEvent& event)>;
+  CollectReactor(Metrics* metrics, const char* method, OnEvent on_event,
+                 std::function<void()> on_success)
+      : EngineCallReactor(metrics, method),
         on_event_(std::move(on_event)),
         on_success_(std::move(on_success)) {}
 
-  void Begin() {
-    stream_->SetListener([this] { Collect(); });
-  }
-  void Fail(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(ToGrpcStatus(status));
-  }
-  // The engine ends the request at its next iteration and pushes the last
-  // event, which finishes the call.
-  void OnCancel() override { stream_->Cancel(); }
-  void OnDone() override {
-    stream_->ClearListener();
-    if (metrics_ != nullptr) metrics_->CountRequest(model_, method_, Code());
-    delete this;
-  }
-
  private:
-  void Collect() {
-    absl::MutexLock lock(&mu_);
-    for (auto events = stream_->PopReady(); !events.empty(); events = stream_->PopReady()) {
-      for (const StreamEvent& event : events) {
-        if (finished_) continue;
-        if (!event.status.ok()) {
-          FinishLocked(ToGrpcStatus(event.status));
-          continue;
-        }
-        on_event_(event);
-        if (event.last) {
-          on_success_();
-          FinishLocked(grpc::Status::OK);
-        }
+  bool TakeEventsLocked(const std::vector<StreamEvent>& events) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const StreamEvent& event : events) {
+      on_event_(hosted_->description, event);
+      if (event.last) {
+        on_success_();
+        FinishLocked(grpc::Status::OK);
       }
     }
-  }
-  std::string Code() {
-    absl::MutexLock lock(&mu_);
-    return code_;
-  }
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    code_ = CodeName(status);
-    Finish(status);
+    return false;
   }
 
-  Access::Ticket ticket_;  // the caller's admission, held until the call is done
-  Metrics* const metrics_;
-  const std::string model_;
-  const std::string method_;
-  const std::shared_ptr<RequestStream> stream_;
-  std::function<void(const StreamEvent&)> on_event_;
+  OnEvent on_event_;
   std::function<void()> on_success_;
-  absl::Mutex mu_;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
-};
-
-// A stream rejected before it started.
-class RejectedStream : public grpc::ServerWriteReactor<GenerateResponse> {
- public:
-  explicit RejectedStream(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
 };
 
 }  // namespace
@@ -297,17 +279,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
                                              const Access* access)
-    : registry_(registry), metrics_(metrics), access_(access ? access : &open_access_) {}
+    : registry_(registry),
+      metrics_(metrics),
+      access_(access ? access : &open_access_),
+      admission_(registry, *access_, &delivery_) {}
 
 std::string TextGenerationService::Authorization(const grpc::CallbackServerContext* context) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find("authorization");
   return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
-}
-
-absl::StatusOr<HostedModel*> TextGenerationService::Resolve(const std::string& name) const {
-  if (!accepting_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
-  return registry_.Find(name);
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContext* context,
@@ -320,95 +300,56 @@ grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerUnaryReactor* TextGenerationService::RunUnary(
-    grpc::CallbackServerContext* context, const std::string& requested_model, const char* method,
-    const ToEngineFn& to_engine, const MakeSinkFn& make_sink, std::function<void()> on_success) {
-  // Before anything else: an unknown caller learns nothing and queues nothing.
-  absl::StatusOr<Access::Ticket> ticket = access_->Admit(Authorization(context));
-  if (!ticket.ok()) return Done(context, "", method, ticket.status());
-  auto model = Resolve(requested_model);
-  if (!model.ok()) return Done(context, "", method, model.status());
-  HostedModel& hosted = **model;
-  const std::string& name = hosted.description.name;
-  absl::StatusOr<EngineRequest> engine_request = to_engine(hosted);
-  if (!engine_request.ok()) return Done(context, name, method, engine_request.status());
-  auto stream = NewStream(hosted, &delivery_);
-  auto* reactor =
-      new CollectReactor(metrics_, name, method, stream, make_sink(*engine_request, name),
-                         std::move(on_success), *std::move(ticket));
-  reactor->Begin();
-  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
-  if (!queued.ok()) reactor->Fail(queued);
-  return reactor;
-}
-
 grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerContext* context,
                                                           const GenerateRequest* request,
                                                           GenerateResponse* response) {
-  std::string fingerprint;
-  auto to_engine = [&](const HostedModel& model) {
-    fingerprint = model.description.fingerprint;
-    return ToGeneration(*request, model, DeadlineOf(context));
-  };
-  auto make_sink = [response, &fingerprint](const EngineRequest& engine_request,
-                                            const std::string& name) {
-    response->set_model(name);
-    return [response, logprobs = engine_request.logprobs, fingerprint](const StreamEvent& event) {
-      AppendEvent(event, logprobs, fingerprint, response);
-    };
-  };
-  return RunUnary(context, request->model(), "Generate", to_engine, make_sink, [] {});
+  auto* reactor = new CollectReactor(
+      metrics_, "Generate",
+      [response, logprobs = request->logprobs()](const ModelDescription& model,
+                                                 const StreamEvent& event) {
+        response->set_model(model.name);
+        AppendEvent(event, logprobs, model.fingerprint, response);
+      },
+      [] {});
+  reactor->Start(admission_, Authorization(context), request->model(),
+                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+                   return ToGeneration(*request, model, deadline);
+                 });
+  return reactor;
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  absl::StatusOr<Access::Ticket> ticket = access_->Admit(Authorization(context));
-  absl::StatusOr<HostedModel*> model =
-      ticket.ok() ? Resolve(request->model()) : absl::StatusOr<HostedModel*>(ticket.status());
-  absl::StatusOr<EngineRequest> engine_request =
-      model.ok() ? ToGeneration(*request, **model, DeadlineOf(context))
-                 : absl::StatusOr<EngineRequest>(model.status());
-  if (!engine_request.ok()) {
-    // A name the caller made up is not a label: it could add series without end.
-    const std::string name = model.ok() ? (*model)->description.name : "";
-    if (metrics_ != nullptr) {
-      metrics_->CountRequest(name, "GenerateStream",
-                             StatusCodeName(engine_request.status().code()));
-    }
-    return new RejectedStream(ToGrpcStatus(engine_request.status()));
-  }
-  HostedModel& hosted = **model;
-  auto stream = NewStream(hosted, &delivery_);
-  auto* reactor =
-      new StreamReactor(metrics_, hosted.description.name, hosted.description.fingerprint, stream,
-                        engine_request->logprobs, *std::move(ticket));
-  reactor->Begin();
-  absl::Status queued = hosted.engine->Submit(std::move(*engine_request), stream);
-  if (!queued.ok()) reactor->Fail(queued);
+  auto* reactor = new StreamReactor(metrics_, request->logprobs());
+  reactor->Start(admission_, Authorization(context), request->model(),
+                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+                   return ToGeneration(*request, model, deadline);
+                 });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerContext* context,
                                                        const attn::v1::ScoreRequest* request,
                                                        attn::v1::ScoreResponse* response) {
-  auto to_engine = [&](const HostedModel& model) {
-    return ToScoreRequest(*request, *model.tokenizer, model.engine->options().limits,
-                          DeadlineOf(context));
-  };
-  auto make_sink = [response](const EngineRequest&, const std::string& name) {
-    response->set_model(name);
-    return [response](const StreamEvent& event) {
-      for (int64_t id : event.token_ids) response->add_token_ids(id);
-      for (float logprob : event.logprobs) response->add_logprobs(logprob);
-    };
-  };
-  auto on_success = [response] {
-    double total = 0.0;
-    for (int i = 1; i < response->logprobs_size(); ++i) total += response->logprobs(i);
-    response->set_total_logprob(total);
-    response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
-  };
-  return RunUnary(context, request->model(), "Score", to_engine, make_sink, on_success);
+  auto* reactor = new CollectReactor(
+      metrics_, "Score",
+      [response](const ModelDescription& model, const StreamEvent& event) {
+        response->set_model(model.name);
+        for (int64_t id : event.token_ids) response->add_token_ids(id);
+        for (float logprob : event.logprobs) response->add_logprobs(logprob);
+      },
+      [response] {
+        double total = 0.0;
+        for (int i = 1; i < response->logprobs_size(); ++i) total += response->logprobs(i);
+        response->set_total_logprob(total);
+        response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
+      });
+  reactor->Start(admission_, Authorization(context), request->model(),
+                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+                   return ToScoreRequest(*request, *model.tokenizer,
+                                         model.engine->options().limits, deadline);
+                 });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,
@@ -417,7 +358,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
   if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
     return Done(context, "", "Tokenize", known);
   }
-  auto model = Resolve(request->model());
+  auto model = admission_.Resolve(request->model());
   if (!model.ok()) return Done(context, "", "Tokenize", model.status());
   const std::string& name = (*model)->description.name;
   if (!IsValidUtf8(request->text())) {
@@ -434,7 +375,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
   if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
     return Done(context, "", "Detokenize", known);
   }
-  auto model = Resolve(request->model());
+  auto model = admission_.Resolve(request->model());
   if (!model.ok()) return Done(context, "", "Detokenize", model.status());
   const std::string& name = (*model)->description.name;
   std::vector<int64_t> ids(request->token_ids().begin(), request->token_ids().end());

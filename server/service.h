@@ -5,13 +5,13 @@
 #pragma once
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "server/access.h"
+#include "server/admission.h"
 #include "server/delivery_thread.h"
 #include "server/model_registry.h"
 #include "server/validation.h"
@@ -32,7 +32,7 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
                         const Access* access = nullptr);
 
   // New requests get UNAVAILABLE from now on (shutdown has begun).
-  void StopAccepting() { accepting_ = false; }
+  void StopAccepting() { admission_.StopAccepting(); }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const attn::v1::GenerateRequest* request,
@@ -53,19 +53,6 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
                                        attn::v1::ListModelsResponse* response) override;
 
  private:
-  // The model a request names, or why it cannot run now.
-  absl::StatusOr<HostedModel*> Resolve(const std::string& name) const;
-  // The skeleton Generate and Score share: resolve the model, build the
-  // engine request (to_engine), collect its events into the response
-  // (make_sink returns what each event does to it; on_success runs after
-  // the last), submit. Answers at once with the error if a step fails.
-  using ToEngineFn = std::function<absl::StatusOr<EngineRequest>(const HostedModel&)>;
-  using EventSink = std::function<void(const StreamEvent&)>;
-  using MakeSinkFn = std::function<EventSink(const EngineRequest&, const std::string& model)>;
-  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
-                                     const std::string& requested_model, const char* method,
-                                     const ToEngineFn& to_engine, const MakeSinkFn& make_sink,
-                                     std::function<void()> on_success);
   // Finishes a unary call at once and counts it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
                                  const std::string& method, const absl::Status& status);
@@ -77,12 +64,13 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
   Metrics* metrics_;
   const Access open_access_;
   const Access* access_;
-  std::atomic<bool> accepting_{true};
   // Writes responses for every model's streams; the engines only queue
   // events. Declared last: it stops before anything its listeners use. The
   // engines' streams point to it, so they must stop first
   // (InferenceServer::Shutdown stops them before the service goes).
   DeliveryThread delivery_;
+  // Generate, GenerateStream and Score enter the engines through it.
+  AdmissionPath admission_;
 };
 
 }  // namespace attn::serving

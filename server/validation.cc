@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "model/text/tokenizer.h"
+#include "server/state_blob.h"
 #include "util/field_error.h"
 #include "util/utf8.h"
 
@@ -78,6 +79,57 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
   return tokens;
 }
 
+absl::Status CheckGeneration(const RequestLimits& limits, const EngineRequest& request) {
+  if (request.max_tokens < 1 || request.max_tokens > limits.max_tokens) {
+    return InvalidField("max_tokens", absl::StrCat(request.max_tokens, " is outside 1 to ",
+                                                   limits.max_tokens, " (--max_tokens)"));
+  }
+  const auto length = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+  if (limits.max_context > 0 && length > limits.max_context) {
+    return InvalidField(
+        "max_tokens",
+        absl::StrCat("the prompt's ", request.prompt.size(), " tokens plus ", request.max_tokens,
+                     " exceed the model's context of ", limits.max_context, " tokens"));
+  }
+  if (static_cast<int64_t>(request.stop.size()) > limits.max_stop_strings) {
+    return InvalidField("stop", absl::StrCat(request.stop.size(), " strings, at most ",
+                                             limits.max_stop_strings));
+  }
+  for (size_t i = 0; i < request.stop.size(); ++i) {
+    const std::string field = absl::StrCat("stop[", i, "]");
+    if (request.stop[i].empty()) return InvalidField(field, "is empty");
+    if (!IsValidUtf8(request.stop[i])) return InvalidField(field, "is not valid UTF-8");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
+                             const RequestLimits& limits, EngineRequest* request) {
+  if (static_cast<int64_t>(blob.size()) > target.budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("state: ", blob.size(), " bytes, more than the ", target.budget_bytes,
+                     " bytes of state the server holds for the model's requests "
+                     "(--max_state_bytes)"));
+  }
+  absl::StatusOr<StateBlob> decoded = DecodeStateBlob(blob);
+  if (!decoded.ok()) return decoded.status();
+  if (decoded->fingerprint != target.fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state: it holds a state of model ", decoded->fingerprint, ", but ", target.model, " is ",
+        target.fingerprint, "; send it to a server hosting that model, or start without it"));
+  }
+  const auto prompt = static_cast<int64_t>(request->prompt.size());
+  if (limits.max_context > 0 && decoded->tokens + prompt >= limits.max_context) {
+    return InvalidField("state", absl::StrCat("holds ", decoded->tokens,
+                                              " tokens; with the prompt's ", prompt,
+                                              " they leave no room in the model's context of ",
+                                              limits.max_context));
+  }
+  request->start_tokens = decoded->tokens;
+  request->start_state = std::move(decoded->row);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits, absl::Time deadline) {
@@ -89,31 +141,11 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
   if (!prompt.ok()) return prompt.status();
   out.prompt = std::move(*prompt);
   out.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;
-  if (out.max_tokens < 1 || out.max_tokens > limits.max_tokens) {
-    return InvalidField("max_tokens", absl::StrCat(out.max_tokens, " is outside 1 to ",
-                                                   limits.max_tokens, " (--max_tokens)"));
-  }
-  const auto length = static_cast<int64_t>(out.prompt.size()) + out.max_tokens;
-  if (limits.max_context > 0 && length > limits.max_context) {
-    return InvalidField(
-        "max_tokens",
-        absl::StrCat("the prompt's ", out.prompt.size(), " tokens plus ", out.max_tokens,
-                     " exceed the model's context of ", limits.max_context, " tokens"));
-  }
   auto sampling = Sampling(request);
   if (!sampling.ok()) return sampling.status();
   out.sampling = *sampling;
-  if (request.stop_size() > limits.max_stop_strings) {
-    return InvalidField(
-        "stop", absl::StrCat(request.stop_size(), " strings, at most ", limits.max_stop_strings));
-  }
-  for (int i = 0; i < request.stop_size(); ++i) {
-    const std::string& stop = request.stop(i);
-    const std::string field = absl::StrCat("stop[", i, "]");
-    if (stop.empty()) return InvalidField(field, "is empty");
-    if (!IsValidUtf8(stop)) return InvalidField(field, "is not valid UTF-8");
-    out.stop.push_back(stop);
-  }
+  out.stop.assign(request.stop().begin(), request.stop().end());
+  if (absl::Status checked = CheckGeneration(limits, out); !checked.ok()) return checked;
   out.logprobs = request.logprobs();
   out.ignore_eos = request.ignore_eos();
   return out;

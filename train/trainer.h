@@ -68,7 +68,7 @@ struct TrainOptions {
   int64_t eval_every = 200;        // 0: only at the end
   int64_t eval_batches = 8;
   std::string checkpoint_dir;    // empty: no checkpoints
-  int64_t checkpoint_every = 0;  // 0: only at the end (when a dir is set)
+  int64_t checkpoint_every = 500;  // 0: only at the end (when a dir is set)
 };
 
 struct StepReport {

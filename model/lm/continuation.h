@@ -23,8 +23,13 @@
 
 namespace attn {
 
+// Tokens a generation makes when its request does not say: the one default
+// behind the server's RequestLimits::default_max_tokens (--default_max_tokens)
+// and attn-generate's --max_tokens.
+inline constexpr int64_t kDefaultMaxTokens = 128;
+
 struct ContinuationOptions {
-  int64_t max_tokens = 128;       // at least 1
+  int64_t max_tokens = 0;         // at least 1: every caller sets it
   std::vector<std::string> stop;  // non-empty UTF-8 strings
   bool ignore_eos = false;        // true: eos is an ordinary token
   int64_t context_limit = -1;     // the model's max_context(); -1: unbounded

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/lm/continuation.h"
 #include "model/lm/finish_reason.h"
 #include "model/lm/language_model.h"
 #include "model/lm/sampling.h"
@@ -19,7 +20,7 @@
 namespace attn {
 
 struct GenerationOptions {
-  int64_t max_tokens = 128;
+  int64_t max_tokens = kDefaultMaxTokens;
   int64_t prefill_chunk = 256;
   bool stop_at_eos = true;
   std::vector<std::string> stop;  // stop strings (Continuation)

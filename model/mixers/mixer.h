@@ -36,8 +36,6 @@
 
 namespace attn {
 
-// The kinds of mixer a layer can be configured with. The string names are the
-// ones used in configuration files and on command lines.
 // Per-sequence state of a mixer. See the file comment.
 struct MixerState {
   // Number of tokens each sequence has consumed: int64 [N].
@@ -96,7 +94,7 @@ class SequenceMixer : public torch::nn::Module {
   // Continues the sequences in rows `slots` (int64 [B]; undefined means rows
   // 0..B-1) with the chunk x: [B, C, d_model]; returns [B, C, d_model] and
   // advances those rows by C tokens. All B sequences must be at the same
-  // length (a server prefills each prompt on its own).
+  // length (the engine batches only prompts at the same position).
   torch::Tensor prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots = {});
 
   // prefill() of which only the last `keep` tokens' outputs are wanted

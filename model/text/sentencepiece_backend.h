@@ -10,7 +10,7 @@
 //    std::string_view; }`, which collides with Debian's Abseil.
 //
 // So SentencePiece lives in a plugin, libattn_sentencepiece.so
-// (model/sentencepiece_plugin.cc, which includes nothing of Abseil), that is
+// (model/text/sentencepiece_plugin.cc, which includes nothing of Abseil), that is
 // dlopen'ed with RTLD_LOCAL | RTLD_DEEPBIND: it binds to its own protobuf, and
 // none of its symbols enter the process's global scope. This interface uses
 // only the standard library. Errors come back as a non-empty message.

@@ -63,6 +63,25 @@ for cpus in 1000 1-x; do
   grep -q -- "--engine_cpus=$cpus: " "$work/cpus.log" || fail "engine_cpus error: $(cat "$work/cpus.log")"
 done
 
+echo "== one outside model and no other flag: it is the default"
+# The ports come from the environment (ATTN_<FLAG>), so that the command line
+# is only --models, as a user's first command is.
+read -r solo_port < <($py -c '
+import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ATTN_PORT=$solo_port ATTN_METRICS_PORT=-1 ATTN_HOST=127.0.0.1 \
+  "$server_bin" --models="$work/models/e2e-linear.pt" > "$work/solo.log" 2>&1 &
+solo_pid=$!
+for _ in $(seq 100); do
+  "$ctl_bin" --server="127.0.0.1:$solo_port" health > /dev/null 2>&1 && break
+  kill -0 "$solo_pid" 2>/dev/null || fail "one outside model did not start: $(cat "$work/solo.log")"
+  sleep 0.2
+done
+"$ctl_bin" --server="127.0.0.1:$solo_port" generate --prompt="the river" --max_tokens=3 \
+  --temperature=0 > /dev/null || fail "a request without a model name, one outside model hosted"
+grep -q "e2e-linear.*(default)" "$work/solo.log" || fail "e2e-linear not the default: $(cat "$work/solo.log")"
+kill -TERM "$solo_pid"
+wait "$solo_pid" || fail "the one-model server did not exit 0 on SIGTERM"
+
 read -r port metrics_port < <($py -c '
 import socket
 s = [socket.socket() for _ in range(2)]

@@ -16,47 +16,75 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "model/mixers/mixer.h"
 #include "train/trainer.h"
 #include "util/cpus.h"
 #include "util/flags.h"
 
+namespace {
+
+// Every default comes from the options the trainer and the model are built
+// with, and the list of mixers from AllMixerKinds().
+const attn::TrainOptions& TrainDefaults() {
+  static const auto* defaults = new attn::TrainOptions();
+  return *defaults;
+}
+const attn::LmConfig& ModelDefaults() { return TrainDefaults().model; }
+
+std::string MixerChoices() {
+  std::vector<std::string> names;
+  for (attn::MixerKind kind : attn::AllMixerKinds()) names.push_back(attn::MixerKindName(kind));
+  return absl::StrCat("the sequence mixer: ", absl::StrJoin(names, ", "));
+}
+
+}  // namespace
+
 ABSL_FLAG(std::string, corpus, "", "comma-separated plain-text files to train on");
 ABSL_FLAG(std::string, output, "model.pt", "where to write the model package");
-ABSL_FLAG(std::string, mixer, "aft-conv",
-          "mha, mha-alibi, relative, linear-elu, linear-exp, aft-full, aft-local, aft-simple, "
-          "aft-conv, aft-decay");
-ABSL_FLAG(std::string, norm, "rmsnorm", "layernorm, scalenorm or rmsnorm");
-ABSL_FLAG(std::string, positions, "none", "none, sinusoidal or learned");
-ABSL_FLAG(int64_t, d_model, 256, "model width");
-ABSL_FLAG(int64_t, layers, 4, "number of layers");
-ABSL_FLAG(int64_t, heads, 4, "attention heads (AFT-conv: bias heads)");
-ABSL_FLAG(int64_t, ff_hidden, 1024, "feed-forward hidden width");
-ABSL_FLAG(int64_t, window, 32, "AFT-local / AFT-conv / AFT-decay window");
-ABSL_FLAG(int64_t, max_context, 2048, "longest sequence for bounded mixers");
-ABSL_FLAG(int64_t, chunk, 0,
+ABSL_FLAG(std::string, mixer, attn::MixerKindName(ModelDefaults().mixer), MixerChoices());
+ABSL_FLAG(std::string, norm, attn::NormKindName(ModelDefaults().norm),
+          "layernorm, scalenorm or rmsnorm");
+ABSL_FLAG(std::string, positions, attn::PositionKindName(ModelDefaults().positions),
+          "none, sinusoidal or learned");
+ABSL_FLAG(int64_t, d_model, ModelDefaults().d_model, "model width");
+ABSL_FLAG(int64_t, layers, ModelDefaults().layers, "number of layers");
+ABSL_FLAG(int64_t, heads, ModelDefaults().heads, "attention heads (AFT-conv: bias heads)");
+ABSL_FLAG(int64_t, ff_hidden, ModelDefaults().ff_hidden, "feed-forward hidden width");
+ABSL_FLAG(int64_t, window, ModelDefaults().window, "AFT-local / AFT-conv / AFT-decay window");
+ABSL_FLAG(int64_t, max_context, ModelDefaults().max_context,
+          "longest sequence for bounded mixers");
+ABSL_FLAG(int64_t, chunk, ModelDefaults().chunk,
           "tokens per block of the parallel forms (0: the mixer's fastest, see DefaultChunk)");
-ABSL_FLAG(int64_t, vocab_size, 4096, "SentencePiece vocabulary size");
-ABSL_FLAG(int64_t, seq_len, 256, "training sequence length");
-ABSL_FLAG(int64_t, batch, 16,
+ABSL_FLAG(int64_t, vocab_size, ModelDefaults().vocab_size, "SentencePiece vocabulary size");
+ABSL_FLAG(int64_t, seq_len, TrainDefaults().seq_len, "training sequence length");
+ABSL_FLAG(int64_t, batch, TrainDefaults().batch,
           "sequences per step at --seq_len; curriculum stages keep batch * seq_len tokens");
 ABSL_FLAG(std::string, curriculum, "",
           "sequence-length curriculum LEN:UNTIL_STEP,... (e.g. 256:900,1024:1200,2048:1500); "
           "empty: --seq_len throughout");
-ABSL_FLAG(int64_t, steps, 1000, "optimizer steps");
-ABSL_FLAG(double, lr, 3e-3, "peak learning rate");
-ABSL_FLAG(double, min_lr_ratio, 0.1, "final learning rate as a fraction of --lr (cosine)");
-ABSL_FLAG(int64_t, warmup, 100, "linear warm-up steps");
-ABSL_FLAG(double, weight_decay, 0.01, "AdamW weight decay");
-ABSL_FLAG(uint64_t, seed, 1, "seed: the same seed and threads give the same model");
+ABSL_FLAG(int64_t, steps, TrainDefaults().steps, "optimizer steps");
+ABSL_FLAG(double, lr, TrainDefaults().lr, "peak learning rate");
+ABSL_FLAG(double, min_lr_ratio, TrainDefaults().min_lr_ratio,
+          "final learning rate as a fraction of --lr (cosine)");
+ABSL_FLAG(int64_t, warmup, TrainDefaults().warmup, "linear warm-up steps");
+ABSL_FLAG(double, weight_decay, TrainDefaults().weight_decay, "AdamW weight decay");
+ABSL_FLAG(uint64_t, seed, TrainDefaults().seed,
+          "seed: the same seed and threads give the same model");
 ABSL_FLAG(int, threads, 0,
           "intra-op threads (0: the CPUs this process may use, cgroup quota included)");
-ABSL_FLAG(int64_t, eval_every, 200, "steps between held-out evaluations");
-ABSL_FLAG(std::string, checkpoint_dir, "", "directory for checkpoints (empty: none)");
-ABSL_FLAG(int64_t, checkpoint_every, 500, "steps between checkpoints");
+ABSL_FLAG(int64_t, eval_every, TrainDefaults().eval_every, "steps between held-out evaluations");
+ABSL_FLAG(std::string, checkpoint_dir, TrainDefaults().checkpoint_dir,
+          "directory for checkpoints (empty: none)");
+ABSL_FLAG(int64_t, checkpoint_every, TrainDefaults().checkpoint_every,
+          "steps between checkpoints (0: only at the end)");
 ABSL_FLAG(bool, resume, false, "continue from --checkpoint_dir");
+ABSL_FLAG(bool, print_config, false,
+          "print the model config these flags describe (the JSON a package stores) and exit; "
+          "nothing is read or trained");
 
 namespace {
 
@@ -146,6 +174,14 @@ int main(int argc, char** argv) {
     options.corpus_files.emplace_back(file);
   }
   if (!ParseConfig(&options.model)) return 2;
+  if (absl::GetFlag(FLAGS_print_config)) {
+    if (absl::Status valid = options.model.Validate(); !valid.ok()) {
+      std::cerr << "attn-train: " << valid.message() << "\n";
+      return 2;
+    }
+    std::cout << options.model.ToJson() << "\n";
+    return 0;
+  }
   options.seq_len = absl::GetFlag(FLAGS_seq_len);
   options.batch = absl::GetFlag(FLAGS_batch);
   if (!ParseCurriculum(absl::GetFlag(FLAGS_curriculum), &options.length_stages)) return 2;
