@@ -6,10 +6,10 @@
 # products do not fall back to reference BLAS), the binaries and the bundled
 # models. Debian's libtorch_cpu also lists OpenCV and FFmpeg (with Qt, GDAL
 # and codecs behind them) although it takes no symbol from them: each is
-# replaced by an empty library of the same name (scripts/runtime_rootfs.py),
+# replaced by an empty library of the same name (scripts/image/runtime_rootfs.py),
 # which keeps the image at 282 MB instead of 1.4 GB. There is no shell,
 # no package manager and no setuid file; the server runs as user attn
-# (10001). scripts/verify_image.sh builds the image and checks all of that.
+# (10001). scripts/image/verify_image.sh builds the image and checks all of that.
 #
 #   docker build -t attn-server .
 #   docker run --rm -p 50051:50051 -p 9090:9090 attn-server
@@ -46,9 +46,9 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_TESTS=
       -DATTN_BUILD_BENCHMARKS=OFF -DATTN_WERROR=OFF \
  && cmake --build /build --target attn-server attnctl attn_sentencepiece \
  && strip /build/server/attn-server /build/client/attnctl /build/model/text/libattn_sentencepiece.so
-COPY scripts/runtime_rootfs.py scripts/
+COPY scripts/image/runtime_rootfs.py scripts/
 COPY models models
-RUN python3 scripts/runtime_rootfs.py /rootfs /build/server/attn-server /build/client/attnctl \
+RUN python3 scripts/image/runtime_rootfs.py /rootfs /build/server/attn-server /build/client/attnctl \
       --plugin /build/model/text/libattn_sentencepiece.so --models models
 
 FROM scratch

@@ -1,6 +1,6 @@
 // Per-token step cost of every mixer against context length and batch, the
 // same step's matrix multiplications alone, and the parallel forward against
-// sequence length. scripts/run_benchmarks.sh runs it and writes the table in
+// sequence length. scripts/bench/run_benchmarks.sh runs it and writes the table in
 // docs/benchmarks.md.
 //
 //   Step/<kind>/batch:<B>/context:<L>   one step() of B sequences at length L

@@ -21,9 +21,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -515,33 +518,66 @@ int Chat() {
   return attn::client::RunChat(std::cin, options);
 }
 
+// Every command, in the order the usage lists them: the one list that the
+// usage, the dispatch and the README's table (checked by a test) follow.
+struct Command {
+  const char* name;
+  const char* summary;
+  std::function<int(const std::shared_ptr<grpc::Channel>&)> run;
+};
+
+const std::vector<Command>& Commands() {
+  using ChannelPtr = std::shared_ptr<grpc::Channel>;
+  static const auto* commands = new std::vector<Command>{
+      {"models", "list the hosted models",
+       [](const ChannelPtr& c) { return Models(*TextGeneration::NewStub(c)); }},
+      {"generate", "one completion, printed when it is done",
+       [](const ChannelPtr& c) { return Generate(*TextGeneration::NewStub(c)); }},
+      {"stream", "one completion, printed token by token",
+       [](const ChannelPtr& c) { return Stream(*TextGeneration::NewStub(c)); }},
+      {"chat", "a conversation on the terminal; the state stays with the client",
+       [](const ChannelPtr&) { return Chat(); }},
+      {"score", "the log-probability of every token of a text",
+       [](const ChannelPtr& c) { return Score(*TextGeneration::NewStub(c)); }},
+      {"tokenize", "text to token ids",
+       [](const ChannelPtr& c) { return Tokenize(*TextGeneration::NewStub(c)); }},
+      {"detokenize", "token ids to text",
+       [](const ChannelPtr& c) { return Detokenize(*TextGeneration::NewStub(c)); }},
+      {"health", "grpc.health.v1: the server, or one service or model",
+       [](const ChannelPtr& c) {
+         return attn::client::CheckHealth(c, absl::GetFlag(FLAGS_service),
+                                          absl::GetFlag(FLAGS_timeout_s));
+       }},
+      {"bench", "a load generator: streams at a concurrency or rate, latency percentiles",
+       [](const ChannelPtr& c) { return Bench(c); }},
+  };
+  return *commands;
+}
+
+std::string Usage() {
+  std::string usage = "attnctl COMMAND [flags]\n\ncommands:\n";
+  for (const Command& command : Commands()) {
+    absl::StrAppend(&usage, "  ", command.name, std::string(12 - std::strlen(command.name), ' '),
+                    command.summary, "\n");
+  }
+  return usage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "attnctl <models|generate|stream|chat|score|tokenize|detokenize|health|bench> [flags]");
+  absl::SetProgramUsageMessage(Usage());
   attn::ListFlagsOfFolderInHelp(__FILE__);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "usage: %s\n", absl::ProgramUsageMessage().data());
     return 2;
   }
-  const std::string command = args[1];
-  auto channel = Channel(absl::GetFlag(FLAGS_server));
-  auto stub = TextGeneration::NewStub(channel);
-  if (command == "models") return Models(*stub);
-  if (command == "generate") return Generate(*stub);
-  if (command == "stream") return Stream(*stub);
-  if (command == "score") return Score(*stub);
-  if (command == "tokenize") return Tokenize(*stub);
-  if (command == "detokenize") return Detokenize(*stub);
-  if (command == "health") {
-    return attn::client::CheckHealth(channel, absl::GetFlag(FLAGS_service),
-                                     absl::GetFlag(FLAGS_timeout_s));
+  const std::string name = args[1];
+  for (const Command& command : Commands()) {
+    if (name == command.name) return command.run(Channel(absl::GetFlag(FLAGS_server)));
   }
-  if (command == "bench") return Bench(channel);
-  if (command == "chat") return Chat();
-  std::fprintf(stderr, "unknown command \"%s\"; usage: %s\n", command.c_str(),
+  std::fprintf(stderr, "unknown command \"%s\"; usage: %s\n", name.c_str(),
                absl::ProgramUsageMessage().data());
   return 2;
 }

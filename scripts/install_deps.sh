@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian packages. Idempotent:
 # a second run only checks that everything is present. clang-14 runs the
-# thread-safety analysis (scripts/check_thread_safety.sh). python3-grpcio,
+# thread-safety analysis (scripts/check/check_thread_safety.sh). python3-grpcio,
 # python3-grpc-tools and prometheus (promtool) serve the end-to-end tests;
 # openssl makes the TLS tests' certificates.
 set -euo pipefail

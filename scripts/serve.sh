@@ -10,7 +10,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 cmake --build "$BUILD_DIR" --target attn-server attnctl
 ls models/*.pt > /dev/null 2>&1 || {
-  echo "no model packages in models/; train them with scripts/train_bundled_models.sh" >&2
+  echo "no model packages in models/; train them with scripts/models/train_bundled_models.sh" >&2
   exit 1
 }
 exec "$BUILD_DIR/server/attn-server" --models=models --default_model=aft-decay "$@"

@@ -30,6 +30,19 @@ VOCAB = 257  # bytes, then end-of-sequence
 EOS = 256
 
 
+def project(x: Tensor, weight: Tensor) -> Tensor:
+    """x @ weight.T for x [B, in], weight [out, in].
+
+    One row goes through torch.mv: in Debian's torch 1.13 with OpenBLAS a
+    one-row F.linear (a matrix product of one row) costs about 12 times a
+    matrix-vector product on a 4096x1024 weight (docs/model-contract.md,
+    "Speed"), and a decode step at batch 1 is made of such rows.
+    """
+    if x.size(0) == 1:
+        return torch.mv(weight, x[0]).unsqueeze(0)
+    return torch.nn.functional.linear(x, weight)
+
+
 class TimeMix(nn.Module):
     def __init__(self, d: int):
         super().__init__()
@@ -46,9 +59,9 @@ class TimeMix(nn.Module):
     def forward(self, x: Tensor, last: Tensor, a: Tensor, b: Tensor,
                 p: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """One token per row: x [B, d]; returns the output and the new state."""
-        k = self.key(x * self.mix_k + last * (1 - self.mix_k))
-        v = self.value(x * self.mix_v + last * (1 - self.mix_v))
-        r = torch.sigmoid(self.receptance(x * self.mix_r + last * (1 - self.mix_r)))
+        k = project(x * self.mix_k + last * (1 - self.mix_k), self.key.weight)
+        v = project(x * self.mix_v + last * (1 - self.mix_v), self.value.weight)
+        r = torch.sigmoid(project(x * self.mix_r + last * (1 - self.mix_r), self.receptance.weight))
         ww = self.bonus + k
         q = torch.maximum(p, ww)
         e1, e2 = torch.exp(p - q), torch.exp(ww - q)
@@ -56,7 +69,7 @@ class TimeMix(nn.Module):
         ww = p - torch.exp(self.decay)
         q = torch.maximum(ww, k)
         e1, e2 = torch.exp(ww - q), torch.exp(k - q)
-        return self.output(r * wkv), x, e1 * a + e2 * v, e1 * b + e2, q
+        return project(r * wkv, self.output.weight), x, e1 * a + e2 * v, e1 * b + e2, q
 
 
 class ChannelMix(nn.Module):
@@ -69,9 +82,9 @@ class ChannelMix(nn.Module):
         self.receptance = nn.Linear(d, d, bias=False)
 
     def forward(self, x: Tensor, last: Tensor) -> Tuple[Tensor, Tensor]:
-        k = torch.relu(self.key(x * self.mix_k + last * (1 - self.mix_k))) ** 2
-        r = torch.sigmoid(self.receptance(x * self.mix_r + last * (1 - self.mix_r)))
-        return r * self.value(k), x
+        k = torch.relu(project(x * self.mix_k + last * (1 - self.mix_k), self.key.weight)) ** 2
+        r = torch.sigmoid(project(x * self.mix_r + last * (1 - self.mix_r), self.receptance.weight))
+        return r * project(k, self.value.weight), x
 
 
 class Block(nn.Module):
@@ -126,7 +139,7 @@ class TinyRwkv(nn.Module):
         h = self.embedding(tokens)
         for index, block in enumerate(self.blocks):
             h = block(h, state, 5 * index)
-        return self.head(self.norm(h)), state
+        return project(self.norm(h), self.head.weight), state
 
     @torch.jit.export
     def prefill(self, tokens: Tensor, state: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:

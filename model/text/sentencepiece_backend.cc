@@ -33,7 +33,7 @@ std::vector<std::string> Candidates() {
 // runtime's. That cannot happen to this plugin: built with the same
 // sanitizer flags, it lists the runtime among its first dependencies, so its
 // deep-bound scope finds the runtime's malloc and operator new before libc's
-// and libstdc++'s (scripts/sanitize.sh runs every tokenizer and server test
+// and libstdc++'s (scripts/check/sanitize.sh runs every tokenizer and server test
 // through it, and ASan checks every allocation is freed by its own kind).
 // Without a sanitizer this is the same function as plain dlopen.
 using DlopenFn = void* (*)(const char*, int);

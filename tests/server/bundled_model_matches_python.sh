@@ -7,14 +7,12 @@ set -euo pipefail
 server_bin=$1 ctl_bin=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
-port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
 log=$(mktemp)
-"$server_bin" --models="$repo/models/aft-conv.pt" --default_model=aft-conv --host=127.0.0.1 --port="$port" \
-  --metrics_port=-1 --threads=1 > "$log" 2>&1 &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 100); do "$ctl_bin" --server=127.0.0.1:$port health > /dev/null 2>&1 && break; sleep 0.2; done
-served=$("$ctl_bin" --server=127.0.0.1:$port generate --ids=5,17,300 --max_tokens=24 \
+trap 'kill_servers; rm -f "$log"' EXIT
+start_server "$log" --models="$repo/models/aft-conv.pt" --metrics_port=-1 --threads=1
+served=$("$ctl_bin" --server=127.0.0.1:$server_port generate --ids=5,17,300 --max_tokens=24 \
          --temperature=0 --json)
 python=$($py "$repo/tests/tools/python_eager_baseline.py" "$repo/models/aft-conv.pt" --tokens 24 \
          --prompt 5,17,300 --threads 1)

@@ -13,9 +13,12 @@ server_bin=$1 ctl_bin=$2 train_bin=$3
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 work=$(mktemp -d)
-server_pid=""
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
+solo_pid=""
 cleanup() {
-  [ -n "$server_pid" ] && kill -9 "$server_pid" 2>/dev/null || true
+  kill_servers
+  [ -n "$solo_pid" ] && kill -9 "$solo_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -66,28 +69,18 @@ done
 echo "== one outside model and no other flag: it is the default"
 # The ports come from the environment (ATTN_<FLAG>), so that the command line
 # is only --models, as a user's first command is.
-read -r solo_port < <($py -c '
-import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+solo_port=$(free_port)
 ATTN_PORT=$solo_port ATTN_METRICS_PORT=-1 ATTN_HOST=127.0.0.1 \
   "$server_bin" --models="$work/models/e2e-linear.pt" > "$work/solo.log" 2>&1 &
 solo_pid=$!
-for _ in $(seq 100); do
-  "$ctl_bin" --server="127.0.0.1:$solo_port" health > /dev/null 2>&1 && break
-  kill -0 "$solo_pid" 2>/dev/null || fail "one outside model did not start: $(cat "$work/solo.log")"
-  sleep 0.2
-done
+wait_healthy "$ctl_bin" "$solo_port" "$solo_pid" "$work/solo.log" || fail "one outside model did not start"
 "$ctl_bin" --server="127.0.0.1:$solo_port" generate --prompt="the river" --max_tokens=3 \
   --temperature=0 > /dev/null || fail "a request without a model name, one outside model hosted"
 grep -q "e2e-linear.*(default)" "$work/solo.log" || fail "e2e-linear not the default: $(cat "$work/solo.log")"
 kill -TERM "$solo_pid"
 wait "$solo_pid" || fail "the one-model server did not exit 0 on SIGTERM"
+solo_pid=""
 
-read -r port metrics_port < <($py -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
-ctl=("$ctl_bin" --server="127.0.0.1:$port")
 # The engine gets the last CPU this process may use, gRPC the others.
 read -r engine_cpu serving_cpus < <($py -c '
 import os
@@ -95,17 +88,12 @@ cpus = sorted(os.sched_getaffinity(0))
 rest = cpus[:-1] or cpus
 print(cpus[-1], ",".join(map(str, rest)))')
 
-echo "== starting attn-server on 127.0.0.1:$port (metrics $metrics_port)"
-"$server_bin" --models="$work/models" --default_model=e2e-aft --host=127.0.0.1 --port="$port" \
-  --metrics_port="$metrics_port" --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 \
-  --max_tokens=20000 \
-  > "$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 100); do
-  "${ctl[@]}" health > /dev/null 2>&1 && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited at start"
-  sleep 0.2
-done
+echo "== starting attn-server on 127.0.0.1"
+start_server "$work/server.log" --models="$work/models" --default_model=e2e-aft \
+  --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 --max_tokens=20000 \
+  || fail "the server did not start"
+port=$server_port
+ctl=("$ctl_bin" --server="127.0.0.1:$port")
 [ "$("${ctl[@]}" health)" = SERVING ] || fail "overall health"
 # The log says what loading did, model by model, before serving.
 for line in "loading $work/models/e2e-aft.pt" "  e2e-aft: aft-conv (native backend), state of 256 slots up to" \
@@ -263,7 +251,6 @@ grep -q '"completion_tokens":"12000"' "$work/drain.jsonl" \
   || fail "the drained stream has no final message with all its tokens"
 status=0
 wait "$server_pid" || status=$?
-server_pid=""
 [ "$status" -eq 0 ] || fail "server exit status $status"
 grep -q "received SIGTERM" "$work/server.log" || fail "no drain message"
 echo "PASS"

@@ -12,13 +12,12 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 model=${3:-$repo/models/aft-decay.pt}
 py=/usr/bin/python3
 work=$(mktemp -d)
-port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$server_bin" --models="$model" --default_model= --host=127.0.0.1 --port="$port" --metrics_port=-1 \
-  --max_prompt_tokens=8192 --max_tokens=8192 > "$work/server.log" 2>&1 &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-ctl=("$ctl_bin" --server=127.0.0.1:$port --timeout_s=600)
-for _ in $(seq 150); do "${ctl[@]}" health > /dev/null 2>&1 && break; sleep 0.2; done
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
+trap 'kill_servers; rm -rf "$work"' EXIT
+start_server "$work/server.log" --models="$model" --metrics_port=-1 --max_prompt_tokens=8192 \
+  --max_tokens=8192
+ctl=("$ctl_bin" --server=127.0.0.1:$server_port --timeout_s=600)
 # A prompt of the model's own text: its tokenizer over the repository's README.
 # (a file: the text is longer than one command-line argument may be).
 cat "$repo/README.md" "$repo/docs/"*.md > "$work/text.txt"

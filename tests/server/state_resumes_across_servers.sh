@@ -12,19 +12,16 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 models=${3:-$repo/models}
 py=/usr/bin/python3
 work=$(mktemp -d)
-free_port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-port_a=$(free_port) port_b=$(free_port)
-for port in "$port_a" "$port_b"; do
-  "$server_bin" --models="$models/aft-decay.pt,$models/linear-decay.pt" --default_model=aft-decay \
-    --host=127.0.0.1 --port="$port" --metrics_port=-1 > "$work/server-$port.log" 2>&1 &
-  echo $! >> "$work/pids"
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
+trap 'kill_servers; rm -rf "$work"' EXIT
+ports=()
+for name in a b; do
+  start_server "$work/server-$name.log" --models="$models/aft-decay.pt,$models/linear-decay.pt" \
+    --default_model=aft-decay --metrics_port=-1
+  ports+=("$server_port")
 done
-trap 'kill -9 $(cat "$work/pids") 2>/dev/null || true; rm -rf "$work"' EXIT
-a=(--server=127.0.0.1:$port_a --timeout_s=120) b=(--server=127.0.0.1:$port_b --timeout_s=120)
-for _ in $(seq 150); do
-  "$ctl_bin" "${a[@]}" health > /dev/null 2>&1 && "$ctl_bin" "${b[@]}" health > /dev/null 2>&1 && break
-  sleep 0.2
-done
+a=(--server=127.0.0.1:${ports[0]} --timeout_s=120) b=(--server=127.0.0.1:${ports[1]} --timeout_s=120)
 greedy=(--temperature=0 --ignore_eos --max_tokens=24)
 
 # 1. Generate on A with --state_out, continue on B with --state_in; the same
@@ -52,7 +49,7 @@ PY
 # 2. A chat alternating between the servers: after the first turn each
 # prefills only its own text, the rest of the context coming with the state.
 printf 'And God said, Let there be light\nAnd God saw the light\nAnd the evening\n' > "$work/turns"
-"$ctl_bin" --servers=127.0.0.1:$port_a,127.0.0.1:$port_b chat "${greedy[@]}" --json \
+"$ctl_bin" --servers=127.0.0.1:${ports[0]},127.0.0.1:${ports[1]} chat "${greedy[@]}" --json \
   < "$work/turns" > "$work/chat.jsonl"
 $py - "$work/chat.jsonl" <<'PY'
 import json, sys

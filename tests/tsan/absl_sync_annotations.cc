@@ -1,5 +1,5 @@
 // Linked into ThreadSanitizer builds of the test programs only
-// (tests/CMakeLists.txt, scripts/sanitize.sh).
+// (tests/CMakeLists.txt, scripts/check/sanitize.sh).
 //
 // TSan knows of the synchronisation it instruments or intercepts: atomics in
 // instrumented code, pthread mutexes and condition variables. Debian's
@@ -13,7 +13,7 @@
 // way out (a wait unlocks and relocks inside the library). Lock order and
 // double locking are not checked this way (nor by Abseil's deadlock
 // detection, off below); clang's -Wthread-safety is the check for those
-// (scripts/check_thread_safety.sh).
+// (scripts/check/check_thread_safety.sh).
 #include <dlfcn.h>
 
 #include <cstdio>

@@ -7,7 +7,7 @@
 # Markdown report; raw JSON lines go to $OUT (default /tmp/attn-bench).
 #   MODELS="aft-conv aft-decay linear-decay mha-alibi"   QUICK=1 (shorter runs, for a smoke test)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MODELS=${MODELS:-"aft-conv aft-decay linear-decay mha-alibi"}
 OUT=${OUT:-/tmp/attn-bench}
 BUILD_DIR=${BUILD_DIR:-build}
@@ -18,10 +18,9 @@ rm -f "$OUT"/*.jsonl
 cmake --build "$BUILD_DIR" --target attn-server attnctl attn-engine-bench > /dev/null
 server_bin=$BUILD_DIR/server/attn-server
 ctl_bin=$BUILD_DIR/client/attnctl
-port=51051
-metrics_port=51052
-server_pid=""
-trap '[ -n "$server_pid" ] && kill -9 $server_pid 2>/dev/null || true' EXIT
+. scripts/lib/local_server.sh
+use_binaries "$server_bin" "$ctl_bin"
+trap kill_servers EXIT
 
 # The one-core pairing below: the engine on the last CPU this script may
 # use, the serving threads and the client on the others (all of them on a
@@ -32,15 +31,12 @@ cpus = sorted(os.sched_getaffinity(0))
 print(cpus[-1], ",".join(map(str, cpus[:-1] or cpus)))')
 
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
-start_server() {  # start_server MODEL extra-flags...
+serve_model() {  # serve_model MODEL extra-flags...: port, metrics_port, server_pid
   local model=$1; shift
-  "$server_bin" --models="models/$model.pt" --default_model="$model" --host=127.0.0.1 \
-    --port=$port --metrics_port=$metrics_port "$@" > "$OUT/server-$model.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 200); do "$ctl_bin" --server=127.0.0.1:$port health > /dev/null 2>&1 && return; sleep 0.1; done
-  echo "server did not start: $(tail -3 "$OUT/server-$model.log")" >&2; exit 1
+  start_server "$OUT/server-$model.log" --models="models/$model.pt" "$@" || exit 1
+  port=$server_port
 }
-stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""; }
+stop_model() { stop_server "$server_pid" || true; }
 record() { echo "$1" >> "$OUT/$2.jsonl"; }
 # The server engine's step totals from its attn_step_duration_seconds:
 # "decode_sum decode_count prefill_sum prefill_count" (seconds, steps).
@@ -148,7 +144,7 @@ for model in $MODELS; do
   fi
 
   echo "== $model: gRPC, concurrency $concurrencies" >&2
-  start_server "$model" --max_active=256 --max_waiting=4096
+  serve_model "$model" --max_active=256 --max_waiting=4096
   record "{\"name\": \"$model\", \"idle_rss_mb\": $(rss_mb $server_pid)}" memory
   for c in $concurrencies; do
     line=$("$ctl_bin" --server=127.0.0.1:$port bench --concurrency=$c --prompt_tokens=128 \
@@ -168,14 +164,14 @@ for model in $MODELS; do
   done
   echo "== $model: inter-token latency by context" >&2
   context_rounds shared
-  stop_server
+  stop_model
   # The same pairing with the engine on one core of its own: the server's
   # engine thread pinned there (--engine_cpus), its gRPC threads and the
   # client on the other CPUs, as a client on its own machine would be; the
   # engine in process runs on that same core. The ratio then isolates what
   # the serving layer costs from the client competing for the engine's cores.
   echo "== $model: engine vs gRPC at 64 streams, engine on CPU $engine_cpu" >&2
-  start_server "$model" --threads=1 --engine_cpus="$engine_cpu" --max_active=64 --max_waiting=4096
+  serve_model "$model" --threads=1 --engine_cpus="$engine_cpu" --max_active=64 --max_waiting=4096
   for round in $(seq $ratio_rounds); do
     engine=$(taskset -c "$engine_cpu" "$BUILD_DIR/bench/engine/attn-engine-bench" \
              --model="models/$model.pt" --threads=1 \
@@ -187,11 +183,11 @@ for model in $MODELS; do
   done
   echo "== $model: inter-token latency by context, engine on CPU $engine_cpu" >&2
   context_rounds pinned taskset -c "$serving_cpus"
-  stop_server
+  stop_model
 done
 
 echo "== 10,000 concurrent slow-reading streams (aft-conv)" >&2
-start_server aft-conv --max_active=10240 --max_waiting=1024 --stream_buffer=4 --max_prompt_tokens=512
+serve_model aft-conv --max_active=10240 --max_waiting=1024 --stream_buffer=4 --max_prompt_tokens=512
 idle=$(rss_mb $server_pid)
 streams=10000; delay=1000; tokens=120
 [ "$QUICK" = 1 ] && streams=2000
@@ -217,19 +213,19 @@ print(round((time.perf_counter() - t) * 1e3, 1))")
 wait $bench_pid
 peak=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status")
 record "{\"streams\": $streams, \"idle_rss_mb\": $idle, \"held_rss_mb\": $held, \"peak_rss_mb\": $peak, \"health_ms\": $health_ms, \"generate_ms\": $gen_ms, \"run\": $(cat "$OUT/slow.json")}" slow
-stop_server
+stop_model
 
 # Replaces the "## Serving" section of docs/benchmarks.md (the mixer
-# section above it comes from scripts/run_benchmarks.sh).
+# section above it comes from scripts/bench/run_benchmarks.sh).
 {
   echo "## Serving"
   echo
-  echo "Recorded by \`bash scripts/bench_server.sh\` on $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+  echo "Recorded by \`bash scripts/bench/bench_server.sh\` on $(date -u +%Y-%m-%dT%H:%M:%SZ)."
   echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs,"
   echo "LibTorch 1.13 (Debian) with OpenBLAS; the server uses 2 intra-op threads and runs on"
   echo "the same 2 CPUs as the client. Ratios come from one run; medians throughout."
   echo
-  $py scripts/bench_server_report.py "$OUT"
+  $py scripts/bench/bench_server_report.py "$OUT"
 } > "$OUT/serving.md"
 [ "$QUICK" = 1 ] && { cat "$OUT/serving.md"; exit 0; }
 sed -i '/^## Serving/,$d' docs/benchmarks.md

@@ -5,9 +5,9 @@
 # without its lock, or a call to an ABSL_EXCLUSIVE_LOCKS_REQUIRED function
 # without it, fails the check. gcc builds the project; clang only analyses.
 #
-#   bash scripts/check_thread_safety.sh [BUILD_DIR]     (default: build)
+#   bash scripts/check/check_thread_safety.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
 clang=${CLANGXX:-clang++-14}
 command -v "$clang" > /dev/null || {

@@ -9,7 +9,7 @@
 # build needs. Any failure exits non-zero.
 #   NODE_TOOLS   where the npm packages are installed (default build/deploy-tools)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 NODE_TOOLS=${NODE_TOOLS:-build/deploy-tools}
 py=/usr/bin/python3
 work=$(mktemp -d)
@@ -26,7 +26,7 @@ export NODE_PATH="$(cd "$NODE_TOOLS" && pwd)/node_modules"
 for overlay in deploy/k8s/base deploy/k8s/overlays/gpu; do
   echo "== $overlay"
   kubectl kustomize "$overlay" > "$work/rendered.yaml"
-  node scripts/validate_k8s.js < "$work/rendered.yaml"
+  node scripts/check/validate_k8s.js < "$work/rendered.yaml"
 done
 
 echo "== Prometheus config, rules and rule tests"

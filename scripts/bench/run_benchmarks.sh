@@ -8,7 +8,7 @@
 #   BENCH_FILTER    regex of benchmarks to run (default: all)
 #   REPETITIONS     repetitions per benchmark; the table quotes medians (default: 5)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 bash scripts/install_deps.sh
 BUILD_DIR=${BUILD_DIR:-build-release}
@@ -25,9 +25,9 @@ echo "== running mixer_bench (results also in $json)"
   --benchmark_min_time=0.3 \
   --benchmark_out="$json" --benchmark_out_format=json
 
-command_line="ATTN_THREADS=${ATTN_THREADS:-$(nproc)} bash scripts/run_benchmarks.sh"
-# The serving section (scripts/bench_server.sh) is kept as it is.
+command_line="ATTN_THREADS=${ATTN_THREADS:-$(nproc)} bash scripts/bench/run_benchmarks.sh"
+# The serving section (scripts/bench/bench_server.sh) is kept as it is.
 serving=$(sed -n '/^## Serving/,$p' docs/benchmarks.md 2>/dev/null || true)
-python3 scripts/bench_report.py "$json" "$command_line" > docs/benchmarks.md
+python3 scripts/bench/bench_report.py "$json" "$command_line" > docs/benchmarks.md
 [ -n "$serving" ] && printf '\n%s\n' "$serving" >> docs/benchmarks.md
 echo "== wrote docs/benchmarks.md"

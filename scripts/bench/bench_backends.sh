@@ -14,7 +14,7 @@
 # Medians per round. Prints a Markdown table.
 #   ROUNDS=3  MODEL=models/aft-conv.pt  THREADS=2
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 MODEL=${MODEL:-models/aft-conv.pt}
 THREADS=${THREADS:-2}

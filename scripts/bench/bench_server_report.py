@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Formats the JSON lines of scripts/bench_server.sh as Markdown tables,
+"""Formats the JSON lines of scripts/bench/bench_server.sh as Markdown tables,
 with each target of the serving issue and whether this run met it."""
 import json
 import os

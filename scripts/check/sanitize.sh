@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the test suite under the sanitizers (gcc's runtimes):
 #
-#   scripts/sanitize.sh [asan|tsan|all]     (default: all)
+#   scripts/check/sanitize.sh [asan|tsan|all]     (default: all)
 #
 #  asan  AddressSanitizer + UndefinedBehaviorSanitizer over every test that
 #        ctest runs: the model and server suites, the tokenizer and trainer
@@ -10,16 +10,16 @@
 #        the sanitizers), in build-asan.
 #  tsan  ThreadSanitizer over the server tests (the engine, request stream,
 #        delivery thread, service, state reuse, the secure server), in
-#        build-tsan; scripts/tsan.supp says what TSan cannot see and why.
+#        build-tsan; scripts/check/tsan.supp says what TSan cannot see and why.
 #
 # The SentencePiece plugin loads under both (see LibcDlopen in
 # model/text/sentencepiece_backend.cc). Leak detection is off: LibTorch and
 # gRPC keep process-lifetime allocations that LeakSanitizer reports at exit;
-# scripts/soak.sh is the leak check (RSS and descriptors flat over 30 min).
+# scripts/check/soak.sh is the leak check (RSS and descriptors flat over 30 min).
 # From empty build directories with an empty ccache this takes about an hour
 # on 2 cores; docs/reliability.md records the last clean run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mode=${1:-all}
 case "$mode" in asan | tsan | all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
 bash scripts/install_deps.sh
@@ -55,7 +55,7 @@ if [ "$mode" != asan ]; then
   configure build-tsan "-fsanitize=thread"
   cmake --build build-tsan --target server_tests
   echo "== TSan: the server tests"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$PWD/scripts/tsan.supp" \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$PWD/scripts/check/tsan.supp" \
     build-tsan/tests/server/server_tests
 fi
 echo "sanitize: clean"

@@ -11,7 +11,7 @@
    the server's RSS for the default model and, with --state_cache=all, for
    mha-alibi; then the same prompts again: hit rate and TTFT.
 
-Usage: scripts/bench_state_reuse.py [--build=build] [--skip_entries]
+Usage: scripts/bench/bench_state_reuse.py [--build=build] [--skip_entries]
 Runs the real attn-server and attnctl on 127.0.0.1; prints progress on stderr
 and a Markdown report on stdout.
 """
@@ -19,35 +19,28 @@ import argparse
 import json
 import os
 import re
-import socket
+import signal
 import statistics
 import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Server:
+    """attn-server on 127.0.0.1, started by scripts/lib/local_server.sh."""
+
     def __init__(self, build, models, *flags):
-        self.port = free_port()
-        self.metrics_port = free_port()
-        args = [f"{build}/server/attn-server", f"--models={models}", "--host=127.0.0.1",
-                f"--port={self.port}", f"--metrics_port={self.metrics_port}", *flags]
-        self.log = open(f"/tmp/bench_state_reuse_{self.port}.log", "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.log = f"/tmp/bench_state_reuse_{os.getpid()}_{time.monotonic_ns()}.log"
+        started = subprocess.run(
+            ["bash", f"{REPO}/scripts/lib/local_server.sh", "start", f"{build}/server/attn-server",
+             f"{build}/client/attnctl", self.log, f"--models={models}", *flags],
+            capture_output=True, text=True)
+        if started.returncode != 0:
+            raise RuntimeError(f"attn-server did not start: {started.stderr[-2000:]}")
+        self.pid, self.port, self.metrics_port = (int(x) for x in started.stdout.split())
         self.address = f"127.0.0.1:{self.port}"
-        for _ in range(300):
-            if subprocess.run(ctl(build, self.address, "health"), capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"attn-server did not start; see {self.log.name}")
 
     def metric(self, name, model):
         import urllib.request
@@ -56,13 +49,11 @@ class Server:
         return float(m.group(1)) if m else 0.0
 
     def rss_mb(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
+        with open(f"/proc/{self.pid}/status") as f:
             return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.log.close()
+        os.kill(self.pid, signal.SIGKILL)
 
 
 def ctl(build, address, *args):
@@ -221,7 +212,7 @@ def main():
     models = ",".join(f"{REPO}/models/{m}.pt" for m in ("aft-decay",))
     words = corpus()
     print(f"Run {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, "
-          f"`scripts/bench_state_reuse.py`\n")
+          f"`scripts/bench/bench_state_reuse.py`\n")
     per_word = tokens_per_word(args.build, models, words)
     conversation(args.build, models, words, per_word)
     shared_prefix(args.build, models, words, per_word)

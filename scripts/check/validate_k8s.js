@@ -1,6 +1,6 @@
 // Validates rendered Kubernetes objects (a multi-document YAML on stdin)
 // against the Kubernetes and Prometheus Operator schemas, offline.
-//   kubectl kustomize deploy/k8s/base | node scripts/validate_k8s.js
+//   kubectl kustomize deploy/k8s/base | node scripts/check/validate_k8s.js
 // Needs `npm install kubernetes-models @kubernetes-models/prometheus-operator yaml`
 // (NODE_PATH pointing at that node_modules). Exits 1 on any invalid or
 // unknown object.

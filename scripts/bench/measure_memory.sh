@@ -5,13 +5,15 @@
 # only, 256 slots (the default --max_active). Prints a Markdown table for
 # docs/benchmarks.md.
 #
-#   bash scripts/measure_memory.sh [BUILD_DIR]      (default: build)
+#   bash scripts/bench/measure_memory.sh [BUILD_DIR]      (default: build)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${1:-build}
 server=$build/server/attn-server
 client=$build/client/attnctl
-port=${PORT:-50091}
+. scripts/lib/local_server.sh
+use_binaries "$server" "$client"
+trap kill_servers EXIT
 for f in "$server" "$client"; do
   [ -x "$f" ] || { echo "measure_memory: $f missing; build first (scripts/test.sh)" >&2; exit 1; }
 done
@@ -36,13 +38,8 @@ peak_during() {
 echo "| model | idle RSS (MB) | peak RSS, 64 streams x 4096 tokens | peak RSS, 256 streams x 4096 tokens |"
 echo "| --- | --- | --- | --- |"
 for model in aft-decay aft-conv linear-decay mha-alibi; do
-  "$server" --models="models/$model.pt" --default_model= --host=127.0.0.1 --port=$port \
-    --metrics_port=-1 > /tmp/measure_memory_server.log 2>&1 &
-  pid=$!
-  for _ in $(seq 1 300); do
-    grep -q '^serving' /tmp/measure_memory_server.log && break
-    sleep 0.1
-  done
+  start_server /tmp/measure_memory_server.log --models="models/$model.pt" --metrics_port=-1
+  pid=$server_pid port=$server_port
   sleep 1
   idle=$(rss_mb $pid)
   row="| $model | $idle"
@@ -53,6 +50,5 @@ for model in aft-decay aft-conv linear-decay mha-alibi; do
     row="$row | $peak"
   done
   echo "$row |"
-  kill -TERM $pid
-  wait $pid || true
+  stop_server "$pid" || true
 done

@@ -10,7 +10,7 @@
 #   IMAGE      image name (default attn-server:verify)
 #   KEEP=1     keep the image and base image afterwards
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 IMAGE=${IMAGE:-attn-server:verify}
 MAX_MB=${MAX_MB:-500}
 BASE=docker.io/library/debian:bookworm-slim

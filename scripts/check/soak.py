@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Soak and chaos against a running attn-server (scripts/soak.sh starts one).
+"""Soak and chaos against a running attn-server (scripts/check/soak.sh starts one).
 
 For --minutes, --workers threads each pick one of these at random, again and again:
   unary    Generate, 8 tokens                          expect OK
@@ -36,7 +36,7 @@ import urllib.request
 import grpc
 from grpc_tools import protoc
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def stubs():

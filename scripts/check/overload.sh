@@ -8,13 +8,13 @@
 # RESOURCE_EXHAUSTED, and the admitted streams' inter-token latency. The raw
 # JSON lines go to $OUT (default /tmp/attn-overload.jsonl).
 #
-#   scripts/overload.sh [SECONDS_PER_LOAD]      (default 20; needs a build)
+#   scripts/check/overload.sh [SECONDS_PER_LOAD]      (default 20; needs a build)
 #   MODEL=aft-decay ACTIVE=16 WAITING=16 PROMPT=64 TOKENS=64 SERVER_FLAGS="--prefill_chunk=64"
 #
 # The engine runs on the last CPU this script may use, the gRPC threads and
-# the client on the others, as in scripts/bench_server.sh.
+# the client on the others, as in scripts/bench/bench_server.sh.
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$repo/build}
 seconds=${1:-20}
 model=${MODEL:-aft-decay}
@@ -24,19 +24,19 @@ prompt=${PROMPT:-64}
 tokens=${TOKENS:-64}
 py=/usr/bin/python3
 ctl=$build/client/attnctl
-. "$repo/scripts/local_server.sh"
+. "$repo/scripts/lib/local_server.sh"
 read -r engine_cpu client_cpus < <($py -c '
 import os
 cpus = sorted(os.sched_getaffinity(0))
 print(cpus[-1], ",".join(map(str, cpus[:-1] or cpus)))')
-port=$(free_port)
 log=$(mktemp)
-"$build/server/attn-server" --models="$repo/models/$model.pt" --default_model="$model" \
-  --host=127.0.0.1 --port="$port" --metrics_port=-1 --engine_cpus="$engine_cpu" \
-  --max_active="$active" --max_waiting="$waiting" --state_cache=off ${SERVER_FLAGS:-} > "$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
-wait_healthy "$ctl" "$port" "$pid" "$log"
+use_binaries "$build/server/attn-server" "$ctl"
+trap 'kill_servers; rm -f "$log"' EXIT
+# shellcheck disable=SC2086  # SERVER_FLAGS holds several flags
+start_server "$log" --models="$repo/models/$model.pt" --metrics_port=-1 \
+  --engine_cpus="$engine_cpu" --max_active="$active" --max_waiting="$waiting" --state_cache=off \
+  ${SERVER_FLAGS:-}
+port=$server_port pid=$server_pid
 bench() {  # bench FLAGS...: one JSON line
   taskset -c "$client_cpus" "$ctl" --server=127.0.0.1:$port bench --json --progress=false \
     --prompt_tokens="$prompt" --max_tokens="$tokens" --duration_s="$seconds" "$@"

@@ -13,8 +13,8 @@
 #   GREEDY     greedy tokens compared (default 256)
 #   BUILD_DIR  build directory holding attn-server and attnctl (default build)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. scripts/local_server.sh
+cd "$(dirname "$0")/../.."
+. scripts/lib/local_server.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 TOKENS=${TOKENS:-2048}
@@ -23,9 +23,9 @@ GREEDY=${GREEDY:-256}
 MODELS=${MODELS:-$(ls models/*.pt | paste -sd, -)}
 cmake --build "$BUILD_DIR" --target attn-server attnctl >/dev/null
 work=$(mktemp -d)
-pids=()
+use_binaries "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl"
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  kill_servers
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -35,14 +35,11 @@ cut_windows "$work/heldout.txt" "$WINDOWS" $((TOKENS * 5)) "$work/window"  # abo
 
 declare -A port
 for q in none int8; do
-  port[$q]=$(free_port)
-  "$BUILD_DIR/server/attn-server" --models="$MODELS" --host=127.0.0.1 --port="${port[$q]}" \
-    --metrics_port=-1 --quantize="$q" --max_prompt_tokens="$TOKENS" > "$work/server-$q.log" 2>&1 &
-  pids+=($!)
+  start_server "$work/server-$q.log" --models="$MODELS" --metrics_port=-1 --quantize="$q" \
+    --max_prompt_tokens="$TOKENS"
+  port[$q]=$server_port
 done
 ctl() { "$BUILD_DIR/client/attnctl" --server="127.0.0.1:${port[$1]}" --timeout_s=600 "${@:2}"; }
-wait_healthy "$BUILD_DIR/client/attnctl" "${port[none]}" "${pids[0]}" "$work/server-none.log"
-wait_healthy "$BUILD_DIR/client/attnctl" "${port[int8]}" "${pids[1]}" "$work/server-int8.log"
 
 echo "| model | float32 perplexity | int8 perplexity | change | first greedy difference (of $GREEDY) |"
 echo "| --- | --- | --- | --- | --- |"

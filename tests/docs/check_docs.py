@@ -1,0 +1,228 @@
+"""Facts that live in the code and are shown in the docs must agree.
+
+    check_docs.py --server=attn-server --attnctl=attnctl --train=attn-train
+
+Fails (exit 1, naming each disagreement) when
+  - the README's server flag table and `attn-server --help` differ: a flag
+    missing on either side, another default, or a wrong ATTN_ variable;
+  - the README's attnctl table and `attnctl --help`'s commands differ;
+  - the README's mixer kind table, the kinds `attn-train --help` lists (built
+    from AllMixerKinds()) and the recipes of
+    scripts/models/train_bundled_models.sh differ;
+  - a package in models/ has no recipe, or its recipe's config
+    (`attn-train --print_config`) differs from the package's own;
+  - docs/README.md does not list exactly the files in docs/;
+  - a doc names a repository path that does not exist.
+With --print-flag-table it prints the flag table from --help instead (a
+starting point when flags change).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = "/usr/bin/python3"
+errors = []
+
+
+def fail(message):
+    errors.append(message)
+
+
+def read(path):
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def help_text(binary):
+    # Abseil's --help exits 1 after printing.
+    run = subprocess.run([binary, "--help"], capture_output=True, text=True)
+    return run.stdout + run.stderr
+
+
+def markdown_table(text, heading):
+    """The rows (lists of cells) of the first table after `heading`."""
+    start = text.find(heading)
+    if start < 0:
+        fail(f"README.md has no section {heading!r}")
+        return []
+    rows = []
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not set(cells[0]) <= set("- "):
+                rows.append(cells)
+        elif rows:
+            break
+    return rows[1:]  # without the header row
+
+
+def code(cell):
+    """The text of a cell's first `code span`, or the cell."""
+    match = re.search(r"`([^`]*)`", cell)
+    return match.group(1) if match else cell
+
+
+def absl_flags(binary):
+    """{name: default} from an Abseil --help listing."""
+    flags = {}
+    entries = re.split(r"\n    --", help_text(binary))[1:]
+    for entry in entries:
+        name = entry.split(" ", 1)[0]
+        default = re.search(r"\);\s+default: (.*?);", entry, re.S)
+        value = " ".join(default.group(1).split()) if default else ""
+        flags[name] = value[1:-1] if value.startswith('"') else value
+    return flags
+
+
+def check_server_flags(server, readme, print_table):
+    flags = absl_flags(server)
+    if print_table:
+        print("| flag | environment | default | meaning |\n| --- | --- | --- | --- |")
+        for name, default in flags.items():
+            shown = f"`{default}`" if default else "(empty)"
+            print(f"| `--{name}` | `ATTN_{name.upper()}` | {shown} | |")
+        return
+    rows = markdown_table(readme, "## Server flags")
+    documented = {}
+    for row in rows:
+        name = code(row[0]).lstrip("-")
+        documented[name] = row
+        if code(row[1]) != f"ATTN_{name.upper()}":
+            fail(f"README flag table: --{name}'s variable is {row[1]}, not ATTN_{name.upper()}")
+    for name in flags.keys() - documented.keys():
+        fail(f"README flag table lacks --{name} (attn-server --help has it)")
+    for name in documented.keys() - flags.keys():
+        fail(f"README flag table has --{name}, which attn-server --help does not")
+    for name in flags.keys() & documented.keys():
+        shown = documented[name][2]
+        default = "" if shown == "(empty)" else code(shown)
+        if default != flags[name]:
+            fail(f"README flag table: --{name} defaults to {shown}, attn-server says "
+                 f"{flags[name]!r}")
+
+
+def check_attnctl(attnctl, readme):
+    block = help_text(attnctl).split("commands:\n", 1)[-1].split("\n\n", 1)[0]
+    listed = re.findall(r"^  (\w+) +(.+)$", block, re.M)
+    commands = {name: summary.strip() for name, summary in listed}
+    rows = {code(row[0]): row[1] for row in markdown_table(readme, "## attnctl")}
+    if not commands:
+        fail("attnctl --help lists no commands")
+    for name in commands.keys() ^ rows.keys():
+        side = "README lacks" if name in commands else "attnctl --help lacks"
+        fail(f"attnctl command table: {side} {name}")
+    for name in commands.keys() & rows.keys():
+        if commands[name] != rows[name]:
+            fail(f"attnctl {name}: README says {rows[name]!r}, --help {commands[name]!r}")
+
+
+def mixer_kinds(train):
+    match = re.search(r"--mixer \(the sequence mixer: (.*?)\);", help_text(train), re.S)
+    if not match:
+        fail("attn-train --help does not list the mixer kinds")
+        return []
+    return [k.strip() for k in " ".join(match.group(1).split()).split(",")]
+
+
+def recipes(names, build_dir):
+    env = dict(os.environ, PRINT_RECIPES="1", MODELS=" ".join(names), BUILD_DIR=build_dir)
+    run = subprocess.run(["bash", os.path.join(REPO, "scripts/models/train_bundled_models.sh")],
+                         capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        fail(f"train_bundled_models.sh has no recipe for some of {names}: {run.stderr.strip()}")
+        return {}
+    return dict(line.split(": ", 1) for line in run.stdout.splitlines())
+
+
+def package_config(path):
+    script = ("import json, sys, torch\n"
+              "m = torch.jit.load(sys.argv[1])\n"
+              "c = json.loads(m.config)\n"
+              "print(json.dumps(c.get('lm', c)))\n")
+    run = subprocess.run([PYTHON, "-c", script, path], capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"{path}: could not read its config: {run.stderr.strip()[-300:]}")
+        return None
+    return json.loads(run.stdout)
+
+
+def check_kinds_and_recipes(train, readme):
+    kinds = mixer_kinds(train)
+    table = [code(row[0]) for row in markdown_table(readme, "## Mixer kinds")]
+    for kind in set(kinds) ^ set(table):
+        side = "README's mixer table lacks" if kind in kinds else "attn-train --help lacks"
+        fail(f"mixer kinds: {side} {kind}")
+    build_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(train))))
+    recipes(kinds, build_dir)  # fails when a kind has none
+    packages = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "models")) if f.endswith(".pt"))
+    for name, flags in recipes(packages, build_dir).items():
+        run = subprocess.run([train, *flags.split(), "--print_config"], capture_output=True,
+                             text=True)
+        if run.returncode != 0:
+            fail(f"recipe of {name}: attn-train refuses it: {run.stderr.strip()}")
+            continue
+        recipe = json.loads(run.stdout)
+        bundled = package_config(os.path.join(REPO, "models", f"{name}.pt"))
+        if bundled is not None and recipe != bundled:
+            diff = {k: (recipe.get(k), bundled.get(k)) for k in recipe.keys() | bundled.keys()
+                    if recipe.get(k) != bundled.get(k)}
+            fail(f"recipe of models/{name}.pt gives another config (recipe, package): {diff}")
+
+
+def check_docs_index():
+    index = read("docs/README.md")
+    files = {f for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")}
+    listed = set(re.findall(r"^\| ([\w.-]+\.md) \|", index, re.M))
+    for name in files - listed - {"README.md"}:
+        fail(f"docs/README.md does not list docs/{name}")
+    for name in listed - files:
+        fail(f"docs/README.md lists docs/{name}, which does not exist")
+
+
+PATH_PATTERN = re.compile(
+    r"(?<![\w./-])((?:scripts|docs|model|server|client|tests|deploy|proto|train|generate|"
+    r"export|examples|util|bench|models|cmake)/[\w./-]*[\w/])")
+
+
+def check_paths():
+    docs = ["README.md", "models/README.md", "scripts/README.md"]
+    docs += [f"docs/{f}" for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")]
+    for doc in docs:
+        folder = os.path.dirname(doc)
+        for path in set(PATH_PATTERN.findall(read(doc))):
+            if "*" in path or re.search(r"/[A-Z]\.|/N$", path):  # placeholders: models/M.pt
+                continue
+            if not any(os.path.exists(os.path.join(REPO, base, path)) for base in ("", folder)):
+                fail(f"{doc} names {path}, which does not exist")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--attnctl", required=True)
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--print-flag-table", action="store_true")
+    args = parser.parse_args()
+    readme = read("README.md")
+    check_server_flags(args.server, readme, args.print_flag_table)
+    if args.print_flag_table:
+        return 0
+    check_attnctl(args.attnctl, readme)
+    check_kinds_and_recipes(args.train, readme)
+    check_docs_index()
+    check_paths()
+    for message in errors:
+        print(f"FAIL: {message}", file=sys.stderr)
+    if errors:
+        return 1
+    print("PASS: the README's tables, the recipes, the docs index and every named path "
+          "agree with the code")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
