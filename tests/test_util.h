@@ -3,7 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,12 +30,30 @@ inline MixerOptions SmallOptions(MixerKind kind) {
 }
 
 // Gives every position parameter (AFT bias, XL u and v) random values, so a
-// test cannot pass because they sit at their zero initialisation.
+// test cannot pass because they sit at their zero initialisation. Inside a
+// whole block (RWKV-7, whose output projections start at zero) the matrices
+// get random values at their fan-in's scale, the other parameters `stddev`;
+// elsewhere the `proj` projections keep theirs.
 inline void RandomizePositionParameters(torch::nn::Module& module, double stddev = 0.5) {
   torch::NoGradGuard no_grad;
+  std::set<const void*> in_blocks;
+  auto randomize_block = [&](torch::nn::Module& block) {
+    for (auto& p : block.parameters()) {
+      in_blocks.insert(p.unsafeGetTensorImpl());
+      if (p.dim() == 2) {
+        p.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(p.size(1))));
+      } else {
+        p.normal_(0.0, stddev);
+      }
+    }
+  };
+  for (auto& child : module.modules()) {  // the module itself included
+    auto* mixer = dynamic_cast<SequenceMixer*>(child.get());
+    if (mixer != nullptr && mixer->is_whole_block()) randomize_block(*mixer);
+  }
   for (auto& p : module.named_parameters()) {
-    const auto& name = p.key();
-    if (name.find("proj") == std::string::npos) p.value().normal_(0.0, stddev);
+    if (in_blocks.count(p.value().unsafeGetTensorImpl())) continue;
+    if (p.key().find("proj") == std::string::npos) p.value().normal_(0.0, stddev);
   }
 }
 

@@ -20,6 +20,10 @@ LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size) {
   c.window = 4;
   c.max_context = 64;
   c.positions = PositionKind::kNone;
+  if (kind == MixerKind::kRwkv7) {  // LayerNorm blocks, small low-rank paths
+    c.norm = NormKind::kLayerNorm;
+    c.rwkv7_ranks = {8, 8, 8, 8};
+  }
   return c;
 }
 

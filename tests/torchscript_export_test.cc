@@ -40,6 +40,7 @@ const std::vector<ScriptCase>& Cases() {
       {MixerKind::kLinearDecay, NormKind::kRmsNorm, PositionKind::kNone},
       {MixerKind::kMha, NormKind::kRmsNorm, PositionKind::kSinusoidal},
       {MixerKind::kMhaAlibi, NormKind::kScaleNorm, PositionKind::kNone},
+      {MixerKind::kRwkv7, NormKind::kLayerNorm, PositionKind::kNone},
   };
   return cases;
 }
@@ -49,6 +50,7 @@ CausalLm ModelFor(const ScriptCase& c) {
   config.norm = c.norm;
   config.positions = c.positions;
   config.chunk = 5;  // blocks that do not divide the sequences
+  config.tie_embeddings = c.kind != MixerKind::kRwkv7;  // RWKV-7's head is its own
   torch::manual_seed(5);
   CausalLm model(config);
   testing::RandomizePositionParameters(*model, 0.5);
@@ -186,7 +188,9 @@ TEST(TorchScriptExport, Int8PackagesRunTheInt8Model) {
     const std::string path = dir.File(MixerKindName(c.kind) + ".pt");
     ASSERT_TRUE(SavePackage(path, model, testing::TinyTokenizer().Serialized()).ok());
     auto module = torch::jit::load(path);
-    EXPECT_EQ(module.attr("layers_0_ff_down_weight").toTensor().scalar_type(), torch::kChar);
+    const char* weight =
+        IsWholeBlock(c.kind) ? "layers_0_mixer_ffn_value_weight" : "layers_0_ff_down_weight";
+    EXPECT_EQ(module.attr(weight).toTensor().scalar_type(), torch::kChar);
     auto tokens = torch::randint(0, model->config().vocab_size, {2, 23}, torch::kLong);
     auto scripted = module.forward({tokens}).toTensor();
     EXPECT_LT((scripted - model->forward(tokens)).abs().max().item<double>(), kScriptTolerance)

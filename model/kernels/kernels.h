@@ -260,4 +260,30 @@ void AftDecay(const AftDecayArgs& a);
 void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps, float* out);
 void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out);
 
+// RWKV-7's state update over a chunk of T tokens per row
+// (model/mixers/rwkv7.h): per head, with S [N, N] (rows: value channels),
+//
+//   S_t = S_{t-1} (diag(w_t) - kk_t^T (a_t * kk_t)) + v_t^T k_t
+//   out_t = S_t r_t
+//
+// r, w, k, v, kk and a are [B, T, C] (C = heads * head_dim); w is the decay
+// factor itself, in (0, 1]. r is read only for tokens t >= first_output,
+// as [B, T - first_output, C]. S of batch element b is the state row
+// slots[b] of s [rows, heads, head_dim, head_dim], updated in place. out:
+// [B, T - first_output, C]. Tokens run in order; rows and heads in parallel.
+struct Rwkv7UpdateArgs {
+  int64_t batch = 0, time = 0, heads = 0, head_dim = 0;
+  int64_t first_output = 0;
+  const int64_t* slots = nullptr;
+  const float* r = nullptr;
+  const float* w = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* kk = nullptr;
+  const float* a = nullptr;
+  float* s = nullptr;
+  float* out = nullptr;
+};
+void Rwkv7Update(const Rwkv7UpdateArgs& a);
+
 }  // namespace attn::kernels

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "util/enum_names.h"
 #include "util/field_error.h"
 
@@ -44,6 +45,41 @@ absl::Status EnumAt(const Json& json, const char* key, bool (*parse)(const std::
   return absl::OkStatus();
 }
 
+// The keys only some models have (ToJson): tie_embeddings, and rwkv7's
+// object. Adds them to `known`.
+absl::Status OptionalKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
+  known->insert({"tie_embeddings", "rwkv7"});
+  if (auto it = json.find("tie_embeddings"); it != json.end()) {
+    if (!it->is_boolean()) return InvalidField("tie_embeddings", "must be true or false");
+    config->tie_embeddings = it->get<bool>();
+  }
+  auto it = json.find("rwkv7");
+  if (it == json.end()) return absl::OkStatus();
+  if (!it->is_object()) return InvalidField("rwkv7", "must be an object, got ", it->dump());
+  const std::pair<const char*, int64_t*> ranks[] = {{"decay_rank", &config->rwkv7_ranks.decay},
+                                                    {"iclr_rank", &config->rwkv7_ranks.iclr},
+                                                    {"value_rank", &config->rwkv7_ranks.value},
+                                                    {"gate_rank", &config->rwkv7_ranks.gate}};
+  std::set<std::string> inner = {"group_norm_eps"};
+  for (auto [key, field] : ranks) {
+    inner.insert(key);
+    auto value = IntAt(*it, key);
+    if (!value.ok()) return InvalidField(absl::StrCat("rwkv7.", key), value.status().message());
+    *field = *value;
+  }
+  auto eps = it->find("group_norm_eps");
+  if (eps == it->end() || !eps->is_number()) {
+    return InvalidField("rwkv7.group_norm_eps", "missing or not a number");
+  }
+  config->group_norm_eps = eps->get<double>();
+  for (const auto& item : it->items()) {
+    if (!inner.count(item.key())) {
+      return InvalidField(absl::StrCat("rwkv7.", item.key()), "unknown config key");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string PositionKindName(PositionKind kind) { return EnumName(kPositionNames, kind); }
@@ -60,6 +96,13 @@ MixerOptions LmConfig::mixer_options() const {
   o.max_context = max_context;
   o.window = window;
   o.chunk = chunk > 0 ? chunk : DefaultChunk(mixer);
+  o.ff_hidden = ff_hidden;
+  const Rwkv7Ranks defaults = DefaultRwkv7Ranks(d_model);
+  o.rwkv7_ranks = {rwkv7_ranks.decay > 0 ? rwkv7_ranks.decay : defaults.decay,
+                   rwkv7_ranks.iclr > 0 ? rwkv7_ranks.iclr : defaults.iclr,
+                   rwkv7_ranks.value > 0 ? rwkv7_ranks.value : defaults.value,
+                   rwkv7_ranks.gate > 0 ? rwkv7_ranks.gate : defaults.gate};
+  o.group_norm_eps = group_norm_eps;
   return o;
 }
 
@@ -89,6 +132,24 @@ absl::Status LmConfig::Validate() const {
   if (mixer == MixerKind::kAftLocal && window > max_context) {
     return InvalidField("window", window, " exceeds max_context (", max_context, ")");
   }
+  if (mixer == MixerKind::kRwkv7) {
+    if (norm != NormKind::kLayerNorm) {
+      return InvalidField("norm", "rwkv7 blocks use layernorm, got ", NormKindName(norm));
+    }
+    if (positions != PositionKind::kNone) {
+      return InvalidField("positions", "rwkv7 blocks take no position embedding, got ",
+                          PositionKindName(positions));
+    }
+    for (auto [name, rank] : {std::pair<const char*, int64_t>{"rwkv7.decay_rank", rwkv7_ranks.decay},
+                              {"rwkv7.iclr_rank", rwkv7_ranks.iclr},
+                              {"rwkv7.value_rank", rwkv7_ranks.value},
+                              {"rwkv7.gate_rank", rwkv7_ranks.gate}}) {
+      if (rank < 0) return InvalidField(name, "must be at least 0 (0: the default), got ", rank);
+    }
+    if (!(group_norm_eps > 0 && group_norm_eps < 1)) {
+      return InvalidField("rwkv7.group_norm_eps", "must be in (0, 1), got ", group_norm_eps);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -106,7 +167,18 @@ std::string LmConfig::ToJson() const {
                      {"window", window},
                      {"max_context", max_context},
                      {"chunk", chunk}};
-  return json.dump(1);
+  // Keys only some models have are written only for them, so that every
+  // other model's config reads as it always has.
+  Json full = json;
+  if (!tie_embeddings) full["tie_embeddings"] = false;
+  if (mixer == MixerKind::kRwkv7) {
+    full["rwkv7"] = {{"decay_rank", rwkv7_ranks.decay},
+                     {"iclr_rank", rwkv7_ranks.iclr},
+                     {"value_rank", rwkv7_ranks.value},
+                     {"gate_rank", rwkv7_ranks.gate},
+                     {"group_norm_eps", group_norm_eps}};
+  }
+  return full.dump(1);
 }
 
 absl::StatusOr<LmConfig> LmConfig::FromJson(const std::string& text) {
@@ -132,6 +204,7 @@ absl::StatusOr<LmConfig> LmConfig::FromJson(const std::string& text) {
         EnumAt(json, "positions", &ParsePositionKind, &config.positions)}) {
     if (!status.ok()) return status;
   }
+  if (auto status = OptionalKeys(json, &config, &known); !status.ok()) return status;
   for (const auto& item : json.items()) {
     if (!known.count(item.key())) return InvalidField(item.key(), "unknown config key");
   }

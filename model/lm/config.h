@@ -29,8 +29,18 @@ struct LmConfig {
   int64_t window = 32;         // aft-local, aft-conv, aft-decay
   int64_t max_context = 2048;  // mixers with a cache or absolute bias; learned positions
   int64_t chunk = 0;           // blocks of the parallel forms; 0: DefaultChunk(mixer)
+  // The output head: the embedding transposed (tied), or a matrix of its
+  // own (RWKV-7's released models have one).
+  bool tie_embeddings = true;
+  // rwkv7 only: the low-rank sizes (a zero: DefaultRwkv7Ranks(d_model)'s)
+  // and the eps of each head's group norm. ff_hidden is its channel mix's
+  // width, heads its head count (d_model / heads channels each), and its
+  // norms are LayerNorms (norm must be layernorm).
+  Rwkv7Ranks rwkv7_ranks{0, 0, 0, 0};
+  double group_norm_eps = 64e-5;
 
-  // The options every layer's mixer is built with.
+  // The options every layer's mixer is built with (MixerOptions::layer 0;
+  // the model sets each layer's index).
   MixerOptions mixer_options() const;
   // kInvalidArgument naming the first field out of range.
   absl::Status Validate() const;

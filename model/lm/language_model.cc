@@ -14,12 +14,18 @@
 
 namespace attn {
 
-// One pre-norm layer: h + Mixer(Norm(h)), then h + FF(Norm(h)).
+// One layer: pre-norm, h + Mixer(Norm(h)), then h + FF(Norm(h)); or a
+// whole-block mixer alone (SequenceMixer::is_whole_block), which brings its
+// own norms, residuals and channel mixing.
 class LmLayer : public torch::nn::Module {
  public:
-  explicit LmLayer(const LmConfig& config) {
-    mix_norm = register_module("mix_norm", Norm(config.norm, config.d_model));
-    mixer = register_module("mixer", MakeMixer(config.mixer_options()));
+  LmLayer(const LmConfig& config, int64_t index) {
+    MixerOptions options = config.mixer_options();
+    options.layer = index;
+    whole_block = IsWholeBlock(config.mixer);
+    if (!whole_block) mix_norm = register_module("mix_norm", Norm(config.norm, config.d_model));
+    mixer = register_module("mixer", MakeMixer(options));
+    if (whole_block) return;
     ff_norm = register_module("ff_norm", Norm(config.norm, config.d_model));
     ff = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
   }
@@ -27,6 +33,7 @@ class LmLayer : public torch::nn::Module {
   // `mix` applies the mixer in the form the caller needs.
   template <typename Mix>
   torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
+    if (whole_block) return mix(h);
     return AddMixedAndFeedForward(h, mix(mix_norm->forward(h)));
   }
 
@@ -35,6 +42,7 @@ class LmLayer : public torch::nn::Module {
   // the feed-forward run on them alone.
   template <typename Mix>
   torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
+    if (whole_block) return mix(h);
     auto mixed = mix(mix_norm->forward(h));
     if (keep == 0) return mixed;
     return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
@@ -65,6 +73,7 @@ class LmLayer : public torch::nn::Module {
     return y + ff->forward(ff_norm->forward(y));
   }
 
+  bool whole_block = false;
   Norm mix_norm{nullptr};
   std::shared_ptr<SequenceMixer> mixer;
   Norm ff_norm{nullptr};
@@ -97,10 +106,15 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
   }
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < config.layers; ++l) {
-    layers_.push_back(std::make_shared<LmLayer>(config));
+    layers_.push_back(std::make_shared<LmLayer>(config, l));
     list->push_back(layers_.back());
   }
   final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
+  if (!config.tie_embeddings) {
+    head_ = register_parameter(
+        "head", torch::randn({config.vocab_size, config.d_model}) /
+                    std::sqrt(static_cast<double>(config.d_model)));
+  }
 }
 
 void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
@@ -128,7 +142,7 @@ torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tens
 }
 
 torch::Tensor CausalLmImpl::Head(const torch::Tensor& hidden) {
-  return Dense(final_norm_->forward(hidden), embedding_->weight);
+  return Dense(final_norm_->forward(hidden), head_.defined() ? head_ : embedding_->weight);
 }
 
 torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
@@ -136,8 +150,10 @@ torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
   CheckTokens(tokens);
   auto positions = torch::arange(tokens.size(1), tokens.options()).expand_as(tokens);
   auto h = Embed(tokens, positions);
+  LayerCarry carry;
   for (auto& layer : layers_) {
-    h = layer->Apply(h, [&](const torch::Tensor& x) { return layer->mixer->forward(x); });
+    h = layer->Apply(h,
+                     [&](const torch::Tensor& x) { return layer->mixer->ForwardInStack(x, carry); });
   }
   return Head(h);
 }
@@ -207,16 +223,18 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   auto h = Embed(tokens, positions);
   // Every layer but the last feeds all positions to the next one's state.
   const size_t full_layers = logits == PrefillLogits::kAll ? layers_.size() : layers_.size() - 1;
+  LayerCarry carry;
   for (size_t l = 0; l < full_layers; ++l) {
     auto& mixer = *layers_[l]->mixer;
-    h = layers_[l]->Apply(
-        h, [&](const torch::Tensor& x) { return mixer.prefill(x, state.layers[l], rows); });
+    h = layers_[l]->Apply(h, [&](const torch::Tensor& x) {
+      return mixer.PrefillInStack(x, state.layers[l], rows, x.size(1), carry);
+    });
   }
   if (logits == PrefillLogits::kAll) return Head(h);
   const size_t last = layers_.size() - 1;
   const int64_t keep = logits == PrefillLogits::kLast ? 1 : 0;
   h = layers_[last]->ApplyToLast(h, keep, [&](const torch::Tensor& x) {
-    return layers_[last]->mixer->prefill_last(x, state.layers[last], rows, keep);
+    return layers_[last]->mixer->PrefillInStack(x, state.layers[last], rows, keep, carry);
   });
   return keep == 0 ? torch::Tensor() : Head(h);
 }
@@ -249,10 +267,12 @@ torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch:
         state.length().index_select(0, rows.to(state.length().device())).to(tokens.device());
   }
   auto h = Embed(tokens, positions);
+  LayerCarry carry;
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto& mixer = *layers_[l]->mixer;
-    h = layers_[l]->Apply(
-        h, [&](const torch::Tensor& x) { return mixer.step(x, state.layers[l], slots); });
+    h = layers_[l]->Apply(h, [&](const torch::Tensor& x) {
+      return mixer.StepInStack(x, state.layers[l], slots, carry);
+    });
   }
   return h;
 }
@@ -346,6 +366,7 @@ double MinimumTensorElements(const LmConfig& config) {
       break;
   }
   double total = vocab * d + static_cast<double>(config.layers) * per_layer;
+  if (!config.tie_embeddings) total += vocab * d;
   if (config.positions == PositionKind::kLearned) total += context * d;
   return total;
 }

@@ -2,7 +2,10 @@
 //
 //   h_0 = E[tokens] (+ positions)
 //   h_l = h_{l-1} + Mixer_l(Norm(h_{l-1}));  h_l = h_l + FF_l(Norm(h_l))
-//   logits = Norm(h_L) E^T              (output head tied to the embedding)
+//   logits = Norm(h_L) E^T       (the head tied to the embedding, or a
+//                                 matrix of its own: tie_embeddings)
+// A whole-block mixer (RWKV-7) is the layer itself: h_l = Block_l(h_{l-1}),
+// and the layers hand each other a LayerCarry (model/mixers/mixer.h).
 //
 // Three equivalent computations, as for the mixers (model/mixers/mixer.h):
 //   forward(tokens)               [B, T] -> logits [B, T, V], parallel;
@@ -124,6 +127,7 @@ class CausalLmImpl : public torch::nn::Module {
   SinusoidalPositions sinusoidal_positions_{nullptr};  // not registered: no parameters
   std::vector<std::shared_ptr<LmLayer>> layers_;       // also in a ModuleList, for names
   Norm final_norm_{nullptr};
+  torch::Tensor head_;  // [V, d] when not tied to the embedding
 };
 TORCH_MODULE(CausalLm);
 

@@ -11,6 +11,7 @@
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/multi_head_attention.h"
 #include "model/mixers/relative_attention.h"
+#include "model/mixers/rwkv7.h"
 
 namespace attn {
 int64_t MixerState::bytes_per_row() const {
@@ -225,11 +226,18 @@ torch::Tensor SequenceMixer::prefill(const torch::Tensor& x, MixerState& state,
 
 torch::Tensor SequenceMixer::prefill_last(const torch::Tensor& x, MixerState& state,
                                           const torch::Tensor& slots, int64_t keep) {
+  LayerCarry alone;  // a mixer used alone is its own first layer
+  return PrefillInStack(x, state, slots, keep, alone);
+}
+
+torch::Tensor SequenceMixer::PrefillInStack(const torch::Tensor& x, MixerState& state,
+                                            const torch::Tensor& slots, int64_t keep,
+                                            LayerCarry& carry) {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
               options_.d_model, "], got ", x.sizes());
   TORCH_CHECK(keep >= 0 && keep <= x.size(1), "prefill_last keeps 0 to ", x.size(1),
               " outputs, got ", keep);
-  return Prefill(x, state, slots, keep);
+  return PrefillWithCarry(x, state, slots, keep, carry);
 }
 
 torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,
@@ -266,6 +274,8 @@ std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
       return std::make_shared<AftImpl>(options);
     case MixerKind::kAftDecay:
       return std::make_shared<AftDecayImpl>(options);
+    case MixerKind::kRwkv7:
+      return std::make_shared<Rwkv7Impl>(options);
   }
   TORCH_CHECK(false, "unknown mixer kind");
 }

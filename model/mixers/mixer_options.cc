@@ -1,5 +1,7 @@
 #include "model/mixers/mixer_options.h"
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "util/enum_names.h"
@@ -19,7 +21,13 @@ constexpr std::pair<MixerKind, const char*> kKindNames[] = {
     {MixerKind::kAftSimple, "aft-simple"},
     {MixerKind::kAftConv, "aft-conv"},
     {MixerKind::kAftDecay, "aft-decay"},
+    {MixerKind::kRwkv7, "rwkv7"},
 };
+
+// round(x / 32) * 32, at least 32; halves go to even as Python rounds them.
+int64_t RankOf(double x) {
+  return std::max<int64_t>(32, static_cast<int64_t>(std::nearbyint(x / 32.0)) * 32);
+}
 
 }  // namespace
 
@@ -36,6 +44,18 @@ const std::vector<MixerKind>& AllMixerKinds() {
     return all;
   }();
   return *kinds;
+}
+
+bool IsWholeBlock(MixerKind kind) { return kind == MixerKind::kRwkv7; }
+
+Rwkv7Ranks DefaultRwkv7Ranks(int64_t d_model) {
+  const double d = static_cast<double>(d_model);
+  Rwkv7Ranks ranks;
+  ranks.decay = RankOf(1.8 * std::sqrt(d));
+  ranks.iclr = ranks.decay;
+  ranks.value = RankOf(1.3 * std::sqrt(d));
+  ranks.gate = RankOf(0.6 * std::pow(d, 0.8));
+  return ranks;
 }
 
 int64_t DefaultChunk(MixerKind kind) {

@@ -21,6 +21,7 @@ enum class MixerKind {
   kAftSimple,    // AFT without position bias
   kAftConv,      // AFT with a per-head bias that depends only on t - t'
   kAftDecay,     // AFT-conv's filter in a window, a learned per-channel decay beyond
+  kRwkv7,        // an RWKV-7 block: delta-rule linear attention with a data-dependent decay
 };
 
 // Returns the configuration name of `kind` ("mha", "aft-conv", ...).
@@ -35,6 +36,24 @@ const std::vector<MixerKind>& AllMixerKinds();
 // for the rest, whose blocks are matrix products. The block size never
 // changes the result.
 int64_t DefaultChunk(MixerKind kind);
+
+// Whether a mixer of `kind` is a whole block (SequenceMixer::is_whole_block):
+// it brings its own norms, residuals and channel mixing, so a layer of a
+// language model is that mixer alone.
+bool IsWholeBlock(MixerKind kind);
+
+// RWKV-7's low-rank sizes (model/mixers/rwkv7.h) for width `d_model`, as
+// the RWKV-7 paper's reference trainer chooses them: the decay's and the
+// in-context rate's round(1.8 sqrt(d) / 32) * 32, the value residual's
+// round(1.3 sqrt(d) / 32) * 32, the gate's round(0.6 d^0.8 / 32) * 32, each
+// at least 32.
+struct Rwkv7Ranks {
+  int64_t decay = 0;
+  int64_t iclr = 0;
+  int64_t value = 0;
+  int64_t gate = 0;
+};
+Rwkv7Ranks DefaultRwkv7Ranks(int64_t d_model);
 
 // Everything needed to build any mixer. Fields a kind does not use are
 // ignored by it.
@@ -62,6 +81,16 @@ struct MixerOptions {
   // runs the op-by-op blocks: slower, same numbers; the path any non-CPU
   // device takes.
   bool fused_kernels = true;
+
+  // The layer's index in its model. RWKV-7's first layer normalises the
+  // embedding (ln0) and its values become every later layer's value
+  // residual (LayerCarry in model/mixers/mixer.h).
+  int64_t layer = 0;
+  // RWKV-7: the channel mix's hidden width, the low-rank sizes, and the eps
+  // of the group norm over each head's output (64e-5 in the released models).
+  int64_t ff_hidden = 1024;
+  Rwkv7Ranks rwkv7_ranks = DefaultRwkv7Ranks(256);
+  double group_norm_eps = 64e-5;
 };
 
 }  // namespace attn

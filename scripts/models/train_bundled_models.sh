@@ -24,7 +24,8 @@
 # RMSNorm, no position embedding, 4096-piece SentencePiece vocabulary, batch
 # 16 x 256 tokens (4,096 tokens per step), AdamW at lr 3e-3 with 100 warm-up
 # steps, seed 1: about 1.9M parameters, so the four packages stay under 25 MB.
-#   long-context (aft-decay, linear-decay, mha-alibi, any unbundled kind):
+#   long-context (aft-decay, linear-decay, mha-alibi, rwkv7 with its
+#     LayerNorms, any unbundled kind):
 #     a length curriculum (256-token sequences to 60% of the steps, 1024 to
 #     80%, 2048 to the end, same tokens per step) on the fortunes followed by
 #     the Bible, so that the held-out 5% is the end of the Bible: 109K tokens
@@ -56,6 +57,7 @@ recipe() {
     linear-decay) flags=("${common[@]}" "${long_context[@]}" --mixer=linear-decay) ;;
     mha-alibi) flags=("${common[@]}" "${long_context[@]}" --mixer=mha-alibi --max_context=8192) ;;
     aft-conv) flags=("${common[@]}" "${earlier[@]}" --mixer=aft-conv --window=8) ;;
+    rwkv7) flags=("${common[@]}" "${long_context[@]}" --mixer=rwkv7 --norm=layernorm) ;;
     *) flags=("${common[@]}" "${long_context[@]}" --mixer="$1") ;;
   esac
 }
@@ -65,7 +67,7 @@ if [ "${PRINT_RECIPES:-0}" = 1 ]; then
   for name in $MODELS; do
     recipe "$name"
     "$train_bin" "${flags[@]}" --print_config > /dev/null \
-      || { echo "$name: not a mixer kind attn-train knows" >&2; exit 2; }
+      || { echo "$name: attn-train refuses its recipe (is it a mixer kind?)" >&2; exit 2; }
     echo "$name: ${flags[*]}"
   done
   exit 0

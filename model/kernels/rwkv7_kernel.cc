@@ -1,0 +1,62 @@
+// RWKV-7's per-head state update (kernels.h, Rwkv7Update).
+#include <ATen/Parallel.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/kernels/head_tasks.h"
+#include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
+
+namespace attn::kernels {
+namespace {
+
+// One head of one row over every token of the chunk. kN > 0 fixes the head
+// size at compile time, so that a row of S stays in vector registers while
+// it is decayed, corrected and read; 0 reads it from `a`. Two passes over S
+// per token: the first reads S kk (with the old S), the second updates each
+// row and reads it into the output.
+template <int64_t kN>
+ATTN_HOT void Rwkv7OneHead(const Rwkv7UpdateArgs& a, int64_t b, int64_t h,
+                           std::vector<float>& scratch) {
+  const int64_t n = kN > 0 ? kN : a.head_dim;
+  const int64_t channels = a.heads * n;
+  scratch.resize(2 * n);
+  float* removed = scratch.data();  // S kk, by value channel
+  float* target = removed + n;      // a * kk, by key channel
+  float* s = a.s + (SlotOf(a.slots, b) * a.heads + h) * n * n;
+  const int64_t outputs = a.time - a.first_output;
+  for (int64_t t = 0; t < a.time; ++t) {
+    const int64_t in = (b * a.time + t) * channels + h * n;
+    const float* w = a.w + in;
+    const float* k = a.k + in;
+    const float* v = a.v + in;
+    const float* kk = a.kk + in;
+    const float* iclr = a.a + in;
+    for (int64_t i = 0; i < n; ++i) removed[i] = Dot(s + i * n, kk, n);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) target[j] = kk[j] * iclr[j];
+    const bool emit = t >= a.first_output;
+    const int64_t out_at = (b * outputs + t - a.first_output) * channels + h * n;
+    const float* r = emit ? a.r + out_at : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = s + i * n;
+      const float sa = removed[i];
+      const float vi = v[i];
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] * w[j] - sa * target[j] + vi * k[j];
+      if (emit) a.out[out_at + i] = Dot(row, r, n);
+    }
+  }
+}
+
+}  // namespace
+
+void Rwkv7Update(const Rwkv7UpdateArgs& a) {
+  const int64_t work = a.time * a.head_dim * a.head_dim * 4;
+  ForEachRowAndHead(a, work, [&](auto head_size, int64_t b, int64_t h, std::vector<float>& s) {
+    Rwkv7OneHead<decltype(head_size)::value>(a, b, h, s);
+  });
+}
+
+}  // namespace attn::kernels

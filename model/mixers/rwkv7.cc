@@ -1,0 +1,340 @@
+#include "model/mixers/rwkv7.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
+
+namespace attn {
+namespace {
+
+// e^{-1/2}: w = exp(-e^{-1/2} sigmoid(z)) = exp(-exp(-softplus(-z) - 1/2)).
+constexpr double kDecayScale = 0.60653065971263342;
+
+// x @ W^T of a bias-free projection.
+torch::Tensor Project(const torch::Tensor& x, const torch::nn::Linear& layer) {
+  return Dense(x, layer->weight);
+}
+
+// The reference trainer's initialisation of a mix, 1 - ddd^power, with
+// ddd[n] = n / C.
+torch::Tensor MixInit(int64_t channels, double power) {
+  return 1.0 - torch::pow(torch::arange(channels, torch::kFloat) / channels, power);
+}
+
+}  // namespace
+
+// The tensors one call continues: copies of the rows' shifts, and their
+// matrices, either in place in the pool (the fused update, rows by `ids`)
+// or as this call's copy.
+struct Rwkv7Impl::Rows {
+  torch::Tensor att_shift;  // [B, C]
+  torch::Tensor ffn_shift;  // [B, C]
+  torch::Tensor wkv;        // the pool's [rows, H, N, N], or [B, H, N, N]
+  const int64_t* ids = nullptr;
+  bool fused = false;
+};
+
+// The time mix's per-token vectors for the state update; r and g only for
+// the tokens whose output is wanted (the last `tail` of the chunk).
+struct Rwkv7Impl::Mixed {
+  torch::Tensor r, w, k, v, kk, iclr, g;  // [B, T, C], r and g [B, tail, C]
+  int64_t tail = 0;
+};
+
+Rwkv7Impl::Rwkv7Impl(const MixerOptions& options) : SequenceMixer(options) {
+  TORCH_CHECK(options.kind == MixerKind::kRwkv7, "Rwkv7 needs kind rwkv7");
+  const int64_t c = options.d_model, heads = options.heads, layers_in = options.layer;
+  TORCH_CHECK(c % heads == 0, "rwkv7: d_model (", c, ") must be divisible by heads (", heads,
+              ")");
+  const Rwkv7Ranks& ranks = options.rwkv7_ranks;
+  TORCH_CHECK(ranks.decay > 0 && ranks.iclr > 0 && ranks.value > 0 && ranks.gate > 0,
+              "rwkv7: low-rank sizes must be positive");
+  TORCH_CHECK(options.ff_hidden > 0, "rwkv7: ff_hidden must be positive");
+  const int64_t n = c / heads;
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  };
+  // A layer's place in the model scales its initial mixes and decays, as in
+  // the reference trainer (options.layer of an assumed 12-layer model when
+  // used alone; only the starting point of training depends on it).
+  const double depth = 12.0;
+  const double to_one = std::min(1.0, static_cast<double>(layers_in) / (depth - 1));
+  const double to_zero = 1.0 - std::min(1.0, static_cast<double>(layers_in) / depth);
+  mix_r_ = register_parameter("mix_r", MixInit(c, 0.2 * to_zero));
+  mix_w_ = register_parameter("mix_w", MixInit(c, 0.9 * to_zero));
+  mix_k_ = register_parameter("mix_k", MixInit(c, 0.7 * to_zero));
+  mix_v_ = register_parameter("mix_v", MixInit(c, 0.7 * to_zero));
+  mix_i_ = register_parameter("mix_i", MixInit(c, 0.9 * to_zero));
+  mix_g_ = register_parameter("mix_g", MixInit(c, 0.2 * to_zero));
+  // Per channel: a position from -0.5 to 0.5 across the width, and a zigzag
+  // across each head (-1 to 1, squared with its sign).
+  const auto index = torch::arange(c, torch::kFloat);
+  const auto linear_ramp = index / std::max<int64_t>(c - 1, 1) - 0.5;
+  auto zigzag = (index.remainder(n) - (n - 1) / 2.0) / std::max((n - 1) / 2.0, 1.0);
+  zigzag = zigzag * zigzag.abs();
+  const auto decay_start =
+      -6.0 + 6.0 * torch::pow(index / std::max<int64_t>(c - 1, 1), 1.0 + std::pow(to_one, 0.3));
+  decay_bias_ = register_parameter("decay_bias", decay_start + 0.5 + zigzag * 2.5);
+  iclr_bias_ = register_parameter("iclr_bias", -0.19 + zigzag * 0.3 + linear_ramp * 0.4);
+  key_norm_scale_ = register_parameter("key_norm_scale", 0.71 - linear_ramp * 0.1);
+  key_iclr_scale_ = register_parameter("key_iclr_scale", torch::full({c}, 1.02));
+  bonus_ = register_parameter("bonus", torch::full({heads, n}, -0.04));
+  out_norm_gain_ = register_parameter(
+      "out_norm_gain", torch::full({c}, std::pow((layers_in + 1) / depth, 0.7)));
+  out_norm_bias_ = register_parameter("out_norm_bias", torch::zeros({c}));
+  ffn_mix_ = register_parameter("ffn_mix", MixInit(c, std::pow(to_zero, 4)));
+  receptance_ = linear("receptance", c, c);
+  key_ = linear("key", c, c);
+  value_ = linear("value", c, c);
+  output_ = linear("output", c, c);
+  decay_down_ = linear("decay_down", c, ranks.decay);
+  decay_up_ = linear("decay_up", ranks.decay, c);
+  iclr_down_ = linear("iclr_down", c, ranks.iclr);
+  iclr_up_ = linear("iclr_up", ranks.iclr, c);
+  if (options.layer > 0) {
+    value_bias_ = register_parameter("value_bias", 0.73 - linear_ramp * 0.4);
+    value_down_ = linear("value_down", c, ranks.value);
+    value_up_ = linear("value_up", ranks.value, c);
+  }
+  gate_down_ = linear("gate_down", c, ranks.gate);
+  gate_up_ = linear("gate_up", ranks.gate, c);
+  ffn_key_ = linear("ffn_key", c, options.ff_hidden);
+  ffn_value_ = linear("ffn_value", options.ff_hidden, c);
+  if (options.layer == 0) ln0_ = register_module("ln0", Norm(NormKind::kLayerNorm, c));
+  ln1_ = register_module("ln1", Norm(NormKind::kLayerNorm, c));
+  ln2_ = register_module("ln2", Norm(NormKind::kLayerNorm, c));
+  // The low-rank paths start at their bias (down projections at zero, so
+  // that gradients reach them through the small up projections); the key
+  // projection small, the block's two outputs at zero: a new block passes
+  // its input through.
+  torch::NoGradGuard no_grad;
+  for (auto* down : {&decay_down_, &iclr_down_, &value_down_, &gate_down_}) {
+    if (!down->is_empty()) (*down)->weight.zero_();
+  }
+  for (auto* up : {&decay_up_, &iclr_up_, &value_up_, &gate_up_}) {
+    if (!up->is_empty()) (*up)->weight.normal_(0.0, 0.1 / std::sqrt(static_cast<double>(c)));
+  }
+  key_->weight.mul_(0.1);
+  output_->weight.zero_();
+  ffn_value_->weight.zero_();
+}
+
+int64_t Rwkv7Impl::state_bytes_per_sequence(int64_t /*context*/) const {
+  const int64_t c = options_.d_model;
+  return (2 * c + c * head_size()) * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+MixerState Rwkv7Impl::initial_state(int64_t rows, torch::Device device) const {
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  const int64_t c = options_.d_model, n = head_size();
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  state.tensors = {torch::zeros({rows, c}, opts), torch::zeros({rows, options_.heads, n, n}, opts),
+                   torch::zeros({rows, c}, opts)};
+  return state;
+}
+
+Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift,
+                                          LayerCarry& carry, int64_t tail) {
+  const int64_t batch = a.size(0), time = a.size(1), c = options_.d_model;
+  const auto previous =
+      time == 1 ? shift.unsqueeze(1)
+                : torch::cat({shift.unsqueeze(1), a.narrow(1, 0, time - 1)}, 1);
+  const auto delta = previous - a;
+  auto mix = [&](const torch::Tensor& mu) { return torch::addcmul(a, delta, mu); };
+  auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
+  Mixed m;
+  m.tail = tail;
+  m.r = Project(last(mix(mix_r_)), receptance_);
+  m.k = Project(mix(mix_k_), key_);
+  const auto xv = mix(mix_v_);
+  m.v = Project(xv, value_);
+  const auto decay_logit =
+      decay_bias_ + Project(torch::tanh(Project(mix(mix_w_), decay_down_)), decay_up_);
+  m.w = torch::exp(torch::sigmoid(decay_logit) * -kDecayScale);
+  if (options_.layer == 0 || !carry.first_values.defined()) {
+    if (options_.layer == 0) carry.first_values = m.v;
+  } else {
+    const auto gate = torch::sigmoid(value_bias_ + Project(Project(xv, value_down_), value_up_));
+    m.v = torch::addcmul(m.v, carry.first_values - m.v, gate);
+  }
+  m.iclr = torch::sigmoid(iclr_bias_ + Project(Project(mix(mix_i_), iclr_down_), iclr_up_));
+  m.g = Project(torch::sigmoid(Project(last(mix(mix_g_)), gate_down_)), gate_up_);
+  const auto scaled = (m.k * key_norm_scale_).view({batch, time, options_.heads, head_size()});
+  m.kk = (scaled / scaled.norm(2, -1, true).clamp_min(1e-12)).view({batch, time, c});
+  m.k = m.k * (1.0 + (m.iclr - 1.0) * key_iclr_scale_);
+  return m;
+}
+
+torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
+  const int64_t batch = m.k.size(0), time = m.k.size(1), heads = options_.heads, n = head_size();
+  const auto target = m.kk * m.iclr;
+  auto column = [&](const torch::Tensor& t, int64_t i) { return t.select(1, i).view({batch, heads, n, 1}); };
+  auto row = [&](const torch::Tensor& t, int64_t i) { return t.select(1, i).view({batch, heads, 1, n}); };
+  torch::Tensor s = wkv;
+  std::vector<torch::Tensor> outputs;
+  for (int64_t t = 0; t < time; ++t) {
+    const auto removed = torch::matmul(s, column(m.kk, t));  // S kk [B, H, N, 1]
+    s = s * row(m.w, t) - torch::matmul(removed, row(target, t)) +
+        torch::matmul(column(m.v, t), row(m.k, t));
+    if (t >= time - m.tail) {
+      outputs.push_back(torch::matmul(s, column(m.r, t - (time - m.tail))).view({batch, -1}));
+    }
+  }
+  wkv = s;
+  return torch::stack(outputs, 1);
+}
+
+torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift) {
+  // h holds the last tokens of the chunk; without the chunk's first token,
+  // its first token only supplies the shift of the second (Run).
+  const auto b = ln2_->forward(h);
+  const int64_t time = b.size(1);
+  const bool whole = shift.defined();
+  torch::Tensor previous, current, residual;
+  if (whole) {
+    previous = time == 1 ? shift.unsqueeze(1)
+                         : torch::cat({shift.unsqueeze(1), b.narrow(1, 0, time - 1)}, 1);
+    current = b;
+    residual = h;
+  } else {
+    previous = b.narrow(1, 0, time - 1);
+    current = b.narrow(1, 1, time - 1);
+    residual = h.narrow(1, 1, time - 1);
+  }
+  shift = b.select(1, time - 1);
+  const auto input = torch::addcmul(current, previous - current, ffn_mix_);
+  return residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
+}
+
+torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, LayerCarry& carry) {
+  const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model, heads = options_.heads;
+  const int64_t n = head_size();
+  const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
+  const torch::Tensor a = ln1_->forward(input);
+  // Outputs for max(keep, 1) tokens, plus the token before them when the
+  // chunk has one: the channel mix's shift needs the last token's, and each
+  // token's channel mix needs the one before it.
+  const int64_t outputs = std::max<int64_t>(keep, 1);
+  const int64_t tail = std::min(time, outputs + 1);
+  Mixed m = TimeMixInputs(a, rows.att_shift, carry, tail);
+  rows.att_shift = a.select(1, time - 1).clone();
+  torch::Tensor o;
+  if (rows.fused) {
+    o = torch::empty({batch, tail, c}, x.options());
+    kernels::Rwkv7UpdateArgs args;
+    args.batch = batch;
+    args.time = time;
+    args.heads = heads;
+    args.head_dim = n;
+    args.first_output = time - tail;
+    args.slots = rows.ids;
+    const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous(),
+               v = m.v.contiguous(), kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
+    args.r = r.data_ptr<float>();
+    args.w = w.data_ptr<float>();
+    args.k = k.data_ptr<float>();
+    args.v = v.data_ptr<float>();
+    args.kk = kk.data_ptr<float>();
+    args.a = iclr.data_ptr<float>();
+    args.s = rows.wkv.data_ptr<float>();
+    args.out = o.data_ptr<float>();
+    kernels::Rwkv7Update(args);
+  } else {
+    o = UpdateByOps(m, rows.wkv);
+  }
+  // Each head's output normalised, plus the bonus of the current token.
+  auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
+  const auto per_head = o.view({batch, tail, heads, n});
+  const auto mean = per_head.mean(-1, true);
+  const auto centered = per_head - mean;
+  const auto variance = centered.square().mean(-1, true);
+  auto y = (centered * torch::rsqrt(variance + options_.group_norm_eps)).view({batch, tail, c});
+  y = torch::addcmul(out_norm_bias_, y, out_norm_gain_);
+  const auto k_tail = last(m.k).view({batch, tail, heads, n});
+  const auto v_tail = last(m.v).view({batch, tail, heads, n});
+  const auto bonus = (m.r.view({batch, tail, heads, n}) * k_tail * bonus_).sum(-1, true);
+  y = y + (bonus * v_tail).view({batch, tail, c});
+  const torch::Tensor h = last(input) + Project(y * m.g, output_);
+  const bool whole_chunk = tail == time;
+  torch::Tensor shift = whole_chunk ? rows.ffn_shift : torch::Tensor();
+  torch::Tensor out = ChannelMix(h, shift);
+  rows.ffn_shift = shift.clone();
+  return out.narrow(1, out.size(1) - keep, keep);
+}
+
+torch::Tensor Rwkv7Impl::forward(const torch::Tensor& x) {
+  LayerCarry alone;
+  return ForwardInStack(x, alone);
+}
+
+torch::Tensor Rwkv7Impl::ForwardInStack(const torch::Tensor& x, LayerCarry& carry) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "rwkv7 expects x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  const int64_t batch = x.size(0), c = options_.d_model, n = head_size();
+  MixerState state;  // empty sequences in x's dtype, for CanFuse
+  state.length = torch::zeros({batch}, torch::kLong);
+  state.tensors = {torch::zeros({batch, c}, x.options()),
+                   torch::zeros({batch, options_.heads, n, n}, x.options()),
+                   torch::zeros({batch, c}, x.options())};
+  Rows rows;
+  rows.att_shift = state.tensors[0];
+  rows.wkv = state.tensors[1];
+  rows.ffn_shift = state.tensors[2];
+  rows.fused = CanFuse(x, state);
+  return Run(rows.fused ? x.contiguous() : x, rows, x.size(1), carry);
+}
+
+torch::Tensor Rwkv7Impl::Prefill(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& slots, int64_t keep) {
+  LayerCarry alone;
+  return PrefillWithCarry(x, state, slots, keep, alone);
+}
+
+torch::Tensor Rwkv7Impl::PrefillWithCarry(const torch::Tensor& x, MixerState& state,
+                                          const torch::Tensor& slots, int64_t keep,
+                                          LayerCarry& carry) {
+  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
+  const auto index = ids.to(state.length.device());
+  Rows rows;
+  rows.att_shift = state.tensors[0].index_select(0, index);
+  rows.ffn_shift = state.tensors[2].index_select(0, index);
+  rows.fused = CanFuse(x, state);
+  if (rows.fused) {
+    rows.wkv = state.tensors[1];  // updated in place, row by row
+    rows.ids = ids.data_ptr<int64_t>();
+  } else {
+    rows.wkv = state.tensors[1].index_select(0, index);
+  }
+  torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep, carry);
+  state.tensors[0].index_copy_(0, index, rows.att_shift);
+  state.tensors[2].index_copy_(0, index, rows.ffn_shift);
+  if (!rows.fused) state.tensors[1].index_copy_(0, index, rows.wkv);
+  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
+  return out;
+}
+
+torch::Tensor Rwkv7Impl::step(const torch::Tensor& x, MixerState& state,
+                              const torch::Tensor& slots) {
+  LayerCarry alone;
+  return StepInStack(x, state, slots, alone);
+}
+
+torch::Tensor Rwkv7Impl::StepInStack(const torch::Tensor& x, MixerState& state,
+                                     const torch::Tensor& slots, LayerCarry& carry) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "rwkv7 step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  // A step is a prefill of one token: the recurrence has no positions.
+  LayerCarry chunk;
+  if (carry.first_values.defined()) chunk.first_values = carry.first_values.unsqueeze(1);
+  torch::Tensor y = PrefillWithCarry(x.unsqueeze(1), state, slots, 1, chunk);
+  if (options_.layer == 0) carry.first_values = chunk.first_values.squeeze(1);
+  return y.squeeze(1);
+}
+
+}  // namespace attn
