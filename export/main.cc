@@ -1,16 +1,21 @@
-// attn-export: rewrites a model package of any readable format in the
-// current one, whose TorchScript methods (forward, init_state, prefill,
-// step) run in any LibTorch or PyTorch (docs/model-contract.md).
+// attn-export: writes a model package in the current format, whose
+// TorchScript methods (forward, init_state, prefill, step) run in any
+// LibTorch or PyTorch (docs/model-contract.md), from
+//
+//   a package of any readable format (the weights and tokenizer copied
+//   unchanged: the result loads to the same logits), or
+//   a public RWKV-7 checkpoint: BlinkDL's .pth or a Hugging Face directory
+//   (model/checkpoints/import.h), with its RWKV World vocabulary.
 //
 //   attn-export --input=models/aft-conv.pt --output=/tmp/aft-conv.pt
+//   attn-export --input=rwkv7-g1-0.1b.pth --tokenizer=rwkv_vocab_v20230424.txt --output=g1.pt
 //   attn-export --input=models/aft-decay.pt --output=/tmp/aft-decay-int8.pt --quantize=int8
 //
-// The weights and tokenizer are copied unchanged, and the result loads to
-// the same logits; with --quantize=int8 the dense weights are stored as int8
-// with a float scale per output channel (format 3, about a quarter of the
-// bytes), and the result loads to the logits `attn-server --quantize=int8`
-// serves from the float package. An int8 package stays int8. --output may
-// name the input to convert it in place.
+// With --quantize=int8 the dense weights are stored as int8 with a float
+// scale per output channel (format 3, about a quarter of the bytes), and the
+// result loads to the logits `attn-server --quantize=int8` serves from the
+// float package. An int8 package stays int8. --output may name the input to
+// convert it in place.
 
 #include <filesystem>
 #include <iostream>
@@ -18,23 +23,54 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "model/checkpoints/import.h"
 #include "model/lm/model_package.h"
 #include "util/flags.h"
 
-ABSL_FLAG(std::string, input, "", "model package to read (*.pt, any readable format)");
-ABSL_FLAG(std::string, output, "", "where to write it in the current format (may be --input)");
+ABSL_FLAG(std::string, input, "",
+          "a model package (*.pt, any readable format), an RWKV-7 .pth, or a Hugging Face "
+          "directory (config.json and model.safetensors)");
+ABSL_FLAG(std::string, output, "", "where to write the package (may be --input)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "the RWKV World vocabulary of a checkpoint (rwkv_vocab_v20230424.txt); a Hugging "
+          "Face directory's own is used when this is empty");
 ABSL_FLAG(std::string, quantize, "none",
           "none: keep the weights as they are; int8: store the dense weights as int8 with a "
           "float scale per output channel");
 
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "attn-export: " << message << "\n";
+  return 1;
+}
+
+// The package's contents from --input: a package as it is, or a checkpoint
+// imported.
+absl::StatusOr<attn::ModelPackage> Read(const std::string& input) {
+  if (!attn::IsCheckpoint(input)) return attn::LoadPackage(input);
+  std::cerr << "attn-export: reading the checkpoint " << input << "\n";
+  absl::StatusOr<attn::ImportedModel> imported =
+      attn::ImportCheckpoint(input, absl::GetFlag(FLAGS_tokenizer));
+  if (!imported.ok()) return imported.status();
+  attn::ModelPackage package;
+  package.model = imported->model;
+  package.tokenizer_model = std::move(imported->tokenizer_model);
+  package.info = std::move(imported->info);
+  return package;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Rewrites a model package in the current format, with runnable TorchScript methods.");
+      "Writes a model package in the current format, with runnable TorchScript methods, from a "
+      "package or a public RWKV-7 checkpoint.");
   attn::ListFlagsOfFolderInHelp(__FILE__);
   absl::ParseCommandLine(argc, argv);
   const std::string input = absl::GetFlag(FLAGS_input), output = absl::GetFlag(FLAGS_output);
   if (input.empty() || output.empty()) {
-    std::cerr << "attn-export: give --input=PACKAGE.pt and --output=PACKAGE.pt\n";
+    std::cerr << "attn-export: give --input=PACKAGE.pt|CHECKPOINT and --output=PACKAGE.pt\n";
     return 2;
   }
   const std::string quantize = absl::GetFlag(FLAGS_quantize);
@@ -42,36 +78,29 @@ int main(int argc, char** argv) {
     std::cerr << "attn-export: --quantize must be none or int8, got \"" << quantize << "\"\n";
     return 2;
   }
-  auto package = attn::LoadPackage(input);
-  if (!package.ok()) {
-    std::cerr << "attn-export: " << package.status().message() << "\n";
-    return 1;
-  }
+  absl::StatusOr<attn::ModelPackage> package = Read(input);
+  if (!package.ok()) return Fail(std::string(package.status().message()));
   if (quantize == "int8") {
     if (auto bytes = attn::QuantizeInt8(package->model); !bytes.ok()) {
-      std::cerr << "attn-export: " << input << ": " << bytes.status().message() << "\n";
-      return 1;
+      return Fail(input + ": " + std::string(bytes.status().message()));
     }
   }
   const bool int8 = package->model->has_int8_weights();
   // Written beside the output first, so that converting in place never
   // leaves half a file.
   const std::string partial = output + ".partial";
-  if (auto saved = attn::SavePackage(partial, package->model, package->tokenizer_model);
+  if (auto saved =
+          attn::SavePackage(partial, package->model, package->tokenizer_model, package->info);
       !saved.ok()) {
-    std::cerr << "attn-export: " << saved.message() << "\n";
-    return 1;
+    return Fail(std::string(saved.message()));
   }
   std::error_code error;
   std::filesystem::rename(partial, output, error);
-  if (error) {
-    std::cerr << "attn-export: cannot move " << partial << " to " << output << ": "
-              << error.message() << "\n";
-    return 1;
-  }
+  if (error) return Fail("cannot move " + partial + " to " + output + ": " + error.message());
   std::cout << "attn-export: wrote " << output << " (format "
             << (int8 ? attn::kInt8PackageFormatVersion : attn::kFloatPackageFormatVersion) << ", "
             << attn::MixerKindName(package->model->config().mixer) << ", "
+            << package->model->parameter_count() << " parameters, "
             << (int8 ? "int8" : "float32") << " weights, "
             << std::filesystem::file_size(output, error) << " bytes)\n";
   return 0;

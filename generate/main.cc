@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     std::cerr << "attn-generate: " << package.status().message() << "\n";
     return 1;
   }
-  auto tokenizer = attn::Tokenizer::FromSerialized(package->tokenizer_model);
+  auto tokenizer = attn::PackageTokenizer(*package);
   if (!tokenizer.ok()) {
     std::cerr << "attn-generate: " << tokenizer.status().message() << "\n";
     return 1;

@@ -63,7 +63,7 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the package holds no tokenizer; export it with attn-train"));
   }
-  auto tokenizer = Tokenizer::FromSerialized(package->tokenizer_model);
+  auto tokenizer = PackageTokenizer(*package);
   if (!tokenizer.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": its tokenizer does not load: ", tokenizer.status().message()));
@@ -73,6 +73,7 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
   const LmConfig& config = model->config();
   ModelDescription& d = loaded.description;
   d.mixer = MixerKindName(config.mixer);
+  d.chat_format = package->info.chat_format;
   d.parameters = model->parameter_count();
   d.vocab_size = config.vocab_size;
   d.max_context = std::max<int64_t>(model->max_context(), 0);
@@ -103,7 +104,7 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
   const ScriptModelConfig& config = (*backend)->config();
   auto tokenizer = config.tokenizer == "bytes"
                        ? Tokenizer::Bytes(config.vocab_size, config.eos_id)
-                       : Tokenizer::FromSerialized((*backend)->tokenizer_model());
+                       : Tokenizer::FromStored(config.tokenizer, (*backend)->tokenizer_model());
   if (!tokenizer.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": its tokenizer does not load: ", tokenizer.status().message()));
@@ -117,6 +118,7 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
   LoadedModel loaded;
   ModelDescription& d = loaded.description;
   d.mixer = config.mixer.empty() ? "custom" : config.mixer;
+  d.chat_format = config.chat_format;
   d.parameters = (*backend)->parameter_count();
   d.vocab_size = config.vocab_size;
   d.max_context = std::max<int64_t>(config.max_context, 0);

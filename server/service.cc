@@ -410,6 +410,7 @@ grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     info->set_backend(d.backend);
     info->set_state_fingerprint(d.fingerprint);
     info->set_state_cache_bytes(model->engine->options().state_cache_bytes);
+    info->set_chat_format(d.chat_format);
     if (!d.weight_dtype.empty()) {
       info->set_weight_dtype(d.weight_dtype);
       info->set_weight_bytes(d.weight_bytes);

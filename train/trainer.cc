@@ -88,7 +88,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Resume(const TrainOptions& opt
   const std::string& dir = options.checkpoint_dir;
   auto package = LoadPackage(ModelPath(dir));
   if (!package.ok()) return package.status();
-  auto tokenizer = Tokenizer::FromSerialized(package->tokenizer_model);
+  auto tokenizer = PackageTokenizer(*package);
   if (!tokenizer.ok()) return tokenizer.status();
   TrainOptions resumed = options;
   resumed.model = package->model->config();

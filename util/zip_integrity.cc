@@ -231,6 +231,27 @@ absl::Status CheckZipIntegrity(absl::string_view archive) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::map<std::string, absl::string_view>> StoredZipEntries(
+    absl::string_view archive) {
+  if (auto status = CheckZipIntegrity(archive); !status.ok()) return status;
+  const Bytes bytes(archive);
+  absl::StatusOr<Directory> dir = ReadDirectory(bytes);
+  if (!dir.ok()) return dir.status();
+  std::map<std::string, absl::string_view> entries;
+  uint64_t at = dir->offset;
+  for (uint64_t i = 0; i < dir->entries; ++i) {
+    absl::StatusOr<Entry> entry = ReadEntry(bytes, at, dir->offset + dir->size);
+    if (!entry.ok()) return entry.status();
+    if (entry->method != kStored) {
+      return absl::DataLossError(absl::StrCat(entry->name, " is compressed; expected stored data"));
+    }
+    absl::StatusOr<absl::string_view> data = EntryData(bytes, *entry);
+    if (!data.ok()) return data.status();
+    entries[entry->name] = *data;
+  }
+  return entries;
+}
+
 absl::StatusOr<std::string> ReadIntactZip(const std::string& path) {
   absl::StatusOr<std::string> archive = ReadFileBytes(path);
   if (!archive.ok()) return absl::DataLossError(archive.status().message());

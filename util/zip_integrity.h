@@ -15,6 +15,7 @@
 // against a crafted archive: one with correct CRCs passes.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,6 +28,12 @@ namespace attn {
 // CRC-32 and sizes. Otherwise kDataLoss, saying which entry or record is
 // wrong (the caller adds the file's name).
 absl::Status CheckZipIntegrity(absl::string_view archive);
+
+// The data of every entry of an intact archive (CheckZipIntegrity), by name,
+// as views into `archive`. Entries must be stored, not deflated (as
+// torch.save writes them): kDataLoss naming a deflated one.
+absl::StatusOr<std::map<std::string, absl::string_view>> StoredZipEntries(
+    absl::string_view archive);
 
 // The bytes of the file at `path`, once CheckZipIntegrity passed on them:
 // what a loader hands to LibTorch (from memory, so the bytes checked are the

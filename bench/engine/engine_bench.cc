@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(package.status().message()).c_str());
     return 1;
   }
-  auto tokenizer = attn::Tokenizer::FromSerialized(package->tokenizer_model);
+  auto tokenizer = attn::PackageTokenizer(*package);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "error: the package's tokenizer: %s\n",
                  std::string(tokenizer.status().message()).c_str());

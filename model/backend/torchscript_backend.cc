@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/backend/guarded.h"
 #include "model/lm/row_groups.h"
+#include "model/text/chat_format.h"
 #include "nlohmann/json.hpp"
 #include "util/zip_integrity.h"
 
@@ -136,12 +137,21 @@ absl::StatusOr<ScriptModelConfig> ParseScriptModelConfig(const std::string& text
     }
   }
   if (!json.contains("tokenizer") || !json["tokenizer"].is_string() ||
-      (json["tokenizer"] != "sentencepiece" && json["tokenizer"] != "bytes")) {
+      (json["tokenizer"] != "sentencepiece" && json["tokenizer"] != "rwkv-world" &&
+       json["tokenizer"] != "bytes")) {
     return absl::InvalidArgumentError(
-        "config: tokenizer: missing; \"sentencepiece\" (with a uint8 buffer named tokenizer) or "
-        "\"bytes\"");
+        "config: tokenizer: missing; \"sentencepiece\" or \"rwkv-world\" (with a uint8 buffer "
+        "named tokenizer) or \"bytes\"");
   }
   config.tokenizer = json["tokenizer"].get<std::string>();
+  if (json.contains("chat_format")) {
+    ChatFormat format;
+    if (!json["chat_format"].is_string() ||
+        !ParseChatFormat(json["chat_format"].get<std::string>(), &format)) {
+      return absl::InvalidArgumentError("config: chat_format: \"plain\" or \"rwkv-world\"");
+    }
+    config.chat_format = json["chat_format"].get<std::string>();
+  }
   if (json.contains("lm") && json["lm"].is_object() && json["lm"].contains("mixer")) {
     config.mixer = json["lm"]["mixer"].get<std::string>();
   }
@@ -184,13 +194,13 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   std::unique_ptr<TorchScriptBackend> backend(new TorchScriptBackend(std::move(module), device));
   backend->config_ = *config;
   torch::jit::Module& m = *backend->module_;
-  if (config->tokenizer == "sentencepiece") {
+  if (config->tokenizer != "bytes") {
     const bool present = m.hasattr("tokenizer") && m.attr("tokenizer").isTensor() &&
                          m.attr("tokenizer").toTensor().scalar_type() == torch::kUInt8 &&
                          m.attr("tokenizer").toTensor().numel() > 0;
     if (!present)
       return invalid(
-          "config says tokenizer \"sentencepiece\" but there is no uint8 "
+          "config says tokenizer \"", config->tokenizer, "\" but there is no uint8 "
           "buffer named tokenizer");
     auto bytes = m.attr("tokenizer").toTensor().to(torch::kCPU).contiguous();
     backend->tokenizer_model_.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),

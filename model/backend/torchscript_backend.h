@@ -29,7 +29,10 @@ struct ScriptModelConfig {
   int64_t eos_id = -1;       // -1: the model has no end-of-sequence token
   int64_t max_context = -1;  // -1 (JSON null): unbounded
   int64_t state_bytes_per_sequence = 0;
-  std::string tokenizer;  // "sentencepiece" (the `tokenizer` uint8 buffer) or "bytes"
+  // "sentencepiece" or "rwkv-world" (the `tokenizer` uint8 buffer holds it),
+  // or "bytes".
+  std::string tokenizer;
+  std::string chat_format = "plain";  // model/text/chat_format.h
   std::string mixer;      // the "lm" member's mixer for this library's packages; else ""
 };
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "model/layers/dense.h"
 #include "model/lm/torchscript_methods.h"
+#include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "util/zip_integrity.h"
@@ -40,12 +41,18 @@ std::string ShapeString(const torch::Tensor& t) {
 }
 
 absl::StatusOr<std::string> ContractConfig(const CausalLm& model,
-                                           const std::string& tokenizer_model) {
+                                           const std::string& tokenizer_model,
+                                           const PackageInfo& info) {
   int64_t eos_id = -1;
   if (!tokenizer_model.empty()) {
-    auto tokenizer = Tokenizer::FromSerialized(tokenizer_model);
+    auto tokenizer = Tokenizer::FromStored(info.tokenizer_kind, tokenizer_model);
     if (!tokenizer.ok()) return tokenizer.status();
     eos_id = tokenizer->eos_id();
+  }
+  ChatFormat chat;
+  if (!ParseChatFormat(info.chat_format, &chat)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat_format: \"", info.chat_format, "\" is not a chat format"));
   }
   const LmConfig& config = model->config();
   const int64_t max_context = model->max_context();
@@ -57,9 +64,34 @@ absl::StatusOr<std::string> ContractConfig(const CausalLm& model,
   // past their window costs the same).
   json["state_bytes_per_sequence"] =
       model->state_bytes_per_sequence(max_context > 0 ? max_context : int64_t{1} << 30);
-  json["tokenizer"] = tokenizer_model.empty() ? "none" : "sentencepiece";
+  json["tokenizer"] = tokenizer_model.empty() ? "none" : info.tokenizer_kind;
+  json["chat_format"] = info.chat_format;
+  if (!info.source_json.empty()) {
+    auto source = nlohmann::json::parse(info.source_json, nullptr, /*allow_exceptions=*/false);
+    if (source.is_discarded() || !source.is_object()) {
+      return absl::InvalidArgumentError("source: not a JSON object");
+    }
+    json["source"] = source;
+  }
   json["lm"] = nlohmann::json::parse(config.ToJson());
   return json.dump();
+}
+
+// The package's own facts in a format 2 or 3 contract config (PackageInfo);
+// a package written before they existed has SentencePiece and plain chat.
+PackageInfo InfoOf(const std::string& config) {
+  PackageInfo info;
+  auto json = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) return info;
+  if (json.contains("tokenizer") && json["tokenizer"].is_string() &&
+      json["tokenizer"] != "none") {
+    info.tokenizer_kind = json["tokenizer"].get<std::string>();
+  }
+  if (json.contains("chat_format") && json["chat_format"].is_string()) {
+    info.chat_format = json["chat_format"].get<std::string>();
+  }
+  if (json.contains("source") && json["source"].is_object()) info.source_json = json["source"].dump();
+  return info;
 }
 
 // The LmConfig of a package: all of `config` in format 1, its "lm" member
@@ -132,12 +164,11 @@ absl::StatusOr<Int8Matrix> TakeInt8(
 }  // namespace
 
 absl::Status SavePackage(const std::string& path, CausalLm& model,
-                         const std::string& tokenizer_model) {
-  auto config = ContractConfig(model, tokenizer_model);
+                         const std::string& tokenizer_model, const PackageInfo& info) {
+  auto config = ContractConfig(model, tokenizer_model, info);
   if (!config.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot write model package ", path,
-                     ": its tokenizer does not load: ", config.status().message()));
+        absl::StrCat("cannot write model package ", path, ": ", config.status().message()));
   }
   try {
     torch::jit::Module archive("attn_model_package");
@@ -212,6 +243,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
   std::map<std::string, torch::Tensor> stored;
   for (const auto& b : archive.named_buffers(/*recurse=*/false)) stored[b.name] = b.value;
   ModelPackage package;
+  if (version > 1) package.info = InfoOf(archive.attr("config").toStringRef());
   auto tokenizer = stored.find("tokenizer");
   if (tokenizer == stored.end() || tokenizer->second.scalar_type() != torch::kUInt8) {
     return Invalid(path, "no tokenizer buffer");
@@ -263,6 +295,10 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     return Invalid(path, FirstLine(e.what()));
   }
   return package;
+}
+
+absl::StatusOr<Tokenizer> PackageTokenizer(const ModelPackage& package) {
+  return Tokenizer::FromStored(package.info.tokenizer_kind, package.tokenizer_model);
 }
 
 }  // namespace attn

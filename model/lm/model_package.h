@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/lm/language_model.h"
+#include "model/text/tokenizer.h"
 
 namespace attn {
 
@@ -42,15 +43,31 @@ inline constexpr int64_t kFloatPackageFormatVersion = 2;
 inline constexpr int64_t kInt8PackageFormatVersion = 3;
 inline constexpr int64_t kPackageFormatVersion = kInt8PackageFormatVersion;  // the newest
 
+// What a package says of itself besides the model and its tokenizer's
+// bytes; all of it in the contract's config JSON (docs/model-contract.md).
+struct PackageInfo {
+  std::string tokenizer_kind = "sentencepiece";  // Tokenizer::kind() of tokenizer_model
+  std::string chat_format = "plain";             // model/text/chat_format.h
+  // Where the weights came from, a JSON object (attn-export writes the
+  // format, files and their sha256); empty for a model trained here.
+  std::string source_json;
+};
+
 struct ModelPackage {
   CausalLm model{nullptr};
-  std::string tokenizer_model;  // serialized SentencePiece model; empty if none
+  std::string tokenizer_model;  // the tokenizer's Serialized() bytes; empty if none
+  PackageInfo info;
 };
 
 // Writes `model` as it is: a model with int8 weights as an int8 package
-// (format 3), any other as format 2.
+// (format 3), any other as format 2. kInvalidArgument when the tokenizer
+// does not load as info.tokenizer_kind, info.chat_format is unknown or
+// info.source_json is not a JSON object.
 absl::Status SavePackage(const std::string& path, CausalLm& model,
-                         const std::string& tokenizer_model);
+                         const std::string& tokenizer_model, const PackageInfo& info = {});
+
+// The package's tokenizer, as its info says to read it.
+absl::StatusOr<Tokenizer> PackageTokenizer(const ModelPackage& package);
 
 // kNotFound for a missing file, kDataLoss for one that is not a readable
 // archive (truncated, corrupt), kInvalidArgument for a readable archive whose

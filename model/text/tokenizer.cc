@@ -1,6 +1,7 @@
 #include "model/text/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/text/rwkv_vocabulary.h"
 #include "model/text/sentencepiece_backend.h"
 #include "util/utf8.h"
 
@@ -14,6 +15,8 @@ constexpr char kWordMark[] = "\xe2\x96\x81";     // U+2581, SentencePiece's spac
 
 Tokenizer::Tokenizer(std::unique_ptr<spm::Processor> processor)
     : processor_(std::move(processor)) {}
+Tokenizer::Tokenizer(std::unique_ptr<RwkvVocabulary> vocabulary)
+    : vocabulary_(std::move(vocabulary)) {}
 Tokenizer::Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id)
     : byte_vocab_size_(byte_vocab_size), byte_eos_id_(byte_eos_id) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -45,6 +48,19 @@ absl::StatusOr<Tokenizer> Tokenizer::FromSerialized(const std::string& serialize
   return Tokenizer(std::move(processor));
 }
 
+absl::StatusOr<Tokenizer> Tokenizer::FromRwkvVocabulary(const std::string& text) {
+  absl::StatusOr<RwkvVocabulary> vocabulary = RwkvVocabulary::Parse(text);
+  if (!vocabulary.ok()) return vocabulary.status();
+  return Tokenizer(std::make_unique<RwkvVocabulary>(*std::move(vocabulary)));
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromStored(const std::string& kind, const std::string& bytes) {
+  if (kind == "sentencepiece") return FromSerialized(bytes);
+  if (kind == "rwkv-world") return FromRwkvVocabulary(bytes);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tokenizer: \"", kind, "\" is not a stored tokenizer kind (sentencepiece, rwkv-world)"));
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
   if (vocab_size < 256) {
     return absl::InvalidArgumentError(
@@ -58,6 +74,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
 }
 
 std::vector<int64_t> Tokenizer::Encode(const std::string& text) const {
+  if (vocabulary_) return vocabulary_->Encode(text);
   if (!processor_) {
     std::vector<int64_t> ids;
     ids.reserve(text.size());
@@ -85,14 +102,25 @@ std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
 }
 
 int64_t Tokenizer::vocab_size() const {
+  if (vocabulary_) return vocabulary_->size();
   return processor_ ? processor_->vocab_size() : byte_vocab_size_;
 }
 int64_t Tokenizer::bos_id() const { return processor_ ? processor_->bos_id() : -1; }
-int64_t Tokenizer::eos_id() const { return processor_ ? processor_->eos_id() : byte_eos_id_; }
-std::string Tokenizer::Serialized() const { return processor_ ? processor_->Serialized() : ""; }
+int64_t Tokenizer::eos_id() const {
+  if (vocabulary_) return 0;  // RWKV World's end of text
+  return processor_ ? processor_->eos_id() : byte_eos_id_;
+}
+std::string Tokenizer::Serialized() const {
+  if (vocabulary_) return vocabulary_->text();
+  return processor_ ? processor_->Serialized() : "";
+}
+std::string Tokenizer::kind() const {
+  return vocabulary_ ? "rwkv-world" : processor_ ? "sentencepiece" : "bytes";
+}
 
 std::string Tokenizer::TokenBytes(int64_t id) const {
   if (!IsValidId(id)) return "";
+  if (vocabulary_) return vocabulary_->TokenBytes(id);
   if (!processor_) return id < 256 ? std::string(1, static_cast<char>(id)) : "";
   const int i = static_cast<int>(id);
   const int kind = processor_->Kind(i);

@@ -1,5 +1,10 @@
-// Text <-> token ids with a SentencePiece model trained with byte fallback:
-// any UTF-8 text has an encoding, and decoding it gives the text back.
+// Text <-> token ids, with one of three vocabularies:
+//   "sentencepiece"  a SentencePiece model trained with byte fallback (this
+//                    project's packages): any UTF-8 text has an encoding, and
+//                    decoding it gives the text back;
+//   "rwkv-world"     the RWKV World vocabulary (model/text/rwkv_vocabulary.h),
+//                    greedy longest match over bytes; id 0 ends a text;
+//   "bytes"          UTF-8 bytes as ids 0..255.
 //
 // IncrementalDecoder turns a stream of ids into text pieces as they arrive
 // and never emits part of a UTF-8 character: a character split over several
@@ -19,6 +24,7 @@ namespace attn {
 namespace spm {
 class Processor;
 }
+class RwkvVocabulary;
 
 struct TokenizerTrainOptions {
   std::vector<std::string> input_files;  // plain text, one sentence per line
@@ -36,6 +42,13 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> Train(const TokenizerTrainOptions& options);
   // Loads a serialized model (as stored in a model package).
   static absl::StatusOr<Tokenizer> FromSerialized(const std::string& serialized_model);
+  // Parses an RWKV World vocabulary file (model/text/rwkv_vocabulary.h);
+  // kInvalidArgument naming the line that does not parse.
+  static absl::StatusOr<Tokenizer> FromRwkvVocabulary(const std::string& text);
+  // A tokenizer as a package stores it: its kind ("sentencepiece" or
+  // "rwkv-world", kind()) and its Serialized() bytes. kInvalidArgument for
+  // another kind or bytes that do not load.
+  static absl::StatusOr<Tokenizer> FromStored(const std::string& kind, const std::string& bytes);
   // UTF-8 bytes as ids 0..255 (docs/model-contract.md, tokenizer "bytes"):
   // ids from 256 up to vocab_size decode to nothing; eos_id may be -1 (none).
   // kInvalidArgument unless 256 <= vocab_size and eos_id < vocab_size.
@@ -56,16 +69,22 @@ class Tokenizer {
   // drops the single space that starts a text.)
   std::string TokenBytes(int64_t id) const;
   bool IsValidId(int64_t id) const { return id >= 0 && id < vocab_size(); }
-  // The SentencePiece model; empty for a bytes tokenizer.
+  // What FromStored reads back: the SentencePiece model, the RWKV World
+  // vocabulary file; empty for a bytes tokenizer.
   std::string Serialized() const;
+  // "sentencepiece", "rwkv-world" or "bytes".
+  std::string kind() const;
   // Whether a text's decoding drops the space before its first word
   // (SentencePiece marks word starts; bytes are taken as they are).
   bool drops_leading_space() const { return processor_ != nullptr; }
 
  private:
   explicit Tokenizer(std::unique_ptr<spm::Processor> processor);
+  explicit Tokenizer(std::unique_ptr<RwkvVocabulary> vocabulary);
   Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id);
-  std::unique_ptr<spm::Processor> processor_;  // null: bytes
+  // At most one of the two is set; neither: bytes.
+  std::unique_ptr<spm::Processor> processor_;
+  std::unique_ptr<RwkvVocabulary> vocabulary_;
   int64_t byte_vocab_size_ = 0;
   int64_t byte_eos_id_ = -1;
 };

@@ -1,0 +1,66 @@
+#include "model/text/chat_format.h"
+
+#include <utility>
+
+#include "util/enum_names.h"
+
+namespace attn {
+namespace {
+
+constexpr std::pair<ChatFormat, const char*> kFormatNames[] = {
+    {ChatFormat::kPlain, "plain"},
+    {ChatFormat::kRwkvWorld, "rwkv-world"},
+};
+
+// "user" -> "User".
+std::string Speaker(const std::string& role) {
+  if (role == "system") return "System";
+  if (role == "assistant") return "Assistant";
+  return "User";
+}
+
+// What ends a turn: a newline, or a blank line in rwkv-world.
+std::string TurnEnd(ChatFormat format) { return format == ChatFormat::kRwkvWorld ? "\n\n" : "\n"; }
+
+// The content with its blank lines collapsed where a blank line ends a turn.
+std::string Content(ChatFormat format, std::string text) {
+  if (format != ChatFormat::kRwkvWorld) return text;
+  for (size_t at = text.find("\n\n"); at != std::string::npos; at = text.find("\n\n", at)) {
+    text.erase(at, 1);
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+std::string Turn(ChatFormat format, const ChatMessage& message) {
+  return Speaker(message.role) + ": " + Content(format, message.content) + TurnEnd(format);
+}
+
+}  // namespace
+
+std::string ChatFormatName(ChatFormat format) { return EnumName(kFormatNames, format); }
+
+bool ParseChatFormat(const std::string& name, ChatFormat* format) {
+  return ParseEnumName(kFormatNames, name, format);
+}
+
+std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages) {
+  std::string prompt;
+  for (const ChatMessage& message : messages) prompt += Turn(format, message);
+  return prompt + "Assistant:";
+}
+
+std::string ContinueChat(ChatFormat format, const ChatMessage& message, bool reply_stopped) {
+  // A plain reply stops at "\nUser:", which already began the next turn.
+  if (reply_stopped && format == ChatFormat::kPlain) {
+    return " " + Content(format, message.content) + TurnEnd(format) + "Assistant:";
+  }
+  return (reply_stopped ? "" : TurnEnd(format)) + Turn(format, message) + "Assistant:";
+}
+
+std::vector<std::string> ChatStops(ChatFormat format) {
+  if (format == ChatFormat::kRwkvWorld) return {"\n\n"};
+  return {"\nUser:"};
+}
+
+}  // namespace attn

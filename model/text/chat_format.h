@@ -1,0 +1,42 @@
+// How a conversation becomes a prompt for a model: the prompt format a
+// package declares (its config's "chat_format"), shared by every chat
+// client of the server (attnctl chat, an HTTP chat API).
+//
+//   plain       "System: ...\nUser: ...\nAssistant: ...\n" turns for base
+//               models; a reply stops where the model starts a "\nUser:"
+//               turn of its own;
+//   rwkv-world  RWKV World's "System: ...\n\nUser: ...\n\nAssistant: ...\n\n"
+//               turns; a reply stops at a blank line ("\n\n").
+// A turn's text has its blank lines collapsed in rwkv-world (a blank line
+// would end it), and each prompt ends with "Assistant:", the model's cue.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attn {
+
+enum class ChatFormat { kPlain, kRwkvWorld };
+
+std::string ChatFormatName(ChatFormat format);  // "plain", "rwkv-world"
+bool ParseChatFormat(const std::string& name, ChatFormat* format);
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// The prompt for the model's next reply after `messages` (roles other than
+// the three above are the caller's to refuse).
+std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages);
+
+// The text that continues a conversation whose earlier turns and the
+// model's last reply are already in a state: the end of that reply's turn
+// (unless the reply stopped at one of ChatStops, whose tokens the state
+// then holds), then `message` and the cue for the next reply.
+std::string ContinueChat(ChatFormat format, const ChatMessage& message, bool reply_stopped);
+
+// Where a reply ends unless the request says otherwise.
+std::vector<std::string> ChatStops(ChatFormat format);
+
+}  // namespace attn

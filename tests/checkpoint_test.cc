@@ -1,0 +1,251 @@
+// Reading public checkpoints (model/checkpoints/): safetensors bytes built
+// here by the format's definition; torch.save archives written by Debian's
+// PyTorch (the one tool that writes them), a pickle that calls a function
+// among them; RWKV-7 state dicts whose tensors are missing, extra, misshaped
+// or of another RWKV generation. Every refusal names what is wrong. The
+// numbers of an import are proven end to end
+// (tests/server/rwkv7_checkpoint_serves.sh).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "model/checkpoints/rwkv7_checkpoint.h"
+#include "model/checkpoints/safetensors.h"
+#include "model/checkpoints/torch_checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_corpus.h"
+
+namespace attn {
+namespace {
+
+// A safetensors file: the header's length, the header, the data.
+std::string Safetensors(const nlohmann::json& header, const std::string& data) {
+  const std::string text = header.dump();
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return bytes + text + data;
+}
+
+std::string Floats(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+TEST(SafetensorsTest, ReadsF32F16AndBf16AsFloat) {
+  const uint16_t half_one = 0x3C00, bf16_two = 0x4000;
+  std::string data = Floats({1.5f, -2.0f, 3.0f, 4.25f});
+  data.append(reinterpret_cast<const char*>(&half_one), 2);
+  data.append(reinterpret_cast<const char*>(&bf16_two), 2);
+  const nlohmann::json header = {
+      {"__metadata__", {{"format", "pt"}}},
+      {"w", {{"dtype", "F32"}, {"shape", {2, 2}}, {"data_offsets", {0, 16}}}},
+      {"h", {{"dtype", "F16"}, {"shape", {1}}, {"data_offsets", {16, 18}}}},
+      {"b", {{"dtype", "BF16"}, {"shape", {1}}, {"data_offsets", {18, 20}}}}};
+  std::map<std::string, std::string> metadata;
+  auto tensors = ReadSafetensorsBytes(Safetensors(header, data), &metadata);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_TRUE(tensors->at("w").equal(torch::tensor({1.5f, -2.0f, 3.0f, 4.25f}).view({2, 2})));
+  EXPECT_EQ(tensors->at("h").item<float>(), 1.0f);
+  EXPECT_EQ(tensors->at("b").item<float>(), 2.0f);
+  EXPECT_EQ(metadata.at("format"), "pt");
+}
+
+TEST(SafetensorsTest, EachDamageIsNamed) {
+  const nlohmann::json good = {
+      {"w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}};
+  const std::string data = Floats({1.0f, 2.0f});
+  const std::string whole = Safetensors(good, data);
+  // Truncated anywhere: DATA_LOSS, never a crash.
+  for (size_t keep : {size_t{0}, size_t{5}, size_t{20}, whole.size() - 1}) {
+    auto cut = ReadSafetensorsBytes(whole.substr(0, keep));
+    ASSERT_FALSE(cut.ok()) << keep;
+    EXPECT_TRUE(cut.status().code() == absl::StatusCode::kDataLoss ||
+                cut.status().code() == absl::StatusCode::kInvalidArgument)
+        << cut.status();
+  }
+  EXPECT_EQ(ReadSafetensorsBytes(whole.substr(0, whole.size() - 1)).status().code(),
+            absl::StatusCode::kDataLoss);
+  struct Case {
+    nlohmann::json entry;
+    const char* says;
+  };
+  const Case cases[] = {
+      {{{"dtype", "I64"}, {"shape", {1}}, {"data_offsets", {0, 8}}}, "dtype I64"},
+      {{{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 8}}}, "needs 12 bytes"},
+      {{{"dtype", "F32"}, {"shape", {-1}}, {"data_offsets", {0, 8}}}, "shape entry"},
+      {{{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 0}}}, "end before"},
+      {{{"dtype", "F32"}, {"shape", {2}}}, "data_offsets"},
+  };
+  for (const Case& c : cases) {
+    auto read = ReadSafetensorsBytes(Safetensors({{"bad.weight", c.entry}}, data));
+    ASSERT_FALSE(read.ok()) << c.says;
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(read.status().message(), "bad.weight")) << read.status();
+    EXPECT_TRUE(absl::StrContains(read.status().message(), c.says)) << read.status();
+  }
+}
+
+// Runs Debian's PyTorch on `script` with the path as argv[1].
+void Python(const std::string& script, const std::string& path) {
+  const std::string command =
+      "/usr/bin/python3 -c '" + script + "' " + path + " 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+TEST(TorchCheckpointTest, ReadsAStateDictOfEveryWeightDtype) {
+  testing::ScopedTempDir dir("torch_checkpoint");
+  const std::string path = dir.File("m.pth");
+  Python(
+      "import sys, torch, collections\n"
+      "t = torch.arange(12.).view(3, 4)\n"
+      "d = collections.OrderedDict([(\"f\", t), (\"h\", t.half()), (\"b\", t.bfloat16()),\n"
+      "    (\"view\", t.t()[1:]), (\"d\", t.double()), (\"e\", torch.zeros(0, 3))])\n"
+      "torch.save(d, sys.argv[1])",
+      path);
+  auto tensors = ReadTorchCheckpoint(path);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  const auto t = torch::arange(12, torch::kFloat).view({3, 4});
+  for (const char* name : {"f", "h", "b", "d"}) EXPECT_TRUE(tensors->at(name).equal(t)) << name;
+  EXPECT_TRUE(tensors->at("view").equal(t.t().narrow(0, 1, 3)));  // strides and offsets kept
+  EXPECT_EQ(tensors->at("e").sizes(), (std::vector<int64_t>{0, 3}));
+}
+
+TEST(TorchCheckpointTest, APickleThatCallsAFunctionIsRefusedUnrun) {
+  testing::ScopedTempDir dir("torch_checkpoint_call");
+  const std::string path = dir.File("evil.pth"), marker = dir.File("ran");
+  Python(
+      "import sys, os, torch\n"
+      "class Evil:\n"
+      "    def __reduce__(self):\n"
+      "        return (os.system, (\"touch " + marker + "\",))\n"
+      "torch.save({\"w\": torch.ones(2), \"x\": Evil()}, sys.argv[1])",
+      path);
+  auto tensors = ReadTorchCheckpoint(path);
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(tensors.status().message(), "system")) << tensors.status();
+  EXPECT_FALSE(std::ifstream(marker).good()) << "the pickle ran";
+}
+
+TEST(TorchCheckpointTest, ADamagedArchiveIsDataLoss) {
+  testing::ScopedTempDir dir("torch_checkpoint_damage");
+  const std::string path = dir.File("m.pth");
+  Python("import sys, torch\ntorch.save({\"w\": torch.ones(64)}, sys.argv[1])", path);
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(ReadTorchCheckpointBytes(bytes.substr(0, bytes.size() / 2)).status().code(),
+            absl::StatusCode::kDataLoss);
+  bytes[bytes.size() / 2] ^= 0x40;  // a bit flipped in a record
+  EXPECT_EQ(ReadTorchCheckpointBytes(bytes).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A BlinkDL-layout RWKV-7 state dict of two layers, width 16, 2 heads.
+TensorMap BlinkDlTensors() {
+  const int64_t c = 16, heads = 2, n = 8, ff = 32, vocab = 40;
+  TensorMap t;
+  t["emb.weight"] = torch::randn({vocab, c});
+  for (int64_t l = 0; l < 2; ++l) {
+    const std::string b = "blocks." + std::to_string(l) + ".";
+    std::vector<std::string> norms = {"ln1", "ln2"};
+    if (l == 0) norms.push_back("ln0");
+    for (const auto& norm : norms) {
+      t[b + norm + ".weight"] = torch::ones({c});
+      t[b + norm + ".bias"] = torch::zeros({c});
+    }
+    for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a"}) {
+      t[b + "att." + x] = torch::rand({1, 1, c});
+    }
+    for (const char* m : {"w", "a", "v", "g"}) {
+      t[b + "att." + m + "1"] = torch::randn({c, 4});
+      t[b + "att." + m + "2"] = torch::randn({4, c});
+    }
+    t[b + "att.r_k"] = torch::randn({heads, n});
+    for (const char* p : {"receptance", "key", "value", "output"}) {
+      t[b + "att." + p + ".weight"] = torch::randn({c, c});
+    }
+    t[b + "att.ln_x.weight"] = torch::ones({c});
+    t[b + "att.ln_x.bias"] = torch::zeros({c});
+    t[b + "ffn.x_k"] = torch::rand({1, 1, c});
+    t[b + "ffn.key.weight"] = torch::randn({ff, c});
+    t[b + "ffn.value.weight"] = torch::randn({c, ff});
+  }
+  t["ln_out.weight"] = torch::ones({c});
+  t["ln_out.bias"] = torch::zeros({c});
+  t["head.weight"] = torch::randn({vocab, c});
+  return t;
+}
+
+TEST(Rwkv7CheckpointTest, SizesComeFromTheTensors) {
+  auto model = ImportRwkv7(BlinkDlTensors(), Rwkv7Layout::kBlinkDl);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const LmConfig& c = (*model)->config();
+  EXPECT_EQ(c.d_model, 16);
+  EXPECT_EQ(c.layers, 2);
+  EXPECT_EQ(c.heads, 2);
+  EXPECT_EQ(c.ff_hidden, 32);
+  EXPECT_EQ(c.vocab_size, 40);
+  EXPECT_EQ(c.rwkv7_ranks.decay, 4);
+  EXPECT_FALSE(c.tie_embeddings);
+}
+
+TEST(Rwkv7CheckpointTest, EveryTensorThatDoesNotFitIsNamed) {
+  {
+    TensorMap t = BlinkDlTensors();
+    t.erase("blocks.1.att.g2");
+    auto model = ImportRwkv7(t, Rwkv7Layout::kBlinkDl);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "missing tensor blocks.1.att.g2"))
+        << model.status();
+  }
+  {
+    TensorMap t = BlinkDlTensors();
+    t["blocks.1.att.key.weight"] = torch::randn({16, 15});
+    auto model = ImportRwkv7(t, Rwkv7Layout::kBlinkDl);
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "blocks.1.att.key.weight has shape"))
+        << model.status();
+  }
+  {
+    TensorMap t = BlinkDlTensors();
+    t["blocks.1.att.extra"] = torch::randn({3});
+    auto model = ImportRwkv7(t, Rwkv7Layout::kBlinkDl);
+    EXPECT_TRUE(absl::StrContains(model.status().message(), "tensor blocks.1.att.extra is not part"))
+        << model.status();
+  }
+  {
+    TensorMap t = BlinkDlTensors();
+    t.erase("emb.weight");
+    EXPECT_TRUE(absl::StrContains(ImportRwkv7(t, Rwkv7Layout::kBlinkDl).status().message(),
+                                  "emb.weight"));
+  }
+}
+
+TEST(Rwkv7CheckpointTest, OtherGenerationsAreRefusedByName) {
+  TensorMap v6 = {{"blocks.0.att.time_maa_x", torch::ones({1})},
+                  {"blocks.0.att.time_faaaa", torch::ones({1})}};
+  EXPECT_TRUE(absl::StrContains(CheckRwkvVersion(v6).message(), "RWKV-6"));
+  TensorMap v4 = {{"blocks.0.att.time_first", torch::ones({1})}};
+  EXPECT_TRUE(absl::StrContains(CheckRwkvVersion(v4).message(), "RWKV-4"));
+  EXPECT_TRUE(CheckRwkvVersion(BlinkDlTensors()).ok());
+  TensorMap other = {{"transformer.h.0.attn.c_attn.weight", torch::ones({1})}};
+  EXPECT_TRUE(absl::StrContains(CheckRwkvVersion(other).message(), "not an RWKV checkpoint"));
+}
+
+TEST(Rwkv7CheckpointTest, HfConfigOptionsItCannotServeAreNamed) {
+  EXPECT_TRUE(ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "norm_eps": 1e-5})").ok());
+  EXPECT_TRUE(absl::StrContains(ParseRwkv7HfConfig(R"({"model_type": "mamba2"})").status().message(),
+                                "model_type"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "attn": {"layers": [1]}})").status().message(),
+      "attn"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "norm_eps": 1e-6})").status().message(),
+      "norm_eps"));
+  EXPECT_FALSE(ParseRwkv7HfConfig("[1, 2").ok());
+}
+
+}  // namespace
+}  // namespace attn
