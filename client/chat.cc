@@ -74,6 +74,33 @@ void Report(const ChatOptions& options, int turn, size_t server, const TurnResul
 
 }  // namespace
 
+namespace {
+
+// The request of one turn: `line` after the conversation so far
+// (`history`, or the held `state` and how the last reply ended).
+attn::v1::GenerateRequest TurnRequest(const ChatOptions& options,
+                                      const std::vector<ChatMessage>& history,
+                                      const std::string& line, const std::string& state,
+                                      bool reply_stopped) {
+  attn::v1::GenerateRequest request = options.base;
+  for (const std::string& stop : ChatStops(options.format)) request.add_stop(stop);
+  const ChatMessage user{"user", line};
+  if (options.hold_state && !state.empty()) {
+    // The state holds the conversation and started from any initial state.
+    request.set_prompt(ContinueChat(options.format, user, reply_stopped));
+    request.set_state(state);
+    request.clear_initial_state();
+  } else {
+    std::vector<ChatMessage> messages = history;
+    messages.push_back(user);
+    request.set_prompt(RenderChat(options.format, messages));
+  }
+  request.set_return_state(options.hold_state);
+  return request;
+}
+
+}  // namespace
+
 int RunChat(std::istream& input, const ChatOptions& options) {
   if (options.servers.empty()) {
     std::fprintf(stderr, "error: --servers: no server to talk to\n");
@@ -83,8 +110,12 @@ int RunChat(std::istream& input, const ChatOptions& options) {
   for (const auto& channel : options.servers) {
     stubs.push_back(attn::v1::TextGeneration::NewStub(channel));
   }
-  std::string conversation = options.system;  // all of it, for !hold_state
-  std::string state;                          // the last reply's, for hold_state
+  const std::vector<ChatMessage> opening =
+      options.system.empty() ? std::vector<ChatMessage>{}
+                             : std::vector<ChatMessage>{{"system", options.system}};
+  std::vector<ChatMessage> history = opening;  // every turn, for !hold_state
+  std::string state;                           // the last reply's, for hold_state
+  bool reply_stopped = false;                  // whether it ended at a chat stop
   std::string line;
   int turn = 0;
   if (options.interactive) std::fputs("> ", stderr);
@@ -93,20 +124,11 @@ int RunChat(std::istream& input, const ChatOptions& options) {
     ++turn;
     const size_t server = static_cast<size_t>(turn - 1) % stubs.size();
     if (options.fresh_turns) {
-      conversation = options.system;
+      history = opening;
       state.clear();
     }
-    // A turn is its line on a line of its own; the reply follows it.
-    const bool opening = conversation == options.system;
-    const std::string text = (opening ? "" : "\n") + line + "\n";
-    attn::v1::GenerateRequest request = options.base;
-    if (options.hold_state) {
-      request.set_prompt(opening ? options.system + text : text);
-      request.set_return_state(true);
-      if (!state.empty()) request.set_state(state);
-    } else {
-      request.set_prompt(conversation + text);
-    }
+    const attn::v1::GenerateRequest request =
+        TurnRequest(options, history, line, state, reply_stopped);
     TurnResult result;
     grpc::Status status = RunTurn(*stubs[server], request, options.json, &result);
     if (!status.ok()) {
@@ -115,8 +137,10 @@ int RunChat(std::istream& input, const ChatOptions& options) {
                    status.error_message().c_str());
       return 1;
     }
-    conversation += text + result.reply;
+    history.push_back({"user", line});
+    history.push_back({"assistant", result.reply});
     state = result.last.state();
+    reply_stopped = result.last.finish_reason() == attn::v1::FINISH_REASON_STOP;
     Report(options, turn, server, result);
     if (options.interactive) std::fputs("> ", stderr);
   }

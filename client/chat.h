@@ -1,5 +1,9 @@
 // attnctl chat: a multi-turn conversation, each turn one GenerateStream.
 //
+// Turns are written in the model's chat format (model/text/chat_format.h,
+// ListModels' chat_format): "User: ..." turns and the "Assistant:" cue, and
+// a reply ends where the format says a turn ends.
+//
 // With hold_state (the default) the client keeps the sequence's state: each
 // turn sends only its new text with the state the previous reply returned
 // (GenerateRequest.state), so every turn prefills about the same number of
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "attn/v1/text_generation.pb.h"
+#include "model/text/chat_format.h"
 
 namespace attn::client {
 
@@ -34,6 +39,7 @@ struct ChatOptions {
   bool fresh_turns = false;
   bool json = false;  // a JSON line per turn on stdout instead of the text
   bool interactive = false;
+  ChatFormat format = ChatFormat::kPlain;  // the model's (ListModels' chat_format)
 };
 
 // Reads one turn per line from `input` until its end; prints each reply as

@@ -67,6 +67,9 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings, comma-separated.");
 ABSL_FLAG(bool, logprobs, false, "Ask for each token's log-probability.");
 ABSL_FLAG(bool, ignore_eos, false, "Generate max_tokens even past the end-of-text token.");
 ABSL_FLAG(bool, json, false, "Print responses as JSON.");
+ABSL_FLAG(std::string, initial_state, "",
+          "generate, stream, chat: start from the model's initial state of this name "
+          "(attnctl models lists them).");
 ABSL_FLAG(double, timeout_s, 0, "Deadline of the call in seconds; 0: none.");
 ABSL_FLAG(std::string, service, "", "health: the service or model to check; empty: overall.");
 ABSL_FLAG(int, concurrency, 8, "bench: streams open at once.");
@@ -170,6 +173,8 @@ bool BuildGenerateRequest(attn::v1::GenerateRequest* request) {
     request->set_state(*std::move(state));
   }
   request->set_return_state(!absl::GetFlag(FLAGS_state_out).empty());
+  const std::string initial_state = absl::GetFlag(FLAGS_initial_state);
+  if (!initial_state.empty()) request->set_initial_state(initial_state);
   return true;
 }
 
@@ -492,6 +497,30 @@ std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
   return *std::move(channel);
 }
 
+// The chat format of `model` (empty: the default) as the server lists it.
+bool ModelChatFormat(const std::shared_ptr<grpc::Channel>& channel, const std::string& model,
+                     attn::ChatFormat* format) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  attn::v1::ListModelsResponse response;
+  grpc::Status status = TextGeneration::NewStub(channel)->ListModels(
+      &context, attn::v1::ListModelsRequest(), &response);
+  if (!status.ok()) return Fail(status) == 0;
+  for (const attn::v1::ModelInfo& info : response.models()) {
+    if (model.empty() ? info.is_default() : info.name() == model) {
+      // A server older than chat formats lists none: plain.
+      if (!info.chat_format().empty() && !attn::ParseChatFormat(info.chat_format(), format)) {
+        std::fprintf(stderr, "error: model %s has chat format \"%s\", unknown to this attnctl\n",
+                     info.name().c_str(), info.chat_format().c_str());
+        return false;
+      }
+      return true;
+    }
+  }
+  std::fprintf(stderr, "error: the server hosts no model \"%s\"\n", model.c_str());
+  return false;
+}
+
 int Chat() {
   attn::client::ChatOptions options;
   options.server_names = absl::GetFlag(FLAGS_servers);
@@ -503,6 +532,7 @@ int Chat() {
   options.base.clear_prompt();
   options.base.clear_return_state();
   options.hold_state = absl::GetFlag(FLAGS_hold_state);
+  if (!ModelChatFormat(options.servers.front(), options.base.model(), &options.format)) return 1;
   options.fresh_turns = absl::GetFlag(FLAGS_fresh_turns);
   options.json = absl::GetFlag(FLAGS_json);
   options.interactive = isatty(STDIN_FILENO) != 0;

@@ -102,11 +102,12 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
   // against a caller that skipped it.
   const bool generate = request.kind == EngineRequest::Kind::kGenerate;
   if (request.prompt.empty() || (generate && request.max_tokens < 1) ||
-      (!generate && request.start_state) || request.start_tokens < 0 ||
+      (!generate && (request.start_state || request.initial_state)) ||
+      (request.start_state && request.initial_state) || request.start_tokens < 0 ||
       (request.start_tokens > 0 && !request.start_state)) {
     return absl::InternalError(
-        "an unvalidated request reached the engine (empty prompt, max_tokens below 1, or a start "
-        "state without its tokens); see server/validation.h");
+        "an unvalidated request reached the engine (empty prompt, max_tokens below 1, a start "
+        "state without its tokens or with an initial state); see server/validation.h");
   }
   if (rows_ == 0) {  // WithRows could not allocate them: nothing would ever run
     return absl::ResourceExhaustedError(

@@ -49,6 +49,10 @@ namespace attn::serving {
 
 class DeliveryThread;
 
+// The state cache's key for sequences that start from the empty sequence
+// (server/state_cache.h); a named initial state has its own.
+inline constexpr uint64_t kEmptySequenceOrigin = 0x6a09e667f3bcc908ULL;
+
 // What a request may ask of one model. The one source of these bounds:
 // attn-server's flags fill it, the model registry sets max_context per
 // model, and request validation and the engine both read it from the
@@ -114,6 +118,13 @@ struct EngineRequest {
   // Generation only: the last event of a success carries the state after
   // every token of the sequence (StreamEvent::state).
   bool return_state = false;
+  // Generation only, not with start_state: a named initial state of the
+  // model (--initial_states) the sequence starts from instead of the empty
+  // one. Its tokens are none of the request's (start_tokens stays 0), so its
+  // sequences use the state cache, under `cache_origin`
+  // (StateCache::kEmptySequence for the empty sequence).
+  std::shared_ptr<const SavedRow> initial_state;
+  uint64_t cache_origin = kEmptySequenceOrigin;
 };
 
 // EngineOptions::max_state_bytes resolved for a model whose state slot

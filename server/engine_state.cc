@@ -24,16 +24,26 @@ void Engine::Impl::StartSequence(Sequence& seq) {
     }
     return;
   }
-  if (!cache_ || !Cacheable(seq)) return;
   const std::vector<int64_t>& prompt = seq.request.prompt;
-  StateCache::Hit hit = cache_->Lookup(prompt);
-  if (hit.tokens > 0 && !backend_->LoadRow(seq.slot, hit.state->row).ok()) {
-    // Cannot happen for a state this backend saved; start from zero.
-    backend_->ResetRow(seq.slot).IgnoreError();
-    hit = {};
+  StateCache::Hit hit;
+  if (cache_ && Cacheable(seq)) {
+    hit = cache_->Lookup(prompt, seq.request.cache_origin);
+    if (hit.tokens > 0 && !backend_->LoadRow(seq.slot, hit.state->row).ok()) {
+      // Cannot happen for a state this backend saved; start from its origin.
+      backend_->ResetRow(seq.slot).IgnoreError();
+      hit = {};
+    }
+    observer_->OnCacheLookup(hit.tokens, static_cast<int64_t>(prompt.size()));
   }
-  observer_->OnCacheLookup(hit.tokens, static_cast<int64_t>(prompt.size()));
-  if (hit.tokens == 0) return;
+  if (hit.tokens == 0) {
+    if (!seq.request.initial_state) return;
+    if (absl::Status loaded = backend_->LoadRow(seq.slot, *seq.request.initial_state);
+        !loaded.ok()) {
+      EndWithError(seq, absl::InternalError(absl::StrCat(
+                            "initial_state: does not fit this model's state: ", loaded.message())));
+    }
+    return;
+  }
   seq.prefilled = seq.cache_hit = hit.tokens;
   if (!seq.prefilling()) {  // the whole prompt: its logits came with it
     seq.last_logits = hit.state->logits;
@@ -60,13 +70,13 @@ void Engine::Impl::SaveCheckpoint(Sequence& seq) {
   const absl::Span<const int64_t> tokens(prompt.data(), seq.prefilled);
   // A prompt's end is worth keeping with its logits even when a checkpoint
   // without them is there.
-  if (!at_end && cache_->Contains(tokens)) return;
+  if (!at_end && cache_->Contains(tokens, seq.request.cache_origin)) return;
   absl::StatusOr<SavedRow> row = backend_->SaveRow(seq.slot);
   if (!row.ok()) return;  // the cache is an optimisation: go on without it
   auto state = std::make_shared<CachedState>();
   state->row = *std::move(row);
   if (at_end) state->logits = seq.last_logits;
-  cache_->Insert(tokens, std::move(state));
+  cache_->Insert(tokens, std::move(state), seq.request.cache_origin);
   PublishCacheSize();
 }
 
@@ -99,7 +109,7 @@ absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
   if (for_cache && tokens.size() > seq.request.prompt.size()) {
     auto state = std::make_shared<CachedState>();
     state->row = *saved;  // shares the tensors: both only read them
-    cache_->Insert(tokens, std::move(state));
+    cache_->Insert(tokens, std::move(state), seq.request.cache_origin);
     PublishCacheSize();
   }
   if (seq.request.return_state) {

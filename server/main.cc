@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, models, absl::StrJoin(RegistryDefaults().paths, ","),
           "Comma-separated model package files (*.pt) or directories of them.");
 ABSL_FLAG(std::string, default_model, RegistryDefaults().default_model,
           "Model used when a request names none; empty: the first one loaded.");
+ABSL_FLAG(std::string, initial_states, "",
+          "Named initial states of rwkv7 models, comma-separated MODEL:NAME=FILE entries (FILE: "
+          "a .pth of blocks.N.att.time_state, as RWKV state tuning writes); a request names one "
+          "in initial_state.");
 ABSL_FLAG(std::string, host, Defaults().host, "Address to listen on.");
 ABSL_FLAG(int, port, Defaults().port, "gRPC port (0: any free port, printed at start).");
 ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
@@ -179,6 +183,12 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
   engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);
+  if (absl::Status parsed = attn::serving::ParseInitialStatesFlag(
+          absl::GetFlag(FLAGS_initial_states), &options.registry.initial_states);
+      !parsed.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
+    std::exit(2);
+  }
   if (absl::Status parsed =
           attn::serving::ParseStateCacheFlag(absl::GetFlag(FLAGS_state_cache), &options.registry);
       !parsed.ok()) {

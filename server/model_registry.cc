@@ -175,6 +175,12 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
     return absl::ResourceExhaustedError(absl::StrCat(path, ": ", rows.message()));
   }
   auto hosted = std::make_unique<HostedModel>();
+  if (auto files = options.initial_states.find(name); files != options.initial_states.end()) {
+    absl::StatusOr<InitialStates> states =
+        LoadInitialStates(name, *loaded->backend, files->second);
+    if (!states.ok()) return states.status();
+    hosted->initial_states = *std::move(states);
+  }
   hosted->description = std::move(loaded->description);
   ModelDescription& d = hosted->description;
   d.name = name;
@@ -351,6 +357,12 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     if (!registry->Find(name).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--backend: ", name, "=", BackendKindName(kind), " names no model loaded here"));
+    }
+  }
+  for (const auto& [name, states] : options.initial_states) {
+    if (!registry->Find(name).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial_states: ", name, " names no model loaded here"));
     }
   }
   for (const auto& [name, quantization] : options.model_quantization) {

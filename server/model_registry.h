@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "model/backend/backend_kind.h"
 #include "server/engine.h"
+#include "server/initial_states.h"
 
 namespace attn {
 class Tokenizer;
@@ -47,6 +48,7 @@ struct HostedModel {
   ~HostedModel();
   ModelDescription description;
   std::unique_ptr<Tokenizer> tokenizer;
+  InitialStates initial_states;  // by name (--initial_states)
   std::unique_ptr<Engine> engine;
 };
 
@@ -72,6 +74,8 @@ struct RegistryOptions {
   // context (a cache entry of a key/value cache costs its context).
   enum class StateCache { kOff, kRecurrent, kAll };
   StateCache state_cache = StateCache::kRecurrent;
+  // Named initial states per model (--initial_states): model -> name -> file.
+  std::map<std::string, std::map<std::string, std::string>> initial_states;
   // A package that does not load stops the start (false), or is left out
   // with a warning naming the file and why (--skip_bad_models); either way
   // at least one model must load.

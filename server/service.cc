@@ -75,11 +75,17 @@ absl::StatusOr<EngineRequest> ToGeneration(const GenerateRequest& request, const
       ToEngineRequest(request, *model.tokenizer, limits, deadline);
   if (!generation.ok()) return generation;
   generation->return_state = request.return_state();
-  if (!request.has_state()) return generation;
-  const StateTarget target{model.description.name, model.description.fingerprint,
-                           model.engine->state_budget_bytes()};
-  absl::Status applied = ApplyStartState(request.state(), target, limits, &*generation);
-  if (!applied.ok()) return applied;
+  if (request.has_state()) {
+    const StateTarget target{model.description.name, model.description.fingerprint,
+                             model.engine->state_budget_bytes()};
+    absl::Status applied = ApplyStartState(request.state(), target, limits, &*generation);
+    if (!applied.ok()) return applied;
+  }
+  if (request.has_initial_state()) {
+    absl::Status applied = ApplyInitialState(request.initial_state(), model.description.name,
+                                             model.initial_states, &*generation);
+    if (!applied.ok()) return applied;
+  }
   return generation;
 }
 
@@ -411,6 +417,7 @@ grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     info->set_state_fingerprint(d.fingerprint);
     info->set_state_cache_bytes(model->engine->options().state_cache_bytes);
     info->set_chat_format(d.chat_format);
+    for (const auto& [name, state] : model->initial_states) info->add_initial_states(name);
     if (!d.weight_dtype.empty()) {
       info->set_weight_dtype(d.weight_dtype);
       info->set_weight_bytes(d.weight_bytes);

@@ -14,8 +14,6 @@ uint64_t Mix(uint64_t key, int64_t token) {
   return x ^ (x >> 31);
 }
 
-constexpr uint64_t kEmptyKey = 0x6a09e667f3bcc908ULL;
-
 int64_t EntryBytes(const CachedState& state, size_t tokens) {
   return state.row.bytes() + static_cast<int64_t>(state.logits.size() * sizeof(float)) +
          static_cast<int64_t>(tokens * sizeof(int32_t));
@@ -25,32 +23,35 @@ int64_t EntryBytes(const CachedState& state, size_t tokens) {
 
 StateCache::StateCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
 
-std::vector<uint64_t> StateCache::Keys(absl::Span<const int64_t> tokens) {
+std::vector<uint64_t> StateCache::Keys(absl::Span<const int64_t> tokens, uint64_t origin) {
   std::vector<uint64_t> keys(tokens.size());
-  uint64_t key = kEmptyKey;
+  uint64_t key = origin;
   for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = Mix(key, tokens[i]);
   return keys;  // each element is Key() of a prefix
 }
 
-uint64_t StateCache::Key(absl::Span<const int64_t> tokens) {
-  uint64_t key = kEmptyKey;
+uint64_t StateCache::Key(absl::Span<const int64_t> tokens, uint64_t origin) {
+  uint64_t key = origin;
   for (int64_t token : tokens) key = Mix(key, token);
   return key;
 }
 
-bool StateCache::Holds(const Entry& entry, absl::Span<const int64_t> tokens, size_t count) {
-  if (entry.tokens.size() != count || count > tokens.size()) return false;
+bool StateCache::Holds(const Entry& entry, absl::Span<const int64_t> tokens, size_t count,
+                       uint64_t origin) {
+  if (entry.origin != origin || entry.tokens.size() != count || count > tokens.size()) {
+    return false;
+  }
   for (size_t i = 0; i < count; ++i) {
     if (entry.tokens[i] != tokens[i]) return false;
   }
   return true;
 }
 
-StateCache::Hit StateCache::Lookup(absl::Span<const int64_t> tokens) {
-  const std::vector<uint64_t> keys = Keys(tokens);
+StateCache::Hit StateCache::Lookup(absl::Span<const int64_t> tokens, uint64_t origin) {
+  const std::vector<uint64_t> keys = Keys(tokens, origin);
   for (size_t count = tokens.size(); count > 0; --count) {
     auto it = entries_.find(keys[count - 1]);
-    if (it == entries_.end() || !Holds(it->second, tokens, count)) continue;
+    if (it == entries_.end() || !Holds(it->second, tokens, count, origin)) continue;
     // All of the tokens: usable only with the logits that come after them.
     if (count == tokens.size() && it->second.state->logits.empty()) continue;
     recency_.splice(recency_.begin(), recency_, it->second.recency);
@@ -59,24 +60,25 @@ StateCache::Hit StateCache::Lookup(absl::Span<const int64_t> tokens) {
   return {};
 }
 
-bool StateCache::Contains(absl::Span<const int64_t> tokens) const {
+bool StateCache::Contains(absl::Span<const int64_t> tokens, uint64_t origin) const {
   if (tokens.empty()) return false;
-  auto it = entries_.find(Key(tokens));
-  return it != entries_.end() && Holds(it->second, tokens, tokens.size());
+  auto it = entries_.find(Key(tokens, origin));
+  return it != entries_.end() && Holds(it->second, tokens, tokens.size(), origin);
 }
 
 void StateCache::Insert(absl::Span<const int64_t> tokens,
-                        std::shared_ptr<const CachedState> state) {
+                        std::shared_ptr<const CachedState> state, uint64_t origin) {
   if (tokens.empty() || !state) return;
   const int64_t bytes = EntryBytes(*state, tokens.size());
   if (bytes > capacity_bytes_) return;
-  const uint64_t key = Key(tokens);
+  const uint64_t key = Key(tokens, origin);
   if (auto it = entries_.find(key); it != entries_.end()) Erase(it);
   while (bytes_ + bytes > capacity_bytes_ && !recency_.empty()) {
     Erase(entries_.find(recency_.back()));
   }
   recency_.push_front(key);
   Entry& entry = entries_[key];
+  entry.origin = origin;
   entry.tokens.assign(tokens.begin(), tokens.end());
   entry.state = std::move(state);
   entry.bytes = bytes;

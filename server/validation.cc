@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "model/text/tokenizer.h"
 #include "server/state_blob.h"
@@ -127,6 +128,24 @@ absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
   }
   request->start_tokens = decoded->tokens;
   request->start_state = std::move(decoded->row);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyInitialState(const std::string& name, const std::string& model,
+                               const InitialStates& states, EngineRequest* request) {
+  if (request->start_state) {
+    return InvalidField("initial_state", "give state or initial_state, not both");
+  }
+  auto found = states.find(name);
+  if (found == states.end()) {
+    std::vector<std::string> names;
+    for (const auto& [known, state] : states) names.push_back(known);
+    return absl::NotFoundError(absl::StrCat(
+        "initial_state: \"", name, "\" is not one of ", model, "'s initial states (",
+        names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
+  }
+  request->initial_state = found->second.row;
+  request->cache_origin = found->second.origin;
   return absl::OkStatus();
 }
 

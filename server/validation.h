@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "attn/v1/text_generation.pb.h"
 #include "server/engine.h"
+#include "server/initial_states.h"
 
 namespace attn {
 class Tokenizer;
@@ -55,6 +56,13 @@ struct StateTarget {
 // another model.
 absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
                              const RequestLimits& limits, EngineRequest* request);
+
+// Makes `request` start from the initial state `name` of `model`
+// (GenerateRequest.initial_state): kNotFound naming it and the model's
+// initial states when it has none of that name; kInvalidArgument when the
+// request also continues a client's state.
+absl::Status ApplyInitialState(const std::string& name, const std::string& model,
+                               const InitialStates& states, EngineRequest* request);
 
 // A GenerateRequest without its state (see ApplyStartState), checked and
 // with its defaults filled in.

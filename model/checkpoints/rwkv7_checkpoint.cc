@@ -248,6 +248,44 @@ absl::StatusOr<CausalLm> ImportRwkv7(const TensorMap& tensors, Rwkv7Layout layou
   }
 }
 
+absl::StatusOr<std::vector<torch::Tensor>> ReadRwkv7InitialState(const std::string& path,
+                                                                 const LmConfig& config) {
+  absl::StatusOr<TensorMap> tensors = ReadTorchCheckpoint(path);
+  if (!tensors.ok()) return tensors.status();
+  const int64_t c = config.d_model, heads = config.heads, n = config.d_model / config.heads;
+  std::vector<torch::Tensor> row;
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const std::string name = absl::StrCat("blocks.", l, ".att.time_state");
+    const torch::Tensor* state = Find(*tensors, name);
+    if (state == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor ", name));
+    }
+    if (state->sizes() != torch::IntArrayRef({heads, n, n})) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, " has shape ",
+                                                     Shape(*state), "; the model's is [", heads,
+                                                     ", ", n, ", ", n, "]"));
+    }
+    if (!torch::isfinite(*state).all().item<bool>()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, " is not finite"));
+    }
+    row.push_back(torch::zeros({1}, torch::kLong));
+    row.push_back(torch::zeros({1, c}));
+    row.push_back(state->transpose(1, 2).contiguous().unsqueeze(0));
+    row.push_back(torch::zeros({1, c}));
+  }
+  if (static_cast<int64_t>(tensors->size()) != config.layers) {
+    for (const auto& [name, tensor] : *tensors) {
+      if (!absl::StartsWith(name, "blocks.") || !absl::EndsWith(name, ".att.time_state")) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name,
+                                                       " is not an initial state's"));
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", tensors->size(), " layers' states; the model has ", config.layers));
+  }
+  return row;
+}
+
 absl::StatusOr<Rwkv7HfOptions> ParseRwkv7HfConfig(const std::string& text) {
   const auto json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/checkpoints/torch_checkpoint.h"
@@ -42,6 +43,17 @@ absl::Status CheckRwkvVersion(const TensorMap& tensors);
 // missing, misshaped or unused tensor.
 absl::StatusOr<CausalLm> ImportRwkv7(const TensorMap& tensors, Rwkv7Layout layout,
                                      const Rwkv7HfOptions& hf = {});
+
+// An initial state of RWKV state tuning: a .pth holding
+// blocks.N.att.time_state [H, N, N] for every layer N of a model of
+// `config`. Public loaders transpose its last two axes into the RNN's
+// state, whose rows are value channels (model/mixers/rwkv7.h); so does
+// this. Returns one sequence's state as CausalLmImpl::SaveRow lists it: per
+// layer the length (0), the time mix's shift (zeros), S and the channel
+// mix's shift (zeros). kNotFound or kDataLoss for the file, kInvalidArgument
+// naming a missing, misshaped or extra tensor.
+absl::StatusOr<std::vector<torch::Tensor>> ReadRwkv7InitialState(const std::string& path,
+                                                                 const LmConfig& config);
 
 // Parses a Hugging Face config.json of model_type "rwkv7"; kInvalidArgument
 // naming the option it cannot serve (another model_type, hybrid attention

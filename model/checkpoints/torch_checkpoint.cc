@@ -21,17 +21,13 @@ struct Value {
   Kind kind = Kind::kNone;
   int64_t number = 0;
   std::string text;  // a string, a global's "module.name", a storage's record key
-  std::vector<std::shared_ptr<Value>> items;  // tuple, list; a dict's keys and values in turn
+  std::vector<Value*> items;  // tuple, list; a dict's keys and values in turn
   torch::ScalarType dtype = torch::kFloat;    // a storage's
   torch::Tensor tensor;
 };
-using ValuePtr = std::shared_ptr<Value>;
-
-ValuePtr Make(Value::Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
-}
+// Values live in the unpickler's arena: a pickle may make cycles (a list
+// appended to itself through the memo), which owning pointers would leak.
+using ValuePtr = Value*;
 
 template <typename... Parts>
 absl::Status Invalid(const Parts&... what) {
@@ -156,6 +152,13 @@ class Unpickler {
   size_t at_ = 0;
   const std::map<std::string, absl::string_view>& records_;
   const std::string prefix_;  // "ARCHIVE/"
+  ValuePtr Make(Value::Kind kind) {
+    arena_.push_back(std::make_unique<Value>());
+    arena_.back()->kind = kind;
+    return arena_.back().get();
+  }
+
+  std::vector<std::unique_ptr<Value>> arena_;  // every value made, freed together
   std::vector<ValuePtr> stack_;
   std::vector<size_t> marks_;
   std::map<uint64_t, ValuePtr> memo_;
@@ -371,7 +374,12 @@ absl::StatusOr<ValuePtr> Unpickler::RebuildTensor(const std::vector<ValuePtr>& a
     if (sizes.back() > (int64_t{1} << 40) || strides.back() > (int64_t{1} << 40)) {
       return Invalid("tensor of storage ", storage.text, " is too large");
     }
-    if (sizes.back() > 0) last += (sizes.back() - 1) * strides.back();
+    int64_t reach = 0;
+    if (sizes.back() > 0 &&
+        (__builtin_mul_overflow(sizes.back() - 1, strides.back(), &reach) ||
+         __builtin_add_overflow(last, reach, &last))) {
+      return Invalid("tensor of storage ", storage.text, " is too large");
+    }
   }
   if (!empty && last >= elements) {
     return Invalid("a tensor reaches past the end of storage ", storage.text, " (", elements,
@@ -400,7 +408,13 @@ absl::StatusOr<TensorMap> ReadTorchCheckpointBytes(absl::string_view archive) {
     return absl::InvalidArgumentError(
         "no ARCHIVE/data.pkl record: not a checkpoint written by torch.save");
   }
-  Unpickler unpickler(records->at(prefix + "data.pkl"), *records, prefix);
+  return ReadStateDictPickle(records->at(prefix + "data.pkl"), *records, prefix);
+}
+
+absl::StatusOr<TensorMap> ReadStateDictPickle(
+    absl::string_view pickle, const std::map<std::string, absl::string_view>& records,
+    const std::string& prefix) {
+  Unpickler unpickler(pickle, records, prefix);
   absl::StatusOr<ValuePtr> root = unpickler.Run();
   if (!root.ok()) return root.status();
   if ((*root)->kind != Value::Kind::kDict) return Invalid("the checkpoint is not a dict of tensors");

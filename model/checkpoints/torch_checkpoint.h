@@ -29,6 +29,14 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 // and bfloat16, or a tensor that reaches past its storage.
 absl::StatusOr<TensorMap> ReadTorchCheckpointBytes(absl::string_view archive);
 
+// The unpickler alone: the state dict `pickle` describes, its storages read
+// from `records` under `prefix` ("ARCHIVE/": "ARCHIVE/data/KEY"). What
+// ReadTorchCheckpointBytes runs once the archive is intact (and what the
+// fuzzer drives directly, past the archive's checksums).
+absl::StatusOr<TensorMap> ReadStateDictPickle(
+    absl::string_view pickle, const std::map<std::string, absl::string_view>& records,
+    const std::string& prefix);
+
 // The same for the file at `path`; messages start with the path.
 absl::StatusOr<TensorMap> ReadTorchCheckpoint(const std::string& path);
 

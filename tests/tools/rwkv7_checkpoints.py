@@ -5,6 +5,8 @@ reference of the model written from the RWKV-7 paper's equations.
         [--d 64 --layers 2 --head 16 --ffn 128 --vocab 300 --ranks 16,16,8,24
          --dtype float32|float16|bfloat16 --seed 1 --version 7]
     rwkv7_checkpoints.py vocab --out FILE        a synthetic RWKV World vocabulary
+    rwkv7_checkpoints.py state --out FILE [--layers 2 --d 64 --head 16 --seed 2]
+                                                  an initial state (state tuning's .pth)
     rwkv7_checkpoints.py logits --pth FILE --tokens 1,2,3 [--group-norm-eps E]
                                                   float64 logits (JSON)
     rwkv7_checkpoints.py tokenize --vocab FILE --text-file F  greedy longest match (JSON)
@@ -184,12 +186,15 @@ def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-def reference_logits(sd, tokens, group_norm_eps=64e-5):
+def reference_logits(sd, tokens, group_norm_eps=64e-5, time_state=None):
     p = {k: v.double().numpy() for k, v in sd.items()}
     d = p["emb.weight"].shape[1]
     layers = 1 + max(int(k.split(".")[1]) for k in p if k.startswith("blocks."))
     heads, n = p["blocks.0.att.r_k"].shape
     state = [{"a": np.zeros(d), "b": np.zeros(d), "S": np.zeros((heads, n, n))} for _ in range(layers)]
+    if time_state is not None:  # state tuning's [H, N, N], transposed into the RNN's state
+        for l in range(layers):
+            state[l]["S"] = time_state[f"blocks.{l}.att.time_state"].double().numpy().transpose(0, 2, 1).copy()
     out = []
     for token in tokens:
         x = p["emb.weight"][token]
@@ -305,6 +310,12 @@ def main():
     w.add_argument("--version", type=int, default=7)
     v = sub.add_parser("vocab")
     v.add_argument("--out", required=True)
+    st = sub.add_parser("state")
+    st.add_argument("--out", required=True)
+    st.add_argument("--layers", type=int, default=2)
+    st.add_argument("--d", type=int, default=64)
+    st.add_argument("--head", type=int, default=16)
+    st.add_argument("--seed", type=int, default=2)
     lg = sub.add_parser("logits")
     lg.add_argument("--pth", required=True)
     lg.add_argument("--tokens", required=True)
@@ -317,6 +328,11 @@ def main():
         write(args)
     elif args.command == "vocab":
         write_vocabulary(args.out)
+    elif args.command == "state":
+        g = torch.Generator().manual_seed(args.seed)
+        heads = args.d // args.head
+        torch.save({f"blocks.{l}.att.time_state": torch.randn(heads, args.head, args.head, generator=g)
+                    for l in range(args.layers)}, args.out)
     elif args.command == "logits":
         sd = torch.load(args.pth)
         tokens = [int(t) for t in args.tokens.split(",")]

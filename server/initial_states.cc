@@ -1,0 +1,58 @@
+#include "server/initial_states.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/backend/native_backend.h"
+#include "model/checkpoints/rwkv7_checkpoint.h"
+#include "server/state_blob.h"
+#include "util/files.h"
+
+namespace attn::serving {
+
+absl::Status ParseInitialStatesFlag(
+    const std::string& flag, std::map<std::string, std::map<std::string, std::string>>* out) {
+  for (absl::string_view entry : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
+    const size_t colon = entry.find(':'), equals = entry.find('=');
+    if (colon == absl::string_view::npos || equals == absl::string_view::npos || colon == 0 ||
+        equals <= colon + 1 || equals + 1 == entry.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--initial_states: \"", entry, "\" is not MODEL:NAME=FILE"));
+    }
+    const std::string model(entry.substr(0, colon));
+    const std::string name(entry.substr(colon + 1, equals - colon - 1));
+    if (!(*out)[model].emplace(name, std::string(entry.substr(equals + 1))).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial_states: ", model, ":", name, " is given twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<InitialStates> LoadInitialStates(const std::string& model, LmBackend& backend,
+                                                const std::map<std::string, std::string>& files) {
+  auto* native = dynamic_cast<NativeBackend*>(&backend);
+  if (native == nullptr || native->model()->config().mixer != MixerKind::kRwkv7) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--initial_states: ", model, " is not an rwkv7 model on the native backend; only those "
+        "take initial states"));
+  }
+  InitialStates states;
+  for (const auto& [name, file] : files) {
+    absl::StatusOr<std::vector<torch::Tensor>> row =
+        ReadRwkv7InitialState(file, native->model()->config());
+    if (!row.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial_states: ", model, ":", name, ": ", row.status().message()));
+    }
+    auto saved = std::make_shared<SavedRow>();
+    saved->tensors = *std::move(row);
+    absl::StatusOr<std::string> bytes = ReadFileBytes(file);
+    if (!bytes.ok()) return bytes.status();
+    states[name] = {std::move(saved), Hash64(*bytes, /*seed=*/1)};
+  }
+  return states;
+}
+
+}  // namespace attn::serving
