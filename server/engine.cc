@@ -439,6 +439,7 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   StreamEvent& event = seq.pending;
   event.token_ids.push_back(token.id);
   if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
+  if (!token.top.empty()) event.top_logprobs.push_back(token.top);
   AcceptedToken accepted = seq.continuation->Accept(token.id);
   event.text += accepted.text;
   event.finish_reason = accepted.finish_reason;

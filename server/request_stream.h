@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +29,9 @@ struct StreamEvent {
   std::string text;                // new text (whole UTF-8 characters)
   std::vector<int64_t> token_ids;  // new tokens
   std::vector<float> logprobs;     // one per token when asked for (always for scoring)
+  // Per token, when the request asked for top_logprobs: the most likely
+  // tokens and their log-probabilities (SampledToken::top).
+  std::vector<std::vector<std::pair<int64_t, float>>> top_logprobs;
   // The last event of a request: finish reason and usage, or an error.
   bool last = false;
   absl::Status status;  // non-OK: the request failed (last is true)

@@ -52,6 +52,13 @@ void AppendEvent(const StreamEvent& event, bool logprobs, const std::string& fin
   if (logprobs) {
     for (float logprob : event.logprobs) response->add_logprobs(logprob);
   }
+  for (const auto& alternatives : event.top_logprobs) {
+    attn::v1::TopLogprobs* top = response->add_top_logprobs();
+    for (const auto& [id, logprob] : alternatives) {
+      top->add_token_ids(id);
+      top->add_logprobs(logprob);
+    }
+  }
   if (event.last) {
     response->set_finish_reason(ToProto(event.finish_reason));
     response->mutable_usage()->set_prompt_tokens(event.prompt_tokens);

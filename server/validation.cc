@@ -1,5 +1,6 @@
 #include "server/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -28,12 +29,15 @@ absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& reques
   options.top_p = request.has_top_p() ? request.top_p() : 1.0;
   options.repetition_penalty =
       request.has_repetition_penalty() ? request.repetition_penalty() : 1.0;
+  options.presence_penalty = request.presence_penalty();
+  options.frequency_penalty = request.frequency_penalty();
+  for (const auto& [token, bias] : request.logit_bias()) options.logit_bias.emplace_back(token, bias);
+  std::sort(options.logit_bias.begin(), options.logit_bias.end());
+  options.top_logprobs = request.top_logprobs();
   options.seed = request.has_seed() ? request.seed() : RandomSeed();
   if (std::isnan(options.temperature)) return InvalidField("temperature", "is NaN");
   if (std::isnan(options.top_p)) return InvalidField("top_p", "is NaN");
   if (std::isnan(options.repetition_penalty)) return InvalidField("repetition_penalty", "is NaN");
-  absl::Status status = options.Validate();  // names the field
-  if (!status.ok()) return status;
   return options;
 }
 
@@ -80,7 +84,16 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
   return tokens;
 }
 
-absl::Status CheckGeneration(const RequestLimits& limits, const EngineRequest& request) {
+absl::Status CheckGeneration(const RequestLimits& limits, const Tokenizer& tokenizer,
+                             const EngineRequest& request) {
+  if (absl::Status sampling = request.sampling.Validate(); !sampling.ok()) return sampling;
+  for (const auto& [token, bias] : request.sampling.logit_bias) {
+    if (!tokenizer.IsValidId(token)) {
+      return InvalidField(absl::StrCat("logit_bias[", token, "]"),
+                          absl::StrCat(token, " is not a token id (the vocabulary has ",
+                                       tokenizer.vocab_size(), " tokens)"));
+    }
+  }
   if (request.max_tokens < 1 || request.max_tokens > limits.max_tokens) {
     return InvalidField("max_tokens", absl::StrCat(request.max_tokens, " is outside 1 to ",
                                                    limits.max_tokens, " (--max_tokens)"));
@@ -164,8 +177,10 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
   if (!sampling.ok()) return sampling.status();
   out.sampling = *sampling;
   out.stop.assign(request.stop().begin(), request.stop().end());
-  if (absl::Status checked = CheckGeneration(limits, out); !checked.ok()) return checked;
-  out.logprobs = request.logprobs();
+  out.logprobs = request.logprobs() || request.top_logprobs() > 0;
+  if (absl::Status checked = CheckGeneration(limits, tokenizer, out); !checked.ok()) {
+    return checked;
+  }
   out.ignore_eos = request.ignore_eos();
   return out;
 }

@@ -34,12 +34,14 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                   const std::string& ids_field, int64_t max_tokens);
 
 // The checks every generation request passes whatever protocol it came in:
-// max_tokens within 1 to limits.max_tokens (the caller fills in
+// the sampling options (SamplingOptions::Validate, and logit_bias naming
+// tokens of the vocabulary), max_tokens within 1 to limits.max_tokens (the caller fills in
 // limits.default_max_tokens when the request left it unset), the prompt plus
 // max_tokens within the model's context, and the stop strings (at most
 // limits.max_stop_strings, none empty, all UTF-8). `request->prompt` must
 // already be checked (PromptTokens).
-absl::Status CheckGeneration(const RequestLimits& limits, const EngineRequest& request);
+absl::Status CheckGeneration(const RequestLimits& limits, const Tokenizer& tokenizer,
+                             const EngineRequest& request);
 
 // The model a client-held state must belong to (GenerateRequest.state), and
 // the most state bytes the model's requests may hold (its budget).

@@ -10,14 +10,80 @@ namespace {
 
 const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, -1.0f, 2.5f};
 
+SamplingOptions Greedy() {
+  SamplingOptions options;
+  options.temperature = 0.0;
+  return options;
+}
+
 TEST(Sampler, GreedyTakesTheArgMaxAndReportsItsLogprob) {
-  Sampler sampler({/*temperature=*/0.0});
+  Sampler sampler(Greedy());
   auto token = sampler.Next(kLogits.data(), 5);
   EXPECT_EQ(token.id, 1);
   double total = 0;
   for (float l : kLogits) total += std::exp(static_cast<double>(l));
   // Float32 arithmetic, as Score's log_softmax.
   EXPECT_NEAR(token.logprob, 3.0 - std::log(total), 1e-6);
+}
+
+// OpenAI's logit_bias, presence and frequency penalties, as its docs define
+// them: greedy choices move exactly where the adjusted logits say.
+TEST(Sampler, LogitBiasAndPenaltiesMoveTheChoice) {
+  SamplingOptions bias = Greedy();
+  bias.logit_bias = {{3, 5.0f}};  // -1 + 5 = 4 beats 3
+  EXPECT_EQ(Sampler(bias).Next(kLogits.data(), 5).id, 3);
+  // Greedy with a presence penalty of 0.6: token 1 (3.0) is chosen, then
+  // loses 0.6 (2.4 < 2.5): token 4 next; then 4 loses 0.6 (1.9), 1 is back
+  // at 2.4.
+  SamplingOptions presence = Greedy();
+  presence.presence_penalty = 0.6;
+  Sampler p(presence);
+  EXPECT_EQ(p.Next(kLogits.data(), 5).id, 1);
+  EXPECT_EQ(p.Next(kLogits.data(), 5).id, 4);
+  EXPECT_EQ(p.Next(kLogits.data(), 5).id, 1);
+  // A frequency penalty of 0.3 grows with each use: 1 (3.0, 2.7, 2.4) until
+  // it falls under 4's 2.5 after two uses of 1 ... 2.4 < 2.5.
+  SamplingOptions frequency = Greedy();
+  frequency.frequency_penalty = 0.3;
+  Sampler f(frequency);
+  EXPECT_EQ(f.Next(kLogits.data(), 5).id, 1);
+  EXPECT_EQ(f.Next(kLogits.data(), 5).id, 1);
+  EXPECT_EQ(f.Next(kLogits.data(), 5).id, 4);
+  // The reported logprob stays the model's own.
+  SamplingOptions pushed = Greedy();
+  pushed.logit_bias = {{0, 100.0f}};
+  double total = 0;
+  for (float l : kLogits) total += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(Sampler(pushed).Next(kLogits.data(), 5).logprob, 1.0 - std::log(total), 1e-6);
+}
+
+TEST(Sampler, TopLogprobsAreTheModelsMostLikelyTokens) {
+  SamplingOptions options = Greedy();
+  options.top_logprobs = 3;
+  const SampledToken token = Sampler(options).Next(kLogits.data(), 5);
+  double total = 0;
+  for (float l : kLogits) total += std::exp(static_cast<double>(l));
+  ASSERT_EQ(token.top.size(), 3u);
+  const int64_t ids[] = {1, 4, 2};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(token.top[i].first, ids[i]);
+    EXPECT_NEAR(token.top[i].second, kLogits[ids[i]] - std::log(total), 1e-6);
+  }
+}
+
+TEST(Sampler, OutOfRangeOptionsAreNamed) {
+  SamplingOptions o;
+  o.presence_penalty = 2.5;
+  EXPECT_NE(o.Validate().message().find("presence_penalty"), std::string::npos);
+  o = SamplingOptions();
+  o.frequency_penalty = -3;
+  EXPECT_NE(o.Validate().message().find("frequency_penalty"), std::string::npos);
+  o = SamplingOptions();
+  o.logit_bias = {{7, 101.0f}};
+  EXPECT_NE(o.Validate().message().find("logit_bias[7]"), std::string::npos);
+  o = SamplingOptions();
+  o.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_NE(o.Validate().message().find("top_logprobs"), std::string::npos);
 }
 
 TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {

@@ -22,6 +22,22 @@ absl::Status SamplingOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty must be > 0, got ", repetition_penalty));
   }
+  for (auto [name, value] : {std::pair<const char*, double>{"presence_penalty", presence_penalty},
+                             {"frequency_penalty", frequency_penalty}}) {
+    if (!(value >= -2.0 && value <= 2.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", value));
+    }
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias[", token, "] must be in [-100, 100], got ", bias));
+    }
+  }
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "], got ", top_logprobs));
+  }
   return absl::OkStatus();
 }
 
@@ -34,6 +50,16 @@ Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& pro
 
 SampledToken Sampler::Next(const float* logits, int64_t vocab) {
   work_.assign(logits, logits + vocab);
+  for (const auto& [token, bias] : options_.logit_bias) {
+    if (token >= 0 && token < vocab) work_[token] += bias;
+  }
+  if (options_.presence_penalty != 0.0 || options_.frequency_penalty != 0.0) {
+    for (const auto& [token, count] : generated_) {
+      if (token < 0 || token >= vocab) continue;
+      work_[token] -= static_cast<float>(options_.presence_penalty +
+                                         static_cast<double>(count) * options_.frequency_penalty);
+    }
+  }
   if (options_.repetition_penalty != 1.0) {
     const auto penalty = static_cast<float>(options_.repetition_penalty);
     for (int64_t id : seen_) {
@@ -82,7 +108,27 @@ SampledToken Sampler::Next(const float* logits, int64_t vocab) {
     }
   }
   seen_.insert(chosen);
-  return {chosen, LogSoftmaxAt(logits, vocab, chosen)};
+  ++generated_[chosen];
+  SampledToken token{chosen, LogSoftmaxAt(logits, vocab, chosen), {}};
+  if (options_.top_logprobs > 0) token.top = TopLogprobs(logits, vocab, options_.top_logprobs);
+  return token;
+}
+
+std::vector<std::pair<int64_t, float>> TopLogprobs(const float* logits, int64_t vocab,
+                                                   int64_t count) {
+  count = std::min(count, vocab);
+  std::vector<int64_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [&](int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), more_likely);
+  const double total = kernels::LogSumExp(logits, vocab);
+  std::vector<std::pair<int64_t, float>> top;
+  for (int64_t i = 0; i < count; ++i) {
+    top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - total));
+  }
+  return top;
 }
 
 }  // namespace attn

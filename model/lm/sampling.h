@@ -1,10 +1,14 @@
 // Choosing the next token from a model's logits, per sequence.
 //
 // Order of operations, as vLLM and Hugging Face apply them:
-//   1. repetition penalty (Keskar et al. 2019): a logit of a token already in
+//   1. logit bias: a fixed amount added to chosen tokens' logits (OpenAI's
+//      logit_bias);
+//   2. repetition penalty (Keskar et al. 2019): a logit of a token already in
 //      the sequence is divided by the penalty if positive, multiplied if not;
-//   2. temperature 0: the arg max (greedy), ties to the lowest id;
-//   3. otherwise logits / temperature, keep the top_k largest (0: all), keep
+//   3. presence and frequency penalties (OpenAI's): a token generated c > 0
+//      times so far loses presence_penalty + c * frequency_penalty;
+//   4. temperature 0: the arg max (greedy), ties to the lowest id;
+//   5. otherwise logits / temperature, keep the top_k largest (0: all), keep
 //      the smallest set of most likely tokens whose probability reaches
 //      top_p (1: all), and draw from what is left.
 //
@@ -16,7 +20,9 @@
 
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,16 +34,30 @@ struct SamplingOptions {
   int64_t top_k = 0;                // 0: no limit
   double top_p = 1.0;               // (0, 1]
   double repetition_penalty = 1.0;  // >= 1 discourages repeats; 1: off
+  double presence_penalty = 0.0;    // [-2, 2]; 0: off
+  double frequency_penalty = 0.0;   // [-2, 2]; 0: off
+  std::vector<std::pair<int64_t, float>> logit_bias;  // (token, [-100, 100])
+  // How many of the most likely tokens to report with each choice
+  // (SampledToken::top), 0 to kMaxTopLogprobs.
+  int64_t top_logprobs = 0;
   uint64_t seed = 0;
 
   // kInvalidArgument naming the field: negative temperature, top_p outside
-  // (0, 1], negative top_k, penalty not positive.
+  // (0, 1], negative top_k, penalty not positive, presence or frequency
+  // penalty outside [-2, 2], a bias outside [-100, 100], top_logprobs
+  // outside [0, kMaxTopLogprobs]. (Token ids are the caller's to check.)
   absl::Status Validate() const;
 };
+
+// The most alternatives a choice may report (OpenAI's top_logprobs limit).
+inline constexpr int64_t kMaxTopLogprobs = 20;
 
 struct SampledToken {
   int64_t id = 0;
   double logprob = 0.0;  // log p_model(id | context)
+  // The top_logprobs most likely tokens and their log p_model, most likely
+  // first (ties: lower id first).
+  std::vector<std::pair<int64_t, float>> top;
 };
 
 class Sampler {
@@ -53,6 +73,7 @@ class Sampler {
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::unordered_set<int64_t> seen_;  // distinct tokens of the sequence so far
+  std::unordered_map<int64_t, int64_t> generated_;  // tokens chosen so far, counted
   std::vector<float> work_;           // processed logits
   std::vector<int64_t> candidates_;   // token ids, most likely first
   std::vector<double> probs_;         // unnormalised probabilities of the candidates
@@ -60,5 +81,10 @@ class Sampler {
 
 // log softmax(logits)[id], computed stably.
 double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id);
+
+// The `count` most likely tokens of `logits` and their log softmax, most
+// likely first (ties: lower id first).
+std::vector<std::pair<int64_t, float>> TopLogprobs(const float* logits, int64_t vocab,
+                                                   int64_t count);
 
 }  // namespace attn

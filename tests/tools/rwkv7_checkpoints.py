@@ -3,7 +3,7 @@ reference of the model written from the RWKV-7 paper's equations.
 
     rwkv7_checkpoints.py write --layout blinkdl|hf|hf-sharded --out PATH
         [--d 64 --layers 2 --head 16 --ffn 128 --vocab 300 --ranks 16,16,8,24
-         --dtype float32|float16|bfloat16 --seed 1 --version 7]
+         --dtype float32|float16|bfloat16 --seed 1 --version 7 --also-bin]
     rwkv7_checkpoints.py vocab --out FILE        a synthetic RWKV World vocabulary
     rwkv7_checkpoints.py state --out FILE [--layers 2 --d 64 --head 16 --seed 2]
                                                   an initial state (state tuning's .pth)
@@ -164,6 +164,11 @@ def write(args):
         json.dump(config, f)
     if args.layout == "hf":
         write_safetensors(os.path.join(args.out, "model.safetensors"), hf)
+        if args.also_bin:  # the same weights as torch.save writes them, for tools that read that
+            config["architectures"] = ["RWKV7ForCausalLM"]
+            with open(os.path.join(args.out, "config.json"), "w") as f:
+                json.dump(config, f)
+            torch.save(hf, os.path.join(args.out, "pytorch_model.bin"))
         return
     names = list(hf)
     halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
@@ -308,6 +313,8 @@ def main():
     w.add_argument("--dtype", default="float32")
     w.add_argument("--seed", type=int, default=1)
     w.add_argument("--version", type=int, default=7)
+    w.add_argument("--also-bin", action="store_true",
+                   help="hf: also write pytorch_model.bin and config.json's architectures")
     v = sub.add_parser("vocab")
     v.add_argument("--out", required=True)
     st = sub.add_parser("state")
