@@ -237,7 +237,7 @@ TEST(Rwkv7ModelTest, LogitsEqualTheFloat64Equations) {
       reference::Rwkv7Stack(blocks, kHeads, 64e-5, reference::ToMatrix(embedded), states));
   const auto normed = torch::layer_norm(hidden, {kChannels}, named.at("final_norm.gain"),
                                         named.at("final_norm.bias"), 1e-5);
-  const auto expected = torch::matmul(normed, named.at("head").t());
+  const auto expected = torch::matmul(normed, named.at("head_weight").t());
   EXPECT_LT(RelativeError(logits[0], expected), 1e-10);
 }
 

@@ -207,7 +207,7 @@ absl::StatusOr<CausalLm> ImportRwkv7(const TensorMap& tensors, Rwkv7Layout layou
   sources["embedding.weight"] = {blink ? "emb.weight" : "model.embeddings.weight"};
   sources["final_norm.gain"] = {blink ? "ln_out.weight" : "model.norm.weight"};
   sources["final_norm.bias"] = {blink ? "ln_out.bias" : "model.norm.bias"};
-  if (!config->tie_embeddings) sources["head"] = {blink ? "head.weight" : "lm_head.weight"};
+  if (!config->tie_embeddings) sources["head_weight"] = {blink ? "head.weight" : "lm_head.weight"};
   std::set<std::string> used;
   if (blink) used = {"blocks.0.att.v0", "blocks.0.att.v1", "blocks.0.att.v2"};  // unused there
   try {

@@ -112,7 +112,7 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
   final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
   if (!config.tie_embeddings) {
     head_ = register_parameter(
-        "head", torch::randn({config.vocab_size, config.d_model}) /
+        "head_weight", torch::randn({config.vocab_size, config.d_model}) /
                     std::sqrt(static_cast<double>(config.d_model)));
   }
 }

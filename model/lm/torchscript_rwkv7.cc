@@ -131,7 +131,7 @@ std::string Rwkv7TorchScriptMethods(const LmConfig& c) {
                     absl::StrJoin(BlockWeights(l), ", "), "], ", l == 0 ? "True" : "False", ", ",
                     c.heads, ", ", absl::StrCat(c.group_norm_eps), ", state, ", 1 + 3 * l, ")\n");
   }
-  const std::string head = c.tie_embeddings ? "self.embedding_weight" : "self.head";
+  const std::string head = c.tie_embeddings ? "self.embedding_weight" : "self.head_weight";
   return absl::StrCat(
       kRwkv7Helpers,
       "\ndef init_state(self, batch: int) -> List[Tensor]:\n"
