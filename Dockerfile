@@ -12,10 +12,10 @@
 # (10001). scripts/image/verify_image.sh builds the image and checks all of that.
 #
 #   docker build -t attn-server .
-#   docker run --rm -p 50051:50051 -p 9090:9090 attn-server
+#   docker run --rm -p 50051:50051 -p 8000:8000 -p 9090:9090 attn-server
 #
 # Every server flag is also an environment variable ATTN_<FLAG>: ATTN_MODELS,
-# ATTN_DEFAULT_MODEL, ATTN_PORT, ATTN_METRICS_PORT, ATTN_THREADS, ATTN_DEVICE,
+# ATTN_DEFAULT_MODEL, ATTN_PORT, ATTN_HTTP_PORT, ATTN_METRICS_PORT, ATTN_THREADS, ATTN_DEVICE,
 # ATTN_MAX_ACTIVE, ATTN_MAX_WAITING, ATTN_MAX_PROMPT_TOKENS, ATTN_MAX_TOKENS,
 # ATTN_DEFAULT_MAX_TOKENS, ATTN_PREFILL_CHUNK, ATTN_STREAM_BUFFER,
 # ATTN_SHUTDOWN_GRACE_SECONDS, ATTN_STATE_CACHE, ATTN_STATE_CACHE_BYTES. The
@@ -28,7 +28,7 @@ RUN apt-get update -qq \
       build-essential cmake ninja-build pkg-config \
       libtorch-dev libopenblas0-openmp libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev prometheus-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev \
-      zlib1g-dev \
+      zlib1g-dev libboost-dev \
       python3 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -58,11 +58,12 @@ ENV PATH=/opt/attn/bin \
     ATTN_DEFAULT_MODEL=aft-decay \
     ATTN_HOST=0.0.0.0 \
     ATTN_PORT=50051 \
+    ATTN_HTTP_PORT=8000 \
     ATTN_METRICS_PORT=9090 \
     ATTN_THREADS=0 \
     ATTN_SHUTDOWN_GRACE_SECONDS=30
 USER 10001:10001
-EXPOSE 50051 9090
+EXPOSE 50051 8000 9090
 # The standard gRPC health service, through attnctl (no extra tool needed).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
   CMD ["attnctl", "--server=127.0.0.1:50051", "--timeout_s=4", "health"]

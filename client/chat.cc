@@ -87,7 +87,7 @@ attn::v1::GenerateRequest TurnRequest(const ChatOptions& options,
   const ChatMessage user{"user", line};
   if (options.hold_state && !state.empty()) {
     // The state holds the conversation and started from any initial state.
-    request.set_prompt(ContinueChat(options.format, user, reply_stopped));
+    request.set_prompt(ContinueChat(options.format, {user}, reply_stopped));
     request.set_state(state);
     request.clear_initial_state();
   } else {

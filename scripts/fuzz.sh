@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_state_blob fuzz_metrics_request fuzz_api_keys
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_state_blob fuzz_openai_request fuzz_api_keys
                                      fuzz_tokenizer fuzz_generate_request fuzz_config
                                      fuzz_model_package fuzz_package_contents
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary)

@@ -3,7 +3,8 @@
 # a second run only checks that everything is present. clang-14 runs the
 # thread-safety analysis (scripts/check/check_thread_safety.sh). python3-grpcio,
 # python3-grpc-tools and prometheus (promtool) serve the end-to-end tests;
-# openssl makes the TLS tests' certificates.
+# openssl makes the TLS tests' certificates; chromium runs the chat page's
+# test. libboost-dev brings Boost.Beast, the HTTP API's server.
 set -euo pipefail
 
 PACKAGES=(
@@ -12,10 +13,10 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev
+  libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev libboost-dev
   clang-14
   python3-torch python3-grpcio python3-grpc-tools
-  prometheus curl
+  prometheus curl chromium
 )
 
 missing=()

@@ -42,6 +42,7 @@ class AdmissionPath {
 
   // New requests get UNAVAILABLE from now on (shutdown has begun).
   void StopAccepting() { accepting_ = false; }
+  bool accepting() const { return accepting_; }
 
   // The model `name` names (empty: the default): kUnavailable once
   // stopping, kNotFound naming it and the hosted models.

@@ -244,7 +244,7 @@ bool Engine::Impl::Admit(absl::Time now) {
     seq->continuation = std::make_unique<Continuation>(
         tokenizer_, seq->request.prompt,
         ContinuationOptionsFor(seq->request, backend_->max_context()));
-    observer_->OnAdmitted(now - seq->arrival);
+    observer_->OnAdmitted(seq->request.protocol, now - seq->arrival);
     active_.push_back(std::move(seq));
     StartSequence(*active_.back());
   }
@@ -431,9 +431,9 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   ++seq.generated;
   seq.generated_ids.push_back(token.id);
   if (seq.generated == 1) {
-    observer_->OnFirstToken(now - seq.arrival);
+    observer_->OnFirstToken(seq.request.protocol, now - seq.arrival);
   } else {
-    observer_->OnNextToken(now - seq.last_token);
+    observer_->OnNextToken(seq.request.protocol, now - seq.last_token);
   }
   seq.last_token = now;
   StreamEvent& event = seq.pending;
@@ -487,7 +487,7 @@ void Engine::Impl::End(Sequence& seq, StreamEvent last) {
     seq.slot = -1;
     reserved_ -= seq.reservation;
   }
-  observer_->OnFinished(last, clock_.Now() - seq.arrival);
+  observer_->OnFinished(seq.request.protocol, last, clock_.Now() - seq.arrival);
   seq.stream->Push(std::move(last));
   seq.stream.reset();  // marks the sequence ended
   --unfinished_;
@@ -589,6 +589,10 @@ Engine::Engine(CausalLm model, const Tokenizer& tokenizer, const EngineOptions& 
              observer) {}
 
 Engine::~Engine() { Stop(); }
+
+const char* ProtocolName(Protocol protocol) {
+  return protocol == Protocol::kHttp ? "http" : "grpc";
+}
 
 std::shared_ptr<RequestStream> Engine::NewStream(DeliveryThread* delivery) const {
   return std::make_shared<RequestStream>(static_cast<size_t>(options_.stream_buffer), delivery);

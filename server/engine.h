@@ -100,9 +100,14 @@ struct EngineOptions {
   absl::Status Validate() const;
 };
 
+// Which front end a request came through: its label in metrics.
+enum class Protocol { kGrpc, kHttp };
+const char* ProtocolName(Protocol protocol);  // "grpc", "http"
+
 struct EngineRequest {
   enum class Kind { kGenerate, kScore };
   Kind kind = Kind::kGenerate;
+  Protocol protocol = Protocol::kGrpc;
   std::vector<int64_t> prompt;  // valid ids; scoring: the text to score
   int64_t max_tokens = 0;       // generation; 0: limits.default_max_tokens
   SamplingOptions sampling;
@@ -144,10 +149,12 @@ class EngineObserver {
  public:
   enum class Phase { kPrefill, kDecode };
   virtual ~EngineObserver() = default;
-  virtual void OnAdmitted(absl::Duration /*queue_time*/) {}
-  virtual void OnFirstToken(absl::Duration /*since_arrival*/) {}
-  virtual void OnNextToken(absl::Duration /*since_previous*/) {}
-  virtual void OnFinished(const StreamEvent& /*last*/, absl::Duration /*since_arrival*/) {}
+  // Per request, with the protocol it came through.
+  virtual void OnAdmitted(Protocol /*protocol*/, absl::Duration /*queue_time*/) {}
+  virtual void OnFirstToken(Protocol /*protocol*/, absl::Duration /*since_arrival*/) {}
+  virtual void OnNextToken(Protocol /*protocol*/, absl::Duration /*since_previous*/) {}
+  virtual void OnFinished(Protocol /*protocol*/, const StreamEvent& /*last*/,
+                          absl::Duration /*since_arrival*/) {}
   virtual void OnStep(Phase /*phase*/, absl::Duration /*took*/, int64_t /*rows*/,
                       int64_t /*tokens*/) {}
   virtual void OnLoad(int64_t /*running*/, int64_t /*waiting*/, int64_t /*state_bytes*/) {}

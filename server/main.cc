@@ -1,10 +1,11 @@
-// attn-server: serves model packages over gRPC (attn.v1.TextGeneration) with
-// continuous batching, and Prometheus metrics over HTTP.
+// attn-server: serves model packages over gRPC (attn.v1.TextGeneration) and
+// OpenAI's HTTP API with continuous batching, and Prometheus metrics.
 //
 // Every flag can also come from the environment as ATTN_<FLAG> (ATTN_PORT,
 // ATTN_MODELS, ...); a command-line flag wins over the environment.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, initial_states, "",
           "in initial_state.");
 ABSL_FLAG(std::string, host, Defaults().host, "Address to listen on.");
 ABSL_FLAG(int, port, Defaults().port, "gRPC port (0: any free port, printed at start).");
+ABSL_FLAG(int, http_port, Defaults().http_port,
+          "HTTP port of the OpenAI-compatible API, /health, /metrics and the chat page at / "
+          "(0: any free port; -1: off). Same --host, API keys and TLS files as gRPC.");
 ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
           "Prometheus /metrics port (0: any; -1: off).");
 ABSL_FLAG(std::string, metrics_host, Defaults().metrics_host,
@@ -145,6 +149,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   attn::serving::ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
+  options.http_port = absl::GetFlag(FLAGS_http_port);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
@@ -243,12 +248,23 @@ bool PlaceThreads(attn::serving::ServerOptions& options) {
   return true;
 }
 
+// Every HTTP connection holds a descriptor; the usual soft limit of 1024
+// would refuse clients long before memory or threads run short.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    std::fprintf(stderr, "warning: cannot raise the open-file limit; HTTP clients are capped\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Serves language-model packages over gRPC.\n  attn-server --models=models "
-      "--port=50051 --metrics_port=9090");
+      "Serves language-model packages over gRPC and OpenAI's HTTP API.\n  attn-server "
+      "--models=models --port=50051 --http_port=8000 --metrics_port=9090");
   attn::ListFlagsOfFolderInHelp(__FILE__);
   ApplyEnvironment();
   absl::ParseCommandLine(argc, argv);
@@ -263,6 +279,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  RaiseOpenFileLimit();
   if (!attn::KeepFreedMemoryForReuse()) {
     std::fprintf(stderr, "warning: the C allocator kept its defaults; prefills may run slower\n");
   }
@@ -291,9 +308,14 @@ int main(int argc, char** argv) {
   }
   std::printf("serving attn.v1.TextGeneration on %s:%d (%d intra-op threads)\n",
               options.host.c_str(), (*server)->port(), threads);
+  if ((*server)->http_port() >= 0) {
+    std::printf("serving the OpenAI API on %s://%s:%d/v1 (chat page at /)\n",
+                options.tls.enabled() ? "https" : "http", options.host.c_str(),
+                (*server)->http_port());
+  }
   if (options.metrics_port >= 0) {
-    std::printf("metrics on http://%s:%d/metrics\n", options.host.c_str(),
-                (*server)->metrics_port());
+    const std::string& host = options.metrics_host.empty() ? options.host : options.metrics_host;
+    std::printf("metrics on http://%s:%d/metrics\n", host.c_str(), (*server)->metrics_port());
   }
   std::fflush(stdout);
 

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <map>
+
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -8,7 +10,6 @@
 #include <prometheus/text_serializer.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/metrics_http.h"
 
 namespace attn::serving {
 namespace {
@@ -150,10 +151,8 @@ class Metrics::ModelObserver : public EngineObserver {
         model_(labels.model),
         prompt_tokens_(f.prompt_tokens.Add({{"model", model_}})),
         generation_tokens_(f.generation_tokens.Add({{"model", model_}})),
-        ttft_(f.ttft.Add({{"model", model_}}, LatencyBuckets())),
-        inter_token_(f.inter_token.Add({{"model", model_}}, LatencyBuckets())),
-        e2e_(f.e2e.Add({{"model", model_}}, LatencyBuckets())),
-        queue_(f.queue.Add({{"model", model_}}, LatencyBuckets())),
+        latency_{ProtocolLatencies(f, model_, Protocol::kGrpc),
+                 ProtocolLatencies(f, model_, Protocol::kHttp)},
         running_(f.running.Add({{"model", model_}})),
         waiting_(f.waiting.Add({{"model", model_}})),
         batch_size_(f.batch_size.Add(
@@ -183,17 +182,20 @@ class Metrics::ModelObserver : public EngineObserver {
     }
   }
 
-  void OnAdmitted(absl::Duration queue_time) override { queue_.Observe(Seconds(queue_time)); }
-  void OnFirstToken(absl::Duration since_arrival) override {
-    ttft_.Observe(Seconds(since_arrival));
+  void OnAdmitted(Protocol protocol, absl::Duration queue_time) override {
+    Of(protocol).queue.Observe(Seconds(queue_time));
+  }
+  void OnFirstToken(Protocol protocol, absl::Duration since_arrival) override {
+    Of(protocol).ttft.Observe(Seconds(since_arrival));
     generation_tokens_.Increment();
   }
-  void OnNextToken(absl::Duration since_previous) override {
-    inter_token_.Observe(Seconds(since_previous));
+  void OnNextToken(Protocol protocol, absl::Duration since_previous) override {
+    Of(protocol).inter_token.Observe(Seconds(since_previous));
     generation_tokens_.Increment();
   }
-  void OnFinished(const StreamEvent& last, absl::Duration since_arrival) override {
-    e2e_.Observe(Seconds(since_arrival));
+  void OnFinished(Protocol protocol, const StreamEvent& last,
+                  absl::Duration since_arrival) override {
+    Of(protocol).e2e.Observe(Seconds(since_arrival));
     if (last.status.ok() && last.finish_reason != FinishReason::kUnspecified) {
       families_.success
           .Add({{"model", model_}, {"finish_reason", FinishReasonName(last.finish_reason)}})
@@ -228,14 +230,26 @@ class Metrics::ModelObserver : public EngineObserver {
   }
 
  private:
+  // The latency histograms of one protocol.
+  struct Latencies {
+    Histogram& ttft;
+    Histogram& inter_token;
+    Histogram& e2e;
+    Histogram& queue;
+  };
+  static Latencies ProtocolLatencies(Families& f, const std::string& model, Protocol protocol) {
+    const std::map<std::string, std::string> labels = {{"model", model},
+                                                       {"protocol", ProtocolName(protocol)}};
+    return {f.ttft.Add(labels, LatencyBuckets()), f.inter_token.Add(labels, LatencyBuckets()),
+            f.e2e.Add(labels, LatencyBuckets()), f.queue.Add(labels, LatencyBuckets())};
+  }
+  Latencies& Of(Protocol protocol) { return latency_[protocol == Protocol::kHttp ? 1 : 0]; }
+
   Families& families_;
   std::string model_;
   prometheus::Counter& prompt_tokens_;
   prometheus::Counter& generation_tokens_;
-  Histogram& ttft_;
-  Histogram& inter_token_;
-  Histogram& e2e_;
-  Histogram& queue_;
+  Latencies latency_[2];  // grpc, http
   prometheus::Gauge& running_;
   prometheus::Gauge& waiting_;
   Histogram& batch_size_;
@@ -255,22 +269,16 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-absl::Status Metrics::Serve(const std::string& host, int port) {
-  http_ = std::make_unique<MetricsHttpServer>([this] { return Exposition(); });
-  auto bound = http_->Start(host, port);
-  if (!bound.ok()) return bound.status();
-  port_ = *bound;
-  return absl::OkStatus();
-}
-
 EngineObserver* Metrics::AddModel(const ModelLabels& labels) {
   observers_.push_back(std::make_unique<ModelObserver>(*families_, labels));
   return observers_.back().get();
 }
 
 void Metrics::CountRequest(const std::string& model, const std::string& method,
-                           const std::string& code) {
-  families_->requests.Add({{"model", model}, {"method", method}, {"code", code}}).Increment();
+                           const std::string& code, Protocol protocol) {
+  families_->requests
+      .Add({{"model", model}, {"method", method}, {"code", code}, {"protocol", ProtocolName(protocol)}})
+      .Increment();
 }
 
 std::string Metrics::Exposition() const {

@@ -1,14 +1,15 @@
 // Prometheus metrics of the server, vLLM-style names with the attn_ prefix
-// and a `model` label, served as text on their own HTTP port (/metrics).
+// and a `model` label, served as text at /metrics on the metrics port and
+// the HTTP port (server/http/openai_service.h).
 //
-//   attn_requests_total{model,method,code}          RPCs by gRPC status code
+//   attn_requests_total{model,method,code,protocol} calls by status code, grpc or http
 //   attn_request_success_total{model,finish_reason} finished generations
 //   attn_prompt_tokens_total{model}                  prompt tokens prefilled
 //   attn_generation_tokens_total{model}              tokens generated
-//   attn_time_to_first_token_seconds{model}          histogram
-//   attn_inter_token_latency_seconds{model}          histogram
-//   attn_e2e_request_latency_seconds{model}          histogram
-//   attn_request_queue_time_seconds{model}           histogram
+//   attn_time_to_first_token_seconds{model,protocol} histogram
+//   attn_inter_token_latency_seconds{model,protocol} histogram
+//   attn_e2e_request_latency_seconds{model,protocol} histogram
+//   attn_request_queue_time_seconds{model,protocol}  histogram
 //   attn_num_requests_running{model}                 gauge (holding a state slot)
 //   attn_num_requests_waiting{model}                 gauge
 //   attn_batch_size{model}                           histogram, rows per decode step
@@ -30,8 +31,6 @@ class Registry;
 
 namespace attn::serving {
 
-class MetricsHttpServer;
-
 struct ModelLabels {
   std::string model;
   std::string mixer;
@@ -48,15 +47,12 @@ class Metrics {
   Metrics();
   ~Metrics();
 
-  // Serves /metrics on host:port (port 0 picks one). kUnavailable naming
-  // the address when it cannot be bound.
-  absl::Status Serve(const std::string& host, int port);
-  int port() const { return port_; }  // after Serve
-
   // The observer to give the model's engine; owned by this object.
   EngineObserver* AddModel(const ModelLabels& labels);
-  // One finished RPC; `code` is the gRPC status code name ("OK", ...).
-  void CountRequest(const std::string& model, const std::string& method, const std::string& code);
+  // One finished call; `code` is the gRPC status code name ("OK", ...),
+  // also for HTTP (StatusCodeName of the status behind the HTTP answer).
+  void CountRequest(const std::string& model, const std::string& method, const std::string& code,
+                    Protocol protocol = Protocol::kGrpc);
   // The exposition in the Prometheus text format.
   std::string Exposition() const;
 
@@ -66,8 +62,6 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   std::vector<std::unique_ptr<ModelObserver>> observers_;
-  std::unique_ptr<MetricsHttpServer> http_;
-  int port_ = 0;
 };
 
 // The gRPC name of an absl status code, "OK", "INVALID_ARGUMENT", ...

@@ -8,9 +8,33 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/access.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_service.h"
 #include "server/metrics.h"
 
 namespace attn::serving {
+namespace {
+
+http::HttpServerOptions HttpOptions(const std::string& host, int port, const TlsOptions* tls) {
+  http::HttpServerOptions options;
+  options.host = host;
+  options.port = port;
+  if (tls != nullptr) {
+    options.tls_cert = tls->cert;
+    options.tls_key = tls->key;
+    options.tls_client_ca = tls->client_ca;
+    options.tls_reload_seconds = tls->reload_seconds;
+  }
+  return options;
+}
+
+// A port's error names the flag that chose it.
+absl::Status PortError(const absl::Status& status, const char* flag) {
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), "; is the port taken? choose another ", flag));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     const ServerOptions& options) {
@@ -35,10 +59,14 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                    options.host.c_str());
     }
   }
+  // Metrics before the models, so a scrape can watch a slow start.
   if (options.metrics_port >= 0) {
     const std::string& host = options.metrics_host.empty() ? options.host : options.metrics_host;
-    absl::Status serving = server->metrics_->Serve(host, options.metrics_port);
-    if (!serving.ok()) return serving;
+    server->metrics_http_ = std::make_unique<http::HttpServer>();
+    http::AddMetricsRoutes(*server->metrics_http_, *server->metrics_);
+    auto bound = server->metrics_http_->Start(HttpOptions(host, options.metrics_port, nullptr));
+    if (!bound.ok()) return PortError(bound.status(), "--metrics_port");
+    server->metrics_port_ = *bound;
   }
   auto registry = ModelRegistry::Load(options.registry, server->metrics_.get());
   if (!registry.ok()) return registry.status();
@@ -65,10 +93,19 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   for (const auto& model : server->registry_->models()) {
     health->SetServingStatus(model->description.name, true);
   }
+  if (options.http_port >= 0) {
+    server->openai_ = std::make_unique<http::OpenAiService>(
+        *server->registry_, server->service_->admission(), *server->access_,
+        server->metrics_.get());
+    server->http_ = std::make_unique<http::HttpServer>();
+    server->openai_->AddRoutes(*server->http_);
+    auto bound = server->http_->Start(HttpOptions(
+        options.host, options.http_port, options.tls.enabled() ? &options.tls : nullptr));
+    if (!bound.ok()) return PortError(bound.status(), "--http_port");
+    server->http_port_ = *bound;
+  }
   return server;
 }
-
-int InferenceServer::metrics_port() const { return metrics_->port(); }
 
 void InferenceServer::Shutdown() {
   if (shut_down_) return;
@@ -82,6 +119,8 @@ void InferenceServer::Shutdown() {
       "the server shut down before this request finished; retry it elsewhere"));
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
+  if (http_) http_->Stop();
+  if (metrics_http_) metrics_http_->Stop();
 }
 
 InferenceServer::~InferenceServer() {

@@ -1,5 +1,6 @@
 // The whole server: models and their engines, the gRPC service with health
-// checking and reflection, and the metrics endpoint.
+// checking and reflection, the HTTP API (server/http/openai_service.h) and
+// the metrics endpoint.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,6 +14,10 @@
 namespace grpc {
 class Server;
 }
+namespace attn::serving::http {
+class HttpServer;
+class OpenAiService;
+}  // namespace attn::serving::http
 
 namespace attn::serving {
 
@@ -21,9 +26,10 @@ class Metrics;
 struct ServerOptions {
   std::string host = "0.0.0.0";
   int port = 50051;          // 0: any free port
+  int http_port = 8000;      // the HTTP API; 0: any free port; -1: none
   int metrics_port = 9090;   // 0: any free port; -1: no metrics endpoint
   std::string metrics_host;  // the metrics endpoint's address; empty: `host`
-  TlsOptions tls;            // the gRPC port's certificates; none: plaintext
+  TlsOptions tls;            // the gRPC and HTTP ports' certificates; none: plaintext
   // API keys (server/access.h); empty: no keys needed. The per-key limit on
   // running generation and scoring calls applies with keys; 0: none.
   std::string api_keys_file;
@@ -41,7 +47,8 @@ class InferenceServer {
   ~InferenceServer();  // Shutdown()s
 
   int port() const { return port_; }
-  int metrics_port() const;
+  int http_port() const { return http_port_; }        // -1: none
+  int metrics_port() const { return metrics_port_; }  // -1: none
   const ModelRegistry& registry() const { return *registry_; }
   Metrics& metrics() { return *metrics_; }
 
@@ -58,7 +65,14 @@ class InferenceServer {
   std::unique_ptr<Access> access_;
   std::unique_ptr<TextGenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<http::OpenAiService> openai_;
+  // Declared last, destroyed first: their connections hold streams and
+  // count in metrics.
+  std::unique_ptr<http::HttpServer> metrics_http_;
+  std::unique_ptr<http::HttpServer> http_;
   int port_ = 0;
+  int http_port_ = -1;
+  int metrics_port_ = -1;
   bool shut_down_ = false;
 };
 

@@ -33,6 +33,9 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
 
   // New requests get UNAVAILABLE from now on (shutdown has begun).
   void StopAccepting() { admission_.StopAccepting(); }
+  // The path every protocol's generation requests take (the HTTP API's
+  // too), with this service's delivery thread.
+  const AdmissionPath& admission() const { return admission_; }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const attn::v1::GenerateRequest* request,

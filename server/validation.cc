@@ -15,13 +15,6 @@
 namespace attn::serving {
 namespace {
 
-uint64_t RandomSeed() {
-  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
-  absl::MutexLock lock(&mu);
-  static std::random_device device;  // not thread-safe: used under mu
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
 absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& request) {
   SamplingOptions options;
   options.temperature = request.has_temperature() ? request.temperature() : 1.0;
@@ -42,6 +35,13 @@ absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& reques
 }
 
 }  // namespace
+
+uint64_t RandomSeed() {
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
+  static std::random_device device;  // not thread-safe: used under mu
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
 
 absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
                            const std::string& field) {

@@ -66,6 +66,9 @@ absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
 absl::Status ApplyInitialState(const std::string& name, const std::string& model,
                                const InitialStates& states, EngineRequest* request);
 
+// A seed for a request that names none: random, different every call.
+uint64_t RandomSeed();
+
 // A GenerateRequest without its state (see ApplyStartState), checked and
 // with its defaults filled in.
 absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& request,

@@ -50,12 +50,19 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
   return prompt + "Assistant:";
 }
 
-std::string ContinueChat(ChatFormat format, const ChatMessage& message, bool reply_stopped) {
-  // A plain reply stops at "\nUser:", which already began the next turn.
-  if (reply_stopped && format == ChatFormat::kPlain) {
-    return " " + Content(format, message.content) + TurnEnd(format) + "Assistant:";
+std::string ContinueChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                         bool reply_stopped) {
+  std::string text = reply_stopped ? "" : TurnEnd(format);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    // A plain reply stops at "\nUser:", which already began a user's turn.
+    if (i == 0 && reply_stopped && format == ChatFormat::kPlain && message.role == "user") {
+      text += " " + Content(format, message.content) + TurnEnd(format);
+    } else {
+      text += Turn(format, message);
+    }
   }
-  return (reply_stopped ? "" : TurnEnd(format)) + Turn(format, message) + "Assistant:";
+  return text + "Assistant:";
 }
 
 std::vector<std::string> ChatStops(ChatFormat format) {

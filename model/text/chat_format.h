@@ -33,8 +33,9 @@ std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messag
 // The text that continues a conversation whose earlier turns and the
 // model's last reply are already in a state: the end of that reply's turn
 // (unless the reply stopped at one of ChatStops, whose tokens the state
-// then holds), then `message` and the cue for the next reply.
-std::string ContinueChat(ChatFormat format, const ChatMessage& message, bool reply_stopped);
+// then holds), then `messages` and the cue for the next reply.
+std::string ContinueChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                         bool reply_stopped);
 
 // Where a reply ends unless the request says otherwise.
 std::vector<std::string> ChatStops(ChatFormat format);

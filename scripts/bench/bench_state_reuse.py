@@ -39,7 +39,8 @@ class Server:
             capture_output=True, text=True)
         if started.returncode != 0:
             raise RuntimeError(f"attn-server did not start: {started.stderr[-2000:]}")
-        self.pid, self.port, self.metrics_port = (int(x) for x in started.stdout.split())
+        self.pid, self.port, self.metrics_port, self.http_port = (
+            int(x) for x in started.stdout.split())
         self.address = f"127.0.0.1:{self.port}"
 
     def metric(self, name, model):

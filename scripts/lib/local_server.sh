@@ -7,16 +7,17 @@
 #   . scripts/lib/local_server.sh
 #   use_binaries SERVER_BIN ATTNCTL_BIN
 #   start_server LOG [ATTN-SERVER FLAGS...]   # sets server_pid, server_port,
-#                                             # metrics_port; fails with the log
+#                                             # http_port, metrics_port; fails
+#                                             # with the log
 #   ... "$ATTNCTL_BIN" --server="127.0.0.1:$server_port" ...
 #   stop_server "$server_pid"                 # SIGTERM; returns its exit status
 #   kill_servers                              # in the caller's EXIT trap
 # Run as a command (for programs in other languages, bench_state_reuse.py):
 #   bash scripts/lib/local_server.sh start SERVER_BIN ATTNCTL_BIN LOG [FLAGS...]
-# prints "PID PORT METRICS_PORT" once the server is healthy; the server runs
+# prints "PID PORT METRICS_PORT HTTP_PORT" once the server is healthy; the server runs
 # on after the command returns, until the caller stops it.
 #
-# start_server passes --host=127.0.0.1, a free --port and a free
+# start_server passes --host=127.0.0.1 and free --port, --http_port and
 # --metrics_port before the caller's flags; a flag the caller repeats wins
 # (--metrics_port=-1 turns metrics off).
 
@@ -59,9 +60,10 @@ start_server() {
     return 2
   fi
   server_port=$(free_port)
+  http_port=$(free_port)
   metrics_port=$(free_port)
-  "$ATTN_SERVER_BIN" --host=127.0.0.1 --port="$server_port" --metrics_port="$metrics_port" \
-    "$@" > "$log" 2>&1 &
+  "$ATTN_SERVER_BIN" --host=127.0.0.1 --port="$server_port" --http_port="$http_port" \
+    --metrics_port="$metrics_port" "$@" > "$log" 2>&1 &
   server_pid=$!
   started_pids+=("$server_pid")
   wait_healthy "$ATTNCTL_BIN" "$server_port" "$server_pid" "$log"
@@ -123,5 +125,5 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   log=$4
   shift 4
   start_server "$log" "$@"
-  echo "$server_pid $server_port $metrics_port"
+  echo "$server_pid $server_port $metrics_port $http_port"
 fi

@@ -70,7 +70,7 @@ echo "== one outside model and no other flag: it is the default"
 # The ports come from the environment (ATTN_<FLAG>), so that the command line
 # is only --models, as a user's first command is.
 solo_port=$(free_port)
-ATTN_PORT=$solo_port ATTN_METRICS_PORT=-1 ATTN_HOST=127.0.0.1 \
+ATTN_PORT=$solo_port ATTN_HTTP_PORT=$(free_port) ATTN_METRICS_PORT=-1 ATTN_HOST=127.0.0.1 \
   "$server_bin" --models="$work/models/e2e-linear.pt" > "$work/solo.log" 2>&1 &
 solo_pid=$!
 wait_healthy "$ctl_bin" "$solo_port" "$solo_pid" "$work/solo.log" || fail "one outside model did not start"
@@ -222,11 +222,11 @@ curl -sf "http://127.0.0.1:$metrics_port/metrics" > "$work/metrics.txt" || fail 
 promtool check metrics < "$work/metrics.txt" > "$work/promtool.txt" 2>&1 \
   || fail "promtool: $(cat "$work/promtool.txt")"
 [ ! -s "$work/promtool.txt" ] || fail "promtool lint: $(cat "$work/promtool.txt")"
-grep -q '^attn_requests_total{code="OK",method="GenerateStream",model="e2e-aft"} [1-9][0-9]' "$work/metrics.txt" \
+grep -q '^attn_requests_total{code="OK",method="GenerateStream",model="e2e-aft",protocol="grpc"} [1-9][0-9]' "$work/metrics.txt" \
   || fail "stream counter: $(grep attn_requests_total "$work/metrics.txt")"
 # An unknown model's name is not a label (callers could add series without
 # end): the call is counted under model="".
-grep -q '^attn_requests_total{code="NOT_FOUND",method="Generate",model=""} 1' "$work/metrics.txt" \
+grep -q '^attn_requests_total{code="NOT_FOUND",method="Generate",model="",protocol="grpc"} 1' "$work/metrics.txt" \
   || fail "NOT_FOUND counter: $(grep NOT_FOUND "$work/metrics.txt")"
 grep -q '^attn_generation_tokens_total{model="e2e-aft"}' "$work/metrics.txt" || fail "token counter"
 

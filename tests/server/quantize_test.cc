@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> StartQuantized(const std::strin
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
+  options.http_port = 0;
   options.metrics_port = 0;
   options.registry.paths = {dir};
   options.registry.default_model = "tiny-aft";

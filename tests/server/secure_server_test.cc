@@ -21,7 +21,6 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/access.h"
 #include "server/metrics.h"
-#include "server/metrics_http.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
 #include "tests/test_util.h"
@@ -106,6 +105,7 @@ class SecureServerTest : public ::testing::Test {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
+    options.http_port = 0;
     options.metrics_port = 0;
     options.registry.paths = {dir + "/tiny-aft.pt"};
     options.registry.default_model = "tiny-aft";
@@ -243,6 +243,7 @@ TEST(SecureServerStartTest, BadCertificatesAreStartupErrorsNamingTheFlag) {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
+    options.http_port = 0;
     options.metrics_port = -1;
     options.registry.paths = {"/nonexistent"};  // never reached
     options.tls.cert = c.cert;
@@ -253,70 +254,6 @@ TEST(SecureServerStartTest, BadCertificatesAreStartupErrorsNamingTheFlag) {
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
     EXPECT_TRUE(absl::StrContains(server.status().message(), c.flag)) << server.status();
   }
-}
-
-// --- The metrics endpoint ---
-
-TEST(MetricsHttpTest, RoutesOnlyGetOfItsTwoPaths) {
-  EXPECT_EQ(RouteOf("GET /metrics HTTP/1.1\r\nHost: x"), MetricsRoute::kMetrics);
-  EXPECT_EQ(RouteOf("GET /metrics?name[]=x HTTP/1.0"), MetricsRoute::kMetrics);
-  EXPECT_EQ(RouteOf("GET /healthz HTTP/1.1"), MetricsRoute::kHealth);
-  EXPECT_EQ(RouteOf("GET /metricsx HTTP/1.1"), MetricsRoute::kNotFound);
-  EXPECT_EQ(RouteOf("POST /metrics HTTP/1.1"), MetricsRoute::kMethodNotAllowed);
-  EXPECT_EQ(RouteOf("GET /metrics"), MetricsRoute::kBadRequest);
-  EXPECT_EQ(RouteOf(""), MetricsRoute::kBadRequest);
-  EXPECT_EQ(RouteOf("\x01\x02 \x03 HTTP/"), MetricsRoute::kMethodNotAllowed);
-}
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  return fd;
-}
-
-// Sends `request` and returns all the server answers until it closes.
-std::string Exchange(int port, const std::string& request) {
-  const int fd = Connect(port);
-  send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string reply;
-  char buffer[4096];
-  for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) reply.append(buffer, n);
-  close(fd);
-  return reply;
-}
-
-TEST(MetricsHttpTest, SlowAndOversizedRequestsAreDroppedAndScrapesGoOn) {
-  MetricsHttpServer http([] { return std::string("attn_up 1\n"); });
-  auto port = http.Start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok()) << port.status();
-  EXPECT_TRUE(absl::StrContains(Exchange(*port, "GET /metrics HTTP/1.1\r\n\r\n"), "attn_up 1"));
-  EXPECT_TRUE(absl::StartsWith(Exchange(*port, "GET /healthz HTTP/1.1\r\n\r\n"), "HTTP/1.1 200"));
-  EXPECT_TRUE(
-      absl::StartsWith(Exchange(*port, "DELETE /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 405"));
-  EXPECT_TRUE(absl::StartsWith(
-      Exchange(*port, "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n"),
-      "HTTP/1.1 431"));
-
-  // A client that sends a byte every 300 ms never completes its head: it is
-  // dropped at the deadline, after which a scrape is answered at once.
-  const int slow = Connect(*port);
-  const absl::Time start = absl::Now();
-  const std::string head = "GET /metrics HTTP/1.1\r\n";
-  bool dropped = false;
-  for (size_t i = 0; i < head.size() && !dropped; ++i) {
-    dropped = send(slow, head.data() + i, 1, MSG_NOSIGNAL) < 0;
-    absl::SleepFor(absl::Milliseconds(300));
-    char byte;
-    dropped = dropped || recv(slow, &byte, 1, MSG_DONTWAIT) == 0;
-  }
-  EXPECT_TRUE(dropped);
-  EXPECT_LT(absl::Now() - start, kReadDeadline + absl::Seconds(2));
-  close(slow);
-  EXPECT_TRUE(absl::StrContains(Exchange(*port, "GET /metrics HTTP/1.1\r\n\r\n"), "attn_up 1"));
 }
 
 }  // namespace secure_server_test

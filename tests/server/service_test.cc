@@ -321,9 +321,10 @@ double MetricValue(const std::string& exposition, const std::string& series) {
 TEST_F(ServiceTest, MetricCountersMove) {
   Metrics& metrics = server_->metrics();
   const std::string ok_series =
-      "attn_requests_total{code=\"OK\",method=\"Generate\",model=\"tiny-aft\"}";
+      "attn_requests_total{code=\"OK\",method=\"Generate\",model=\"tiny-aft\",protocol=\"grpc\"}";
   const std::string bad_series =
-      "attn_requests_total{code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"tiny-aft\"}";
+      "attn_requests_total{code=\"INVALID_ARGUMENT\",method=\"Generate\",model=\"tiny-aft\","
+      "protocol=\"grpc\"}";
   const std::string tokens_series = "attn_generation_tokens_total{model=\"tiny-aft\"}";
   const std::string length_series =
       "attn_request_success_total{finish_reason=\"length\",model=\"tiny-aft\"}";
@@ -446,6 +447,7 @@ TEST(ServiceStartTest, ACorruptModelIsNamedAndSkippedOnlyWhenAsked) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
+  options.http_port = 0;
   options.metrics_port = -1;
   options.registry.paths = {dir.path().string()};
   options.registry.default_model = "broken";

@@ -21,6 +21,7 @@ inline std::unique_ptr<InferenceServer> StartTestServer(const std::string& dir,
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
+  options.http_port = 0;
   options.metrics_port = 0;
   options.registry.paths = {dir};
   options.registry.default_model = default_model;

@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const std::vector<std::st
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
+  options.http_port = 0;
   options.metrics_port = 0;
   options.registry.paths = paths;
   options.registry.default_model = "";
@@ -273,6 +274,7 @@ TEST_F(TorchScriptBackendTest, QuantizeInt8RefusesATorchScriptModel) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
+  options.http_port = 0;
   options.metrics_port = -1;
   options.registry.paths = {Path("rwkv.pt")};
   ASSERT_TRUE(ParseQuantizeFlag("int8", &options.registry).ok());

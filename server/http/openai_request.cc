@@ -1,0 +1,393 @@
+#include "server/http/openai_request.h"
+
+#include <set>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "model/text/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/model_registry.h"
+#include "server/validation.h"
+#include "util/field_error.h"
+
+namespace attn::serving::http {
+namespace {
+
+using Json = nlohmann::json;
+
+// The fields each API takes; any other is refused by name.
+const std::set<std::string>& KnownFields(ApiKind kind) {
+  static const auto* completions = new std::set<std::string>{
+      "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stop", "stream",
+      "stream_options", "logprobs", "seed", "user", "presence_penalty", "frequency_penalty",
+      "logit_bias", "echo", "best_of", "suffix", "attn_return_state", "attn_state",
+      "attn_initial_state", "attn_ignore_eos"};
+  static const auto* chat = new std::set<std::string>{
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+      "stop", "stream", "stream_options", "logprobs", "top_logprobs", "seed", "user",
+      "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
+      "attn_return_state", "attn_state", "attn_initial_state", "attn_ignore_eos"};
+  return kind == ApiKind::kChat ? *chat : *completions;
+}
+
+// Reads a present, non-null field with `read`; absent or null leaves the
+// default.
+class Fields {
+ public:
+  explicit Fields(const Json& json) : json_(json) {}
+  bool Has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
+  const Json& operator[](const char* key) const { return json_[key]; }
+
+  absl::Status Number(const char* key, double lo, double hi, double* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    if (!json_[key].is_number()) return InvalidField(key, "must be a number");
+    const double value = json_[key].get<double>();
+    if (!(value >= lo && value <= hi)) {
+      return InvalidField(key, absl::StrCat(value, " is outside [", lo, ", ", hi, "]"));
+    }
+    *out = value;
+    return absl::OkStatus();
+  }
+  absl::Status Integer(const char* key, int64_t lo, int64_t hi, int64_t* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    if (!json_[key].is_number_integer()) return InvalidField(key, "must be an integer");
+    const int64_t value = json_[key].get<int64_t>();
+    if (value < lo || value > hi) {
+      return InvalidField(key, absl::StrCat(value, " is outside [", lo, ", ", hi, "]"));
+    }
+    *out = value;
+    return absl::OkStatus();
+  }
+  absl::Status Bool(const char* key, bool* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    if (!json_[key].is_boolean()) return InvalidField(key, "must be true or false");
+    *out = json_[key].get<bool>();
+    return absl::OkStatus();
+  }
+  absl::Status String(const char* key, std::string* out) const {
+    if (!Has(key)) return absl::OkStatus();
+    if (!json_[key].is_string()) return InvalidField(key, "must be a string");
+    *out = json_[key].get<std::string>();
+    return absl::OkStatus();
+  }
+
+ private:
+  const Json& json_;
+};
+
+absl::Status ParsePrompt(const Fields& f, OpenAiRequest* r) {
+  if (!f.Has("prompt")) return InvalidField("prompt", "missing");
+  const Json& prompt = f["prompt"];
+  if (prompt.is_string()) {
+    r->prompt_text = prompt.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!prompt.is_array()) return InvalidField("prompt", "must be a string or a list of token ids");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i].is_string()) {
+      return InvalidField("prompt", "a list of prompts is not supported; send one per request");
+    }
+    if (!prompt[i].is_number_integer()) {
+      return InvalidField(absl::StrCat("prompt[", i, "]"), "must be a token id");
+    }
+    r->prompt_ids.push_back(prompt[i].get<int64_t>());
+  }
+  if (r->prompt_ids.empty()) return InvalidField("prompt", "is empty");
+  return absl::OkStatus();
+}
+
+// A message's content: a string, or a list of text parts.
+absl::StatusOr<std::string> Content(const Json& content, const std::string& field) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return InvalidField(field, "must be a string or a list of text parts");
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string part = absl::StrCat(field, "[", j, "]");
+    const Json& p = content[j];
+    if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
+      return InvalidField(part, "must be an object with a type");
+    }
+    if (p["type"] != "text") {
+      return InvalidField(absl::StrCat(part, ".type"),
+                          absl::StrCat(p["type"].get<std::string>(),
+                                       " parts are not supported; only text"));
+    }
+    if (!p.contains("text") || !p["text"].is_string()) {
+      return InvalidField(absl::StrCat(part, ".text"), "must be a string");
+    }
+    text += p["text"].get<std::string>();
+  }
+  return text;
+}
+
+absl::Status ParseMessages(const Fields& f, OpenAiRequest* r) {
+  if (!f.Has("messages") || !f["messages"].is_array() || f["messages"].empty()) {
+    return InvalidField("messages", "must be a non-empty list of messages");
+  }
+  const Json& messages = f["messages"];
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string field = absl::StrCat("messages[", i, "]");
+    const Json& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return InvalidField(field, "must be an object with a role");
+    }
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for it
+    if (role != "system" && role != "user" && role != "assistant") {
+      return InvalidField(absl::StrCat(field, ".role"),
+                          absl::StrCat(role, " is not system, user or assistant"));
+    }
+    for (const auto& item : m.items()) {
+      if (item.key() != "role" && item.key() != "content" && item.key() != "name") {
+        return InvalidField(absl::StrCat(field, ".", item.key()), "is not supported");
+      }
+    }
+    if (!m.contains("content")) return InvalidField(absl::StrCat(field, ".content"), "missing");
+    absl::StatusOr<std::string> content = Content(m["content"], absl::StrCat(field, ".content"));
+    if (!content.ok()) return content.status();
+    r->messages.push_back({role, *std::move(content)});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const Fields& f, OpenAiRequest* r) {
+  if (!f.Has("stop")) return absl::OkStatus();
+  const Json& stop = f["stop"];
+  if (stop.is_string()) {
+    r->stop.push_back(stop.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!stop.is_array()) return InvalidField("stop", "must be a string or a list of strings");
+  for (size_t i = 0; i < stop.size(); ++i) {
+    if (!stop[i].is_string()) return InvalidField(absl::StrCat("stop[", i, "]"), "must be a string");
+    r->stop.push_back(stop[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogitBias(const Fields& f, OpenAiRequest* r) {
+  if (!f.Has("logit_bias")) return absl::OkStatus();
+  if (!f["logit_bias"].is_object()) {
+    return InvalidField("logit_bias", "must be an object of token ids and biases");
+  }
+  for (const auto& item : f["logit_bias"].items()) {
+    int64_t token = 0;
+    const std::string field = absl::StrCat("logit_bias[", item.key(), "]");
+    if (!absl::SimpleAtoi(item.key(), &token)) return InvalidField(field, "is not a token id");
+    if (!item.value().is_number()) return InvalidField(field, "must be a number");
+    r->logit_bias.emplace_back(token, item.value().get<float>());
+  }
+  return absl::OkStatus();
+}
+
+// Fields this server knows but does not implement: refused unless they
+// ask for what it does anyway.
+absl::Status RefuseUnimplemented(const Fields& f, ApiKind kind) {
+  if (kind == ApiKind::kChat && f.Has("response_format")) {
+    const Json& format = f["response_format"];
+    if (!format.is_object() || format.value("type", Json()) != "text" || format.size() != 1) {
+      return InvalidField("response_format", "only {\"type\": \"text\"} is supported");
+    }
+  }
+  if (kind == ApiKind::kCompletions) {
+    if (f.Has("echo") && !(f["echo"].is_boolean() && !f["echo"].get<bool>())) {
+      return InvalidField("echo", "is not supported");
+    }
+    if (f.Has("best_of") && !(f["best_of"].is_number_integer() && f["best_of"] == 1)) {
+      return InvalidField("best_of", "only 1 is supported");
+    }
+    if (f.Has("suffix") && !(f["suffix"].is_string() && f["suffix"].get<std::string>().empty())) {
+      return InvalidField("suffix", "is not supported");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseExtensions(const Fields& f, OpenAiRequest* r) {
+  if (absl::Status s = f.Bool("attn_return_state", &r->return_state); !s.ok()) return s;
+  if (absl::Status s = f.String("attn_initial_state", &r->initial_state); !s.ok()) return s;
+  if (absl::Status s = f.Bool("attn_ignore_eos", &r->ignore_eos); !s.ok()) return s;
+  if (!f.Has("attn_state")) return absl::OkStatus();
+  const Json& state = f["attn_state"];
+  if (!state.is_object() || !state.contains("data") || !state["data"].is_string()) {
+    return InvalidField("attn_state", "must be the object a response returned ({\"data\": ...})");
+  }
+  std::string bytes;
+  if (!absl::Base64Unescape(state["data"].get<std::string>(), &bytes)) {
+    return InvalidField("attn_state.data", "is not base64");
+  }
+  r->state = std::move(bytes);
+  if (state.contains("reply_stopped") && state["reply_stopped"].is_boolean()) {
+    r->state_reply_stopped = state["reply_stopped"].get<bool>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const Fields& f, OpenAiRequest* r) {
+  int64_t max_tokens = 0;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (!f.Has(key)) continue;
+    if (absl::Status s = f.Integer(key, 1, int64_t{1} << 40, &max_tokens); !s.ok()) return s;
+    r->max_tokens = max_tokens;
+  }
+  int64_t seed = 0;
+  for (absl::Status s :
+       {f.Number("temperature", 0.0, 2.0, &r->temperature), f.Number("top_p", 1e-9, 1.0, &r->top_p),
+        f.Integer("n", 1, kMaxChoices, &r->n),
+        f.Number("presence_penalty", -2.0, 2.0, &r->presence_penalty),
+        f.Number("frequency_penalty", -2.0, 2.0, &r->frequency_penalty),
+        f.Integer("seed", INT64_MIN, INT64_MAX, &seed), f.String("user", &r->user)}) {
+    if (!s.ok()) return s;
+  }
+  if (f.Has("seed")) r->seed = static_cast<uint64_t>(seed);
+  return ParseLogitBias(f, r);
+}
+
+absl::Status ParseStreamAndLogprobs(const Fields& f, OpenAiRequest* r) {
+  if (absl::Status s = f.Bool("stream", &r->stream); !s.ok()) return s;
+  if (f.Has("stream_options")) {
+    const Json& options = f["stream_options"];
+    if (!options.is_object()) return InvalidField("stream_options", "must be an object");
+    for (const auto& item : options.items()) {
+      if (item.key() != "include_usage" || !item.value().is_boolean()) {
+        return InvalidField(absl::StrCat("stream_options.", item.key()), "is not supported");
+      }
+      r->include_usage = item.value().get<bool>();
+    }
+  }
+  if (r->kind == ApiKind::kCompletions) {
+    int64_t logprobs = -1;
+    if (absl::Status s = f.Integer("logprobs", 0, kMaxTopLogprobs, &logprobs); !s.ok()) return s;
+    r->logprobs = logprobs >= 0;
+    r->top_logprobs = std::max<int64_t>(logprobs, 0);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = f.Bool("logprobs", &r->logprobs); !s.ok()) return s;
+  if (absl::Status s = f.Integer("top_logprobs", 0, kMaxTopLogprobs, &r->top_logprobs); !s.ok()) {
+    return s;
+  }
+  if (r->top_logprobs > 0 && !r->logprobs) {
+    return InvalidField("top_logprobs", "needs logprobs: true");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view body) {
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    return InvalidField("body", absl::StrCat("invalid JSON at byte ", e.byte));
+  }
+  if (!json.is_object()) return InvalidField("body", "must be a JSON object");
+  const std::set<std::string>& known = KnownFields(kind);
+  for (const auto& item : json.items()) {
+    if (!known.count(item.key())) {
+      return InvalidField(item.key(), "is not a field this server implements (docs/openai.md)");
+    }
+  }
+  OpenAiRequest r;
+  r.kind = kind;
+  const Fields f(json);
+  if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
+  for (absl::Status s :
+       {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r), ParseStop(f, &r),
+        ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r), RefuseUnimplemented(f, kind),
+        ParseExtensions(f, &r)}) {
+    if (!s.ok()) return s;
+  }
+  if (r.state && !r.initial_state.empty()) {
+    return InvalidField("attn_initial_state", "give attn_state or attn_initial_state, not both");
+  }
+  return r;
+}
+
+namespace {
+
+// The prompt's tokens on `target`: the completion's, or the chat rendered in
+// the model's format (only the new messages after a state).
+absl::StatusOr<std::vector<int64_t>> PromptOf(const OpenAiRequest& r, const RequestTarget& target) {
+  const int64_t limit = target.limits.max_prompt_tokens;
+  if (r.kind == ApiKind::kCompletions) {
+    return PromptTokens(*target.tokenizer, r.prompt_text.has_value(), r.prompt_text.value_or(""),
+                        r.prompt_ids, "prompt", "prompt", limit);
+  }
+  const std::string text = r.state ? ContinueChat(target.chat_format, r.messages,
+                                                  r.state_reply_stopped)
+                                   : RenderChat(target.chat_format, r.messages);
+  return PromptTokens(*target.tokenizer, true, text, {}, "messages", "messages", limit);
+}
+
+// The extensions' errors name their attn_ field.
+absl::Status Extension(const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("attn_", status.message()));
+}
+
+}  // namespace
+
+RequestTarget TargetOf(const HostedModel& model) {
+  RequestTarget target;
+  target.tokenizer = model.tokenizer.get();
+  target.limits = model.engine->options().limits;
+  ParseChatFormat(model.description.chat_format, &target.chat_format);
+  target.state = {model.description.name, model.description.fingerprint,
+                  model.engine->state_budget_bytes()};
+  target.initial_states = &model.initial_states;
+  return target;
+}
+
+absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest& r,
+                                                            const RequestTarget& target,
+                                                            absl::Time deadline) {
+  EngineRequest base;
+  base.protocol = Protocol::kHttp;
+  base.deadline = deadline;
+  absl::StatusOr<std::vector<int64_t>> prompt = PromptOf(r, target);
+  if (!prompt.ok()) return prompt.status();
+  base.prompt = *std::move(prompt);
+  base.max_tokens = r.max_tokens.value_or(target.limits.default_max_tokens);
+  base.stop = r.stop;
+  if (r.kind == ApiKind::kChat) {
+    for (const std::string& stop : ChatStops(target.chat_format)) base.stop.push_back(stop);
+  }
+  base.sampling.temperature = r.temperature;
+  base.sampling.top_p = r.top_p;
+  base.sampling.presence_penalty = r.presence_penalty;
+  base.sampling.frequency_penalty = r.frequency_penalty;
+  base.sampling.logit_bias = r.logit_bias;
+  base.sampling.top_logprobs = r.top_logprobs;
+  base.logprobs = r.logprobs;
+  base.return_state = r.return_state;
+  base.ignore_eos = r.ignore_eos;
+  if (absl::Status checked = CheckGeneration(target.limits, *target.tokenizer, base);
+      !checked.ok()) {
+    return checked;
+  }
+  if (r.state) {
+    if (absl::Status s = Extension(ApplyStartState(*r.state, target.state, target.limits, &base));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!r.initial_state.empty()) {
+    const InitialStates none;
+    const InitialStates& states = target.initial_states ? *target.initial_states : none;
+    if (absl::Status s = Extension(
+            ApplyInitialState(r.initial_state, target.state.model, states, &base));
+        !s.ok()) {
+      return s;
+    }
+  }
+  std::vector<EngineRequest> choices;
+  for (int64_t i = 0; i < r.n; ++i) {
+    choices.push_back(base);
+    choices.back().sampling.seed = r.seed ? *r.seed + static_cast<uint64_t>(i) : RandomSeed();
+  }
+  return choices;
+}
+
+}  // namespace attn::serving::http

@@ -1,0 +1,253 @@
+#include "server/http/openai_response.h"
+
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "model/text/tokenizer.h"
+#include "server/state_blob.h"
+#include "util/utf8.h"
+
+namespace attn::serving::http {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string FinishName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+    case FinishReason::kEos:
+      return "stop";
+    case FinishReason::kUnspecified:
+      break;
+  }
+  return "";
+}
+
+// A token's text as JSON can hold it: its bytes, with a piece of a
+// character shown as U+FFFD (its `bytes` say which).
+std::string TokenText(const Tokenizer& tokenizer, int64_t id) {
+  const std::string bytes = tokenizer.TokenBytes(id);
+  return IsValidUtf8(bytes) ? bytes : "\xef\xbf\xbd";
+}
+
+Json TokenBytes(const Tokenizer& tokenizer, int64_t id) {
+  Json bytes = Json::array();
+  for (unsigned char b : tokenizer.TokenBytes(id)) bytes.push_back(static_cast<int>(b));
+  return bytes;
+}
+
+// Completions' logprobs object for tokens [from, to) of a choice.
+Json CompletionLogprobs(const ResponseContext& c, const std::vector<int64_t>& tokens,
+                        const std::vector<float>& logprobs,
+                        const std::vector<std::vector<std::pair<int64_t, float>>>& top,
+                        int64_t text_offset) {
+  Json out = {{"tokens", Json::array()},
+              {"token_logprobs", Json::array()},
+              {"top_logprobs", top.empty() ? Json(nullptr) : Json::array()},
+              {"text_offset", Json::array()}};
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string text = TokenText(*c.tokenizer, tokens[i]);
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(i < logprobs.size() ? logprobs[i] : 0.0f);
+    out["text_offset"].push_back(text_offset);
+    text_offset += static_cast<int64_t>(c.tokenizer->TokenBytes(tokens[i]).size());
+    if (i < top.size()) {
+      Json alternatives = Json::object();
+      for (const auto& [id, lp] : top[i]) alternatives[TokenText(*c.tokenizer, id)] = lp;
+      out["top_logprobs"].push_back(alternatives);
+    }
+  }
+  return out;
+}
+
+// Chat's logprobs object: {"content": [{token, logprob, bytes, top_logprobs}]}.
+Json ChatLogprobs(const ResponseContext& c, const std::vector<int64_t>& tokens,
+                  const std::vector<float>& logprobs,
+                  const std::vector<std::vector<std::pair<int64_t, float>>>& top) {
+  Json content = Json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    Json alternatives = Json::array();
+    if (i < top.size()) {
+      for (const auto& [id, lp] : top[i]) {
+        alternatives.push_back({{"token", TokenText(*c.tokenizer, id)},
+                                {"logprob", lp},
+                                {"bytes", TokenBytes(*c.tokenizer, id)}});
+      }
+    }
+    content.push_back({{"token", TokenText(*c.tokenizer, tokens[i])},
+                       {"logprob", i < logprobs.size() ? logprobs[i] : 0.0f},
+                       {"bytes", TokenBytes(*c.tokenizer, tokens[i])},
+                       {"top_logprobs", alternatives}});
+  }
+  return {{"content", content}};
+}
+
+Json Logprobs(const ResponseContext& c, const std::vector<int64_t>& tokens,
+              const std::vector<float>& logprobs,
+              const std::vector<std::vector<std::pair<int64_t, float>>>& top, int64_t text_offset) {
+  if (!c.logprobs) return nullptr;
+  return c.kind == ApiKind::kChat ? ChatLogprobs(c, tokens, logprobs, top)
+                                  : CompletionLogprobs(c, tokens, logprobs, top, text_offset);
+}
+
+Json Usage(const std::vector<ChoiceLog>& choices) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  if (!choices.empty()) {
+    prompt = choices[0].last.prompt_tokens;
+    cached = choices[0].last.cached_tokens;
+  }
+  for (const ChoiceLog& choice : choices) completion += choice.last.completion_tokens;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+Json Envelope(const ResponseContext& c, bool chunk) {
+  const char* object = c.kind == ApiKind::kChat
+                           ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion";
+  return {{"id", c.id}, {"object", object}, {"created", c.created}, {"model", c.model}};
+}
+
+}  // namespace
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+Json ErrorObject(const absl::Status& status) {
+  const int http = HttpStatusOf(status.code());
+  const char* type = http == 400   ? "invalid_request_error"
+                     : http == 401 ? "authentication_error"
+                     : http == 404 ? "not_found_error"
+                     : http == 429 ? "rate_limit_error"
+                     : http == 503 ? "server_unavailable"
+                     : http == 504 ? "timeout"
+                                   : "server_error";
+  const std::string message(status.message());
+  Json param = nullptr;
+  const size_t colon = message.find(": ");
+  if (colon != std::string::npos && colon > 0 &&
+      message.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.[]", 0) >= colon) {
+    param = message.substr(0, colon);
+  }
+  std::string code = absl::AsciiStrToLower(std::string(absl::StatusCodeToString(status.code())));
+  if (status.code() == absl::StatusCode::kNotFound && param == "model") code = "model_not_found";
+  return {{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}};
+}
+
+void ChoiceLog::Add(const StreamEvent& event) {
+  text += event.text;
+  tokens.insert(tokens.end(), event.token_ids.begin(), event.token_ids.end());
+  logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+  top.insert(top.end(), event.top_logprobs.begin(), event.top_logprobs.end());
+  if (event.last) {
+    done = true;
+    last = event;
+  }
+}
+
+ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
+                                   const std::string& fingerprint, const Tokenizer& tokenizer,
+                                   bool logprobs, bool include_usage) {
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  ResponseContext c;
+  c.kind = kind;
+  c.id = absl::StrCat(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-",
+                      absl::Hex(random(), absl::kZeroPad16));
+  c.created = absl::ToUnixSeconds(absl::Now());
+  c.model = model;
+  c.fingerprint = fingerprint;
+  c.tokenizer = &tokenizer;
+  c.logprobs = logprobs;
+  c.include_usage = include_usage;
+  return c;
+}
+
+Json StateExtension(const ResponseContext& c, const ChoiceLog& choice) {
+  if (!choice.last.state) return nullptr;
+  const std::string blob =
+      EncodeStateBlob({c.fingerprint, choice.last.state_tokens, choice.last.state});
+  return {{"data", absl::Base64Escape(blob)},
+          {"reply_stopped", choice.last.finish_reason == FinishReason::kStop},
+          {"tokens", choice.last.state_tokens}};
+}
+
+Json CompletionResponse(const ResponseContext& c, const std::vector<ChoiceLog>& choices) {
+  Json out = Envelope(c, /*chunk=*/false);
+  out["choices"] = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceLog& choice = choices[i];
+    Json entry = {{"index", i},
+                  {"logprobs", Logprobs(c, choice.tokens, choice.logprobs, choice.top, 0)},
+                  {"finish_reason", FinishName(choice.last.finish_reason)}};
+    if (c.kind == ApiKind::kChat) {
+      entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
+    } else {
+      entry["text"] = choice.text;
+    }
+    if (Json state = StateExtension(c, choice); !state.is_null()) entry["attn_state"] = state;
+    out["choices"].push_back(entry);
+  }
+  out["usage"] = Usage(choices);
+  return out;
+}
+
+Json StreamChunk(const ResponseContext& c, int64_t index, const StreamEvent& event, bool first,
+                 int64_t text_offset) {
+  Json out = Envelope(c, /*chunk=*/true);
+  Json choice = {{"index", index}};
+  if (c.kind == ApiKind::kChat) {
+    Json delta = Json::object();
+    if (first) delta["role"] = "assistant";
+    if (!event.text.empty() || first) delta["content"] = event.text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = event.text;
+  }
+  choice["logprobs"] =
+      Logprobs(c, event.token_ids, event.logprobs, event.top_logprobs, text_offset);
+  choice["finish_reason"] = event.last ? Json(FinishName(event.finish_reason)) : Json(nullptr);
+  out["choices"] = Json::array({choice});
+  return out;
+}
+
+Json UsageChunk(const ResponseContext& c, const std::vector<ChoiceLog>& choices) {
+  Json out = Envelope(c, /*chunk=*/true);
+  out["choices"] = Json::array();
+  out["usage"] = Usage(choices);
+  return out;
+}
+
+std::string ServerSentEvent(const Json& data) {
+  return absl::StrCat("data: ", data.dump(-1, ' ', false, Json::error_handler_t::replace),
+                      "\n\n");
+}
+
+}  // namespace attn::serving::http

@@ -1,0 +1,82 @@
+// OpenAI's response objects, built from the engine's events: a whole
+// text_completion or chat.completion, the chunks of a stream, usage, and
+// the error object with its HTTP status. The one place HTTP answers are
+// made of statuses.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "server/http/openai_request.h"
+#include "server/request_stream.h"
+
+namespace attn {
+class Tokenizer;
+}  // namespace attn
+
+namespace attn::serving::http {
+
+// The HTTP status and OpenAI error object of a refusal:
+//   400 invalid_request_error (INVALID_ARGUMENT, FAILED_PRECONDITION,
+//       OUT_OF_RANGE), 401 authentication_error, 404 not_found_error,
+//   413 (the HTTP layer's), 429 rate_limit_error (RESOURCE_EXHAUSTED),
+//   503 server_unavailable (UNAVAILABLE), 504 timeout (DEADLINE_EXCEEDED),
+//   500 server_error otherwise.
+// `param` is the field a "field: problem" message names (util/field_error.h).
+int HttpStatusOf(absl::StatusCode code);
+nlohmann::ordered_json ErrorObject(const absl::Status& status);
+
+// What one choice (one engine request) produced so far.
+struct ChoiceLog {
+  std::string text;
+  std::vector<int64_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int64_t, float>>> top;
+  bool done = false;
+  StreamEvent last;  // the final event: finish reason, usage, state
+  // Streaming: whether a chunk went out, and the text's bytes so far.
+  bool started = false;
+  int64_t text_bytes = 0;
+  void Add(const StreamEvent& event);
+};
+
+// Identity of one response: "cmpl-..." or "chatcmpl-...", its creation
+// time, the model, and what the choices' logprobs need.
+struct ResponseContext {
+  ApiKind kind = ApiKind::kCompletions;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  std::string fingerprint;  // the model's, for attn_state
+  const Tokenizer* tokenizer = nullptr;
+  bool logprobs = false;
+  bool include_usage = false;
+};
+ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
+                                   const std::string& fingerprint, const Tokenizer& tokenizer,
+                                   bool logprobs, bool include_usage);
+
+// The whole response once every choice is done.
+nlohmann::ordered_json CompletionResponse(const ResponseContext& context,
+                                  const std::vector<ChoiceLog>& choices);
+
+// One stream chunk carrying `event` for choice `index`: the role first
+// (chat), text deltas, the finish reason; `text_offset` is where the
+// choice's text stood before it (completions' logprobs).
+nlohmann::ordered_json StreamChunk(const ResponseContext& context, int64_t index, const StreamEvent& event,
+                           bool first, int64_t text_offset);
+// The last chunk when include_usage: no choices, the usage of all of them.
+nlohmann::ordered_json UsageChunk(const ResponseContext& context, const std::vector<ChoiceLog>& choices);
+// "data: <json>\n\n", and the stream's end, "data: [DONE]\n\n".
+std::string ServerSentEvent(const nlohmann::ordered_json& data);
+inline constexpr char kStreamDone[] = "data: [DONE]\n\n";
+
+// The attn_state extension of a choice that returned its state; null
+// otherwise.
+nlohmann::ordered_json StateExtension(const ResponseContext& context, const ChoiceLog& choice);
+
+}  // namespace attn::serving::http

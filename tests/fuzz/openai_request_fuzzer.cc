@@ -1,0 +1,71 @@
+// OpenAI request bodies (server/http/openai_request.h): the input parsed as
+// a Completions and as a Chat Completions body, and whatever parses made
+// into engine requests over a bytes tokenizer, as the HTTP API does. Every
+// body is refused with a status that names a field, or becomes one engine
+// request per choice within the limits; the error object is built for
+// every refusal.
+#include <cstdint>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "model/text/tokenizer.h"
+#include "server/http/openai_request.h"
+#include "server/http/openai_response.h"
+
+namespace {
+
+const attn::Tokenizer& Bytes() {
+  static const auto* tokenizer = new attn::Tokenizer(*attn::Tokenizer::Bytes(300, 256));
+  return *tokenizer;
+}
+
+void CheckRefusal(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kResourceExhausted:
+      break;
+    default:
+      __builtin_trap();
+  }
+  if (status.message().empty()) __builtin_trap();
+  const auto error = attn::serving::http::ErrorObject(status);
+  if (!error["error"]["message"].is_string()) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace attn::serving::http;
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  RequestTarget target;
+  target.tokenizer = &Bytes();
+  target.limits.max_prompt_tokens = 64;
+  target.limits.max_tokens = 32;
+  target.limits.max_context = 128;
+  target.state = {"fuzz", "fingerprint", 1 << 20};
+  for (ApiKind kind : {ApiKind::kCompletions, ApiKind::kChat}) {
+    absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(kind, body);
+    if (!parsed.ok()) {
+      CheckRefusal(parsed.status());
+      continue;
+    }
+    if (parsed->n < 1 || parsed->n > kMaxChoices) __builtin_trap();
+    auto requests = ToEngineRequests(*parsed, target, absl::InfiniteFuture());
+    if (!requests.ok()) {
+      CheckRefusal(requests.status());
+      continue;
+    }
+    if (static_cast<int64_t>(requests->size()) != parsed->n) __builtin_trap();
+    for (const attn::serving::EngineRequest& r : *requests) {
+      const auto prompt = static_cast<int64_t>(r.prompt.size());
+      if (prompt < 1 || prompt > target.limits.max_prompt_tokens) __builtin_trap();
+      for (int64_t id : r.prompt) {
+        if (!Bytes().IsValidId(id)) __builtin_trap();
+      }
+      if (r.max_tokens < 1 || r.max_tokens > target.limits.max_tokens) __builtin_trap();
+    }
+  }
+  return 0;
+}

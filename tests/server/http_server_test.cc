@@ -1,0 +1,283 @@
+// The HTTP server alone (server/http/http_server.h): routes, the limits on
+// heads, bodies and slow clients, streamed answers pulled as the source
+// wakes the connection, and hang-ups, over real sockets on 127.0.0.1.
+#include "server/http/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/server/http_client.h"
+
+namespace attn::serving::http {
+namespace {
+
+using testing::Connect;
+using testing::Exchange;
+using testing::ParseReply;
+using testing::ReadToClose;
+using testing::Request;
+using testing::SendAll;
+
+// Waits up to `limit` for `done`.
+template <typename Predicate>
+bool WaitFor(Predicate done, absl::Duration limit = absl::Seconds(5)) {
+  const absl::Time end = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// Chunks the test hands over one at a time.
+class QueueSource : public StreamSource {
+ public:
+  void Add(const std::string& chunk, bool last = false) {
+    std::lock_guard<std::mutex> lock(mu_);
+    chunks_.push_back(chunk);
+    end_ = end_ || last;
+  }
+  std::string Pull(bool* done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pulls_;
+    std::string out;
+    while (!chunks_.empty()) {
+      out += chunks_.front();
+      chunks_.pop_front();
+    }
+    *done = end_;
+    return out;
+  }
+  void Cancel() override { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+
+ private:
+  std::mutex mu_;
+  std::deque<std::string> chunks_;
+  bool end_ = false;
+  int pulls_ = 0;
+  std::atomic<bool> cancelled_{false};
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(HttpServerOptions options = {}) {
+    options.host = "127.0.0.1";
+    options.port = 0;
+    server_.Route("GET", "/hello", [](const HttpRequest& request, std::shared_ptr<Reply> reply) {
+      HttpResponse response;
+      response.content_type = "text/plain";
+      response.body = absl::StrCat("hello ", request.Header("x-name"));
+      reply->Send(std::move(response));
+    });
+    server_.Route("POST", "/echo", [](const HttpRequest& request, std::shared_ptr<Reply> reply) {
+      HttpResponse response;
+      response.body = request.body;
+      reply->Send(std::move(response));
+    });
+    server_.Route("GET", "/items/", [](const HttpRequest& request, std::shared_ptr<Reply> reply) {
+      HttpResponse response;
+      response.body = request.path;
+      reply->Send(std::move(response));
+    });
+    server_.Route("GET", "/stream", [this](const HttpRequest&, std::shared_ptr<Reply> reply) {
+      std::lock_guard<std::mutex> lock(mu_);
+      waker_ = reply->Stream(200, "text/event-stream", source_);
+    });
+    server_.Route("GET", "/later", [this](const HttpRequest&, std::shared_ptr<Reply> reply) {
+      reply->OnHangUp([this] { hung_up_ = true; });
+      std::lock_guard<std::mutex> lock(mu_);
+      later_ = reply;
+    });
+    auto port = server_.Start(options);
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
+  }
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waker_) waker_();
+  }
+
+  HttpServer server_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::shared_ptr<QueueSource> source_ = std::make_shared<QueueSource>();
+  Waker waker_;
+  std::shared_ptr<Reply> later_;
+  std::atomic<bool> hung_up_{false};
+};
+
+TEST_F(HttpServerTest, RoutesByPathAndMethod) {
+  Start();
+  testing::HttpReply hello = Request(port_, "GET", "/hello", "", "X-Name: you\r\n");
+  EXPECT_EQ(hello.status, 200);
+  EXPECT_EQ(hello.body, "hello you");
+  EXPECT_EQ(Request(port_, "GET", "/hello?x=1").status, 200);  // the query is not the path
+  EXPECT_EQ(Request(port_, "POST", "/echo", "{\"a\": 1}").body, "{\"a\": 1}");
+  EXPECT_EQ(Request(port_, "GET", "/items/42").body, "/items/42");
+  testing::HttpReply missing = Request(port_, "GET", "/nothing");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_TRUE(absl::StrContains(missing.body, "/nothing"));
+  EXPECT_EQ(Request(port_, "DELETE", "/hello").status, 405);
+  EXPECT_EQ(Request(port_, "GET", "/echo").status, 405);
+}
+
+TEST_F(HttpServerTest, KeepAliveServesRequestsInTurn) {
+  Start();
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(SendAll(fd, request + request + "GET /hello HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  const std::string replies = ReadToClose(fd);
+  close(fd);
+  size_t count = 0;
+  for (size_t at = 0; (at = replies.find("HTTP/1.1 200", at)) != std::string::npos; ++at) ++count;
+  EXPECT_EQ(count, 3u) << replies;
+}
+
+TEST_F(HttpServerTest, LimitsAnswerWithTheirStatus) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1 << 20;
+  Start(options);
+  // A 10 MB body is refused from its Content-Length, before it is sent.
+  const std::string big = Exchange(
+      port_, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n" +
+                 std::string(65536, 'x'));
+  EXPECT_TRUE(absl::StartsWith(big, "HTTP/1.1 413")) << big.substr(0, 200);
+  const std::string head = Exchange(
+      port_, "GET /hello HTTP/1.1\r\nX: " + std::string(kMaxHeadBytes + 10, 'a') + "\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(head, "HTTP/1.1 431")) << head.substr(0, 200);
+  const std::string garbage = Exchange(port_, "\x01\x02 nonsense\r\n\r\n");
+  EXPECT_TRUE(absl::StartsWith(garbage, "HTTP/1.1 400")) << garbage.substr(0, 200);
+  EXPECT_EQ(Request(port_, "GET", "/hello").status, 200);
+}
+
+TEST_F(HttpServerTest, AClientTooSlowToSendItsHeadIsDropped) {
+  HttpServerOptions options;
+  options.request_timeout = absl::Seconds(1);
+  Start(options);
+  // A byte every 100 ms never completes the head within the second.
+  const int slow = Connect(port_);
+  const std::string head = "GET /hello HTTP/1.1\r\nX-Name: slow\r\n";
+  const absl::Time start = absl::Now();
+  bool dropped = false;
+  for (size_t i = 0; i < head.size() && !dropped; ++i) {
+    dropped = send(slow, head.data() + i, 1, MSG_NOSIGNAL) < 0;
+    absl::SleepFor(absl::Milliseconds(100));
+    char byte;
+    dropped = dropped || recv(slow, &byte, 1, MSG_DONTWAIT) == 0;
+  }
+  EXPECT_TRUE(dropped);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  close(slow);
+  EXPECT_EQ(Request(port_, "GET", "/hello").status, 200);
+}
+
+TEST_F(HttpServerTest, AStreamIsPulledWhenWokenAndEndsWithItsSource) {
+  Start();
+  const int fd = Connect(port_);
+  ASSERT_TRUE(SendAll(fd, "GET /stream HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<bool>(waker_);
+  }));
+  source_->Add("data: one\n\n");
+  Wake();
+  source_->Add("data: two\n\n", /*last=*/true);
+  Wake();
+  const testing::HttpReply reply = ParseReply(ReadToClose(fd));
+  close(fd);
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.headers.at("content-type"), "text/event-stream");
+  EXPECT_EQ(reply.headers.at("transfer-encoding"), "chunked");
+  EXPECT_EQ(reply.body, "data: one\n\ndata: two\n\n");
+  EXPECT_FALSE(source_->cancelled());
+}
+
+TEST_F(HttpServerTest, AClientThatLeavesAStreamCancelsItsSource) {
+  Start();
+  const int fd = Connect(port_);
+  ASSERT_TRUE(SendAll(fd, "GET /stream HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<bool>(waker_);
+  }));
+  source_->Add("data: one\n\n");
+  Wake();
+  char buffer[256];
+  ASSERT_GT(recv(fd, buffer, sizeof(buffer), 0), 0);
+  const absl::Time left = absl::Now();
+  close(fd);
+  ASSERT_TRUE(WaitFor([&] { return source_->cancelled(); }, absl::Seconds(1)));
+  EXPECT_LT(absl::Now() - left, absl::Seconds(1));
+  Wake();  // a waker outliving its connection does nothing
+}
+
+TEST_F(HttpServerTest, AClientThatLeavesBeforeTheAnswerIsHeard) {
+  Start();
+  const int fd = Connect(port_);
+  ASSERT_TRUE(SendAll(fd, "GET /later HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(WaitFor([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return later_ != nullptr;
+  }));
+  absl::SleepFor(absl::Milliseconds(50));  // the watch is set on the I/O thread
+  close(fd);
+  EXPECT_TRUE(WaitFor([&] { return hung_up_.load(); }, absl::Seconds(1)));
+  std::lock_guard<std::mutex> lock(mu_);
+  later_->Send(HttpResponse());  // an answer to a closed connection goes nowhere
+}
+
+TEST_F(HttpServerTest, AnAnswerThatComesLaterArrives) {
+  Start();
+  std::thread answer([this] {
+    ASSERT_TRUE(WaitFor([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return later_ != nullptr;
+    }));
+    HttpResponse response;
+    response.body = "{\"late\": true}";
+    std::lock_guard<std::mutex> lock(mu_);
+    later_->Send(response);
+  });
+  const testing::HttpReply reply = Request(port_, "GET", "/later");
+  answer.join();
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "{\"late\": true}");
+  EXPECT_FALSE(hung_up_);
+}
+
+TEST(HttpServerStartTest, ATakenPortOrABadAddressIsAnError) {
+  HttpServer first;
+  HttpServerOptions options;
+  options.host = "127.0.0.1";
+  auto port = first.Start(options);
+  ASSERT_TRUE(port.ok());
+  HttpServer second;
+  options.port = *port;
+  auto taken = second.Start(options);
+  ASSERT_FALSE(taken.ok());
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(taken.status().message(), absl::StrCat(*port)));
+  HttpServer third;
+  options.host = "not-an-address";
+  EXPECT_EQ(third.Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  HttpServer fourth;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.tls_cert = "/nonexistent.pem";
+  options.tls_key = "/nonexistent.key";
+  auto tls = fourth.Start(options);
+  ASSERT_FALSE(tls.ok());
+  EXPECT_TRUE(absl::StrContains(tls.status().message(), "--tls_cert")) << tls.status();
+}
+
+}  // namespace
+}  // namespace attn::serving::http
