@@ -59,7 +59,7 @@ ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
 ABSL_FLAG(std::string, metrics_host, Defaults().metrics_host,
           "Address of the metrics endpoint; empty: --host. 127.0.0.1 keeps it off the network.");
 ABSL_FLAG(std::string, tls_cert, Defaults().tls.cert,
-          "PEM certificate chain: serve gRPC over TLS.");
+          "PEM certificate chain: serve gRPC and HTTP over TLS.");
 ABSL_FLAG(std::string, tls_key, Defaults().tls.key, "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, Defaults().tls.client_ca,
           "PEM CA certificates: require client certificates they signed (mutual TLS).");
@@ -86,8 +86,8 @@ ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefault
           "bytes); for single models, comma-separated NAME=none|int8 entries (\"none,big=int8\").");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the CPUs this process may use (cgroup quota).");
 ABSL_FLAG(std::string, engine_cpus, "",
-          "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC "
-          "and delivery threads then run on the other CPUs this process may use. Empty: all "
+          "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC, "
+          "HTTP and delivery threads then run on the other CPUs this process may use. Empty: all "
           "threads anywhere. --threads defaults to the number listed.");
 ABSL_FLAG(int64_t, max_active, EngineDefaults().max_active,
           "Sequences running at once per model (state slots).");

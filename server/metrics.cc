@@ -38,7 +38,7 @@ struct Metrics::Families {
   explicit Families(prometheus::Registry& r)
       : requests(BuildCounter()
                      .Name("attn_requests_total")
-                     .Help("RPCs finished, by method and gRPC status code.")
+                     .Help("Requests finished, by method, gRPC status code and protocol (grpc or http).")
                      .Register(r)),
         success(BuildCounter()
                     .Name("attn_request_success_total")
@@ -92,6 +92,11 @@ struct Metrics::Families {
                            .Name("attn_state_memory_capacity_bytes")
                            .Help("State bytes preallocated for all slots.")
                            .Register(r)),
+        state_usage(BuildGauge()
+                        .Name("attn_state_memory_usage_perc")
+                        .Help("State memory of running sequences as a fraction (0 to 1) of its "
+                              "capacity: the analogue of a KV-cache usage for load balancers.")
+                        .Register(r)),
         cache_hits(BuildCounter()
                        .Name("attn_state_cache_hits_total")
                        .Help("Generation requests that started from a cached state.")
@@ -135,6 +140,7 @@ struct Metrics::Families {
   prometheus::Family<Histogram>& step_duration;
   prometheus::Family<prometheus::Gauge>& state_memory;
   prometheus::Family<prometheus::Gauge>& state_capacity;
+  prometheus::Family<prometheus::Gauge>& state_usage;
   prometheus::Family<prometheus::Counter>& cache_hits;
   prometheus::Family<prometheus::Counter>& cache_misses;
   prometheus::Family<prometheus::Counter>& cache_tokens_saved;
@@ -161,6 +167,8 @@ class Metrics::ModelObserver : public EngineObserver {
         prefill_(f.step_duration.Add({{"model", model_}, {"phase", "prefill"}}, LatencyBuckets())),
         decode_(f.step_duration.Add({{"model", model_}, {"phase", "decode"}}, LatencyBuckets())),
         state_memory_(f.state_memory.Add({{"model", model_}})),
+        state_usage_(f.state_usage.Add({{"model", model_}})),
+        state_capacity_bytes_(labels.state_capacity_bytes),
         cache_hits_(f.cache_hits.Add({{"model", model_}})),
         cache_misses_(f.cache_misses.Add({{"model", model_}})),
         cache_tokens_saved_(f.cache_tokens_saved.Add({{"model", model_}})),
@@ -215,6 +223,9 @@ class Metrics::ModelObserver : public EngineObserver {
     running_.Set(static_cast<double>(running));
     waiting_.Set(static_cast<double>(waiting));
     state_memory_.Set(static_cast<double>(state_bytes));
+    state_usage_.Set(state_capacity_bytes_ > 0 ? static_cast<double>(state_bytes) /
+                                                     static_cast<double>(state_capacity_bytes_)
+                                               : 0.0);
   }
   void OnCacheLookup(int64_t reused, int64_t /*prompt*/) override {
     if (reused == 0) {
@@ -256,6 +267,8 @@ class Metrics::ModelObserver : public EngineObserver {
   Histogram& prefill_;
   Histogram& decode_;
   prometheus::Gauge& state_memory_;
+  prometheus::Gauge& state_usage_;
+  const int64_t state_capacity_bytes_;
   prometheus::Counter& cache_hits_;
   prometheus::Counter& cache_misses_;
   prometheus::Counter& cache_tokens_saved_;

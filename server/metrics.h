@@ -16,6 +16,7 @@
 //   attn_step_duration_seconds{model,phase}          histogram, phase prefill|decode
 //   attn_state_memory_bytes{model}                   gauge, state of running sequences
 //   attn_state_memory_capacity_bytes{model}          gauge, the most the slots may hold
+//   attn_state_memory_usage_perc{model}              gauge, bytes / capacity (0 to 1)
 //   attn_model_info{model,mixer,architecture,device,backend} gauge, always 1
 #pragma once
 #include <memory>

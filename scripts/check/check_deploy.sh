@@ -23,7 +23,8 @@ if [ ! -d "$NODE_TOOLS/node_modules/@kubernetes-models/prometheus-operator" ]; t
 fi
 export NODE_PATH="$(cd "$NODE_TOOLS" && pwd)/node_modules"
 
-for overlay in deploy/k8s/base deploy/k8s/overlays/gpu; do
+for overlay in deploy/k8s/base deploy/k8s/overlays/gpu deploy/k8s/overlays/http-probes \
+               deploy/k8s/overlays/inference-pool; do
   echo "== $overlay"
   kubectl kustomize "$overlay" > "$work/rendered.yaml"
   node scripts/check/validate_k8s.js < "$work/rendered.yaml"
@@ -66,6 +67,12 @@ if unknown:
     sys.exit(f"dashboard or alerts use metrics the server does not export: {sorted(unknown)}")
 print(f"dashboard: {len(dashboard['panels'])} panels, {len(queries)} queries; "
       f"{len(used)} metric names, all exported")
+
+# The metrics docs/deploy.md tells an inference gateway's endpoint picker to read.
+picker = re.findall(r"--[a-z-]+-metric=(attn_[a-z_]+)", open("docs/deploy.md").read())
+if len(picker) < 3 or set(picker) - exported:
+    sys.exit(f"docs/deploy.md's endpoint picker flags name unknown metrics: {picker}")
+print(f"endpoint picker flags: {', '.join(picker)}, all exported")
 
 compose = yaml.safe_load(open("deploy/compose/compose.yaml"))
 import os

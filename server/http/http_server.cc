@@ -13,6 +13,8 @@
 #include <pthread.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -76,10 +78,19 @@ class Routes {
   std::map<std::string, std::map<std::string, Handler>> table_;
 };
 
+// What the server asks of every connection when it stops.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // From any thread: closes the connection once the response in progress
+  // (if any) has gone out; an idle one closes at once.
+  virtual void Drain() = 0;
+};
+
 // One connection, plain (beast::tcp_stream) or TLS (ssl_stream over one).
 // Every member is touched on the connection's strand only.
 template <typename Socket>
-class Session : public std::enable_shared_from_this<Session<Socket>> {
+class Session : public Connection, public std::enable_shared_from_this<Session<Socket>> {
  public:
   // `tls`: the context a TLS stream uses, kept alive with it (null: plain).
   Session(Socket stream, const Routes& routes, const HttpServerOptions& options,
@@ -180,6 +191,13 @@ class Session : public std::enable_shared_from_this<Session<Socket>> {
 
   net::any_io_executor executor() { return stream_.get_executor(); }
 
+  void Drain() override {
+    net::post(executor(), [self = this->shared_from_this()] {
+      self->keep_alive_ = false;
+      if (!self->busy_) self->Close();
+    });
+  }
+
  private:
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
@@ -217,6 +235,7 @@ class Session : public std::enable_shared_from_this<Session<Socket>> {
     }
     ++requests_;
     ++generation_;
+    busy_ = true;
     const auto& message = parser_->get();
     HttpRequest request;
     request.method = std::string(message.method_string());
@@ -237,6 +256,7 @@ class Session : public std::enable_shared_from_this<Session<Socket>> {
   std::shared_ptr<Reply> MakeReply();
 
   void AfterResponse(beast::error_code ec) {
+    busy_ = false;
     if (ec || !keep_alive_) return Close();
     ReadRequest();
   }
@@ -295,6 +315,7 @@ class Session : public std::enable_shared_from_this<Session<Socket>> {
   int64_t requests_ = 0;
   bool keep_alive_ = true;
   bool answered_ = false;
+  bool busy_ = false;  // from a request read to its response written
   bool closed_ = false;
   std::shared_ptr<StreamSource> source_;
   std::shared_ptr<bhttp::response<bhttp::empty_body>> header_;
@@ -388,6 +409,9 @@ class HttpServer::Impl {
     return port;
   }
 
+  // Stops accepting, lets each connection finish the response it is
+  // sending (a stream ends once its source does), closes the rest, and
+  // joins the threads; whatever is still open after kStopGrace is dropped.
   void Stop() {
     if (stopped_) return;
     stopped_ = true;
@@ -396,9 +420,28 @@ class HttpServer::Impl {
       acceptor_.close(ignored);
       reload_.cancel();
     });
-    io_.stop();
+    {
+      std::lock_guard<std::mutex> lock(connections_mu_);
+      for (const std::weak_ptr<Connection>& weak : connections_) {
+        if (auto connection = weak.lock()) connection->Drain();
+      }
+      connections_.clear();
+    }
+    std::mutex mu;
+    std::condition_variable joined;
+    bool done = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!joined.wait_for(lock, Chrono(kStopGrace), [&] { return done; })) io_.stop();
+    });
     for (auto& t : threads_) t.join();
     threads_.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    joined.notify_one();
+    watchdog.join();
   }
 
  private:
@@ -450,14 +493,27 @@ class HttpServer::Impl {
       // The session keeps its context alive; a reload swaps in a new one
       // for later connections only.
       beast::ssl_stream<beast::tcp_stream> stream(beast::tcp_stream(std::move(socket)), *tls);
-      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(stream), routes,
-                                                                      options_, tls)
-          ->Begin();
+      auto session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+          std::move(stream), routes, options_, tls);
+      Track(session);
+      session->Begin();
     } else {
-      std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), routes,
-                                                   options_, nullptr)
-          ->Begin();
+      auto session = std::make_shared<Session<beast::tcp_stream>>(
+          beast::tcp_stream(std::move(socket)), routes, options_, nullptr);
+      Track(session);
+      session->Begin();
     }
+  }
+
+  // Remembers a connection for Stop, forgetting those that closed now and
+  // then so that the list stays as long as the open connections.
+  void Track(const std::shared_ptr<Connection>& connection) {
+    std::lock_guard<std::mutex> lock(connections_mu_);
+    if (connections_.size() >= 2 * tracked_after_sweep_ + 64) {
+      connections_.remove_if([](const std::weak_ptr<Connection>& c) { return c.expired(); });
+      tracked_after_sweep_ = connections_.size();
+    }
+    connections_.push_back(connection);
   }
 
   HttpServerOptions options_;
@@ -468,6 +524,9 @@ class HttpServer::Impl {
   std::shared_ptr<ssl::context> tls_;
   std::vector<std::thread> threads_;
   bool stopped_ = false;
+  std::mutex connections_mu_;
+  std::list<std::weak_ptr<Connection>> connections_;
+  size_t tracked_after_sweep_ = 0;
 };
 
 HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}

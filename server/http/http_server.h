@@ -37,6 +37,8 @@ inline constexpr int64_t kMaxHeadBytes = 16 << 10;
 inline constexpr absl::Duration kRequestTimeout = absl::Seconds(10);
 inline constexpr absl::Duration kIdleTimeout = absl::Seconds(60);
 inline constexpr absl::Duration kWriteTimeout = absl::Seconds(30);
+// How long Stop waits for responses in progress to go out.
+inline constexpr absl::Duration kStopGrace = absl::Seconds(5);
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
@@ -111,7 +113,9 @@ class HttpServer {
   // when it cannot be bound, kInvalidArgument for TLS files that do not
   // load. Returns the port.
   absl::StatusOr<int> Start(const HttpServerOptions& options);
-  // Closes the listener and every connection, and joins the threads.
+  // Closes the listener, lets each connection finish the response it is
+  // sending (at most kStopGrace), closes every connection and joins the
+  // threads.
   void Stop();
 
   HttpServer();

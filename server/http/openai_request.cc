@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/model_registry.h"
 #include "server/validation.h"
 #include "util/field_error.h"
 
@@ -328,17 +327,6 @@ absl::Status Extension(const absl::Status& status) {
 }
 
 }  // namespace
-
-RequestTarget TargetOf(const HostedModel& model) {
-  RequestTarget target;
-  target.tokenizer = model.tokenizer.get();
-  target.limits = model.engine->options().limits;
-  ParseChatFormat(model.description.chat_format, &target.chat_format);
-  target.state = {model.description.name, model.description.fingerprint,
-                  model.engine->state_budget_bytes()};
-  target.initial_states = &model.initial_states;
-  return target;
-}
 
 absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest& r,
                                                             const RequestTarget& target,

@@ -38,9 +38,6 @@
 namespace attn {
 class Tokenizer;
 }  // namespace attn
-namespace attn::serving {
-struct HostedModel;
-}  // namespace attn::serving
 
 namespace attn::serving::http {
 
@@ -95,7 +92,6 @@ struct RequestTarget {
   StateTarget state;                             // which states it accepts
   const InitialStates* initial_states = nullptr;  // by name; may be null
 };
-RequestTarget TargetOf(const HostedModel& model);
 
 // The engine requests of `request` on `target`, one per choice (`n`), each
 // checked as gRPC's are: the prompt (a chat's messages in the model's chat

@@ -12,6 +12,7 @@
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
 #include "server/metrics.h"
+#include "server/model_registry.h"
 
 namespace attn::serving::http {
 namespace {
@@ -278,6 +279,18 @@ class CollectingCall : public CallBase, public std::enable_shared_from_this<Coll
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// What converting a request needs of `model`.
+RequestTarget TargetOf(const HostedModel& model) {
+  RequestTarget target;
+  target.tokenizer = model.tokenizer.get();
+  target.limits = model.engine->options().limits;
+  ParseChatFormat(model.description.chat_format, &target.chat_format);
+  target.state = {model.description.name, model.description.fingerprint,
+                  model.engine->state_budget_bytes()};
+  target.initial_states = &model.initial_states;
+  return target;
+}
+
 Json ModelObject(const HostedModel& model, bool is_default, int64_t created) {
   const ModelDescription& d = model.description;
   Json initial_states = Json::array();
@@ -358,6 +371,10 @@ void OpenAiService::Refuse(const std::shared_ptr<Reply>& reply, const std::strin
   }
 }
 
+void OpenAiService::Count(const char* method, absl::StatusCode code) {
+  if (metrics_ != nullptr) metrics_->CountRequest("", method, StatusCodeName(code), Protocol::kHttp);
+}
+
 void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> reply) {
   if (absl::Status known = access_.Authenticate(request.Header("authorization")); !known.ok()) {
     return Refuse(reply, "", "Models", known);
@@ -373,7 +390,7 @@ void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> re
     if (!model.ok()) return Refuse(reply, "", "Models", model.status());
     const bool is_default = (*model)->description.name == registry_.default_model();
     reply->Send(JsonReply(200, ModelObject(**model, is_default, created_)));
-    return;
+    return Count("Models", absl::StatusCode::kOk);
   }
   Json data = Json::array();
   for (const auto& model : registry_.models()) {
@@ -381,6 +398,7 @@ void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> re
         ModelObject(*model, model->description.name == registry_.default_model(), created_));
   }
   reply->Send(JsonReply(200, {{"object", "list"}, {"data", data}}));
+  Count("Models", absl::StatusCode::kOk);
 }
 
 void OpenAiService::Health(const HttpRequest& request, std::shared_ptr<Reply> reply) {

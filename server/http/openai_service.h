@@ -43,6 +43,8 @@ class OpenAiService {
   // Answers with an error object and counts the call.
   void Refuse(const std::shared_ptr<Reply>& reply, const std::string& model, const char* method,
               const absl::Status& status);
+  // Counts a call that names no model.
+  void Count(const char* method, absl::StatusCode code);
 
   const ModelRegistry& registry_;
   const AdmissionPath& admission_;

@@ -371,5 +371,56 @@ TEST_F(OpenAiServiceTest, HealthAndTheChatPage) {
   EXPECT_FALSE(absl::StrContains(page.body, "https://"));
 }
 
+// Draining: health turns 503 and new requests get 503 at once, and a stream
+// still running when the grace ends gets the error as an event, then the
+// end of the stream.
+TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
+  attn::testing::ScopedTempDir dir("openai_shutdown_test");
+  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.http_port = 0;
+  options.metrics_port = -1;
+  options.registry.paths = {dir.path().string()};
+  options.registry.engine.limits.max_tokens = 1000000;
+  options.shutdown_grace = absl::Seconds(1);
+  auto server = InferenceServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+
+  const int fd = Connect(port);
+  const std::string body = Json{{"prompt", kPrompt}, {"max_tokens", 1000000}, {"stream", true},
+                                {"attn_ignore_eos", true}}.dump();
+  ASSERT_TRUE(SendAll(fd, absl::StrCat("POST /v1/completions HTTP/1.1\r\nContent-Length: ",
+                                       body.size(), "\r\n\r\n", body)));
+  std::string streamed;
+  std::thread reader([&] { streamed = testing::ReadToClose(fd); });
+  ASSERT_TRUE((*server)->registry().Find("tiny-aft").value()->engine->AwaitLoad(
+      [](const EngineLoad& l) { return l.running == 1; }, absl::Now() + absl::Seconds(2)));
+
+  std::thread stopper([&] { (*server)->Shutdown(); });
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    refused = Request(port, "GET", "/health").status == 503;
+    if (!refused) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(refused);
+  HttpReply late = Request(port, "POST", "/v1/completions", Json{{"prompt", "x"}}.dump());
+  EXPECT_EQ(late.status, 503) << late.body;
+  EXPECT_EQ(Json::parse(late.body)["error"]["type"], "server_unavailable");
+  stopper.join();
+  reader.join();
+  close(fd);
+  const testing::HttpReply reply = testing::ParseReply(streamed);
+  const std::vector<std::string> tail =
+      absl::StrSplit(reply.body.substr(reply.body.size() > 400 ? reply.body.size() - 400 : 0),
+                     "\n\n", absl::SkipEmpty());
+  ASSERT_GE(tail.size(), 2u);
+  EXPECT_EQ(tail.back(), "data: [DONE]");
+  EXPECT_TRUE(absl::StrContains(tail[tail.size() - 2], "\"type\":\"server_unavailable\""))
+      << tail[tail.size() - 2];
+}
+
 }  // namespace
 }  // namespace attn::serving
