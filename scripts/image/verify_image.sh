@@ -3,7 +3,7 @@
 # its size (under MAX_MB, default 500), its contents (no shell, no setuid or
 # setgid file, a non-root user without a login shell), then starts a
 # container and checks it from the host: attnctl health, the model list, a
-# streamed completion with each backend's first model and the metrics. Then
+# streamed completion with each backend's first model, the HTTP API and the metrics. Then
 # stops the container with SIGTERM and checks it exits 0. The steps follow what works on a Debian 12 host without a
 # registry: a bookworm base image made with debootstrap, `podman build
 # --isolation chroot`, and runc as the runtime.
@@ -68,7 +68,7 @@ rm -f "$listing"
 echo "== starting the container"
 name=attn-verify-$$
 podman --runtime runc run -d --name "$name" --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
-  -p 127.0.0.1:58051:50051 -p 127.0.0.1:59090:9090 "$IMAGE" > /dev/null
+  -p 127.0.0.1:58051:50051 -p 127.0.0.1:58000:8000 -p 127.0.0.1:59090:9090 "$IMAGE" > /dev/null
 cleanup() { podman --runtime runc rm -f "$name" > /dev/null 2>&1 || true; }
 trap cleanup EXIT
 ctl=("$ATTNCTL" --server=127.0.0.1:58051)
@@ -79,6 +79,9 @@ done
 echo "== attnctl health";  "${ctl[@]}" health
 echo "== attnctl models";  "${ctl[@]}" models
 echo "== attnctl stream";  "${ctl[@]}" stream --prompt="And it came to pass" --max_tokens=40 --temperature=0
+echo "== HTTP API";        curl -sf http://127.0.0.1:58000/health && echo
+curl -sf http://127.0.0.1:58000/v1/completions -d '{"prompt": "And it came to pass", "max_tokens": 20}'
+echo
 echo "== metrics";         curl -sf http://127.0.0.1:59090/metrics | grep -E '^attn_(generation_tokens_total|requests_total)' | head -5
 echo "== HEALTHCHECK"
 podman image inspect "$IMAGE" --format '{{json .Config.Healthcheck}}'

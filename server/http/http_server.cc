@@ -250,7 +250,13 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
     HttpResponse refusal;
     const Handler* handler = routes_.Find(request.method, request.path, &refusal);
     if (handler == nullptr) return Send(std::move(refusal));
-    (*handler)(request, MakeReply());
+    try {
+      (*handler)(request, MakeReply());
+    } catch (const std::exception& error) {
+      // A handler's bug costs its request, never the server.
+      keep_alive_ = false;
+      Send(Plain(500, absl::StrCat("internal error: ", error.what())));
+    }
   }
 
   std::shared_ptr<Reply> MakeReply();

@@ -175,7 +175,11 @@ absl::Status ParseLogitBias(const Fields& f, OpenAiRequest* r) {
     const std::string field = absl::StrCat("logit_bias[", item.key(), "]");
     if (!absl::SimpleAtoi(item.key(), &token)) return InvalidField(field, "is not a token id");
     if (!item.value().is_number()) return InvalidField(field, "must be a number");
-    r->logit_bias.emplace_back(token, item.value().get<float>());
+    const double bias = item.value().get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return InvalidField(field, absl::StrCat(bias, " is outside [-100, 100]"));
+    }
+    r->logit_bias.emplace_back(token, static_cast<float>(bias));
   }
   return absl::OkStatus();
 }
@@ -280,6 +284,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view
     json = Json::parse(body);
   } catch (const Json::parse_error& e) {
     return InvalidField("body", absl::StrCat("invalid JSON at byte ", e.byte));
+  } catch (const Json::exception& e) {  // a number out of range, ...
+    return InvalidField("body", absl::StrCat("invalid JSON: ", e.what()));
   }
   if (!json.is_object()) return InvalidField("body", "must be a JSON object");
   const std::set<std::string>& known = KnownFields(kind);

@@ -14,6 +14,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/tests/server/tiny_models.sh"
 use_binaries "$server_bin" "$ctl_bin"
 solo_pid=""
 cleanup() {
@@ -25,20 +26,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
 
 echo "== training two tiny models"
-$py - "$work/corpus.txt" <<'PY'
-import sys
-words = "the river keeps its small state and light falls over stone water night".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(4000):
-        f.write(" ".join(words[(i * 7 + w * 5 + i // 13) % len(words)] for w in range(9)) + ".\n")
-PY
-mkdir -p "$work/models"
-common=(--corpus="$work/corpus.txt" --d_model=32 --layers=2 --heads=2 --ff_hidden=64
-        --vocab_size=300 --seq_len=64 --batch=8 --steps=40 --eval_every=0 --threads=1)
-"$train_bin" "${common[@]}" --mixer=aft-conv --window=4 --output="$work/models/e2e-aft.pt" \
-  > "$work/train.log" 2>&1 || fail "attn-train aft-conv"
-"$train_bin" "${common[@]}" --mixer=linear-elu --output="$work/models/e2e-linear.pt" \
-  >> "$work/train.log" 2>&1 || fail "attn-train linear-elu"
+train_tiny_models "$work" "$train_bin" e2e || fail "tiny models"
 
 echo "== --help lists each command's own flags"
 "$server_bin" --help > "$work/help.txt" 2>&1 || true

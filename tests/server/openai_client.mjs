@@ -189,8 +189,9 @@ check("the per-key limit answers 429 while the key's streams run", async () => {
   const limit = Number(PER_KEY_LIMIT);
   const streams = [];
   for (let i = 0; i < limit; ++i) {
+    // Long enough to outlast the checks below: no end of text, 100k tokens.
     streams.push(await other.completions.create({
-      model: MODEL, prompt, max_tokens: 4000, stream: true,
+      model: MODEL, prompt, max_tokens: 100000, stream: true, attn_ignore_eos: true,
     }));
   }
   const e = await refusal(other.completions.create({ model: MODEL, prompt, max_tokens: 1 }));

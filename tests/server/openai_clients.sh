@@ -15,6 +15,7 @@ server_bin=$1 ctl_bin=$2 train_bin=$3 node_tools=$4 screenshot_dir=${5:-$PWD}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/tests/server/tiny_models.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
@@ -34,20 +35,7 @@ export NODE_PATH="$node_tools/node_modules"
 cp "$repo/tests/server/openai_client.mjs" "$repo/tests/server/chat_page.mjs" "$node_tools/"
 
 echo "== training two tiny models"
-/usr/bin/python3 - "$work/corpus.txt" <<'PY'
-import sys
-words = "the river keeps its small state and light falls over stone water night".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(4000):
-        f.write(" ".join(words[(i * 7 + w * 5 + i // 13) % len(words)] for w in range(9)) + ".\n")
-PY
-mkdir -p "$work/models"
-common=(--corpus="$work/corpus.txt" --d_model=32 --layers=2 --heads=2 --ff_hidden=64
-        --vocab_size=300 --seq_len=64 --batch=8 --steps=30 --eval_every=0 --threads=1)
-"$train_bin" "${common[@]}" --mixer=aft-conv --window=4 --output="$work/models/web-aft.pt" \
-  > "$work/train.log" 2>&1 || fail "attn-train aft-conv"
-"$train_bin" "${common[@]}" --mixer=linear-elu --output="$work/models/web-linear.pt" \
-  >> "$work/train.log" 2>&1 || fail "attn-train linear-elu"
+train_tiny_models "$work" "$train_bin" web || fail "tiny models"
 
 printf 'key-one\nkey-two\n' > "$work/keys"
 echo "== starting attn-server with API keys"

@@ -123,6 +123,7 @@ TEST(OpenAiRequestTest, ValuesOutOfRangeNameTheirField) {
   EXPECT_EQ(ParamOf(Chat("\"logprobs\": true, \"top_logprobs\": 21")), "top_logprobs");
   EXPECT_EQ(ParamOf(Chat("\"stop\": [1]")), "stop[0]");
   EXPECT_EQ(ParamOf(Chat("\"logit_bias\": {\"x\": 1}")), "logit_bias[x]");
+  EXPECT_EQ(ParamOf(Chat("\"logit_bias\": {\"5\": 1e300}")), "logit_bias[5]");
   EXPECT_EQ(ParamOf(Chat("\"stream\": 1")), "stream");
   EXPECT_EQ(ParamOf(Chat("\"attn_state\": {\"data\": \"***\"}")), "attn_state.data");
   EXPECT_EQ(ParamOf(Chat("\"attn_state\": {\"data\": \"AA==\"}, \"attn_initial_state\": \"x\"")),
@@ -140,6 +141,9 @@ TEST(OpenAiRequestTest, BrokenJsonNamesTheByte) {
       << r.status();
   EXPECT_EQ(ParamOf(r), "body");
   EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat, "[1, 2]")), "body");
+  // A number too large for a double (found by fuzz_openai_request).
+  EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kCompletions, R"({"prompt": [1, 2e16666]})")),
+            "body");
   EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat, "")), "body");
 }
 
