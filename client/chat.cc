@@ -6,8 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/health.h"
+#include "nlohmann/json.hpp"
 
 namespace attn::client {
 namespace {
@@ -50,14 +52,19 @@ grpc::Status RunTurn(attn::v1::TextGeneration::Stub& stub, const attn::v1::Gener
 void Report(const ChatOptions& options, int turn, size_t server, const TurnResult& result) {
   const attn::v1::Usage& usage = result.last.usage();
   if (options.json) {
-    std::printf(
-        "{\"turn\": %d, \"server\": \"%s\", \"prompt_tokens\": %ld, \"prefilled_tokens\": %ld, "
-        "\"cached_tokens\": %ld, \"completion_tokens\": %ld, \"ttft_ms\": %.3f, \"total_ms\": "
-        "%.3f, \"state_bytes\": %zu}\n",
-        turn, options.server_names[server].c_str(), static_cast<long>(usage.prompt_tokens()),
-        static_cast<long>(usage.prefilled_tokens()), static_cast<long>(usage.cached_tokens()),
-        static_cast<long>(usage.completion_tokens()), result.ttft_ms, result.total_ms,
-        result.last.state().size());
+    const nlohmann::json line = {
+        {"turn", turn},
+        {"server", options.server_names[server]},
+        {"prompt_tokens", usage.prompt_tokens()},
+        {"prefilled_tokens", usage.prefilled_tokens()},
+        {"cached_tokens", usage.cached_tokens()},
+        {"completion_tokens", usage.completion_tokens()},
+        {"ttft_ms", result.ttft_ms},
+        {"total_ms", result.total_ms},
+        {"state_bytes", result.last.state().size()},
+        {"reply", result.reply},
+    };
+    std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
     return;
   }
@@ -121,6 +128,7 @@ int RunChat(std::istream& input, const ChatOptions& options) {
   if (options.interactive) std::fputs("> ", stderr);
   while (std::getline(input, line)) {
     if (line.empty()) continue;
+    if (turn > 0) absl::SleepFor(options.pause);
     ++turn;
     const size_t server = static_cast<size_t>(turn - 1) % stubs.size();
     if (options.fresh_turns) {

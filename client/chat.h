@@ -9,8 +9,8 @@
 // (GenerateRequest.state), so every turn prefills about the same number of
 // tokens however long the conversation, and any replica can serve any turn
 // (the servers are used in turn, round-robin). Without it each turn sends
-// the whole conversation as text, which the server's state cache may or may
-// not have seen.
+// the whole conversation as text, which the server's state cache, or the
+// shared state tier behind every replica (--state_store), may hold.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "attn/v1/text_generation.pb.h"
 #include "model/text/chat_format.h"
 
@@ -37,6 +38,7 @@ struct ChatOptions {
   // Each line of the input is a new conversation after `system` instead of
   // the next turn of one conversation.
   bool fresh_turns = false;
+  absl::Duration pause;  // before each turn after the first
   bool json = false;  // a JSON line per turn on stdout instead of the text
   bool interactive = false;
   ChatFormat format = ChatFormat::kPlain;  // the model's (ListModels' chat_format)

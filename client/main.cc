@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "attn/v1/text_generation.grpc.pb.h"
 #include "client/bench.h"
 #include "client/channel.h"
@@ -108,6 +109,8 @@ ABSL_FLAG(std::string, system_file, "", "chat: a file whose text starts every co
 ABSL_FLAG(bool, fresh_turns, false,
           "chat: every line starts a new conversation after the system text (shared-prefix "
           "benchmarks).");
+ABSL_FLAG(absl::Duration, pause, absl::ZeroDuration(),
+          "chat: wait this long before each turn after the first, as a reader would.");
 
 namespace {
 
@@ -534,6 +537,7 @@ int Chat() {
   options.hold_state = absl::GetFlag(FLAGS_hold_state);
   if (!ModelChatFormat(options.servers.front(), options.base.model(), &options.format)) return 1;
   options.fresh_turns = absl::GetFlag(FLAGS_fresh_turns);
+  options.pause = absl::GetFlag(FLAGS_pause);
   options.json = absl::GetFlag(FLAGS_json);
   options.interactive = isatty(STDIN_FILENO) != 0;
   const std::string system_file = absl::GetFlag(FLAGS_system_file);

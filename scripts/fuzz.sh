@@ -14,7 +14,8 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_state_blob fuzz_openai_request fuzz_api_keys
                                      fuzz_tokenizer fuzz_generate_request fuzz_config
                                      fuzz_model_package fuzz_package_contents
-                                     fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary)
+                                     fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
+                                     fuzz_stored_state)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"

@@ -4,7 +4,9 @@
 # thread-safety analysis (scripts/check/check_thread_safety.sh). python3-grpcio,
 # python3-grpc-tools and prometheus (promtool) serve the end-to-end tests;
 # openssl makes the TLS tests' certificates; chromium runs the chat page's
-# test. libboost-dev brings Boost.Beast, the HTTP API's server.
+# test. libboost-dev brings Boost.Beast, the HTTP API's server; libhiredis-dev
+# the shared state tier's Redis client, and redis-server (with redis-tools)
+# the Redis its tests start.
 set -euo pipefail
 
 PACKAGES=(
@@ -14,6 +16,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev libboost-dev
+  libhiredis-dev redis-server redis-tools
   clang-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl chromium

@@ -149,6 +149,7 @@ bool Engine::Impl::RunOnce() {
   const absl::Time now = clock_.Now();
   bool worked = EndAbandoned(now);
   worked |= Admit(now);
+  worked |= ApplyFetches(now);
   worked |= PrefillChunk();
   worked |= DecodeStep();
   RemoveEnded();
@@ -257,7 +258,7 @@ std::vector<Sequence*> Engine::Impl::PrefillGroup() const {
   std::vector<Sequence*> group;
   int64_t count = 0;
   for (const auto& candidate : active_) {
-    if (!candidate->stream || !candidate->prefilling()) continue;
+    if (!candidate->stream || !candidate->prefilling() || candidate->fetching()) continue;
     const int64_t chunk = ChunkLength(*candidate);
     if (group.empty()) {
       group.push_back(candidate.get());

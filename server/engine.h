@@ -48,6 +48,7 @@ class LmBackend;
 namespace attn::serving {
 
 class DeliveryThread;
+class StateStore;
 
 // The state cache's key for sequences that start from the empty sequence
 // (server/state_cache.h); a named initial state has its own.
@@ -94,6 +95,14 @@ struct EngineOptions {
   // state_cache_interval prompt tokens, and at its finish for later requests.
   int64_t state_cache_bytes = int64_t{256} << 20;
   int64_t state_cache_interval = 256;
+  // The shared state tier (server/store/state_store.h; not owned, null:
+  // none) and the model's fingerprint its entries carry. With it, a
+  // generation request whose prompt the state cache does not hold whole
+  // waits up to the tier's time budget, without holding up the engine, for
+  // a longer stored prefix; states at prompts' ends and finished
+  // generations are written to it.
+  StateStore* state_store = nullptr;
+  std::string state_fingerprint;
 
   // kInvalidArgument naming the first field out of range, by the name of
   // attn-server's flag for it ("max_active: must be at least 1, got 0").

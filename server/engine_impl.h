@@ -20,6 +20,7 @@
 #include "model/lm/continuation.h"
 #include "server/engine.h"
 #include "server/state_cache.h"
+#include "server/store/state_store.h"
 #include "util/cpus.h"
 
 namespace attn::serving {
@@ -38,6 +39,15 @@ struct Signal {
   bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
 };
 
+// A lookup in the shared state tier for a sequence: the tier's thread
+// answers it, the engine thread applies it.
+struct StoreFetch {
+  absl::Mutex mu;
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  StoreHit hit ABSL_GUARDED_BY(mu);
+  absl::Time give_up;  // in case no answer comes: prefill without it
+};
+
 struct Sequence {
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
@@ -53,13 +63,17 @@ struct Sequence {
   int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
   StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
   std::vector<int64_t> generated_ids;
-  int64_t cache_hit = 0;  // prompt tokens the state cache supplied
+  int64_t cache_hit = 0;  // prompt tokens the state cache (or the tier) supplied
+  // Set while the shared tier looks for a longer prefix: the sequence
+  // holds its slot and waits before prefilling.
+  std::shared_ptr<StoreFetch> fetch;
   // return_state: the sequence has finished and its last token is still to
   // be fed to the state (by a decode step that samples nothing) before End.
   bool finishing = false;
   bool last_fed = false;  // that step has run
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
+  bool fetching() const { return fetch != nullptr; }
   bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
 };
 
@@ -186,6 +200,14 @@ class Engine::Impl {
   // or the state cache's longest usable prefix of its prompt (when it holds
   // the whole prompt, the first token is sampled at once).
   void StartSequence(Sequence& seq);
+  // Asks the shared tier for a prefix of `seq`'s prompt longer than what it
+  // holds, when there is a tier and more than one token to prefill.
+  void FetchFromStore(Sequence& seq);
+  // Loads the tier's answers that came (or gives up on those past their
+  // time); returns whether any sequence may now prefill.
+  bool ApplyFetches(absl::Time now);
+  // Hands the state after `tokens` of `seq` to the shared tier.
+  void WriteToStore(const Sequence& seq, std::vector<int64_t> tokens, const SavedRow& row);
   // Tokens of `seq`'s next prefill chunk: at most prefill_chunk, ending at
   // the next cache checkpoint (a multiple of state_cache_interval).
   int64_t ChunkLength(const Sequence& seq) const;

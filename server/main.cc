@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "model/backend/backend_kind.h"
 #include "server/server.h"
 #include "util/cpus.h"
@@ -58,6 +59,14 @@ ABSL_FLAG(int, metrics_port, Defaults().metrics_port,
           "Prometheus /metrics port (0: any; -1: off).");
 ABSL_FLAG(std::string, metrics_host, Defaults().metrics_host,
           "Address of the metrics endpoint; empty: --host. 127.0.0.1 keeps it off the network.");
+ABSL_FLAG(std::string, state_store, Defaults().state_store.url,
+          "Shared state tier: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]. Replicas read the "
+          "longest stored prefix of a prompt the local cache misses and write states at "
+          "prompts' ends and finished generations. Empty: none.");
+ABSL_FLAG(absl::Duration, state_store_ttl, Defaults().state_store.ttl,
+          "How long a state stays in the shared tier after it is written.");
+ABSL_FLAG(absl::Duration, state_store_timeout, Defaults().state_store.timeout,
+          "A shared-tier lookup's budget; past it the request prefills without it.");
 ABSL_FLAG(std::string, tls_cert, Defaults().tls.cert,
           "PEM certificate chain: serve gRPC and HTTP over TLS.");
 ABSL_FLAG(std::string, tls_key, Defaults().tls.key, "PEM private key of --tls_cert.");
@@ -150,6 +159,9 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.http_port = absl::GetFlag(FLAGS_http_port);
+  options.state_store.url = absl::GetFlag(FLAGS_state_store);
+  options.state_store.ttl = absl::GetFlag(FLAGS_state_store_ttl);
+  options.state_store.timeout = absl::GetFlag(FLAGS_state_store_timeout);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);

@@ -276,6 +276,95 @@ class Metrics::ModelObserver : public EngineObserver {
   prometheus::Gauge& cache_bytes_;
 };
 
+// The shared state tier's metrics (server/store/state_store.h).
+class Metrics::StoreObserver : public StateStoreObserver {
+ public:
+  explicit StoreObserver(prometheus::Registry& r)
+      : lookups_(BuildCounter()
+                     .Name("attn_state_store_lookups_total")
+                     .Help("Lookups in the shared state tier by outcome: hit, miss, timeout "
+                           "(past --state_store_timeout) or error.")
+                     .Register(r)),
+        hit_(lookups_.Add({{"outcome", "hit"}})),
+        miss_(lookups_.Add({{"outcome", "miss"}})),
+        timeout_(lookups_.Add({{"outcome", "timeout"}})),
+        error_(lookups_.Add({{"outcome", "error"}})),
+        hit_tokens_(BuildCounter()
+                        .Name("attn_state_store_hit_tokens_total")
+                        .Help("Prompt tokens the shared state tier's hits covered.")
+                        .Register(r)
+                        .Add({})),
+        latency_(BuildHistogram()
+                     .Name("attn_state_store_lookup_seconds")
+                     .Help("Time a lookup in the shared state tier took.")
+                     .Register(r)
+                     .Add({}, LatencyBuckets())),
+        verify_failures_(BuildCounter()
+                             .Name("attn_state_store_verify_failures_total")
+                             .Help("Stored states that did not verify (tokens, fingerprint, "
+                                   "checksum): served as misses.")
+                             .Register(r)
+                             .Add({})),
+        errors_(BuildCounter()
+                    .Name("attn_state_store_errors_total")
+                    .Help("Failed round trips to the shared state tier.")
+                    .Register(r)
+                    .Add({})),
+        written_bytes_(BuildCounter()
+                           .Name("attn_state_store_written_bytes_total")
+                           .Help("Bytes of states written to the shared state tier.")
+                           .Register(r)
+                           .Add({})),
+        dropped_writes_(BuildCounter()
+                            .Name("attn_state_store_dropped_writes_total")
+                            .Help("States not written: the write queue was full.")
+                            .Register(r)
+                            .Add({})),
+        connected_(BuildGauge()
+                       .Name("attn_state_store_connected")
+                       .Help("1 while the last round trip to the shared state tier succeeded.")
+                       .Register(r)
+                       .Add({})) {}
+
+  void OnLookup(Outcome outcome, absl::Duration took, int64_t tokens) override {
+    switch (outcome) {
+      case Outcome::kHit:
+        hit_.Increment();
+        hit_tokens_.Increment(static_cast<double>(tokens));
+        break;
+      case Outcome::kMiss:
+        miss_.Increment();
+        break;
+      case Outcome::kTimeout:
+        timeout_.Increment();
+        break;
+      case Outcome::kError:
+        error_.Increment();
+        break;
+    }
+    latency_.Observe(Seconds(took));
+  }
+  void OnVerifyFailure() override { verify_failures_.Increment(); }
+  void OnError() override { errors_.Increment(); }
+  void OnWrite(int64_t bytes) override { written_bytes_.Increment(static_cast<double>(bytes)); }
+  void OnDroppedWrite() override { dropped_writes_.Increment(); }
+  void OnConnected(bool connected) override { connected_.Set(connected ? 1 : 0); }
+
+ private:
+  prometheus::Family<prometheus::Counter>& lookups_;
+  prometheus::Counter& hit_;
+  prometheus::Counter& miss_;
+  prometheus::Counter& timeout_;
+  prometheus::Counter& error_;
+  prometheus::Counter& hit_tokens_;
+  Histogram& latency_;
+  prometheus::Counter& verify_failures_;
+  prometheus::Counter& errors_;
+  prometheus::Counter& written_bytes_;
+  prometheus::Counter& dropped_writes_;
+  prometheus::Gauge& connected_;
+};
+
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       families_(std::make_unique<Families>(*registry_)) {}
@@ -285,6 +374,11 @@ Metrics::~Metrics() = default;
 EngineObserver* Metrics::AddModel(const ModelLabels& labels) {
   observers_.push_back(std::make_unique<ModelObserver>(*families_, labels));
   return observers_.back().get();
+}
+
+StateStoreObserver* Metrics::AddStateStore() {
+  if (!store_) store_ = std::make_unique<StoreObserver>(*registry_);
+  return store_.get();
 }
 
 void Metrics::CountRequest(const std::string& model, const std::string& method,

@@ -18,6 +18,14 @@
 //   attn_state_memory_capacity_bytes{model}          gauge, the most the slots may hold
 //   attn_state_memory_usage_perc{model}              gauge, bytes / capacity (0 to 1)
 //   attn_model_info{model,mixer,architecture,device,backend} gauge, always 1
+// and with a shared state tier (--state_store):
+//   attn_state_store_lookups_total{outcome}           hit, miss, timeout, error
+//   attn_state_store_hit_tokens_total                 prompt tokens hits covered
+//   attn_state_store_lookup_seconds                   histogram
+//   attn_state_store_verify_failures_total            entries that did not verify
+//   attn_state_store_errors_total                     failed round trips
+//   attn_state_store_written_bytes_total, attn_state_store_dropped_writes_total
+//   attn_state_store_connected                        gauge
 #pragma once
 #include <memory>
 #include <string>
@@ -25,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "server/engine.h"
+#include "server/store/state_store.h"
 
 namespace prometheus {
 class Registry;
@@ -50,6 +59,9 @@ class Metrics {
 
   // The observer to give the model's engine; owned by this object.
   EngineObserver* AddModel(const ModelLabels& labels);
+  // The shared state tier's observer (its metrics appear from now on);
+  // owned by this object.
+  StateStoreObserver* AddStateStore();
   // One finished call; `code` is the gRPC status code name ("OK", ...),
   // also for HTTP (StatusCodeName of the status behind the HTTP answer).
   void CountRequest(const std::string& model, const std::string& method, const std::string& code,
@@ -60,9 +72,11 @@ class Metrics {
  private:
   struct Families;
   class ModelObserver;
+  class StoreObserver;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   std::vector<std::unique_ptr<ModelObserver>> observers_;
+  std::unique_ptr<StoreObserver> store_;
 };
 
 // The gRPC name of an absl status code, "OK", "INVALID_ARGUMENT", ...

@@ -199,6 +199,10 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   auto fingerprint = ModelFingerprint(path, d.mixer);
   if (!fingerprint.ok()) return fingerprint.status();
   d.fingerprint = *std::move(fingerprint);
+  if (!grows) {
+    engine_options.state_store = options.state_store;
+    engine_options.state_fingerprint = d.fingerprint;
+  }
   EngineObserver* observer = nullptr;
   if (metrics != nullptr) {
     observer = metrics->AddModel({d.name, d.mixer, d.architecture, d.device,

@@ -76,6 +76,9 @@ struct RegistryOptions {
   StateCache state_cache = StateCache::kRecurrent;
   // Named initial states per model (--initial_states): model -> name -> file.
   std::map<std::string, std::map<std::string, std::string>> initial_states;
+  // The shared state tier (--state_store), not owned; null: none. Models
+  // whose state does not grow with the context read and write it.
+  StateStore* state_store = nullptr;
   // A package that does not load stops the start (false), or is left out
   // with a warning naming the file and why (--skip_bad_models); either way
   // at least one model must load.

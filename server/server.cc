@@ -68,7 +68,14 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     if (!bound.ok()) return PortError(bound.status(), "--metrics_port");
     server->metrics_port_ = *bound;
   }
-  auto registry = ModelRegistry::Load(options.registry, server->metrics_.get());
+  RegistryOptions registry_options = options.registry;
+  if (!options.state_store.url.empty()) {
+    auto store = StateStore::Start(options.state_store, server->metrics_->AddStateStore());
+    if (!store.ok()) return store.status();
+    server->state_store_ = *std::move(store);
+    registry_options.state_store = server->state_store_.get();
+  }
+  auto registry = ModelRegistry::Load(registry_options, server->metrics_.get());
   if (!registry.ok()) return registry.status();
   server->registry_ = std::move(*registry);
   server->service_ = std::make_unique<TextGenerationService>(

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "server/model_registry.h"
 #include "server/service.h"
+#include "server/store/state_store.h"
 #include "server/tls.h"
 
 namespace grpc {
@@ -36,6 +37,7 @@ struct ServerOptions {
   int64_t max_requests_per_key = 0;
   bool reflection = true;    // serve grpc.reflection (health is always served)
   RegistryOptions registry;  // models, device, engine options and request limits
+  StateStoreOptions state_store;  // the shared state tier; no URL: none
   absl::Duration shutdown_grace = absl::Seconds(30);
 };
 
@@ -61,6 +63,7 @@ class InferenceServer {
   InferenceServer() = default;
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<StateStore> state_store_;  // outlives the engines that use it
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<Access> access_;
   std::unique_ptr<TextGenerationService> service_;

@@ -1,5 +1,6 @@
 #include "model/text/chat_format.h"
 
+#include <cctype>
 #include <utility>
 
 #include "util/enum_names.h"
@@ -33,7 +34,9 @@ std::string Content(ChatFormat format, std::string text) {
 }
 
 std::string Turn(ChatFormat format, const ChatMessage& message) {
-  return Speaker(message.role) + ": " + Content(format, message.content) + TurnEnd(format);
+  const std::string content = Content(format, message.content);
+  const bool spaced = !content.empty() && std::isspace(static_cast<unsigned char>(content[0]));
+  return Speaker(message.role) + (spaced ? ":" : ": ") + content + TurnEnd(format);
 }
 
 }  // namespace

@@ -9,6 +9,11 @@
 //               turns; a reply stops at a blank line ("\n\n").
 // A turn's text has its blank lines collapsed in rwkv-world (a blank line
 // would end it), and each prompt ends with "Assistant:", the model's cue.
+// Text that starts with white space follows the colon as it is, so a reply
+// the model generated after the cue (" It is...") renders as the tokens the
+// model saw, and a stateless client's next prompt extends the stored state
+// of the last turn (the state cache, --state_store) instead of diverging
+// from it at the reply's first token.
 #pragma once
 
 #include <string>

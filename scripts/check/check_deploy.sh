@@ -24,7 +24,7 @@ fi
 export NODE_PATH="$(cd "$NODE_TOOLS" && pwd)/node_modules"
 
 for overlay in deploy/k8s/base deploy/k8s/overlays/gpu deploy/k8s/overlays/http-probes \
-               deploy/k8s/overlays/inference-pool; do
+               deploy/k8s/overlays/inference-pool deploy/k8s/overlays/state-store; do
   echo "== $overlay"
   kubectl kustomize "$overlay" > "$work/rendered.yaml"
   node scripts/check/validate_k8s.js < "$work/rendered.yaml"

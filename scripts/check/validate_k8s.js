@@ -12,6 +12,9 @@ const models = {
   'v1/Namespace': () => require('kubernetes-models/v1/Namespace').Namespace,
   'v1/Service': () => require('kubernetes-models/v1/Service').Service,
   'v1/ConfigMap': () => require('kubernetes-models/v1/ConfigMap').ConfigMap,
+  'v1/Secret': () => require('kubernetes-models/v1/Secret').Secret,
+  'networking.k8s.io/v1/NetworkPolicy': () =>
+    require('kubernetes-models/networking.k8s.io/v1/NetworkPolicy').NetworkPolicy,
   'apps/v1/Deployment': () => require('kubernetes-models/apps/v1/Deployment').Deployment,
   'autoscaling/v2/HorizontalPodAutoscaler': () =>
     require('kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler').HorizontalPodAutoscaler,

@@ -1,0 +1,273 @@
+// The shared state tier's parts: stored entries (encode, decode, verify),
+// Redis URLs, and StateStore against a real redis-server started here on
+// 127.0.0.1 (a free port, its own directory): the longest stored prefix at
+// token granularity across index anchors, TTLs, edited entries, and an
+// unreachable Redis. The servers' end-to-end behaviour is in
+// state_store_redis.sh.
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "model/backend/backend.h"
+#include "server/state_blob.h"
+#include "server/state_cache.h"
+#include "server/store/redis_connection.h"
+#include "server/store/state_store.h"
+#include "server/store/stored_state.h"
+
+extern char** environ;
+
+namespace attn::serving {
+namespace {
+
+// A TCP port on 127.0.0.1 that nothing listens on.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+constexpr char kFingerprint[] = "aft-decay-0123456789abcdef";
+
+std::vector<int64_t> Tokens(int64_t n, int64_t first = 1) {
+  std::vector<int64_t> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = first + i * 7 % 50;
+  return tokens;
+}
+
+std::shared_ptr<const SavedRow> Row(float value) {
+  auto row = std::make_shared<SavedRow>();
+  row->tensors = {torch::full({2, 3}, value), torch::arange(4, torch::kFloat)};
+  return row;
+}
+
+std::string Entry(const std::vector<int64_t>& tokens, uint64_t origin = StateCache::kEmptySequence,
+                  const std::string& fingerprint = kFingerprint) {
+  const std::string blob =
+      EncodeStateBlob({fingerprint, static_cast<int64_t>(tokens.size()), Row(1)});
+  return EncodeStoredState(origin, tokens, blob);
+}
+
+TEST(StoredStateTest, RoundTripsAndVerifies) {
+  const std::vector<int64_t> tokens = Tokens(70);
+  const std::string entry = Entry(tokens);
+  absl::StatusOr<StoredState> decoded = DecodeStoredState(entry);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->tokens, tokens);
+  EXPECT_EQ(decoded->origin, StateCache::kEmptySequence);
+  absl::StatusOr<StateBlob> blob =
+      VerifyStoredState(entry, StateCache::kEmptySequence, tokens, kFingerprint);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_TRUE(torch::equal(blob->row->tensors[0], torch::full({2, 3}, 1.0f)));
+}
+
+TEST(StoredStateTest, RefusesWhatIsNotTheAskedPrefix) {
+  const std::vector<int64_t> tokens = Tokens(10);
+  const std::string entry = Entry(tokens);
+  std::vector<int64_t> other = tokens;
+  other[4] += 1;
+  auto expect_damaged = [](const absl::Status& status, const std::string& says) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find(says), std::string::npos) << status;
+  };
+  expect_damaged(VerifyStoredState(entry, 7, tokens, kFingerprint).status(), "another origin");
+  expect_damaged(VerifyStoredState(entry, StateCache::kEmptySequence, other, kFingerprint).status(),
+                 "other tokens");
+  expect_damaged(VerifyStoredState(entry, StateCache::kEmptySequence, tokens, "linear-elu-00")
+                     .status(),
+                 "another model");
+  // A blob that claims another token count than its entry.
+  const std::string blob = EncodeStateBlob({kFingerprint, 11, Row(1)});
+  expect_damaged(VerifyStoredState(EncodeStoredState(StateCache::kEmptySequence, tokens, blob),
+                                   StateCache::kEmptySequence, tokens, kFingerprint)
+                     .status(),
+                 "a blob of 11 tokens");
+  // Every single-byte edit and every truncation is refused.
+  for (size_t at = 0; at < entry.size(); at += 3) {
+    std::string edited = entry;
+    edited[at] ^= 0x20;
+    EXPECT_FALSE(VerifyStoredState(edited, StateCache::kEmptySequence, tokens, kFingerprint).ok())
+        << "byte " << at;
+    EXPECT_FALSE(VerifyStoredState(entry.substr(0, at), StateCache::kEmptySequence, tokens,
+                                   kFingerprint)
+                     .ok())
+        << "first " << at << " bytes";
+  }
+}
+
+TEST(RedisUrlTest, ParsesEveryPart) {
+  absl::StatusOr<RedisAddress> plain = ParseRedisUrl("redis://cache");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->host, "cache");
+  EXPECT_EQ(plain->port, 6379);
+  EXPECT_EQ(plain->db, 0);
+  absl::StatusOr<RedisAddress> full = ParseRedisUrl("redis://attn:s3cr:et@10.0.0.5:6380/3");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->user, "attn");
+  EXPECT_EQ(full->password, "s3cr:et");
+  EXPECT_EQ(full->host, "10.0.0.5");
+  EXPECT_EQ(full->port, 6380);
+  EXPECT_EQ(full->db, 3);
+  absl::StatusOr<RedisAddress> password_only = ParseRedisUrl("redis://:pw@localhost");
+  ASSERT_TRUE(password_only.ok()) << password_only.status();
+  EXPECT_EQ(password_only->user, "");
+  EXPECT_EQ(password_only->password, "pw");
+  for (const char* bad : {"", "cache:6379", "rediss://cache", "redis://", "redis://h:0",
+                          "redis://h:99999", "redis://h:x", "redis://h/x", "redis://pw@h"}) {
+    absl::StatusOr<RedisAddress> parsed = ParseRedisUrl(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(parsed.status().message().find("--state_store"), std::string::npos) << bad;
+  }
+}
+
+// A redis-server of its own for each test.
+class StateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("attn-redis-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    port_ = FreePort();
+    const std::string port = std::to_string(port_), dir = dir_.string(),
+                      log = (dir_ / "redis.log").string();
+    std::vector<std::string> args = {"redis-server", "--bind", "127.0.0.1", "--port", port,
+                                     "--dir", dir, "--save", "", "--appendonly", "no",
+                                     "--logfile", log};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    ASSERT_EQ(posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), environ), 0)
+        << "needs redis-server: run scripts/install_deps.sh";
+    RedisConnection probe(*ParseRedisUrl(Url()));
+    for (int i = 0; i < 200; ++i) {
+      if (probe.Pipeline({{"PING"}}, absl::Seconds(1)).ok()) return;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    FAIL() << "redis-server did not answer on port " << port_;
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  std::unique_ptr<StateStore> Start(absl::Duration ttl = absl::Hours(1)) {
+    StateStoreOptions options;
+    options.url = Url();
+    options.ttl = ttl;
+    options.timeout = absl::Seconds(2);
+    auto store = StateStore::Start(options, nullptr);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  static StoreHit Find(StateStore& store, const std::vector<int64_t>& tokens,
+                       int64_t min_tokens = 1) {
+    std::promise<StoreHit> answer;
+    store.Lookup({kFingerprint, StateCache::kEmptySequence, tokens, min_tokens,
+                  absl::Now() + absl::Seconds(2),
+                  [&answer](StoreHit hit) { answer.set_value(std::move(hit)); }});
+    return answer.get_future().get();
+  }
+
+  // Writes the states after the first n of `tokens` for each n, and waits
+  // until Redis holds them.
+  void WriteAll(StateStore& store, const std::vector<int64_t>& tokens,
+                const std::vector<int64_t>& lengths) {
+    for (int64_t n : lengths) {
+      store.Write(kFingerprint, StateCache::kEmptySequence, {tokens.begin(), tokens.begin() + n},
+                  Row(static_cast<float>(n)));
+    }
+    RedisConnection redis(*ParseRedisUrl(Url()));
+    for (int i = 0; i < 200; ++i) {
+      auto keys = redis.Pipeline({{"KEYS", "attn:state:*"}}, absl::Seconds(1));
+      if (keys.ok() && (*keys)[0].elements.size() >= lengths.size()) return;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    FAIL() << "the writes did not land";
+  }
+
+  std::filesystem::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST_F(StateStoreTest, FindsTheLongestStoredPrefixAcrossAnchors) {
+  std::unique_ptr<StateStore> store = Start();
+  ASSERT_NE(store, nullptr);
+  const std::vector<int64_t> tokens = Tokens(300);
+  WriteAll(*store, tokens, {5, 64, 65, 130, 200});
+  auto prefix = [&](int64_t n) { return std::vector<int64_t>(tokens.begin(), tokens.begin() + n); };
+  struct Case {
+    int64_t length, min_tokens, expected;
+  };
+  for (const Case& c : {Case{300, 1, 200}, Case{201, 1, 200}, Case{200, 1, 130},
+                        Case{131, 1, 130}, Case{130, 1, 65}, Case{66, 1, 65}, Case{65, 1, 64},
+                        Case{64, 1, 5}, Case{6, 1, 5}, Case{5, 1, 0}, Case{300, 201, 0},
+                        Case{300, 131, 200}}) {
+    StoreHit hit = Find(*store, prefix(c.length), c.min_tokens);
+    EXPECT_EQ(hit.tokens, c.expected) << c.length << " tokens, at least " << c.min_tokens;
+    if (hit.tokens > 0) {
+      EXPECT_TRUE(torch::equal(hit.row->tensors[0], torch::full({2, 3}, float(c.expected))));
+    }
+  }
+  // Another conversation that shares the first 100 tokens reuses up to 65.
+  std::vector<int64_t> branch = prefix(100);
+  branch.insert(branch.end(), {999, 998, 997});
+  EXPECT_EQ(Find(*store, branch).tokens, 65);
+}
+
+TEST_F(StateStoreTest, EditedAndExpiredEntriesAreMisses) {
+  std::unique_ptr<StateStore> store = Start(absl::Seconds(1));
+  ASSERT_NE(store, nullptr);
+  const std::vector<int64_t> tokens = Tokens(40);
+  WriteAll(*store, tokens, {20});
+  RedisConnection redis(*ParseRedisUrl(Url()));
+  auto keys = redis.Pipeline({{"KEYS", "attn:state:*"}}, absl::Seconds(1));
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ((*keys)[0].elements.size(), 1u);
+  const std::string key = (*keys)[0].elements[0].text;
+  ASSERT_EQ(Find(*store, tokens).tokens, 20);
+  ASSERT_TRUE(redis.Pipeline({{"SETRANGE", key, "30", "?"}}, absl::Seconds(1)).ok());
+  EXPECT_EQ(Find(*store, tokens).tokens, 0);
+  // The TTL ends it.
+  absl::SleepFor(absl::Milliseconds(1200));
+  auto exists = redis.Pipeline({{"EXISTS", key}}, absl::Seconds(1));
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ((*exists)[0].integer, 0);
+}
+
+TEST_F(StateStoreTest, AnUnreachableRedisAnswersMissesAtOnce) {
+  TearDown();
+  pid_ = -1;
+  std::unique_ptr<StateStore> store = Start();
+  ASSERT_NE(store, nullptr);
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Find(*store, Tokens(30)).tokens, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  store->Write(kFingerprint, StateCache::kEmptySequence, Tokens(30), Row(1));  // dropped quietly
+}
+
+}  // namespace
+}  // namespace attn::serving
