@@ -56,7 +56,9 @@ function grpcChat(i) {
     });
     call.on("data", (m) => {
       const n = (m.token_ids || []).length;
-      if (n && !first) first = performance.now();
+      // The first text, as over HTTP: text a stop string may still claim
+      // is held back on both protocols while its token ids go out.
+      if (m.text && !first) first = performance.now();
       tokens += n;
     });
     call.on("error", reject);

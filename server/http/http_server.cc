@@ -490,6 +490,11 @@ class HttpServer::Impl {
   }
 
   void Serve(tcp::socket socket) {
+    // Streamed events are small writes: without this, Nagle's algorithm
+    // holds each behind the client's delayed ACK (up to 40 ms on Linux),
+    // which is what a first token's latency would show.
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
     std::shared_ptr<ssl::context> tls;
     {
       std::lock_guard<std::mutex> lock(tls_mu_);
