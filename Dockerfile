@@ -55,7 +55,7 @@ FROM scratch
 COPY --from=build /rootfs /
 ENV PATH=/opt/attn/bin \
     ATTN_MODELS=/opt/attn/models \
-    ATTN_DEFAULT_MODEL=aft-decay \
+    ATTN_DEFAULT_MODEL=rwkv7 \
     ATTN_HOST=0.0.0.0 \
     ATTN_PORT=50051 \
     ATTN_HTTP_PORT=8000 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up on a new Debian 12 machine and starts the server on the
-# bundled models (default: aft-decay) at 0.0.0.0:50051, metrics on :9090.
+# bundled models (default: rwkv7) at 0.0.0.0:50051, metrics on :9090.
 # Extra arguments go to attn-server (attn-server --help lists them), e.g.
 #   bash scripts/serve.sh --port=50052 --max_active=1024
 set -euo pipefail
@@ -13,4 +13,4 @@ ls models/*.pt > /dev/null 2>&1 || {
   echo "no model packages in models/; train them with scripts/models/train_bundled_models.sh" >&2
   exit 1
 }
-exec "$BUILD_DIR/server/attn-server" --models=models --default_model=aft-decay "$@"
+exec "$BUILD_DIR/server/attn-server" --models=models --default_model=rwkv7 "$@"

@@ -1,5 +1,5 @@
 // The models committed under models/ load and generate (the server's default
-// is aft-decay.pt).
+// is rwkv7.pt).
 #include <gtest/gtest.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -16,9 +16,9 @@ namespace {
 const std::string kModels = std::string(ATTN_SOURCE_DIR) + "/models";
 
 TEST(BundledModelTest, DefaultModelLoadsAndGenerates) {
-  auto package = LoadPackage(kModels + "/aft-decay.pt");
+  auto package = LoadPackage(kModels + "/rwkv7.pt");
   ASSERT_TRUE(package.ok()) << package.status();
-  EXPECT_EQ(package->model->config().mixer, MixerKind::kAftDecay);
+  EXPECT_EQ(package->model->config().mixer, MixerKind::kRwkv7);
   auto tokenizer = Tokenizer::FromSerialized(package->tokenizer_model);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   GenerationOptions options;

@@ -12,7 +12,9 @@ Fails (exit 1, naming each disagreement) when
   - a package in models/ has no recipe, or its recipe's config
     (`attn-train --print_config`) differs from the package's own;
   - docs/README.md does not list exactly the files in docs/;
-  - a doc names a repository path that does not exist.
+  - a doc names a repository path that does not exist;
+  - the bundled default model differs between serve.sh, the Dockerfiles and
+    the READMEs, or is not in models/.
 With --print-flag-table it prints the flag table from --help instead (a
 starting point when flags change).
 """
@@ -173,6 +175,29 @@ def check_kinds_and_recipes(train, readme):
             fail(f"recipe of models/{name}.pt gives another config (recipe, package): {diff}")
 
 
+def check_default_model():
+    """The bundled default is named in five places; they must agree."""
+    places = {
+        "scripts/serve.sh": r"--default_model=([\w.-]+)",
+        "Dockerfile": r"ATTN_DEFAULT_MODEL=([\w.-]+)",
+        "Dockerfile.cuda": r"ATTN_DEFAULT_MODEL=([\w.-]+)",
+        "models/README.md": r"`([\w.-]+)` is the\s+default of `scripts/serve.sh`",
+        "README.md": r"`([\w.-]+)` \(the default of `scripts/serve.sh`",
+    }
+    named = {}
+    for path, pattern in places.items():
+        found = re.search(pattern, read(path))
+        if not found:
+            fail(f"{path} does not name the default model")
+            continue
+        named[path] = found.group(1)
+    if len(set(named.values())) > 1:
+        fail(f"the default model differs between files: {named}")
+    for name in set(named.values()):
+        if not os.path.exists(os.path.join(REPO, "models", f"{name}.pt")):
+            fail(f"the default model {name} is not in models/")
+
+
 def check_docs_index():
     index = read("docs/README.md")
     files = {f for f in os.listdir(os.path.join(REPO, "docs")) if f.endswith(".md")}
@@ -213,6 +238,7 @@ def main():
         return 0
     check_attnctl(args.attnctl, readme)
     check_kinds_and_recipes(args.train, readme)
+    check_default_model()
     check_docs_index()
     check_paths()
     for message in errors:

@@ -9,7 +9,7 @@
 set -euo pipefail
 server_bin=$1 ctl_bin=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-model=${3:-$repo/models/aft-decay.pt}
+model=${3:-$repo/models/rwkv7.pt}
 py=/usr/bin/python3
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
