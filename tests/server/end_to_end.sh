@@ -78,7 +78,7 @@ print(cpus[-1], ",".join(map(str, rest)))')
 
 echo "== starting attn-server on 127.0.0.1"
 start_server "$work/server.log" --models="$work/models" --default_model=e2e-aft \
-  --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 --max_tokens=20000 \
+  --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 --max_tokens=60000 \
   || fail "the server did not start"
 port=$server_port
 ctl=("$ctl_bin" --server="127.0.0.1:$port")
@@ -219,10 +219,11 @@ grep -q '^attn_requests_total{code="NOT_FOUND",method="Generate",model="",protoc
 grep -q '^attn_generation_tokens_total{model="e2e-aft"}' "$work/metrics.txt" || fail "token counter"
 
 echo "== SIGTERM drains a running stream, then the server exits 0"
-# 12,000 tokens take this model a second or more, so the stream is still
-# running when the late request arrives: that request meets the drain, not
-# a server that has already finished draining and is closing its port.
-"${ctl[@]}" stream --prompt="the river" --max_tokens=12000 --ignore_eos --temperature=0 --json \
+# 60,000 tokens keep this model busy for more than a second even on an
+# AVX-512 machine (12,000 no longer did), so the stream is still running
+# when the late request arrives: that request meets the drain, not a server
+# that has already finished draining and is closing its port.
+"${ctl[@]}" stream --prompt="the river" --max_tokens=60000 --ignore_eos --temperature=0 --json \
   > "$work/drain.jsonl" 2> "$work/drain.err" &
 stream_pid=$!
 for _ in $(seq 100); do [ -s "$work/drain.jsonl" ] && break; sleep 0.05; done
@@ -235,7 +236,7 @@ kill -0 "$stream_pid" 2>/dev/null || fail "the stream ended before the late requ
 grep -q "UNAVAILABLE: the server is shutting down" "$work/late.err" \
   || fail "late request: $(cat "$work/late.err")"
 wait "$stream_pid" || fail "the running stream did not finish: $(cat "$work/drain.err")"
-grep -q '"completion_tokens":"12000"' "$work/drain.jsonl" \
+grep -q '"completion_tokens":"60000"' "$work/drain.jsonl" \
   || fail "the drained stream has no final message with all its tokens"
 status=0
 wait "$server_pid" || status=$?

@@ -1,0 +1,326 @@
+#include "model/lm/torchscript_blocks.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+
+namespace attn {
+namespace {
+
+// What every whole-block package carries: a bias-free projection of [B, T,
+// C] rows, and the token shift (the token before each, the state's first).
+constexpr char kBlockHelpers[] = R"TS(
+def _rows(self, x: Tensor, w: Tensor) -> Tensor:
+    return self._dense(x.reshape(-1, x.size(-1)), w, None).reshape(x.size(0), x.size(1), -1)
+
+def _shifted(self, x: Tensor, shift: Tensor) -> Tensor:
+    return torch.cat([shift.unsqueeze(1), x.narrow(1, 0, x.size(1) - 1)], 1)
+)TS";
+
+// One RWKV-4 block over x [B, T, C] (model/mixers/rwkv4.h), continuing
+// state[at .. at + 4] (att_shift, num, den, max, ffn_shift) in place; p in
+// the order of Rwkv4Weights.
+constexpr char kRwkv4Helpers[] = R"TS(
+def _rwkv4_block(self, x: Tensor, p: List[Tensor], first: bool, halve: bool,
+                 state: List[Tensor], at: int) -> Tensor:
+    time = x.size(1)
+    if first:
+        x = self._layernorm(x, p[0], p[1])
+    a = self._layernorm(x, p[2], p[3])
+    prev = self._shifted(a, state[at])
+    k = self._rows(prev + (a - prev) * p[6], p[9])
+    v = self._rows(prev + (a - prev) * p[7], p[10])
+    r = torch.sigmoid(self._rows(prev + (a - prev) * p[8], p[11]))
+    w = -torch.exp(p[12])
+    num, den, mx = state[at + 1], state[at + 2], state[at + 3]
+    outputs: List[Tensor] = []
+    for t in range(time):
+        kt, vt = k[:, t], v[:, t]
+        bonus = p[13] + kt
+        q = torch.maximum(mx, bonus)
+        e1, e2 = torch.exp(mx - q), torch.exp(bonus - q)
+        outputs.append((e1 * num + e2 * vt) / (e1 * den + e2))
+        decayed = mx + w
+        q = torch.maximum(decayed, kt)
+        e1, e2 = torch.exp(decayed - q), torch.exp(kt - q)
+        num, den, mx = e1 * num + e2 * vt, e1 * den + e2, q
+    state[at + 1].copy_(num)
+    state[at + 2].copy_(den)
+    state[at + 3].copy_(mx)
+    h = x + self._rows(r * torch.stack(outputs, 1), p[14])
+    b = self._layernorm(h, p[4], p[5])
+    pb = self._shifted(b, state[at + 4])
+    gate = torch.sigmoid(self._rows(pb + (b - pb) * p[15], p[17]))
+    hidden = torch.relu(self._rows(pb + (b - pb) * p[16], p[18])).pow(2)
+    out = h + gate * self._rows(hidden, p[19])
+    state[at].copy_(a[:, time - 1])
+    state[at + 4].copy_(b[:, time - 1])
+    if halve:
+        out = out * 0.5
+    return out
+)TS";
+
+// One Mamba-2 block over x [B, T, C] (model/mixers/mamba2.h), continuing
+// state[at] (the convolution's window [B, W - 1, channels]) and state[at +
+// 1] (S [B, H, P, N]) in place; p in the order of Mamba2Weights.
+constexpr char kMamba2Helpers[] = R"TS(
+def _mamba2_block(self, x: Tensor, p: List[Tensor], heads: int, groups: int, n: int,
+                  state: List[Tensor], at: int) -> Tensor:
+    batch, time = x.size(0), x.size(1)
+    inner = p[7].size(0)
+    channels = p[3].size(0)
+    width = p[2].size(2)
+    proj = self._rows(self._rmsnorm(x, p[0]), p[1])
+    window = torch.cat([state[at], proj[:, :, inner:inner + channels]], 1)
+    acc = p[3].expand([batch, time, channels])
+    for j in range(width):
+        acc = acc + window[:, j:j + time] * p[2][:, 0, j]
+    state[at].copy_(window[:, time:])
+    xbc = acc * torch.sigmoid(acc)
+    xs = xbc[:, :, :inner].reshape(batch, time, heads, inner // heads)
+    bm = xbc[:, :, inner:inner + groups * n].reshape(batch, time, groups, n)
+    cm = xbc[:, :, inner + groups * n:].reshape(batch, time, groups, n)
+    bm = bm.repeat_interleave(heads // groups, 2)
+    cm = cm.repeat_interleave(heads // groups, 2)
+    dt = proj[:, :, inner + channels:] + p[4]
+    dt = torch.where(dt > 20.0, dt, torch.log1p(torch.exp(dt)))  # softplus
+    a = -torch.exp(p[5])
+    s = state[at + 1]
+    ys: List[Tensor] = []
+    for t in range(time):
+        dtt = dt[:, t]
+        s = (s * torch.exp(dtt * a).view(batch, heads, 1, 1)
+             + (xs[:, t] * dtt.unsqueeze(-1)).unsqueeze(-1) * bm[:, t].unsqueeze(2))
+        ys.append(torch.matmul(s, cm[:, t].unsqueeze(-1)).squeeze(-1) + xs[:, t] * p[6].view(1, heads, 1))
+    state[at + 1].copy_(s)
+    y = torch.stack(ys, 1).reshape(batch, time, inner)
+    z = proj[:, :, :inner]
+    g = (y * z * torch.sigmoid(z)).view(batch, time, groups, inner // groups)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-05)
+    return x + self._rows(g.view(batch, time, inner) * p[7], p[8])
+)TS";
+
+// "self.layers_L_mixer_NAME": a block parameter's attribute.
+std::string BlockParam(int64_t layer, const std::string& name) {
+  return absl::StrCat("self.layers_", layer, "_mixer_", name);
+}
+
+std::vector<std::string> Rwkv4Weights(int64_t layer) {
+  std::vector<std::string> p;
+  for (const char* name :
+       {"ln0_gain", "ln0_bias", "ln1_gain", "ln1_bias", "ln2_gain", "ln2_bias", "mix_k", "mix_v",
+        "mix_r", "key_weight", "value_weight", "receptance_weight", "time_decay", "time_first",
+        "output_weight", "ffn_mix_r", "ffn_mix_k", "ffn_receptance_weight", "ffn_key_weight",
+        "ffn_value_weight"}) {
+    const bool ln0 = absl::StartsWith(name, "ln0");
+    p.push_back(ln0 && layer > 0 ? "empty" : BlockParam(layer, name));
+  }
+  return p;
+}
+
+std::vector<std::string> Mamba2Weights(int64_t layer) {
+  std::vector<std::string> p;
+  for (const char* name : {"norm_gain", "in_proj_weight", "conv_weight", "conv_bias", "dt_bias",
+                           "a_log", "skip", "out_norm_weight", "out_proj_weight"}) {
+    p.push_back(BlockParam(layer, name));
+  }
+  return p;
+}
+
+// One RWKV-7 block over x [B, T, C] (model/mixers/rwkv7.h), continuing the
+// state tensors state[at] (att_shift), state[at + 1] (S [B, H, N, N]) and
+// state[at + 2] (ffn_shift) in place. p holds the block's weights in the
+// order of BlockWeights below (empty tensors where a layer has none).
+// Returns the block's output and the value residual (the first layer's v).
+constexpr char kRwkv7Helpers[] = R"TS(
+def _rwkv7_block(self, x: Tensor, v_first: Tensor, p: List[Tensor], first: bool, heads: int,
+                 eps: float, state: List[Tensor], at: int) -> Tuple[Tensor, Tensor]:
+    batch, time, c = x.size(0), x.size(1), x.size(2)
+    n = c // heads
+    if first:
+        x = self._layernorm(x, p[0], p[1])
+    a = self._layernorm(x, p[2], p[3])
+    d = self._shifted(a, state[at]) - a
+    r = self._rows(a + d * p[6], p[27])
+    xw = a + d * p[7]
+    k = self._rows(a + d * p[8], p[28])
+    xv = a + d * p[9]
+    v = self._rows(xv, p[29])
+    w = torch.exp(torch.sigmoid(p[12] + self._rows(torch.tanh(self._rows(xw, p[13])), p[14]))
+                  * -0.6065306597126334)
+    if first:
+        v_first = v
+    else:
+        v = v + (v_first - v) * torch.sigmoid(p[18] + self._rows(self._rows(xv, p[19]), p[20]))
+    iclr = torch.sigmoid(p[15] + self._rows(self._rows(a + d * p[10], p[16]), p[17]))
+    g = self._rows(torch.sigmoid(self._rows(a + d * p[11], p[21])), p[22])
+    kk = (k * p[23]).view(batch, time, heads, n)
+    kk = (kk / torch.clamp_min(torch.norm(kk, 2, [-1], True), 1e-12)).view(batch, time, c)
+    k = k * (1.0 + (iclr - 1.0) * p[24])
+    s = state[at + 1]
+    target = kk * iclr
+    outputs: List[Tensor] = []
+    for t in range(time):
+        removed = torch.matmul(s, kk[:, t].view(batch, heads, n, 1))
+        s = (s * w[:, t].view(batch, heads, 1, n)
+             - torch.matmul(removed, target[:, t].view(batch, heads, 1, n))
+             + torch.matmul(v[:, t].view(batch, heads, n, 1), k[:, t].view(batch, heads, 1, n)))
+        outputs.append(torch.matmul(s, r[:, t].view(batch, heads, n, 1)).view(batch, c))
+    state[at + 1].copy_(s)
+    o = torch.stack(outputs, 1).view(batch, time, heads, n)
+    mean = o.mean(-1, keepdim=True)
+    variance = (o - mean).pow(2).mean(-1, keepdim=True)
+    y = ((o - mean) * torch.rsqrt(variance + eps)).view(batch, time, c) * p[26] + p[30]
+    bonus = (r * k).view(batch, time, heads, n) * p[25]
+    y = y + (bonus.sum(-1, keepdim=True) * v.view(batch, time, heads, n)).view(batch, time, c)
+    h = x + self._rows(y * g, p[31])
+    b = self._layernorm(h, p[4], p[5])
+    ffn_in = b + (self._shifted(b, state[at + 2]) - b) * p[32]
+    out = h + self._rows(torch.relu(self._rows(ffn_in, p[33])).pow(2), p[34])
+    state[at].copy_(a[:, time - 1])
+    state[at + 2].copy_(b[:, time - 1])
+    return out, v_first
+)TS";
+
+// The names of block `layer`'s weights in _rwkv7_block's order; the ones a
+// layer lacks (ln0 beyond layer 0, the value residual on layer 0) as "empty".
+std::vector<std::string> BlockWeights(int64_t layer) {
+  auto p = [layer](const std::string& name) { return BlockParam(layer, name); };
+  const bool first = layer == 0;
+  return {first ? p("ln0_gain") : "empty",
+          first ? p("ln0_bias") : "empty",
+          p("ln1_gain"),
+          p("ln1_bias"),
+          p("ln2_gain"),
+          p("ln2_bias"),
+          p("mix_r"),
+          p("mix_w"),
+          p("mix_k"),
+          p("mix_v"),
+          p("mix_i"),
+          p("mix_g"),
+          p("decay_bias"),
+          p("decay_down_weight"),
+          p("decay_up_weight"),
+          p("iclr_bias"),
+          p("iclr_down_weight"),
+          p("iclr_up_weight"),
+          first ? "empty" : p("value_bias"),
+          first ? "empty" : p("value_down_weight"),
+          first ? "empty" : p("value_up_weight"),
+          p("gate_down_weight"),
+          p("gate_up_weight"),
+          p("key_norm_scale"),
+          p("key_iclr_scale"),
+          p("bonus"),
+          p("out_norm_gain"),
+          p("receptance_weight"),
+          p("key_weight"),
+          p("value_weight"),
+          p("out_norm_bias"),
+          p("output_weight"),
+          p("ffn_mix"),
+          p("ffn_key_weight"),
+          p("ffn_value_weight")};
+}
+
+// Per layer: the state's initial tensors and the line that runs its block
+// on h (state index `at` for its first tensor).
+std::vector<std::string> LayerStateInit(const LmConfig& c) {
+  auto zeros = [](auto... dims) {
+    return absl::StrCat("torch.zeros([batch, ", absl::StrJoin({dims...}, ", "), "], device=device)");
+  };
+  const int64_t d = c.d_model;
+  switch (c.mixer) {
+    case MixerKind::kRwkv7: {
+      const int64_t n = d / c.heads;
+      return {zeros(d), zeros(c.heads, n, n), zeros(d)};
+    }
+    case MixerKind::kRwkv4:
+      return {zeros(d), zeros(d), zeros(d),
+              absl::StrCat("torch.full([batch, ", d, "], ", kRwkv4EmptyMax, ", device=device)"),
+              zeros(d)};
+    default: {  // mamba2
+      const Mamba2Sizes& m = c.mamba2;
+      const int64_t inner = m.expand * d;
+      return {zeros(m.conv_kernel - 1, inner + 2 * m.groups * m.state_size),
+              zeros(c.heads, inner / c.heads, m.state_size)};
+    }
+  }
+}
+
+std::string BlockCall(const LmConfig& c, int64_t l, int64_t at) {
+  const std::string state = absl::StrCat(", state, ", at, ")\n");
+  switch (c.mixer) {
+    case MixerKind::kRwkv7:
+      return absl::StrCat("    h, v_first = self._rwkv7_block(h, v_first, [",
+                          absl::StrJoin(BlockWeights(l), ", "), "], ", l == 0 ? "True" : "False",
+                          ", ", c.heads, ", ", absl::StrCat(c.group_norm_eps), state);
+    case MixerKind::kRwkv4: {
+      const bool halve = c.rescale_every > 0 && (l + 1) % c.rescale_every == 0;
+      return absl::StrCat("    h = self._rwkv4_block(h, [", absl::StrJoin(Rwkv4Weights(l), ", "),
+                          "], ", l == 0 ? "True" : "False", ", ", halve ? "True" : "False", state);
+    }
+    default:
+      return absl::StrCat("    h = self._mamba2_block(h, [", absl::StrJoin(Mamba2Weights(l), ", "),
+                          "], ", c.heads, ", ", c.mamba2.groups, ", ", c.mamba2.state_size, state);
+  }
+}
+
+const char* KindHelpers(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kRwkv7:
+      return kRwkv7Helpers;
+    case MixerKind::kRwkv4:
+      return kRwkv4Helpers;
+    default:
+      return kMamba2Helpers;
+  }
+}
+
+}  // namespace
+
+std::string WholeBlockTorchScriptMethods(const LmConfig& c) {
+  std::vector<std::string> init = {"torch.zeros([batch], device=device).long()"};
+  std::string blocks;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const int64_t at = static_cast<int64_t>(init.size());
+    for (std::string& tensor : LayerStateInit(c)) init.push_back(std::move(tensor));
+    absl::StrAppend(&blocks, BlockCall(c, l, at));
+  }
+  const std::string head = c.tie_embeddings ? "self.embedding_weight" : "self.head_weight";
+  const std::string final_norm =
+      c.norm == NormKind::kRmsNorm
+          ? "    h = self._rmsnorm(h, self.final_norm_gain)\n"
+          : "    h = self._layernorm(h, self.final_norm_gain, self.final_norm_bias)\n";
+  return absl::StrCat(
+      kBlockHelpers, KindHelpers(c.mixer),
+      "\ndef init_state(self, batch: int) -> List[Tensor]:\n"
+      "    device = self.embedding_weight.device\n"
+      "    return [",
+      absl::StrJoin(init, ",\n            "),
+      "]\n"
+      "\ndef _block_layers(self, tokens: Tensor, state: List[Tensor]) -> Tensor:\n"
+      "    empty = torch.empty([0], device=tokens.device)\n"
+      "    v_first = empty\n"
+      "    h = torch.embedding(self.embedding_weight, tokens)\n",
+      blocks, final_norm,
+      "    state[0].add_(tokens.size(1))\n"
+      "    return self._rows(h, ",
+      head,
+      ")\n"
+      "\ndef prefill(self, tokens: Tensor, state: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:\n"
+      "    length = state[0]\n"
+      "    assert tokens.size(0) == 0 or bool((length == length[0]).all()), "
+      "\"prefill: every row must be at the same length\"\n"
+      "    return self._block_layers(tokens, state), state\n"
+      "\ndef step(self, tokens: Tensor, state: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:\n"
+      "    return self._block_layers(tokens.unsqueeze(1), state).squeeze(1), state\n"
+      "\ndef forward(self, tokens: Tensor) -> Tensor:\n"
+      "    return self.prefill(tokens, self.init_state(tokens.size(0)))[0]\n");
+}
+
+}  // namespace attn
