@@ -28,7 +28,7 @@ RUN apt-get update -qq \
       build-essential cmake ninja-build pkg-config \
       libtorch-dev libopenblas0-openmp libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev \
       protobuf-compiler libabsl-dev prometheus-cpp-dev libsentencepiece-dev nlohmann-json3-dev libssl-dev \
-      zlib1g-dev libboost-dev libhiredis-dev \
+      zlib1g-dev libboost-dev libhiredis-dev libicu-dev \
       python3 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

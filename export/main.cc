@@ -5,10 +5,13 @@
 //   a package of any readable format (the weights and tokenizer copied
 //   unchanged: the result loads to the same logits), or
 //   a public RWKV-7 checkpoint: BlinkDL's .pth or a Hugging Face directory
-//   (model/checkpoints/import.h), with its RWKV World vocabulary.
+//   (model/checkpoints/import.h), with its RWKV World vocabulary, or
+//   a Hugging Face Mamba-2 or RWKV-4 directory with its tokenizer.json
+//   (model/checkpoints/hf_checkpoint.h).
 //
 //   attn-export --input=models/aft-conv.pt --output=/tmp/aft-conv.pt
 //   attn-export --input=rwkv7-g1-0.1b.pth --tokenizer=rwkv_vocab_v20230424.txt --output=g1.pt
+//   attn-export --input=mamba2-130m --tokenizer=tokenizer.json --output=mamba2-130m.pt
 //   attn-export --input=models/aft-decay.pt --output=/tmp/aft-decay-int8.pt --quantize=int8
 //
 // With --quantize=int8 the dense weights are stored as int8 with a float
@@ -29,11 +32,13 @@
 
 ABSL_FLAG(std::string, input, "",
           "a model package (*.pt, any readable format), an RWKV-7 .pth, or a Hugging Face "
-          "directory (config.json and model.safetensors)");
+          "directory (config.json and model.safetensors or pytorch_model.bin) of an RWKV-7, "
+          "RWKV-4 or Mamba-2 model");
 ABSL_FLAG(std::string, output, "", "where to write the package (may be --input)");
 ABSL_FLAG(std::string, tokenizer, "",
-          "the RWKV World vocabulary of a checkpoint (rwkv_vocab_v20230424.txt); a Hugging "
-          "Face directory's own is used when this is empty");
+          "the vocabulary of a checkpoint: RWKV-7's RWKV World file "
+          "(rwkv_vocab_v20230424.txt), or the tokenizer.json of a Mamba-2 or RWKV-4 model; a "
+          "Hugging Face directory's own is used when this is empty");
 ABSL_FLAG(std::string, quantize, "none",
           "none: keep the weights as they are; int8: store the dense weights as int8 with a "
           "float scale per output channel");

@@ -6,7 +6,8 @@
 # openssl makes the TLS tests' certificates; chromium runs the chat page's
 # test. libboost-dev brings Boost.Beast, the HTTP API's server; libhiredis-dev
 # the shared state tier's Redis client, and redis-server (with redis-tools)
-# the Redis its tests start.
+# the Redis its tests start; libicu-dev the Unicode classes and NFC of
+# tokenizer.json's byte-level BPE.
 set -euo pipefail
 
 PACKAGES=(
@@ -16,7 +17,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev libboost-dev
-  libhiredis-dev redis-server redis-tools
+  libhiredis-dev redis-server redis-tools libicu-dev
   clang-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl chromium

@@ -182,7 +182,7 @@ TEST_F(ModelPackageTest, AConfigClaimingAHugeModelIsRefusedBeforeBuildingIt) {
 TEST(MinimumTensorElements, IsALowerBoundForEveryKind) {
   for (MixerKind kind : AllMixerKinds()) {
     for (auto positions : {PositionKind::kNone, PositionKind::kLearned}) {
-      if (kind == MixerKind::kRwkv7 && positions != PositionKind::kNone) continue;  // none allowed
+      if (IsWholeBlock(kind) && positions != PositionKind::kNone) continue;  // none allowed
       LmConfig config = testing::SmallLmConfig(kind, 40);
       config.positions = positions;
       CausalLm model(config);

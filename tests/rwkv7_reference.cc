@@ -4,8 +4,6 @@
 #include <map>
 
 namespace attn::reference {
-namespace {
-
 Vector ToVector(const torch::Tensor& t) {
   const auto d = t.to(torch::kDouble).contiguous().view({-1});
   return Vector(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
@@ -39,6 +37,8 @@ Vector Lerp(const Vector& a, const Vector& previous, const Vector& mu) {
   for (size_t i = 0; i < a.size(); ++i) y[i] = a[i] + (previous[i] - a[i]) * mu[i];
   return y;
 }
+
+namespace {
 
 // One token through one block; `first_values` is read (layers > 0) or
 // written (layer 0).

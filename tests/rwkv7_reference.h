@@ -17,6 +17,15 @@ namespace attn::reference {
 using Vector = std::vector<double>;
 using Matrix = std::vector<Vector>;  // [rows][columns]
 
+// Helpers the references share: a tensor's values, y = W x for W
+// [out][in], LayerNorm with eps 1e-5, the logistic function, and
+// a + (previous - a) * mu per channel.
+Vector ToVector(const torch::Tensor& t);
+Vector Apply(const Matrix& w, const Vector& x);
+Vector LayerNorm(const Vector& x, const Vector& gain, const Vector& bias);
+double Sigmoid(double z);
+Vector Lerp(const Vector& a, const Vector& previous, const Vector& mu);
+
 // One block's weights in float64; names as in model/mixers/rwkv7.h.
 struct Rwkv7Weights {
   bool first = false;  // layer 0: ln0, and its values are the residual's

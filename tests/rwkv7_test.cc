@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "model/lm/language_model.h"
+#include "tests/test_util.h"
 #include "tests/rwkv7_reference.h"
 
 namespace attn {
 namespace {
+
+using testing::RelativeError;
 
 constexpr int64_t kChannels = 32, kHeads = 4;
 
@@ -112,12 +115,6 @@ torch::Tensor PrefillThenSteps(Stack& s, const torch::Tensor& x, int64_t chunk, 
     outputs.push_back(h.unsqueeze(1));
   }
   return torch::cat(outputs, 1);
-}
-
-// max |a - b| / max |b|.
-double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto bd = b.to(torch::kDouble);
-  return (a.to(torch::kDouble) - bd).abs().max().item<double>() / bd.abs().max().item<double>();
 }
 
 class Rwkv7FormsTest : public ::testing::TestWithParam<bool> {};  // fused or op by op

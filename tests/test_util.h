@@ -72,6 +72,12 @@ std::string KindTestName(const Info& info) {
   return TestName(info.param);
 }
 
+// max |a - b| / max |b|, in float64.
+inline double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto bd = b.to(torch::kDouble);
+  return (a.to(torch::kDouble) - bd).abs().max().item<double>() / bd.abs().max().item<double>();
+}
+
 inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }

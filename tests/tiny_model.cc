@@ -20,10 +20,10 @@ LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size) {
   c.window = 4;
   c.max_context = 64;
   c.positions = PositionKind::kNone;
-  if (kind == MixerKind::kRwkv7) {  // LayerNorm blocks, small low-rank paths
-    c.norm = NormKind::kLayerNorm;
-    c.rwkv7_ranks = {8, 8, 8, 8};
-  }
+  if (IsWholeBlock(kind)) c.norm = WholeBlockNorm(kind);
+  if (kind == MixerKind::kRwkv7) c.rwkv7_ranks = {8, 8, 8, 8};  // small low-rank paths
+  if (kind == MixerKind::kRwkv4) c.rescale_every = 1;            // every layer halves
+  if (kind == MixerKind::kMamba2) c.mamba2 = {8, 4, 2, 2};
   return c;
 }
 

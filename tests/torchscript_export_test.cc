@@ -41,6 +41,8 @@ const std::vector<ScriptCase>& Cases() {
       {MixerKind::kMha, NormKind::kRmsNorm, PositionKind::kSinusoidal},
       {MixerKind::kMhaAlibi, NormKind::kScaleNorm, PositionKind::kNone},
       {MixerKind::kRwkv7, NormKind::kLayerNorm, PositionKind::kNone},
+      {MixerKind::kRwkv4, NormKind::kLayerNorm, PositionKind::kNone},
+      {MixerKind::kMamba2, NormKind::kRmsNorm, PositionKind::kNone},
   };
   return cases;
 }
@@ -50,7 +52,7 @@ CausalLm ModelFor(const ScriptCase& c) {
   config.norm = c.norm;
   config.positions = c.positions;
   config.chunk = 5;  // blocks that do not divide the sequences
-  config.tie_embeddings = c.kind != MixerKind::kRwkv7;  // RWKV-7's head is its own
+  config.tie_embeddings = !IsWholeBlock(c.kind) || c.kind == MixerKind::kMamba2;  // RWKV's heads are their own
   torch::manual_seed(5);
   CausalLm model(config);
   testing::RandomizePositionParameters(*model, 0.5);
@@ -188,8 +190,10 @@ TEST(TorchScriptExport, Int8PackagesRunTheInt8Model) {
     const std::string path = dir.File(MixerKindName(c.kind) + ".pt");
     ASSERT_TRUE(SavePackage(path, model, testing::TinyTokenizer().Serialized()).ok());
     auto module = torch::jit::load(path);
-    const char* weight =
-        IsWholeBlock(c.kind) ? "layers_0_mixer_ffn_value_weight" : "layers_0_ff_down_weight";
+    const char* weight = c.kind == MixerKind::kMamba2 ? "layers_0_mixer_out_proj_weight"
+                         : IsWholeBlock(c.kind)       ? "layers_0_mixer_ffn_value_weight"
+                                                      : "layers_0_ff_down_weight";
+    ASSERT_TRUE(module.hasattr(weight)) << MixerKindName(c.kind) << " lacks " << weight;
     EXPECT_EQ(module.attr(weight).toTensor().scalar_type(), torch::kChar);
     auto tokens = torch::randint(0, model->config().vocab_size, {2, 23}, torch::kLong);
     auto scripted = module.forward({tokens}).toTensor();

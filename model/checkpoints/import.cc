@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoints/hf_checkpoint.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 #include "model/checkpoints/safetensors.h"
 #include "model/checkpoints/torch_checkpoint.h"
@@ -56,21 +58,11 @@ struct Loaded {
   std::vector<std::string> files;  // read, for the record
 };
 
-absl::StatusOr<Loaded> LoadHfDirectory(const fs::path& dir) {
-  Loaded loaded;
-  loaded.layout = Rwkv7Layout::kHuggingFace;
-  loaded.format = "huggingface-rwkv7";
-  const fs::path config = dir / "config.json";
-  absl::StatusOr<std::string> text = ReadFileBytes(config.string());
-  if (!text.ok()) {
-    return absl::NotFoundError(absl::StrCat(dir.string(), ": no config.json; a Hugging Face "
-                                            "directory holds config.json and model.safetensors"));
-  }
-  absl::StatusOr<Rwkv7HfOptions> options = ParseRwkv7HfConfig(*text);
-  if (!options.ok()) return options.status();
-  loaded.hf = *options;
-  loaded.files.push_back(config.string());
+// The tensors of a Hugging Face directory: model.safetensors, a sharded
+// model.safetensors.index.json, or pytorch_model.bin (torch.save).
+absl::Status ReadDirectoryTensors(const fs::path& dir, Loaded& loaded) {
   const fs::path index = dir / "model.safetensors.index.json", single = dir / "model.safetensors";
+  const fs::path bin = dir / "pytorch_model.bin";
   absl::StatusOr<TensorMap> tensors;
   if (fs::exists(index)) {
     tensors = ReadShardedSafetensors(index.string());
@@ -85,12 +77,34 @@ absl::StatusOr<Loaded> LoadHfDirectory(const fs::path& dir) {
   } else if (fs::exists(single)) {
     tensors = ReadSafetensors(single.string());
     loaded.files.push_back(single.string());
+  } else if (fs::exists(bin)) {
+    tensors = ReadTorchCheckpoint(bin.string());
+    loaded.files.push_back(bin.string());
   } else {
-    return absl::NotFoundError(absl::StrCat(
-        dir.string(), ": neither model.safetensors nor model.safetensors.index.json"));
+    return absl::NotFoundError(absl::StrCat(dir.string(),
+                                            ": none of model.safetensors, "
+                                            "model.safetensors.index.json, pytorch_model.bin"));
   }
   if (!tensors.ok()) return tensors.status();
   loaded.tensors = *std::move(tensors);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Loaded> LoadHfDirectory(const fs::path& dir) {
+  Loaded loaded;
+  loaded.layout = Rwkv7Layout::kHuggingFace;
+  loaded.format = "huggingface-rwkv7";
+  const fs::path config = dir / "config.json";
+  absl::StatusOr<std::string> text = ReadFileBytes(config.string());
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(dir.string(), ": no config.json; a Hugging Face "
+                                            "directory holds config.json and model.safetensors"));
+  }
+  absl::StatusOr<Rwkv7HfOptions> options = ParseRwkv7HfConfig(*text);
+  if (!options.ok()) return options.status();
+  loaded.hf = *options;
+  loaded.files.push_back(config.string());
+  if (absl::Status read = ReadDirectoryTensors(dir, loaded); !read.ok()) return read;
   return loaded;
 }
 
@@ -133,6 +147,92 @@ absl::StatusOr<std::string> VocabularyPath(const std::string& input, const std::
                    " does not hold one"));
 }
 
+// Where a package came from: the format and each file read with its sha256.
+absl::StatusOr<std::string> SourceRecord(const std::string& format, std::vector<std::string> files,
+                                         const std::string& tokenizer) {
+  nlohmann::json source = {{"format", format}};
+  files.push_back(tokenizer);
+  for (const std::string& file : files) {
+    absl::StatusOr<std::string> digest = Sha256OfFile(file);
+    if (!digest.ok()) return digest.status();
+    source["files"].push_back({{"name", fs::path(file).filename().string()}, {"sha256", *digest}});
+  }
+  return source.dump();
+}
+
+// What a package records of its origin, and its tokenizer's kind and chat
+// format.
+struct Origin {
+  std::string format;
+  std::vector<std::string> files;  // read, besides the tokenizer
+  std::string tokenizer_file;
+  const char* tokenizer_kind;
+  const char* chat_format;
+};
+
+// The imported model with its tokenizer and origin; errors about the model
+// start with `input`, a vocabulary larger than its embedding is refused.
+absl::StatusOr<ImportedModel> Assemble(absl::StatusOr<CausalLm> model, const std::string& input,
+                                       const Tokenizer& tokenizer, std::string tokenizer_bytes,
+                                       const Origin& from) {
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat(input, ": ", model.status().message()));
+  }
+  if (tokenizer.vocab_size() > (*model)->config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        from.tokenizer_file, " has ", tokenizer.vocab_size(), " tokens; the model's embedding has ",
+        (*model)->config().vocab_size));
+  }
+  absl::StatusOr<std::string> source = SourceRecord(from.format, from.files, from.tokenizer_file);
+  if (!source.ok()) return source.status();
+  ImportedModel imported;
+  imported.model = *std::move(model);
+  imported.tokenizer_model = std::move(tokenizer_bytes);
+  imported.info.tokenizer_kind = from.tokenizer_kind;
+  imported.info.chat_format = from.chat_format;
+  imported.info.source_json = *source;
+  return imported;
+}
+
+// The config.json of a directory that is not RWKV-7's (Mamba-2, RWKV-4, or a
+// model_type ParseHfModelSpec refuses by name).
+std::optional<nlohmann::json> HfSpecConfig(const std::string& dir) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return std::nullopt;
+  absl::StatusOr<std::string> text = ReadFileBytes((fs::path(dir) / "config.json").string());
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<nlohmann::json> json = ParsePythonJson(*text);
+  if (!json.ok()) return std::nullopt;
+  auto type = json->find("model_type");
+  if (type != json->end() ? *type == "rwkv7" : !IsHfMamba2OrRwkv4(*json)) return std::nullopt;
+  return *json;
+}
+
+// A Mamba-2 or RWKV-4 directory with its tokenizer.json.
+absl::StatusOr<ImportedModel> ImportHfDirectory(const std::string& dir, const nlohmann::json& config,
+                                                const std::string& tokenizer_path) {
+  absl::StatusOr<HfModelSpec> spec = ParseHfModelSpec(config);
+  if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, "/", spec.status().message()));
+  const std::string tokenizer_file =
+      tokenizer_path.empty() ? (fs::path(dir) / "tokenizer.json").string() : tokenizer_path;
+  absl::StatusOr<std::string> tokenizer_json = ReadFileBytes(tokenizer_file);
+  if (!tokenizer_json.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        tokenizer_file, " cannot be read; give --tokenizer=tokenizer.json (GPT-NeoX-20B's for "
+                        "Mamba-2 and RWKV-4 Pile models)"));
+  }
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromTokenizerJson(*tokenizer_json);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(tokenizer_file, ": ", tokenizer.status().message()));
+  }
+  Loaded loaded;
+  loaded.files.push_back((fs::path(dir) / "config.json").string());
+  if (absl::Status read = ReadDirectoryTensors(dir, loaded); !read.ok()) return read;
+  Origin source{spec->layout, loaded.files, tokenizer_file, "byte-level-bpe", "plain"};
+  return Assemble(ImportHfModel(*spec, loaded.tensors), dir, *tokenizer, *std::move(tokenizer_json),
+                  source);
+}
+
 }  // namespace
 
 bool IsCheckpoint(const std::string& path) {
@@ -143,6 +243,9 @@ bool IsCheckpoint(const std::string& path) {
 
 absl::StatusOr<ImportedModel> ImportCheckpoint(const std::string& input,
                                                const std::string& tokenizer_path) {
+  if (std::optional<nlohmann::json> config = HfSpecConfig(input)) {
+    return ImportHfDirectory(input, *config, tokenizer_path);
+  }
   absl::StatusOr<std::string> vocabulary_path = VocabularyPath(input, tokenizer_path);
   if (!vocabulary_path.ok()) return vocabulary_path.status();
   absl::StatusOr<std::string> vocabulary = ReadFileBytes(*vocabulary_path);
@@ -154,29 +257,9 @@ absl::StatusOr<ImportedModel> ImportCheckpoint(const std::string& input,
   }
   absl::StatusOr<Loaded> loaded = LoadInput(input);
   if (!loaded.ok()) return loaded.status();
-  absl::StatusOr<CausalLm> model = ImportRwkv7(loaded->tensors, loaded->layout, loaded->hf);
-  if (!model.ok()) {
-    return absl::Status(model.status().code(), absl::StrCat(input, ": ", model.status().message()));
-  }
-  if (tokenizer->vocab_size() > (*model)->config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        *vocabulary_path, " has ", tokenizer->vocab_size(), " tokens; the model's embedding has ",
-        (*model)->config().vocab_size));
-  }
-  nlohmann::json source = {{"format", loaded->format}};
-  loaded->files.push_back(*vocabulary_path);
-  for (const std::string& file : loaded->files) {
-    absl::StatusOr<std::string> digest = Sha256OfFile(file);
-    if (!digest.ok()) return digest.status();
-    source["files"].push_back({{"name", fs::path(file).filename().string()}, {"sha256", *digest}});
-  }
-  ImportedModel imported;
-  imported.model = *std::move(model);
-  imported.tokenizer_model = *std::move(vocabulary);
-  imported.info.tokenizer_kind = "rwkv-world";
-  imported.info.chat_format = "rwkv-world";
-  imported.info.source_json = source.dump();
-  return imported;
+  Origin source{loaded->format, loaded->files, *vocabulary_path, "rwkv-world", "rwkv-world"};
+  return Assemble(ImportRwkv7(loaded->tensors, loaded->layout, loaded->hf), input, *tokenizer,
+                  *std::move(vocabulary), source);
 }
 
 }  // namespace attn

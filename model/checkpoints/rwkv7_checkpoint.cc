@@ -9,22 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoints/tensor_mapping.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
 namespace {
-
-// How a checkpoint tensor becomes one of the model's.
-enum class Transform {
-  kSame,       // the same shape
-  kVector,     // [1, 1, C] or [C] into [C]
-  kTranspose,  // BlinkDL's low-rank matrices are [in, out]; the model's [out, in]
-};
-
-struct Source {
-  std::string name;
-  Transform transform = Transform::kSame;
-};
 
 // The checkpoint tensor behind each of block `l`'s parameters (named as in
 // model/mixers/rwkv7.h), in `layout`.
@@ -84,29 +73,6 @@ std::map<std::string, Source> BlockSources(int64_t l, Rwkv7Layout layout) {
   return sources;
 }
 
-std::string Shape(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
-
-const torch::Tensor* Find(const TensorMap& tensors, const std::string& name) {
-  auto it = tensors.find(name);
-  return it == tensors.end() ? nullptr : &it->second;
-}
-
-// A tensor's size in dim `dim`, or an error naming it.
-absl::StatusOr<int64_t> SizeOf(const TensorMap& tensors, const std::string& name, int64_t dims,
-                               int64_t dim) {
-  const torch::Tensor* t = Find(tensors, name);
-  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", name));
-  if (t->dim() != dims) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", name, " has shape ", Shape(*t), "; expected ", dims, " dims"));
-  }
-  return t->size(dim);
-}
-
 // The model's configuration from the tensors' shapes.
 absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
                                   const Rwkv7HfOptions& hf) {
@@ -118,7 +84,7 @@ absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
   c.norm = NormKind::kLayerNorm;
   c.positions = PositionKind::kNone;
   auto size = [&](const std::string& name, int64_t dims, int64_t dim, int64_t* field) {
-    absl::StatusOr<int64_t> s = SizeOf(tensors, name, dims, dim);
+    absl::StatusOr<int64_t> s = TensorSize(tensors, name, dims, dim);
     if (s.ok()) *field = *s;
     return s.status();
   };
@@ -134,7 +100,7 @@ absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
     if (!s.ok()) return s;
   }
   c.layers = 0;
-  while (Find(tensors, (blink ? absl::StrCat("blocks.", c.layers, ".att.r_k")
+  while (FindTensor(tensors, (blink ? absl::StrCat("blocks.", c.layers, ".att.r_k")
                               : absl::StrCat("model.layers.", c.layers, ".attn.r_k"))) != nullptr) {
     ++c.layers;
   }
@@ -144,8 +110,8 @@ absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
   } else {
     c.rwkv7_ranks.value = DefaultRwkv7Ranks(c.d_model).value;  // no layer has the residual
   }
-  c.tie_embeddings = blink ? Find(tensors, "head.weight") == nullptr
-                           : hf.tie_embeddings || Find(tensors, "lm_head.weight") == nullptr;
+  c.tie_embeddings = blink ? FindTensor(tensors, "head.weight") == nullptr
+                           : hf.tie_embeddings || FindTensor(tensors, "lm_head.weight") == nullptr;
   c.group_norm_eps = blink ? 64e-5 : (c.d_model / std::max<int64_t>(c.heads, 1)) * hf.norm_eps;
   c.max_context = 2048;  // unused by a recurrent model
   if (absl::Status valid = c.Validate(); !valid.ok()) {
@@ -153,24 +119,6 @@ absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
         absl::StrCat("the tensors describe no valid model: ", valid.message()));
   }
   return c;
-}
-
-// Copies `source` into `target` after the shape check `transform` implies.
-absl::Status CopyInto(const std::string& ours, const Source& source, const torch::Tensor& from,
-                      torch::Tensor& target) {
-  torch::Tensor value = from;
-  if (source.transform == Transform::kTranspose && from.dim() == 2) value = from.t();
-  if (source.transform == Transform::kVector && from.numel() == target.numel() &&
-      from.size(-1) == target.numel()) {
-    value = from.reshape({-1});
-  }
-  if (value.sizes() != target.sizes()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", source.name, " has shape ",
-                                                   Shape(from), "; ", ours, " needs ",
-                                                   Shape(target)));
-  }
-  target.copy_(value);
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -208,44 +156,20 @@ absl::StatusOr<CausalLm> ImportRwkv7(const TensorMap& tensors, Rwkv7Layout layou
   sources["final_norm.gain"] = {blink ? "ln_out.weight" : "model.norm.weight"};
   sources["final_norm.bias"] = {blink ? "ln_out.bias" : "model.norm.bias"};
   if (!config->tie_embeddings) sources["head_weight"] = {blink ? "head.weight" : "lm_head.weight"};
-  std::set<std::string> used;
-  if (blink) used = {"blocks.0.att.v0", "blocks.0.att.v1", "blocks.0.att.v2"};  // unused there
-  try {
-    CausalLm model(*config);
-    torch::NoGradGuard no_grad;
-    for (auto& p : model->named_parameters()) {
-      auto source = sources.find(p.key());
-      if (source == sources.end()) {
-        return absl::InternalError(absl::StrCat("no checkpoint name for parameter ", p.key()));
-      }
-      if (!blink && !hf.norm_first && absl::StartsWith(p.key(), "layers.0.mixer.ln0.")) {
-        // Without pre_norm (norm_first false) layer 0 takes the embedding as
-        // it is: ln0 is the identity.
-        p.value().fill_(absl::EndsWith(p.key(), ".gain") ? 1.0 : 0.0);
-        continue;
-      }
-      const torch::Tensor* from = Find(tensors, source->second.name);
-      if (from == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("missing tensor ", source->second.name));
-      }
-      if (absl::Status copied = CopyInto(p.key(), source->second, *from, p.value());
-          !copied.ok()) {
-        return copied;
-      }
-      used.insert(source->second.name);
-    }
-    for (const auto& [name, tensor] : tensors) {
-      if (!used.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor ", name, " is not part of an RWKV-7 model of these sizes (", config->layers,
-            " layers, width ", config->d_model, ")"));
-      }
-    }
-    model->eval();
-    return model;
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
+  Mapping mapping;
+  mapping.sources = std::move(sources);
+  mapping.model_name = "an RWKV-7 model";
+  if (blink) mapping.may_skip = {"blocks.0.att.v0", "blocks.0.att.v1", "blocks.0.att.v2"};
+  if (!blink && !hf.norm_first) {
+    // Without pre_norm (norm_first false) layer 0 takes the embedding as it
+    // is: ln0 is the identity.
+    mapping.preset = [](const std::string& name, torch::Tensor& value) {
+      if (!absl::StartsWith(name, "layers.0.mixer.ln0.")) return false;
+      value.fill_(absl::EndsWith(name, ".gain") ? 1.0 : 0.0);
+      return true;
+    };
   }
+  return BuildModel(*config, mapping, tensors);
 }
 
 absl::StatusOr<std::vector<torch::Tensor>> ReadRwkv7InitialState(const std::string& path,
@@ -256,13 +180,13 @@ absl::StatusOr<std::vector<torch::Tensor>> ReadRwkv7InitialState(const std::stri
   std::vector<torch::Tensor> row;
   for (int64_t l = 0; l < config.layers; ++l) {
     const std::string name = absl::StrCat("blocks.", l, ".att.time_state");
-    const torch::Tensor* state = Find(*tensors, name);
+    const torch::Tensor* state = FindTensor(*tensors, name);
     if (state == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": missing tensor ", name));
     }
     if (state->sizes() != torch::IntArrayRef({heads, n, n})) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, " has shape ",
-                                                     Shape(*state), "; the model's is [", heads,
+                                                     ShapeText(*state), "; the model's is [", heads,
                                                      ", ", n, ", ", n, "]"));
     }
     if (!torch::isfinite(*state).all().item<bool>()) {
@@ -296,7 +220,8 @@ absl::StatusOr<Rwkv7HfOptions> ParseRwkv7HfConfig(const std::string& text) {
   };
   if (!json.contains("model_type") || json["model_type"] != "rwkv7") {
     const std::string found = json.contains("model_type") ? json["model_type"].dump() : "missing";
-    return refuse(absl::StrCat("model_type ", found, "; expected \"rwkv7\""));
+    return refuse(absl::StrCat("model_type ", found,
+                              "; supported: \"rwkv7\", \"rwkv\" (RWKV-4), \"mamba2\" and mamba_ssm's config"));
   }
   if (json.contains("attn") && !json["attn"].is_null()) {
     return refuse("attn: hybrid attention layers are not supported");

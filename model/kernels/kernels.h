@@ -286,4 +286,44 @@ struct Rwkv7UpdateArgs {
 };
 void Rwkv7Update(const Rwkv7UpdateArgs& a);
 
+// RWKV-4's WKV (model/mixers/rwkv4.h) over T tokens of B rows, C channels:
+// k, v [B, T, C]; decay w = -exp(time_decay) and first u [C]; the rows'
+// num, den and max [B, C], updated in place. out [B, T - first_output, C]:
+// wkv of the tokens from first_output on. Rows and channel blocks in
+// parallel.
+struct Rwkv4WkvArgs {
+  int64_t batch = 0, time = 0, channels = 0;
+  int64_t first_output = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* decay = nullptr;
+  const float* first = nullptr;
+  float* num = nullptr;
+  float* den = nullptr;
+  float* max = nullptr;
+  float* out = nullptr;
+};
+void Rwkv4Wkv(const Rwkv4WkvArgs& a);
+
+// Mamba-2's state update (model/mixers/mamba2.h) over T tokens of B rows:
+// x [B, T, H, P]; b, c [B, T, G, N]; dt [B, T, H] (after softplus); a =
+// -exp(A_log) and d [H]. S of batch element b is row slots[b] (b when slots
+// is null) of s [rows, H, P, N], updated in place. out [B, T -
+// first_output, H * P]: y = S C + D x of the tokens from first_output on.
+// Rows and heads in parallel.
+struct Mamba2ScanArgs {
+  int64_t batch = 0, time = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
+  int64_t first_output = 0;
+  const int64_t* slots = nullptr;
+  const float* x = nullptr;
+  const float* b = nullptr;
+  const float* c = nullptr;
+  const float* dt = nullptr;
+  const float* a = nullptr;
+  const float* d = nullptr;
+  float* s = nullptr;
+  float* out = nullptr;
+};
+void Mamba2Scan(const Mamba2ScanArgs& a);
+
 }  // namespace attn::kernels

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,42 +46,75 @@ absl::Status EnumAt(const Json& json, const char* key, bool (*parse)(const std::
   return absl::OkStatus();
 }
 
-// The keys only some models have (ToJson): tie_embeddings, and rwkv7's
-// object. Adds them to `known`.
-absl::Status OptionalKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
-  known->insert({"tie_embeddings", "rwkv7"});
-  if (auto it = json.find("tie_embeddings"); it != json.end()) {
-    if (!it->is_boolean()) return InvalidField("tie_embeddings", "must be true or false");
-    config->tie_embeddings = it->get<bool>();
-  }
-  auto it = json.find("rwkv7");
-  if (it == json.end()) return absl::OkStatus();
-  if (!it->is_object()) return InvalidField("rwkv7", "must be an object, got ", it->dump());
-  const std::pair<const char*, int64_t*> ranks[] = {{"decay_rank", &config->rwkv7_ranks.decay},
-                                                    {"iclr_rank", &config->rwkv7_ranks.iclr},
-                                                    {"value_rank", &config->rwkv7_ranks.value},
-                                                    {"gate_rank", &config->rwkv7_ranks.gate}};
-  std::set<std::string> inner = {"group_norm_eps"};
-  for (auto [key, field] : ranks) {
-    inner.insert(key);
-    auto value = IntAt(*it, key);
-    if (!value.ok()) return InvalidField(absl::StrCat("rwkv7.", key), value.status().message());
+// Reads the integers `fields` of the object at `key` (all required, no
+// others allowed); errors name "key.field".
+absl::Status IntObjectAt(const Json& json, const char* key,
+                         std::initializer_list<std::pair<const char*, int64_t*>> fields,
+                         std::set<std::string> inner = {}) {
+  auto it = json.find(key);
+  if (!it->is_object()) return InvalidField(key, "must be an object, got ", it->dump());
+  for (auto [name, field] : fields) {
+    inner.insert(name);
+    auto value = IntAt(*it, name);
+    if (!value.ok()) return InvalidField(absl::StrCat(key, ".", name), value.status().message());
     *field = *value;
   }
-  auto eps = it->find("group_norm_eps");
-  if (eps == it->end() || !eps->is_number()) {
-    return InvalidField("rwkv7.group_norm_eps", "missing or not a number");
-  }
-  config->group_norm_eps = eps->get<double>();
   for (const auto& item : it->items()) {
     if (!inner.count(item.key())) {
-      return InvalidField(absl::StrCat("rwkv7.", item.key()), "unknown config key");
+      return InvalidField(absl::StrCat(key, ".", item.key()), "unknown config key");
     }
   }
   return absl::OkStatus();
 }
 
+// The keys only some models have (ToJson): tie_embeddings, and the objects
+// of rwkv7, rwkv4 and mamba2. Adds them to `known`.
+absl::Status OptionalKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
+  known->insert({"tie_embeddings", "rwkv7", "rwkv4", "mamba2"});
+  if (auto it = json.find("tie_embeddings"); it != json.end()) {
+    if (!it->is_boolean()) return InvalidField("tie_embeddings", "must be true or false");
+    config->tie_embeddings = it->get<bool>();
+  }
+  if (json.contains("rwkv4")) {
+    if (auto s = IntObjectAt(json, "rwkv4", {{"rescale_every", &config->rescale_every}}); !s.ok()) {
+      return s;
+    }
+  }
+  if (json.contains("mamba2")) {
+    Mamba2Sizes& m = config->mamba2;
+    if (auto s = IntObjectAt(json, "mamba2",
+                             {{"state_size", &m.state_size},
+                              {"conv_kernel", &m.conv_kernel},
+                              {"expand", &m.expand},
+                              {"groups", &m.groups}});
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!json.contains("rwkv7")) return absl::OkStatus();
+  if (auto s = IntObjectAt(json, "rwkv7",
+                           {{"decay_rank", &config->rwkv7_ranks.decay},
+                            {"iclr_rank", &config->rwkv7_ranks.iclr},
+                            {"value_rank", &config->rwkv7_ranks.value},
+                            {"gate_rank", &config->rwkv7_ranks.gate}},
+                           {"group_norm_eps"});
+      !s.ok()) {
+    return s;
+  }
+  const Json& rwkv7 = json.at("rwkv7");
+  auto eps = rwkv7.find("group_norm_eps");
+  if (eps == rwkv7.end() || !eps->is_number()) {
+    return InvalidField("rwkv7.group_norm_eps", "missing or not a number");
+  }
+  config->group_norm_eps = eps->get<double>();
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+NormKind WholeBlockNorm(MixerKind kind) {
+  return kind == MixerKind::kMamba2 ? NormKind::kRmsNorm : NormKind::kLayerNorm;
+}
 
 std::string PositionKindName(PositionKind kind) { return EnumName(kPositionNames, kind); }
 
@@ -103,7 +137,33 @@ MixerOptions LmConfig::mixer_options() const {
                    rwkv7_ranks.value > 0 ? rwkv7_ranks.value : defaults.value,
                    rwkv7_ranks.gate > 0 ? rwkv7_ranks.gate : defaults.gate};
   o.group_norm_eps = group_norm_eps;
+  o.rescale_every = rescale_every;
+  o.mamba2 = mamba2;
   return o;
+}
+
+absl::Status LmConfig::ValidateMamba2() const {
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"mamba2.state_size", mamba2.state_size},
+                             {"mamba2.expand", mamba2.expand},
+                             {"mamba2.groups", mamba2.groups}}) {
+    if (value <= 0) return InvalidField(name, "must be positive, got ", value);
+  }
+  if (mamba2.conv_kernel < 2) {
+    return InvalidField("mamba2.conv_kernel", "must be at least 2, got ", mamba2.conv_kernel);
+  }
+  // Bounds far past any released model's, so that products of sizes stay
+  // far from overflowing.
+  for (auto [name, value, limit] :
+       {std::tuple<const char*, int64_t, int64_t>{"mamba2.state_size", mamba2.state_size, 1 << 16},
+        {"mamba2.conv_kernel", mamba2.conv_kernel, 1 << 10},
+        {"mamba2.expand", mamba2.expand, 1 << 6},
+        {"mamba2.groups", mamba2.groups, 1 << 16}}) {
+    if (value > limit) return InvalidField(name, "must be at most ", limit, ", got ", value);
+  }
+  if (heads % mamba2.groups != 0) {
+    return InvalidField("mamba2.groups", mamba2.groups, " must divide heads (", heads, ")");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LmConfig::Validate() const {
@@ -123,7 +183,14 @@ absl::Status LmConfig::Validate() const {
   if (chunk < 0) {
     return InvalidField("chunk", "must be at least 0 (0: per mixer), got ", chunk);
   }
-  if (d_model % heads != 0) {
+  if (mixer == MixerKind::kMamba2) {
+    if (auto status = ValidateMamba2(); !status.ok()) return status;
+    const __int128 inner = static_cast<__int128>(mamba2.expand) * d_model;  // no overflow
+    if (inner % heads != 0) {
+      return InvalidField("heads", heads, " must divide mamba2's inner width (expand ",
+                          mamba2.expand, " x d_model ", d_model, ")");
+    }
+  } else if (d_model % heads != 0) {
     return InvalidField("d_model", d_model, " must be divisible by heads (", heads, ")");
   }
   if (d_model % 2 != 0 && positions == PositionKind::kSinusoidal) {
@@ -132,14 +199,21 @@ absl::Status LmConfig::Validate() const {
   if (mixer == MixerKind::kAftLocal && window > max_context) {
     return InvalidField("window", window, " exceeds max_context (", max_context, ")");
   }
-  if (mixer == MixerKind::kRwkv7) {
-    if (norm != NormKind::kLayerNorm) {
-      return InvalidField("norm", "rwkv7 blocks use layernorm, got ", NormKindName(norm));
+  if (IsWholeBlock(mixer)) {
+    const NormKind block_norm = WholeBlockNorm(mixer);
+    if (norm != block_norm) {
+      return InvalidField("norm", MixerKindName(mixer), " blocks use ", NormKindName(block_norm),
+                          ", got ", NormKindName(norm));
     }
     if (positions != PositionKind::kNone) {
-      return InvalidField("positions", "rwkv7 blocks take no position embedding, got ",
-                          PositionKindName(positions));
+      return InvalidField("positions", MixerKindName(mixer),
+                          " blocks take no position embedding, got ", PositionKindName(positions));
     }
+  }
+  if (mixer == MixerKind::kRwkv4 && rescale_every < 0) {
+    return InvalidField("rwkv4.rescale_every", "must be at least 0 (0: never), got ", rescale_every);
+  }
+  if (mixer == MixerKind::kRwkv7) {
     for (auto [name, rank] : {std::pair<const char*, int64_t>{"rwkv7.decay_rank", rwkv7_ranks.decay},
                               {"rwkv7.iclr_rank", rwkv7_ranks.iclr},
                               {"rwkv7.value_rank", rwkv7_ranks.value},
@@ -177,6 +251,13 @@ std::string LmConfig::ToJson() const {
                      {"value_rank", rwkv7_ranks.value},
                      {"gate_rank", rwkv7_ranks.gate},
                      {"group_norm_eps", group_norm_eps}};
+  }
+  if (mixer == MixerKind::kRwkv4) full["rwkv4"] = {{"rescale_every", rescale_every}};
+  if (mixer == MixerKind::kMamba2) {
+    full["mamba2"] = {{"state_size", mamba2.state_size},
+                      {"conv_kernel", mamba2.conv_kernel},
+                      {"expand", mamba2.expand},
+                      {"groups", mamba2.groups}};
   }
   return full.dump(1);
 }

@@ -17,6 +17,11 @@ enum class PositionKind { kNone, kSinusoidal, kLearned };
 std::string PositionKindName(PositionKind kind);  // "none", "sinusoidal", "learned"
 bool ParsePositionKind(const std::string& name, PositionKind* kind);
 
+// The norm the blocks of a whole-block kind (IsWholeBlock) are built
+// with, which a model of that kind must name: RMSNorm for mamba2,
+// LayerNorm for the RWKV kinds.
+NormKind WholeBlockNorm(MixerKind kind);
+
 struct LmConfig {
   int64_t vocab_size = 4096;
   int64_t d_model = 256;
@@ -38,12 +43,20 @@ struct LmConfig {
   // norms are LayerNorms (norm must be layernorm).
   Rwkv7Ranks rwkv7_ranks{0, 0, 0, 0};
   double group_norm_eps = 64e-5;
+  // rwkv4 only: Hugging Face's rescale_every (MixerOptions::rescale_every);
+  // ff_hidden is its channel mix's width. Its norms are LayerNorms.
+  int64_t rescale_every = 0;
+  // mamba2 only: the state, convolution and inner sizes; heads is the
+  // number of SSM heads (expand * d_model / heads channels each). Its norms
+  // are RMSNorms; ff_hidden is unused.
+  Mamba2Sizes mamba2;
 
   // The options every layer's mixer is built with (MixerOptions::layer 0;
   // the model sets each layer's index).
   MixerOptions mixer_options() const;
   // kInvalidArgument naming the first field out of range.
   absl::Status Validate() const;
+  absl::Status ValidateMamba2() const;  // Validate's checks of the mamba2 sizes
   std::string ToJson() const;
   // Parses and validates; unknown keys are an error (a typo must not pass).
   static absl::StatusOr<LmConfig> FromJson(const std::string& json);

@@ -362,6 +362,11 @@ double MinimumTensorElements(const LmConfig& config) {
     case MixerKind::kRelative:  // a table of max_context distances
       per_layer += context * d;
       break;
+    case MixerKind::kMamba2: {  // no feed-forward: in_proj (> 2 I d) and out_proj (I d)
+      const double inner = static_cast<double>(config.mamba2.expand) * d;
+      per_layer = 3 * inner * d;
+      break;
+    }
     default:
       break;
   }

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "model/lm/torchscript_rwkv7.h"
+#include "model/lm/torchscript_blocks.h"
 #include "model/mixers/aft.h"
 
 namespace attn {
@@ -520,7 +520,7 @@ std::string PositionLimit(const LmConfig& c, const std::string& end, const std::
 }
 
 std::string GeneratedMethods(const LmConfig& c) {
-  if (c.mixer == MixerKind::kRwkv7) return Rwkv7TorchScriptMethods(c);
+  if (IsWholeBlock(c.mixer)) return WholeBlockTorchScriptMethods(c);
   std::vector<std::string> init;
   init.push_back("torch.zeros([batch], device=device).long()");
   for (int64_t l = 0; l < c.layers; ++l) {

@@ -9,8 +9,10 @@
 #include "model/mixers/aft.h"
 #include "model/mixers/aft_decay.h"
 #include "model/mixers/linear_attention.h"
+#include "model/mixers/mamba2.h"
 #include "model/mixers/multi_head_attention.h"
 #include "model/mixers/relative_attention.h"
+#include "model/mixers/rwkv4.h"
 #include "model/mixers/rwkv7.h"
 
 namespace attn {
@@ -276,6 +278,10 @@ std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
       return std::make_shared<AftDecayImpl>(options);
     case MixerKind::kRwkv7:
       return std::make_shared<Rwkv7Impl>(options);
+    case MixerKind::kRwkv4:
+      return std::make_shared<Rwkv4Impl>(options);
+    case MixerKind::kMamba2:
+      return std::make_shared<Mamba2Impl>(options);
   }
   TORCH_CHECK(false, "unknown mixer kind");
 }

@@ -22,6 +22,8 @@ constexpr std::pair<MixerKind, const char*> kKindNames[] = {
     {MixerKind::kAftConv, "aft-conv"},
     {MixerKind::kAftDecay, "aft-decay"},
     {MixerKind::kRwkv7, "rwkv7"},
+    {MixerKind::kRwkv4, "rwkv4"},
+    {MixerKind::kMamba2, "mamba2"},
 };
 
 // round(x / 32) * 32, at least 32; halves go to even as Python rounds them.
@@ -46,7 +48,9 @@ const std::vector<MixerKind>& AllMixerKinds() {
   return *kinds;
 }
 
-bool IsWholeBlock(MixerKind kind) { return kind == MixerKind::kRwkv7; }
+bool IsWholeBlock(MixerKind kind) {
+  return kind == MixerKind::kRwkv7 || kind == MixerKind::kRwkv4 || kind == MixerKind::kMamba2;
+}
 
 Rwkv7Ranks DefaultRwkv7Ranks(int64_t d_model) {
   const double d = static_cast<double>(d_model);

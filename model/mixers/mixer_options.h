@@ -22,6 +22,8 @@ enum class MixerKind {
   kAftConv,      // AFT with a per-head bias that depends only on t - t'
   kAftDecay,     // AFT-conv's filter in a window, a learned per-channel decay beyond
   kRwkv7,        // an RWKV-7 block: delta-rule linear attention with a data-dependent decay
+  kRwkv4,        // an RWKV-4 block: AFT with a per-channel decay and a bonus for the current token
+  kMamba2,       // a Mamba-2 block: a state-space recurrence with a per-head scalar decay
 };
 
 // Returns the configuration name of `kind` ("mha", "aft-conv", ...).
@@ -54,6 +56,15 @@ struct Rwkv7Ranks {
   int64_t gate = 0;
 };
 Rwkv7Ranks DefaultRwkv7Ranks(int64_t d_model);
+
+// Mamba-2's sizes besides d_model and heads (model/mixers/mamba2.h): the
+// state per head is [P, N] with P = expand * d_model / heads.
+struct Mamba2Sizes {
+  int64_t state_size = 64;  // N, the width of B and C
+  int64_t conv_kernel = 4;  // W, the causal convolution's width
+  int64_t expand = 2;       // inner width = expand * d_model
+  int64_t groups = 1;       // G: heads share B and C in G groups
+};
 
 // Everything needed to build any mixer. Fields a kind does not use are
 // ignored by it.
@@ -91,6 +102,16 @@ struct MixerOptions {
   int64_t ff_hidden = 1024;
   Rwkv7Ranks rwkv7_ranks = DefaultRwkv7Ranks(256);
   double group_norm_eps = 64e-5;
+  // RWKV-4: with R > 0, a block whose layer + 1 is a multiple of R halves
+  // its output (Hugging Face's rescale_every; the checkpoint's output
+  // weights are then divided by 2^(layer / R), see docs/hf-models.md). Its
+  // ff_hidden is the channel mix's width.
+  int64_t rescale_every = 0;
+  Mamba2Sizes mamba2;
 };
+
+// RWKV-4's running exponent p of an empty sequence (model/mixers/rwkv4.h):
+// far below any exponent a token brings.
+inline constexpr float kRwkv4EmptyMax = -1e38f;
 
 }  // namespace attn

@@ -7,17 +7,13 @@
 
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
+#include "model/mixers/block_helpers.h"
 
 namespace attn {
 namespace {
 
 // e^{-1/2}: w = exp(-e^{-1/2} sigmoid(z)) = exp(-exp(-softplus(-z) - 1/2)).
 constexpr double kDecayScale = 0.60653065971263342;
-
-// x @ W^T of a bias-free projection.
-torch::Tensor Project(const torch::Tensor& x, const torch::nn::Linear& layer) {
-  return Dense(x, layer->weight);
-}
 
 // The reference trainer's initialisation of a mix, 1 - ddd^power, with
 // ddd[n] = n / C.
@@ -142,10 +138,7 @@ MixerState Rwkv7Impl::initial_state(int64_t rows, torch::Device device) const {
 Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift,
                                           LayerCarry& carry, int64_t tail) {
   const int64_t batch = a.size(0), time = a.size(1), c = options_.d_model;
-  const auto previous =
-      time == 1 ? shift.unsqueeze(1)
-                : torch::cat({shift.unsqueeze(1), a.narrow(1, 0, time - 1)}, 1);
-  const auto delta = previous - a;
+  const auto delta = Shifted(a, shift) - a;
   auto mix = [&](const torch::Tensor& mu) { return torch::addcmul(a, delta, mu); };
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   Mixed m;
@@ -191,25 +184,9 @@ torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
 }
 
 torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift) {
-  // h holds the last tokens of the chunk; without the chunk's first token,
-  // its first token only supplies the shift of the second (Run).
-  const auto b = ln2_->forward(h);
-  const int64_t time = b.size(1);
-  const bool whole = shift.defined();
-  torch::Tensor previous, current, residual;
-  if (whole) {
-    previous = time == 1 ? shift.unsqueeze(1)
-                         : torch::cat({shift.unsqueeze(1), b.narrow(1, 0, time - 1)}, 1);
-    current = b;
-    residual = h;
-  } else {
-    previous = b.narrow(1, 0, time - 1);
-    current = b.narrow(1, 1, time - 1);
-    residual = h.narrow(1, 1, time - 1);
-  }
-  shift = b.select(1, time - 1);
-  const auto input = torch::addcmul(current, previous - current, ffn_mix_);
-  return residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
+  const ShiftedTail tail = ShiftTail(ln2_->forward(h), h, shift);
+  const auto input = torch::addcmul(tail.current, tail.previous - tail.current, ffn_mix_);
+  return tail.residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
 }
 
 torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, LayerCarry& carry) {

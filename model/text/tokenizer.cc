@@ -1,6 +1,7 @@
 #include "model/text/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/text/byte_level_bpe.h"
 #include "model/text/rwkv_vocabulary.h"
 #include "model/text/sentencepiece_backend.h"
 #include "util/utf8.h"
@@ -17,6 +18,7 @@ Tokenizer::Tokenizer(std::unique_ptr<spm::Processor> processor)
     : processor_(std::move(processor)) {}
 Tokenizer::Tokenizer(std::unique_ptr<RwkvVocabulary> vocabulary)
     : vocabulary_(std::move(vocabulary)) {}
+Tokenizer::Tokenizer(std::unique_ptr<ByteLevelBpe> bpe) : bpe_(std::move(bpe)) {}
 Tokenizer::Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id)
     : byte_vocab_size_(byte_vocab_size), byte_eos_id_(byte_eos_id) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -54,11 +56,19 @@ absl::StatusOr<Tokenizer> Tokenizer::FromRwkvVocabulary(const std::string& text)
   return Tokenizer(std::make_unique<RwkvVocabulary>(*std::move(vocabulary)));
 }
 
+absl::StatusOr<Tokenizer> Tokenizer::FromTokenizerJson(const std::string& json) {
+  absl::StatusOr<ByteLevelBpe> bpe = ByteLevelBpe::Parse(json);
+  if (!bpe.ok()) return bpe.status();
+  return Tokenizer(std::make_unique<ByteLevelBpe>(*std::move(bpe)));
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::FromStored(const std::string& kind, const std::string& bytes) {
   if (kind == "sentencepiece") return FromSerialized(bytes);
   if (kind == "rwkv-world") return FromRwkvVocabulary(bytes);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tokenizer: \"", kind, "\" is not a stored tokenizer kind (sentencepiece, rwkv-world)"));
+  if (kind == "byte-level-bpe") return FromTokenizerJson(bytes);
+  return absl::InvalidArgumentError(
+      absl::StrCat("tokenizer: \"", kind,
+                   "\" is not a stored tokenizer kind (sentencepiece, rwkv-world, byte-level-bpe)"));
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
@@ -75,6 +85,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
 
 std::vector<int64_t> Tokenizer::Encode(const std::string& text) const {
   if (vocabulary_) return vocabulary_->Encode(text);
+  if (bpe_) return bpe_->Encode(text);
   if (!processor_) {
     std::vector<int64_t> ids;
     ids.reserve(text.size());
@@ -103,24 +114,29 @@ std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
 
 int64_t Tokenizer::vocab_size() const {
   if (vocabulary_) return vocabulary_->size();
+  if (bpe_) return bpe_->size();
   return processor_ ? processor_->vocab_size() : byte_vocab_size_;
 }
 int64_t Tokenizer::bos_id() const { return processor_ ? processor_->bos_id() : -1; }
 int64_t Tokenizer::eos_id() const {
   if (vocabulary_) return 0;  // RWKV World's end of text
+  if (bpe_) return bpe_->eos_id();
   return processor_ ? processor_->eos_id() : byte_eos_id_;
 }
 std::string Tokenizer::Serialized() const {
   if (vocabulary_) return vocabulary_->text();
+  if (bpe_) return bpe_->json();
   return processor_ ? processor_->Serialized() : "";
 }
 std::string Tokenizer::kind() const {
+  if (bpe_) return "byte-level-bpe";
   return vocabulary_ ? "rwkv-world" : processor_ ? "sentencepiece" : "bytes";
 }
 
 std::string Tokenizer::TokenBytes(int64_t id) const {
   if (!IsValidId(id)) return "";
   if (vocabulary_) return vocabulary_->TokenBytes(id);
+  if (bpe_) return bpe_->TokenBytes(id);
   if (!processor_) return id < 256 ? std::string(1, static_cast<char>(id)) : "";
   const int i = static_cast<int>(id);
   const int kind = processor_->Kind(i);

@@ -4,6 +4,8 @@
 //                    decoding it gives the text back;
 //   "rwkv-world"     the RWKV World vocabulary (model/text/rwkv_vocabulary.h),
 //                    greedy longest match over bytes; id 0 ends a text;
+//   "byte-level-bpe" a Hugging Face tokenizer.json's byte-level BPE
+//                    (model/text/byte_level_bpe.h), GPT-NeoX's and GPT-2's;
 //   "bytes"          UTF-8 bytes as ids 0..255.
 //
 // IncrementalDecoder turns a stream of ids into text pieces as they arrive
@@ -25,6 +27,7 @@ namespace spm {
 class Processor;
 }
 class RwkvVocabulary;
+class ByteLevelBpe;
 
 struct TokenizerTrainOptions {
   std::vector<std::string> input_files;  // plain text, one sentence per line
@@ -45,8 +48,11 @@ class Tokenizer {
   // Parses an RWKV World vocabulary file (model/text/rwkv_vocabulary.h);
   // kInvalidArgument naming the line that does not parse.
   static absl::StatusOr<Tokenizer> FromRwkvVocabulary(const std::string& text);
-  // A tokenizer as a package stores it: its kind ("sentencepiece" or
-  // "rwkv-world", kind()) and its Serialized() bytes. kInvalidArgument for
+  // Parses a Hugging Face tokenizer.json (model/text/byte_level_bpe.h);
+  // kInvalidArgument naming the field or component it cannot use.
+  static absl::StatusOr<Tokenizer> FromTokenizerJson(const std::string& json);
+  // A tokenizer as a package stores it: its kind ("sentencepiece",
+  // "rwkv-world" or "byte-level-bpe", kind()) and its Serialized() bytes. kInvalidArgument for
   // another kind or bytes that do not load.
   static absl::StatusOr<Tokenizer> FromStored(const std::string& kind, const std::string& bytes);
   // UTF-8 bytes as ids 0..255 (docs/model-contract.md, tokenizer "bytes"):
@@ -70,9 +76,9 @@ class Tokenizer {
   std::string TokenBytes(int64_t id) const;
   bool IsValidId(int64_t id) const { return id >= 0 && id < vocab_size(); }
   // What FromStored reads back: the SentencePiece model, the RWKV World
-  // vocabulary file; empty for a bytes tokenizer.
+  // vocabulary file, the tokenizer.json; empty for a bytes tokenizer.
   std::string Serialized() const;
-  // "sentencepiece", "rwkv-world" or "bytes".
+  // "sentencepiece", "rwkv-world", "byte-level-bpe" or "bytes".
   std::string kind() const;
   // Whether a text's decoding drops the space before its first word
   // (SentencePiece marks word starts; bytes are taken as they are).
@@ -81,10 +87,12 @@ class Tokenizer {
  private:
   explicit Tokenizer(std::unique_ptr<spm::Processor> processor);
   explicit Tokenizer(std::unique_ptr<RwkvVocabulary> vocabulary);
+  explicit Tokenizer(std::unique_ptr<ByteLevelBpe> bpe);
   Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id);
-  // At most one of the two is set; neither: bytes.
+  // At most one of the three is set; none: bytes.
   std::unique_ptr<spm::Processor> processor_;
   std::unique_ptr<RwkvVocabulary> vocabulary_;
+  std::unique_ptr<ByteLevelBpe> bpe_;
   int64_t byte_vocab_size_ = 0;
   int64_t byte_eos_id_ = -1;
 };

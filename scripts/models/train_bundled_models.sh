@@ -59,6 +59,7 @@ recipe() {
     mha-alibi) flags=("${common[@]}" "${long_context[@]}" --mixer=mha-alibi --max_context=8192) ;;
     aft-conv) flags=("${common[@]}" "${earlier[@]}" --mixer=aft-conv --window=8) ;;
     rwkv7) flags=("${common[@]}" "${long_context[@]}" --mixer=rwkv7 --norm=layernorm) ;;
+    rwkv4) flags=("${common[@]}" "${long_context[@]}" --mixer=rwkv4 --norm=layernorm) ;;
     *) flags=("${common[@]}" "${long_context[@]}" --mixer="$1") ;;
   esac
 }

@@ -44,10 +44,11 @@ attn::LmConfig BaseConfig(attn::MixerKind kind) {
   c.mixer = kind;
   c.window = 3;
   c.max_context = 12;
-  if (kind == attn::MixerKind::kRwkv7) {  // its blocks: LayerNorm, no positions
-    c.norm = attn::NormKind::kLayerNorm;
+  if (attn::IsWholeBlock(kind)) {  // the blocks' own norms, no positions
+    c.norm = attn::WholeBlockNorm(kind);
     c.positions = attn::PositionKind::kNone;
     c.rwkv7_ranks = {4, 4, 4, 4};
+    c.mamba2 = {4, 3, 2, 1};
   }
   return c;
 }

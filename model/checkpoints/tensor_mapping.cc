@@ -1,0 +1,91 @@
+#include "model/checkpoints/tensor_mapping.h"
+
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace attn {
+namespace {
+
+// Copies `source` into `target` after the shape check `transform` implies.
+absl::Status CopyInto(const std::string& ours, const Source& source, const torch::Tensor& from,
+                      torch::Tensor& target) {
+  torch::Tensor value = from;
+  if (source.transform == Transform::kTranspose && from.dim() == 2) value = from.t();
+  if (source.transform == Transform::kVector && from.numel() == target.numel() &&
+      from.size(-1) == target.numel()) {
+    value = from.reshape({-1});
+  }
+  if (value.sizes() != target.sizes()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", source.name, " has shape ",
+                                                   ShapeText(from), "; ", ours, " needs ",
+                                                   ShapeText(target)));
+  }
+  target.copy_(source.scale == 1.0 ? value : value.to(torch::kDouble) * source.scale);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ShapeText(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+const torch::Tensor* FindTensor(const TensorMap& tensors, const std::string& name) {
+  auto it = tensors.find(name);
+  return it == tensors.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> TensorSize(const TensorMap& tensors, const std::string& name, int64_t dims,
+                                   int64_t dim) {
+  const torch::Tensor* t = FindTensor(tensors, name);
+  if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", name));
+  if (t->dim() != dims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " has shape ", ShapeText(*t), "; expected ", dims, " dims"));
+  }
+  return t->size(dim);
+}
+
+absl::StatusOr<CausalLm> BuildModel(const LmConfig& config, const Mapping& mapping,
+                                    const TensorMap& tensors) {
+  std::set<std::string> used = mapping.may_skip;
+  try {
+    CausalLm model(config);
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      if (mapping.preset && mapping.preset(p.key(), p.value())) continue;
+      auto source = mapping.sources.find(p.key());
+      if (source == mapping.sources.end()) {
+        return absl::InternalError(absl::StrCat("no checkpoint name for parameter ", p.key()));
+      }
+      const torch::Tensor* from = FindTensor(tensors, source->second.name);
+      if (from == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("missing tensor ", source->second.name));
+      }
+      if (absl::Status copied = CopyInto(p.key(), source->second, *from, p.value());
+          !copied.ok()) {
+        return copied;
+      }
+      used.insert(source->second.name);
+    }
+    for (const auto& [name, tensor] : tensors) {
+      if (!used.count(name)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is not part of ",
+                                                       mapping.model_name, " of these sizes (",
+                                                       config.layers, " layers, width ",
+                                                       config.d_model, ")"));
+      }
+    }
+    model->eval();
+    return model;
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+}
+
+}  // namespace attn

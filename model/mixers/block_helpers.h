@@ -1,0 +1,29 @@
+// What the whole blocks (model/mixers/rwkv4.h, rwkv7.h, mamba2.h) share: a
+// bias-free projection, and the RWKV token shift (each token mixed with the
+// one before it; the last token of a chunk is what the next chunk's first
+// token sees).
+#pragma once
+
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+
+namespace attn {
+
+// x @ W^T of a bias-free linear layer, through Dense (its int8 copy where
+// the weight has one).
+torch::Tensor Project(const torch::Tensor& x, const torch::nn::Linear& layer);
+
+// The token before each of a [B, T, C]: `shift` [B, C] (the token before
+// the chunk), then a's first T - 1 tokens.
+torch::Tensor Shifted(const torch::Tensor& a, const torch::Tensor& shift);
+
+// A channel mix over the last tokens of a chunk, whose input b = norm(h)
+// [B, T', C]. With `shift` (b of the token before them) all T' tokens are
+// current; without it (undefined) the first token only supplies the second
+// one's previous value. Sets `shift` to b of the last token.
+struct ShiftedTail {
+  torch::Tensor previous, current, residual;  // [B, T' or T' - 1, C]
+};
+ShiftedTail ShiftTail(const torch::Tensor& b, const torch::Tensor& h, torch::Tensor& shift);
+
+}  // namespace attn

@@ -1,0 +1,209 @@
+#include "model/mixers/mamba2.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
+#include "model/mixers/block_helpers.h"
+
+namespace attn {
+
+namespace {
+
+constexpr double kGatedNormEps = 1e-5;
+
+}  // namespace
+
+// The tensors one call continues: a copy of the rows' convolution windows,
+// and their S, in place in the pool (the fused update, rows by `ids`) or as
+// this call's copy.
+struct Mamba2Impl::Rows {
+  torch::Tensor conv;  // [B, W - 1, channels]
+  torch::Tensor ssm;   // the pool's [rows, H, P, N], or [B, H, P, N]
+  const int64_t* ids = nullptr;
+  bool fused = false;
+};
+
+struct Mamba2Impl::Scan {
+  torch::Tensor x;   // [B, T, H, P]
+  torch::Tensor b;   // [B, T, G, N]
+  torch::Tensor c;   // [B, T, G, N]
+  torch::Tensor dt;  // [B, T, H], after softplus
+};
+
+Mamba2Impl::Mamba2Impl(const MixerOptions& options) : SequenceMixer(options) {
+  TORCH_CHECK(options.kind == MixerKind::kMamba2, "Mamba2 needs kind mamba2");
+  const Mamba2Sizes& m = options.mamba2;
+  TORCH_CHECK(m.state_size > 0 && m.expand > 0 && m.groups > 0,
+              "mamba2: state_size, expand and groups must be positive");
+  TORCH_CHECK(m.conv_kernel >= 2, "mamba2: conv_kernel must be at least 2");
+  const int64_t d = options.d_model, heads = options.heads;
+  TORCH_CHECK(inner() % heads == 0, "mamba2: heads (", heads, ") must divide the inner width (",
+              inner(), ")");
+  TORCH_CHECK(heads % m.groups == 0, "mamba2: groups (", m.groups, ") must divide heads (", heads,
+              ")");
+  const int64_t channels = conv_channels();
+  in_proj_ = register_module(
+      "in_proj", torch::nn::Linear(torch::nn::LinearOptions(d, inner() + channels + heads).bias(false)));
+  out_proj_ = register_module("out_proj",
+                              torch::nn::Linear(torch::nn::LinearOptions(inner(), d).bias(false)));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(m.conv_kernel));
+  conv_weight_ = register_parameter(
+      "conv_weight", torch::empty({channels, 1, m.conv_kernel}).uniform_(-bound, bound));
+  conv_bias_ = register_parameter("conv_bias", torch::empty({channels}).uniform_(-bound, bound));
+  // The reference initialisation: dt spread log-uniformly over [1e-3, 0.1]
+  // (dt_bias its softplus inverse), A uniform in [1, 16], D one.
+  const auto dt = torch::exp(torch::rand({heads}) * (std::log(0.1) - std::log(1e-3)) +
+                             std::log(1e-3));
+  dt_bias_ = register_parameter("dt_bias", dt + torch::log(-torch::expm1(-dt)));
+  a_log_ = register_parameter("a_log", torch::log(torch::empty({heads}).uniform_(1.0, 16.0)));
+  skip_ = register_parameter("skip", torch::ones({heads}));
+  out_norm_weight_ = register_parameter("out_norm_weight", torch::ones({inner()}));
+  norm_ = register_module("norm", Norm(NormKind::kRmsNorm, d));
+  torch::NoGradGuard no_grad;
+  out_proj_->weight.zero_();  // a new block passes its input through
+}
+
+int64_t Mamba2Impl::conv_channels() const {
+  return inner() + 2 * options_.mamba2.groups * options_.mamba2.state_size;
+}
+
+int64_t Mamba2Impl::state_bytes_per_sequence(int64_t /*context*/) const {
+  const int64_t floats = (options_.mamba2.conv_kernel - 1) * conv_channels() +
+                         inner() * options_.mamba2.state_size;
+  return floats * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(int64_t));
+}
+
+MixerState Mamba2Impl::initial_state(int64_t rows, torch::Device device) const {
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  state.tensors = {
+      torch::zeros({rows, options_.mamba2.conv_kernel - 1, conv_channels()}, opts),
+      torch::zeros({rows, options_.heads, head_dim(), options_.mamba2.state_size}, opts)};
+  return state;
+}
+
+torch::Tensor Mamba2Impl::Convolve(const torch::Tensor& xbc, torch::Tensor& window) const {
+  const int64_t time = xbc.size(1), width = options_.mamba2.conv_kernel;
+  const auto inputs = torch::cat({window, xbc}, 1);  // [B, W - 1 + T, channels]
+  auto out = conv_bias_.expand_as(xbc).clone();
+  const auto weight = conv_weight_.squeeze(1);  // [channels, W]
+  for (int64_t j = 0; j < width; ++j) {
+    out = torch::addcmul(out, inputs.narrow(1, j, time), weight.select(1, j));
+  }
+  window = inputs.narrow(1, time, width - 1).clone();
+  return torch::silu(out);
+}
+
+torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const {
+  const int64_t batch = scan.x.size(0), time = scan.x.size(1), heads = options_.heads;
+  const int64_t groups = options_.mamba2.groups;
+  // Each head's group: B and C repeated over the heads of a group.
+  auto per_head = [&](const torch::Tensor& t) {
+    return t.repeat_interleave(heads / groups, 2);  // [B, T, H, N]
+  };
+  const auto b = per_head(scan.b), c = per_head(scan.c);
+  const auto a = -torch::exp(a_log_);
+  std::vector<torch::Tensor> outputs;
+  for (int64_t t = 0; t < time; ++t) {
+    const auto dt = scan.dt.select(1, t);  // [B, H]
+    const auto x = scan.x.select(1, t);    // [B, H, P]
+    const auto decay = torch::exp(dt * a).view({batch, heads, 1, 1});
+    ssm = ssm * decay + (x * dt.unsqueeze(-1)).unsqueeze(-1) * b.select(1, t).unsqueeze(2);
+    if (t >= time - keep) {
+      const auto y = torch::matmul(ssm, c.select(1, t).unsqueeze(-1)).squeeze(-1);
+      outputs.push_back(y + x * skip_.view({1, heads, 1}));
+    }
+  }
+  if (outputs.empty()) return torch::empty({batch, 0, inner()}, scan.x.options());
+  return torch::stack(outputs, 1).view({batch, keep, inner()});
+}
+
+torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep) {
+  const int64_t batch = x.size(0), time = x.size(1), heads = options_.heads, p = head_dim();
+  const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size;
+  const auto projected = Project(norm_->forward(x), in_proj_);
+  const int64_t channels = conv_channels();
+  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.conv);
+  Scan scan;
+  scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
+  scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
+  scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
+  scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
+  torch::Tensor y;
+  if (rows.fused) {
+    y = torch::empty({batch, keep, inner()}, x.options());
+    const auto xs = scan.x.contiguous(), bs = scan.b.contiguous(), cs = scan.c.contiguous();
+    const auto dts = scan.dt.contiguous();
+    const auto a = (-torch::exp(a_log_)).contiguous(), d = skip_.contiguous();
+    kernels::Mamba2ScanArgs args;
+    args.batch = batch;
+    args.time = time;
+    args.heads = heads;
+    args.head_dim = p;
+    args.state_size = n;
+    args.groups = groups;
+    args.first_output = time - keep;
+    args.slots = rows.ids;
+    args.x = xs.data_ptr<float>();
+    args.b = bs.data_ptr<float>();
+    args.c = cs.data_ptr<float>();
+    args.dt = dts.data_ptr<float>();
+    args.a = a.data_ptr<float>();
+    args.d = d.data_ptr<float>();
+    args.s = rows.ssm.data_ptr<float>();
+    args.out = y.data_ptr<float>();
+    kernels::Mamba2Scan(args);
+  } else {
+    y = ScanByOps(scan, rows.ssm, keep);
+  }
+  // The gate, then an RMS norm over each group's channels.
+  const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
+  const auto gated = (y * torch::silu(z)).view({batch, keep, groups, inner() / groups});
+  const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + kGatedNormEps);
+  const auto out = Project(normed.view({batch, keep, inner()}) * out_norm_weight_, out_proj_);
+  return x.narrow(1, time - keep, keep) + out;
+}
+
+torch::Tensor Mamba2Impl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "mamba2 expects x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  MixerState state = initial_state(x.size(0), x.device());
+  Rows rows;
+  rows.conv = state.tensors[0];
+  rows.ssm = state.tensors[1];
+  rows.fused = CanFuse(x, state);
+  return Run(rows.fused ? x.contiguous() : x, rows, x.size(1));
+}
+
+torch::Tensor Mamba2Impl::Prefill(const torch::Tensor& x, MixerState& state,
+                                  const torch::Tensor& slots, int64_t keep) {
+  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
+  const auto index = ids.to(state.length.device());
+  Rows rows;
+  rows.conv = state.tensors[0].index_select(0, index);
+  rows.fused = CanFuse(x, state);
+  if (rows.fused) {
+    rows.ssm = state.tensors[1];  // updated in place, row by row
+    rows.ids = ids.data_ptr<int64_t>();
+  } else {
+    rows.ssm = state.tensors[1].index_select(0, index);
+  }
+  torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep);
+  state.tensors[0].index_copy_(0, index, rows.conv);
+  if (!rows.fused) state.tensors[1].index_copy_(0, index, rows.ssm);
+  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
+  return out;
+}
+
+torch::Tensor Mamba2Impl::step(const torch::Tensor& x, MixerState& state,
+                               const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "mamba2 step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  return Prefill(x.unsqueeze(1), state, slots, 1).squeeze(1);
+}
+
+}  // namespace attn

@@ -1,0 +1,86 @@
+// A Mamba-2 block (Dao and Gu 2024, "Transformers are SSMs"): a selective
+// state-space recurrence whose state decays by one data-dependent scalar per
+// head, which makes it linear attention with a per-head decay. The block is
+// whole (is_whole_block): it maps the residual stream h to the next one, its
+// RMSNorm and residual included.
+//
+// With D = d_model, I = expand * D inner channels in H heads of P = I / H,
+// a state width N, G groups of heads sharing B and C, and W the
+// convolution's width, per token t:
+//
+//   u_t = rmsnorm(h_t)
+//   [z_t, xbc_t, dt_t] = W_in u_t            z [I], xbc [I + 2 G N], dt [H]
+//   xbc'_t = silu(conv_b + sum_{j<W} conv_w[:, j] * xbc_{t-W+1+j})
+//            (causal depthwise; inputs before the sequence are zero)
+//   [x_t, B_t, C_t] = xbc'_t                 x [H, P], B and C [G, N]
+//   dt_t = softplus(dt_t + dt_bias),  A = -exp(A_log)           per head
+//   per head h, of group g = h / (H / G):
+//     S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T          S [P, N]
+//     y_t = S_t C_t + D_h x_t
+//   y = groupnorm_rms(y * silu(z)) * norm_w    (RMS over each group's I / G)
+//   out_t = h_t + W_out y
+//
+// Recurrent state per sequence, constant in context:
+//   tensors[0] conv [W - 1, I + 2 G N]   the last W - 1 inputs xbc, oldest first
+//   tensors[1] ssm [H, P, N]             S
+//
+// forward, prefill and step compute the same recurrence: the projections
+// and the convolution of all tokens at once, then the state's update token
+// by token (O(I N) per token against the projections' O(D I)). On the CPU
+// the update is one fused loop (model/kernels/kernels.h, Mamba2Scan);
+// elsewhere, or with fused_kernels off, it is torch operations token by
+// token (the path a GPU runs).
+#pragma once
+
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "model/layers/norms.h"
+#include "model/mixers/mixer.h"
+
+namespace attn {
+
+class Mamba2Impl : public SequenceMixer {
+ public:
+  // options.kind must be kMamba2; options.mamba2 and heads size the block:
+  // heads must divide expand * d_model, and groups divide heads.
+  explicit Mamba2Impl(const MixerOptions& options);
+
+  bool is_whole_block() const override { return true; }
+  torch::Tensor forward(const torch::Tensor& x) override;
+  MixerState initial_state(int64_t rows, torch::Device device) const override;
+  torch::Tensor step(const torch::Tensor& x, MixerState& state,
+                     const torch::Tensor& slots = {}) override;
+  int64_t max_context() const override { return -1; }
+  int64_t state_bytes_per_sequence(int64_t context) const override;
+
+  int64_t inner() const { return options_.mamba2.expand * options_.d_model; }
+  int64_t head_dim() const { return inner() / options_.heads; }
+  // Channels of xbc: x, B and C.
+  int64_t conv_channels() const;
+
+ protected:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) override;
+
+ private:
+  struct Rows;  // the rows of a state one call continues
+  struct Scan;  // the per-token inputs of the state update
+
+  torch::Tensor Run(const torch::Tensor& x, Rows& rows, int64_t keep);
+  // xbc after the convolution and silu, continuing `window` (the last W - 1
+  // inputs [B, W - 1, channels]), which it advances.
+  torch::Tensor Convolve(const torch::Tensor& xbc, torch::Tensor& window) const;
+  // y [B, keep, I] of the last `keep` tokens by torch operations, updating
+  // ssm [B, H, P, N].
+  torch::Tensor ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
+
+  torch::Tensor conv_weight_, conv_bias_;   // [channels, 1, W], [channels]
+  torch::Tensor dt_bias_, a_log_, skip_;    // [H] each; skip is D
+  torch::Tensor out_norm_weight_;           // [I]
+  torch::nn::Linear in_proj_{nullptr}, out_proj_{nullptr};
+  Norm norm_{nullptr};
+};
+TORCH_MODULE(Mamba2);
+
+}  // namespace attn

@@ -1,0 +1,185 @@
+#include "model/mixers/rwkv4.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/kernels/kernels.h"
+#include "model/layers/dense.h"
+#include "model/mixers/block_helpers.h"
+
+namespace attn {
+namespace {
+
+// previous + (current - previous) * mu: RWKV-4's interpolation, mu weighing
+// the current token.
+torch::Tensor Mix(const torch::Tensor& previous, const torch::Tensor& current,
+                  const torch::Tensor& mu) {
+  return torch::addcmul(previous, current - previous, mu);
+}
+
+}  // namespace
+
+Rwkv4Impl::Rwkv4Impl(const MixerOptions& options) : SequenceMixer(options) {
+  TORCH_CHECK(options.kind == MixerKind::kRwkv4, "Rwkv4 needs kind rwkv4");
+  TORCH_CHECK(options.ff_hidden > 0, "rwkv4: ff_hidden must be positive");
+  TORCH_CHECK(options.rescale_every >= 0, "rwkv4: rescale_every must be at least 0");
+  const int64_t c = options.d_model;
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  };
+  // The RWKV-4 trainer's starting point, for a layer of an assumed 12-layer
+  // model: decays spread from fast to slow across the channels, mixes that
+  // lean on the current token more in deeper layers.
+  const double depth = 12.0;
+  const double to_one = std::min(1.0, static_cast<double>(options.layer) / (depth - 1));
+  const double to_zero = 1.0 - std::min(1.0, static_cast<double>(options.layer) / depth);
+  const auto ramp = torch::arange(c, torch::kFloat) / std::max<int64_t>(c - 1, 1);
+  const auto fraction = torch::arange(c, torch::kFloat) / c;
+  time_decay_ = register_parameter("time_decay", -5.0 + 8.0 * torch::pow(ramp, 0.7 + 1.3 * to_one));
+  const auto zigzag = (torch::arange(c, torch::kFloat).remainder(3) - 1.0) * 0.5;
+  time_first_ = register_parameter("time_first", std::log(0.3) + zigzag);
+  mix_k_ = register_parameter("mix_k", torch::pow(fraction, to_zero));
+  mix_v_ = register_parameter("mix_v", torch::pow(fraction, to_zero) + 0.3 * to_one);
+  mix_r_ = register_parameter("mix_r", torch::pow(fraction, 0.5 * to_zero));
+  ffn_mix_k_ = register_parameter("ffn_mix_k", torch::pow(fraction, to_zero));
+  ffn_mix_r_ = register_parameter("ffn_mix_r", torch::pow(fraction, to_zero));
+  key_ = linear("key", c, c);
+  value_ = linear("value", c, c);
+  receptance_ = linear("receptance", c, c);
+  output_ = linear("output", c, c);
+  ffn_key_ = linear("ffn_key", c, options.ff_hidden);
+  ffn_receptance_ = linear("ffn_receptance", c, c);
+  ffn_value_ = linear("ffn_value", options.ff_hidden, c);
+  if (options.layer == 0) ln0_ = register_module("ln0", Norm(NormKind::kLayerNorm, c));
+  ln1_ = register_module("ln1", Norm(NormKind::kLayerNorm, c));
+  ln2_ = register_module("ln2", Norm(NormKind::kLayerNorm, c));
+  // A new block passes its input through: both outputs start at zero.
+  torch::NoGradGuard no_grad;
+  output_->weight.zero_();
+  ffn_value_->weight.zero_();
+}
+
+bool Rwkv4Impl::halves_output() const {
+  return options_.rescale_every > 0 && (options_.layer + 1) % options_.rescale_every == 0;
+}
+
+int64_t Rwkv4Impl::state_bytes_per_sequence(int64_t /*context*/) const {
+  return 5 * options_.d_model * static_cast<int64_t>(sizeof(float)) +
+         static_cast<int64_t>(sizeof(int64_t));
+}
+
+MixerState Rwkv4Impl::initial_state(int64_t rows, torch::Device device) const {
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  const int64_t c = options_.d_model;
+  MixerState state;
+  state.length = torch::zeros({rows}, opts.dtype(torch::kLong));
+  state.tensors = {torch::zeros({rows, c}, opts), torch::zeros({rows, c}, opts),
+                   torch::zeros({rows, c}, opts), torch::full({rows, c}, kRwkv4EmptyMax, opts),
+                   torch::zeros({rows, c}, opts)};
+  return state;
+}
+
+torch::Tensor Rwkv4Impl::WkvByOps(const torch::Tensor& k, const torch::Tensor& v,
+                                  torch::Tensor& num, torch::Tensor& den, torch::Tensor& max,
+                                  int64_t tail) const {
+  const int64_t time = k.size(1);
+  const auto w = -torch::exp(time_decay_);
+  std::vector<torch::Tensor> outputs;
+  for (int64_t t = 0; t < time; ++t) {
+    const auto kt = k.select(1, t), vt = v.select(1, t);
+    if (t >= time - tail) {
+      const auto bonus = time_first_ + kt;
+      const auto q = torch::maximum(max, bonus);
+      const auto past = torch::exp(max - q), now = torch::exp(bonus - q);
+      outputs.push_back((past * num + now * vt) / (past * den + now));
+    }
+    const auto decayed = max + w;
+    const auto q = torch::maximum(decayed, kt);
+    const auto past = torch::exp(decayed - q), now = torch::exp(kt - q);
+    num = past * num + now * vt;
+    den = past * den + now;
+    max = q;
+  }
+  return torch::stack(outputs, 1);
+}
+
+torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>& rows,
+                             int64_t keep, bool fused) {
+  const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model;
+  const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
+  const torch::Tensor a = ln1_->forward(input);
+  // Outputs for max(keep, 1) tokens plus the one before them when the chunk
+  // has it: the channel mix's shift needs the last token's b, and each
+  // token's channel mix the b before it (ShiftTail).
+  const int64_t tail = std::min(time, std::max<int64_t>(keep, 1) + 1);
+  const auto previous = Shifted(a, rows[0]);
+  const auto k = Project(Mix(previous, a, mix_k_), key_);
+  const auto v = Project(Mix(previous, a, mix_v_), value_);
+  auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
+  const auto r = torch::sigmoid(Project(Mix(last(previous), last(a), mix_r_), receptance_));
+  rows[0] = a.select(1, time - 1).clone();
+  torch::Tensor wkv;
+  if (fused) {
+    wkv = torch::empty({batch, tail, c}, x.options());
+    const auto kc = k.contiguous(), vc = v.contiguous();
+    const auto decay = (-torch::exp(time_decay_)).contiguous(), first = time_first_.contiguous();
+    kernels::Rwkv4WkvArgs args;
+    args.batch = batch;
+    args.time = time;
+    args.channels = c;
+    args.first_output = time - tail;
+    args.k = kc.data_ptr<float>();
+    args.v = vc.data_ptr<float>();
+    args.decay = decay.data_ptr<float>();
+    args.first = first.data_ptr<float>();
+    args.num = rows[1].data_ptr<float>();
+    args.den = rows[2].data_ptr<float>();
+    args.max = rows[3].data_ptr<float>();
+    args.out = wkv.data_ptr<float>();
+    kernels::Rwkv4Wkv(args);
+  } else {
+    wkv = WkvByOps(k, v, rows[1], rows[2], rows[3], tail);
+  }
+  const torch::Tensor h = last(input) + Project(r * wkv, output_);
+  torch::Tensor shift = tail == time ? rows[4] : torch::Tensor();
+  const ShiftedTail mix = ShiftTail(ln2_->forward(h), h, shift);
+  rows[4] = shift.clone();
+  const auto gate = torch::sigmoid(Project(Mix(mix.previous, mix.current, ffn_mix_r_), ffn_receptance_));
+  const auto hidden = torch::relu(Project(Mix(mix.previous, mix.current, ffn_mix_k_), ffn_key_));
+  torch::Tensor out = mix.residual + gate * Project(hidden.square(), ffn_value_);
+  if (halves_output()) out = out * 0.5;
+  return out.narrow(1, out.size(1) - keep, keep);
+}
+
+torch::Tensor Rwkv4Impl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "rwkv4 expects x [B, T, ",
+              options_.d_model, "], got ", x.sizes());
+  MixerState state = initial_state(x.size(0), x.device());
+  const bool fused = CanFuse(x, state);
+  return Run(fused ? x.contiguous() : x, state.tensors, x.size(1), fused);
+}
+
+torch::Tensor Rwkv4Impl::Prefill(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& slots, int64_t keep) {
+  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
+  const auto index = ids.to(state.length.device());
+  std::vector<torch::Tensor> rows;
+  for (const auto& t : state.tensors) rows.push_back(t.index_select(0, index));
+  const bool fused = CanFuse(x, state);
+  torch::Tensor out = Run(fused ? x.contiguous() : x, rows, keep, fused);
+  for (size_t i = 0; i < rows.size(); ++i) state.tensors[i].index_copy_(0, index, rows[i]);
+  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
+  return out;
+}
+
+torch::Tensor Rwkv4Impl::step(const torch::Tensor& x, MixerState& state,
+                              const torch::Tensor& slots) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "rwkv4 step expects x [B, ",
+              options_.d_model, "], got ", x.sizes());
+  // A step is a prefill of one token: the recurrence has no positions.
+  return Prefill(x.unsqueeze(1), state, slots, 1).squeeze(1);
+}
+
+}  // namespace attn

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# A user's Mamba-2 and RWKV-4 path end to end, with random weights in the
+# public layouts (tests/tools/hf_checkpoints.py writes them, and a
+# byte-level BPE tokenizer.json in GPT-NeoX's layout): attn-export turns a
+# transformers Mamba-2 directory (bfloat16 safetensors, a config with
+# Python's Infinity), a mamba_ssm one (float16 pytorch_model.bin, tied
+# head stored twice, a padded vocabulary) and a sharded RWKV-4 one
+# (rescale_every 2) into packages; each package's forward, run by PyTorch
+# alone, equals a float64 implementation of the model on the checkpoint;
+# the real server tokenizes as the package's tokenizer.json does, streams
+# the float64 model's greedy tokens, and its streamed logprobs equal
+# Score's. Options and tensors that do not fit are refused by name.
+#   hf_checkpoint_serves.sh ATTN_SERVER ATTNCTL ATTN_EXPORT ATTN_TOKENIZE_JSON
+set -euo pipefail
+server_bin=$1 ctl_bin=$2 export_bin=$3 tokenize_bin=$4
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+py=/usr/bin/python3
+tool="$repo/tests/tools/hf_checkpoints.py"
+work=$(mktemp -d)
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
+trap 'kill_servers; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+echo "== checkpoints in the public layouts, random weights"
+$py "$tool" tokenizer --out "$work/tokenizer.json"
+$py "$tool" write --family mamba2 --dtype bfloat16 --out "$work/mamba2" --tokenizer "$work/tokenizer.json"
+$py "$tool" write --family mamba2-ssm --format bin --dtype float16 --out "$work/mamba2-ssm" 2>/dev/null
+$py "$tool" write --family rwkv4 --layers 4 --vocab 530 --format sharded --out "$work/rwkv4" \
+  --tokenizer "$work/tokenizer.json"
+grep -q 'Infinity' "$work/mamba2/config.json" || fail "the config lacks Python's Infinity"
+
+echo "== attn-export: two commands' worth, one per directory"
+"$export_bin" --input="$work/mamba2" --output="$work/mamba2.pt" || fail "export of mamba2"
+"$export_bin" --input="$work/mamba2-ssm" --tokenizer="$work/tokenizer.json" \
+  --output="$work/mamba2-ssm.pt" || fail "export of the mamba_ssm layout"
+"$export_bin" --input="$work/rwkv4" --output="$work/rwkv4.pt" --quantize=none \
+  || fail "export of rwkv4"
+
+expect_refusal() {  # expect_refusal WHAT TEXT DIR EDIT: the edited copy of DIR is refused with TEXT
+  local what=$1 text=$2 dir=$3 edit=$4
+  rm -rf "$work/edited" && cp -r "$work/$dir" "$work/edited"
+  $py - "$work/edited/config.json" "$edit" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+config = json.loads(text)
+exec(sys.argv[2])
+open(sys.argv[1], "w").write(json.dumps(config))
+PY
+  if "$export_bin" --input="$work/edited" --tokenizer="$work/tokenizer.json" \
+      --output="$work/refused.pt" > "$work/refused.log" 2>&1; then
+    fail "$what was exported"
+  fi
+  grep -qF -- "$text" "$work/refused.log" || fail "$what: $(cat "$work/refused.log")"
+}
+expect_refusal "another model_type" 'model_type: "llama"; supported' mamba2 'config["model_type"] = "llama"'
+expect_refusal "a time-step limit" "time_step_limit" mamba2 'config["time_step_limit"] = [0.0, 5.0]'
+expect_refusal "a gelu Mamba-2" "hidden_act" mamba2 'config["hidden_act"] = "gelu"'
+expect_refusal "sizes the tensors do not have" "mixer.conv1d.weight has shape" mamba2 \
+  'config["n_groups"] = 1'
+expect_refusal "Mamba-1" "ssm_cfg.layer" mamba2-ssm 'del config["ssm_cfg"]["layer"]'
+expect_refusal "a hybrid" "attn_layer_idx" mamba2-ssm 'config["attn_layer_idx"] = [1]'
+expect_refusal "a wider attention" "attention_hidden_size" rwkv4 \
+  'config["attention_hidden_size"] = 2 * config["hidden_size"]'
+expect_refusal "one layer too many" "missing tensor rwkv.blocks.4." rwkv4 \
+  'config["num_hidden_layers"] = 5'
+rm -rf "$work/edited" && cp -r "$work/mamba2" "$work/edited"
+echo '{"model": {"type": "Unigram"}}' > "$work/edited/tokenizer.json"
+"$export_bin" --input="$work/edited" --output="$work/refused.pt" > "$work/refused.log" 2>&1 \
+  && fail "a Unigram tokenizer.json was exported"
+grep -qF 'model.type: "Unigram" is not supported' "$work/refused.log" \
+  || fail "Unigram: $(cat "$work/refused.log")"
+
+echo "== each package, in PyTorch alone, equals the float64 model on the checkpoint"
+$py - "$tool" "$work" <<'PY' || fail "package logits"
+import importlib.util, json, sys
+import numpy as np, torch
+spec = importlib.util.spec_from_file_location("hc", sys.argv[1])
+hc = importlib.util.module_from_spec(spec); spec.loader.exec_module(hc)
+work = sys.argv[2]
+tokens = [5, 257, 17, 299, 42, 0, 3, 260, 1, 2, 99, 150, 271, 276, 511, 40, 41, 42]
+for name in ("mamba2", "mamba2-ssm", "rwkv4"):
+    module = torch.jit.load(f"{work}/{name}.pt")
+    got = module.forward(torch.tensor([tokens])).double().numpy()[0]
+    want = hc.reference_logits(f"{work}/{name}", tokens)
+    error = np.abs(got - want).max()
+    assert error < 1e-4 * np.abs(want).max(), (name, error)
+    config = json.loads(module.config)
+    assert config["tokenizer"] == "byte-level-bpe", config
+    assert config["source"]["files"][0]["sha256"], config
+    print(f"   {name}: max |logit - float64| = {error:.2e} ({config['source']['format']})")
+PY
+
+echo "== served: tokenizer, greedy tokens of the float64 model, streamed logprobs == Score"
+start_server "$work/server.log" --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt" \
+  --metrics_port=-1
+ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+"${ctl[@]}" models --json > "$work/models.json"
+for kind in mamba2 rwkv4; do
+  grep -q "\"mixer\":\"$kind\"" "$work/models.json" || fail "ListModels: $(cat "$work/models.json")"
+done
+printf 'the river 日本語 🙂 it'"'"'s\n\ntab\there    four \xc3\xa9t\xc3\xa9 <|endoftext|>' > "$work/text.txt"
+"${ctl[@]}" tokenize --model=rwkv4 --text_file="$work/text.txt" --json > "$work/tokens.json"
+$py -c "import sys; print(open(sys.argv[1], 'rb').read().hex())" "$work/text.txt" > "$work/text.hex"
+"$tokenize_bin" "$work/tokenizer.json" "$work/text.hex" > "$work/reference.jsonl"
+$py - "$work/tokens.json" "$work/reference.jsonl" <<'PY' || fail "tokenizer"
+import json, sys
+served = [int(i) for i in json.load(open(sys.argv[1]))["token_ids"]]
+reference = json.loads(open(sys.argv[2]).readline())["ids"]
+assert served == reference and 0 in served, (served, reference)
+print(f"   {len(served)} tokens as tokenizer.json says, <|endoftext|> among them")
+PY
+for name in mamba2 mamba2-ssm rwkv4; do
+  "${ctl[@]}" stream --model="$name" --ids=5,257,17 --max_tokens=16 --temperature=0 --logprobs \
+    --ignore_eos --json > "$work/stream.jsonl"
+  ids=$($py -c '
+import json, sys
+messages = [json.loads(line) for line in open(sys.argv[1])]
+print(",".join(["5", "257", "17"] + [t for m in messages for t in m.get("token_ids", [])]))' \
+    "$work/stream.jsonl")
+  "${ctl[@]}" score --model="$name" --ids="$ids" --json > "$work/score.json"
+  $py - "$tool" "$work" "$name" "$ids" <<'PY' || fail "$name: greedy tokens or logprobs"
+import importlib.util, json, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("hc", sys.argv[1])
+hc = importlib.util.module_from_spec(spec); spec.loader.exec_module(hc)
+work, name, ids = sys.argv[2], sys.argv[3], [int(i) for i in sys.argv[4].split(",")]
+stream = [json.loads(line) for line in open(f"{work}/stream.jsonl")]
+streamed = [float(x) for m in stream for x in m.get("logprobs", [])]
+scored = [float(x) for x in json.load(open(f"{work}/score.json"))["logprobs"]][3:]
+assert len(streamed) == len(scored) == 16, (len(streamed), len(scored))
+assert max(abs(a - b) for a, b in zip(streamed, scored)) < 1e-4, (streamed, scored)
+logits = hc.reference_logits(f"{work}/{name}", ids[:-1])
+greedy = [int(np.argmax(row)) for row in logits[2:]]
+assert greedy == ids[3:], (greedy, ids[3:])
+shifted = logits - logits.max(-1, keepdims=True)
+logprobs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+want = [logprobs[i + 2][t] for i, t in enumerate(ids[3:])]
+assert max(abs(a - b) for a, b in zip(streamed, want)) < 1e-3, (streamed, want)
+print(f"   {name}: 16 greedy tokens and their logprobs as the float64 model's")
+PY
+done
+echo "PASS"
