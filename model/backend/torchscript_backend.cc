@@ -3,13 +3,16 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/backend/guarded.h"
 #include "model/lm/row_groups.h"
 #include "model/text/chat_format.h"
+#include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "util/zip_integrity.h"
 
@@ -136,12 +139,12 @@ absl::StatusOr<ScriptModelConfig> ParseScriptModelConfig(const std::string& text
       return absl::InvalidArgumentError("config: max_context: must be positive or null");
     }
   }
+  const std::vector<std::string>& kinds = Tokenizer::Kinds();
   if (!json.contains("tokenizer") || !json["tokenizer"].is_string() ||
-      (json["tokenizer"] != "sentencepiece" && json["tokenizer"] != "rwkv-world" &&
-       json["tokenizer"] != "bytes")) {
-    return absl::InvalidArgumentError(
-        "config: tokenizer: missing; \"sentencepiece\" or \"rwkv-world\" (with a uint8 buffer "
-        "named tokenizer) or \"bytes\"");
+      std::find(kinds.begin(), kinds.end(), json["tokenizer"].get<std::string>()) == kinds.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: tokenizer: missing or unknown; one of \"", absl::StrJoin(kinds, "\", \""),
+        "\" (all but bytes with a uint8 buffer named tokenizer)"));
   }
   config.tokenizer = json["tokenizer"].get<std::string>();
   if (json.contains("chat_format")) {

@@ -67,8 +67,14 @@ absl::StatusOr<Tokenizer> Tokenizer::FromStored(const std::string& kind, const s
   if (kind == "rwkv-world") return FromRwkvVocabulary(bytes);
   if (kind == "byte-level-bpe") return FromTokenizerJson(bytes);
   return absl::InvalidArgumentError(
-      absl::StrCat("tokenizer: \"", kind,
-                   "\" is not a stored tokenizer kind (sentencepiece, rwkv-world, byte-level-bpe)"));
+      absl::StrCat("tokenizer: \"", kind, "\" is not a stored tokenizer kind (sentencepiece, ",
+                   "rwkv-world, byte-level-bpe)"));
+}
+
+const std::vector<std::string>& Tokenizer::Kinds() {
+  static const auto* kinds =
+      new std::vector<std::string>{"sentencepiece", "rwkv-world", "byte-level-bpe", "bytes"};
+  return *kinds;
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {

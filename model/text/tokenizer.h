@@ -55,6 +55,9 @@ class Tokenizer {
   // "rwkv-world" or "byte-level-bpe", kind()) and its Serialized() bytes. kInvalidArgument for
   // another kind or bytes that do not load.
   static absl::StatusOr<Tokenizer> FromStored(const std::string& kind, const std::string& bytes);
+  // Every kind a package may name: the stored kinds FromStored reads, then
+  // "bytes" (which stores nothing).
+  static const std::vector<std::string>& Kinds();
   // UTF-8 bytes as ids 0..255 (docs/model-contract.md, tokenizer "bytes"):
   // ids from 256 up to vocab_size decode to nothing; eos_id may be -1 (none).
   // kInvalidArgument unless 256 <= vocab_size and eos_id < vocab_size.

@@ -140,4 +140,19 @@ assert max(abs(a - b) for a, b in zip(streamed, want)) < 1e-3, (streamed, want)
 print(f"   {name}: 16 greedy tokens and their logprobs as the float64 model's")
 PY
 done
+echo "== the TorchScript backend serves the same package to the same greedy tokens"
+"${ctl[@]}" generate --model=mamba2 --ids=5,257,17 --max_tokens=12 --temperature=0 --ignore_eos \
+  --json > "$work/native.json"
+kill_servers
+wait "$server_pid" 2> /dev/null || true
+start_server "$work/server_ts.log" --models="$work/mamba2.pt" --backend=torchscript --metrics_port=-1
+ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+"${ctl[@]}" generate --model=mamba2 --ids=5,257,17 --max_tokens=12 --temperature=0 --ignore_eos \
+  --json > "$work/scripted.json"
+$py - "$work/native.json" "$work/scripted.json" <<'PY' || fail "TorchScript backend"
+import json, sys
+native, scripted = (json.load(open(p)) for p in sys.argv[1:])
+assert native["token_ids"] == scripted["token_ids"], (native, scripted)
+print("   12 greedy tokens, the same on both backends")
+PY
 echo "PASS"
