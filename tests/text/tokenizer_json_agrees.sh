@@ -47,7 +47,25 @@ with open(sys.argv[1], "w") as f:
         f.write(c.hex() + "\n")
 PY
 
-"$cli" "$work/tokenizer.json" "$work/cases.hex" > "$work/ours.jsonl" || fail "attn-tokenize-json"
+# The same vocabulary behind the pre-tokenizer of newer models: a Split on
+# a Llama-3-style pattern (case-insensitive contractions, digits in threes),
+# then ByteLevel without its own regex; merges as pairs; ignore_merges.
+/usr/bin/python3 - "$work/tokenizer.json" "$work/split.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+t["normalizer"] = None
+t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+t["model"]["merges"] = [m.split(" ") for m in t["model"]["merges"]]
+t["model"]["ignore_merges"] = True
+json.dump(t, open(sys.argv[2], "w"), ensure_ascii=False)
+PY
+
+for variant in tokenizer split; do
+"$cli" "$work/$variant.json" "$work/cases.hex" > "$work/ours.jsonl" || fail "attn-tokenize-json"
 cat > "$work/theirs.mjs" <<'JS'
 import { readFileSync } from "fs";
 import { Tokenizer } from "@huggingface/tokenizers";
@@ -62,10 +80,10 @@ for (const hex of readFileSync(casesPath, "utf8").split("\n").slice(0, -1)) {
 JS
 # An ES module resolves packages from where it lies: beside node_modules.
 cp "$work/theirs.mjs" "$node_tools/tokenizer_json_agrees.mjs"
-node "$node_tools/tokenizer_json_agrees.mjs" "$work/tokenizer.json" "$work/cases.hex" \
+node "$node_tools/tokenizer_json_agrees.mjs" "$work/$variant.json" "$work/cases.hex" \
   > "$work/theirs.jsonl" || fail "tokenizers.js"
 
-/usr/bin/python3 - "$work/cases.hex" "$work/ours.jsonl" "$work/theirs.jsonl" <<'PY' || fail "encodings differ"
+/usr/bin/python3 - "$work/cases.hex" "$work/ours.jsonl" "$work/theirs.jsonl" "$variant" <<'PY' || fail "$variant: encodings differ"
 import json, sys
 cases = open(sys.argv[1]).read().split("\n")[:-1]
 ours = [json.loads(l) for l in open(sys.argv[2])]
@@ -78,8 +96,9 @@ for hex_text, a, b in zip(cases, ours, theirs):
         print("differ on", bytes.fromhex(hex_text), "\n  ours  ", a, "\n  theirs", b)
 assert bad == 0, f"{bad} cases differ"
 tokens = sum(len(a["ids"]) for a in ours)
-print(f"   {len(ours)} texts, {tokens} tokens: the same ids and decoded text as tokenizers.js")
+print(f"   {sys.argv[4]}: {len(ours)} texts, {tokens} tokens: the same ids and decoded text as tokenizers.js")
 PY
+done
 
 echo "== components not implemented are refused by name"
 refused() {  # refused EDIT TEXT: the edited tokenizer.json is refused with TEXT
