@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "model/kernels/kernels.h"
-#include "model/layers/dense.h"
 #include "model/mixers/block_helpers.h"
 
 namespace attn {

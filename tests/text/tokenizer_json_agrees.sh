@@ -64,9 +64,8 @@ t["model"]["ignore_merges"] = True
 json.dump(t, open(sys.argv[2], "w"), ensure_ascii=False)
 PY
 
-for variant in tokenizer split; do
-"$cli" "$work/$variant.json" "$work/cases.hex" > "$work/ours.jsonl" || fail "attn-tokenize-json"
-cat > "$work/theirs.mjs" <<'JS'
+# An ES module resolves packages from where it lies: beside node_modules.
+cat > "$node_tools/tokenizer_json_agrees.mjs" <<'JS'
 import { readFileSync } from "fs";
 import { Tokenizer } from "@huggingface/tokenizers";
 const [, , tokenizerPath, casesPath] = process.argv;
@@ -78,8 +77,8 @@ for (const hex of readFileSync(casesPath, "utf8").split("\n").slice(0, -1)) {
   console.log(JSON.stringify({ ids, text: decoded }));
 }
 JS
-# An ES module resolves packages from where it lies: beside node_modules.
-cp "$work/theirs.mjs" "$node_tools/tokenizer_json_agrees.mjs"
+for variant in tokenizer split; do
+"$cli" "$work/$variant.json" "$work/cases.hex" > "$work/ours.jsonl" || fail "attn-tokenize-json"
 node "$node_tools/tokenizer_json_agrees.mjs" "$work/$variant.json" "$work/cases.hex" \
   > "$work/theirs.jsonl" || fail "tokenizers.js"
 
