@@ -15,7 +15,7 @@ targets=("$@")
                                      fuzz_tokenizer fuzz_generate_request fuzz_config
                                      fuzz_model_package fuzz_package_contents
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
-                                     fuzz_stored_state fuzz_byte_level_bpe fuzz_hf_config)
+                                     fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"

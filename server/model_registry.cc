@@ -115,6 +115,7 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
                      " ids and end-of-sequence id ", tokenizer->eos_id(),
                      "; config says vocab_size ", config.vocab_size, ", eos_id ", config.eos_id));
   }
+  tokenizer->PadTo(config.vocab_size);
   LoadedModel loaded;
   ModelDescription& d = loaded.description;
   d.mixer = config.mixer.empty() ? "custom" : config.mixer;

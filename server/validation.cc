@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                   const std::vector<int64_t>& ids,
                                                   const std::string& text_field,
                                                   const std::string& ids_field,
-                                                  int64_t max_tokens) {
+                                                  int64_t max_tokens, bool starts_sequence) {
   if (has_text && !text.empty() && !ids.empty()) {
     return InvalidField(absl::StrCat(text_field, ", ", ids_field), "give one of the two, not both");
   }
@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                    " or token ids in ", ids_field));
     }
     if (!IsValidUtf8(text)) return InvalidField(text_field, "is not valid UTF-8");
-    tokens = tokenizer.Encode(text);
+    tokens = tokenizer.Encode(text, starts_sequence);
   }
   if (static_cast<int64_t>(tokens.size()) > max_tokens) {
     return InvalidField(text_field, absl::StrCat(tokens.size(), " tokens, more than the limit of ",
@@ -169,7 +169,8 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
   out.deadline = deadline;
   auto prompt = PromptTokens(tokenizer, request.has_prompt(), request.prompt(),
                              {request.prompt_token_ids().begin(), request.prompt_token_ids().end()},
-                             "prompt", "prompt_token_ids", limits.max_prompt_tokens);
+                             "prompt", "prompt_token_ids", limits.max_prompt_tokens,
+                             !request.has_state());
   if (!prompt.ok()) return prompt.status();
   out.prompt = std::move(*prompt);
   out.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;
@@ -193,7 +194,7 @@ absl::StatusOr<EngineRequest> ToScoreRequest(const attn::v1::ScoreRequest& reque
   out.deadline = deadline;
   auto tokens = PromptTokens(tokenizer, request.has_text(), request.text(),
                              {request.token_ids().begin(), request.token_ids().end()}, "text",
-                             "token_ids", limits.max_prompt_tokens);
+                             "token_ids", limits.max_prompt_tokens, /*starts_sequence=*/true);
   if (!tokens.ok()) return tokens.status();
   if (tokens->size() < 2) {
     return InvalidField("text", "needs at least 2 tokens: the first one has no context to score");

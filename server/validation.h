@@ -27,11 +27,16 @@ namespace attn::serving {
 
 // The prompt's ids from `text` or `ids` (exactly one), checked against the
 // vocabulary and the limits. `text_field`/`ids_field` name the fields.
+// starts_sequence: the text begins a sequence rather than continuing a
+// state, so it gets the tokens a tokenizer.json's template puts before a
+// text (Llama's BOS), as Hugging Face's encode adds them; ids are taken as
+// they are.
 absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bool has_text,
                                                   const std::string& text,
                                                   const std::vector<int64_t>& ids,
                                                   const std::string& text_field,
-                                                  const std::string& ids_field, int64_t max_tokens);
+                                                  const std::string& ids_field, int64_t max_tokens,
+                                                  bool starts_sequence);
 
 // The checks every generation request passes whatever protocol it came in:
 // the sampling options (SamplingOptions::Validate, and logit_bias naming

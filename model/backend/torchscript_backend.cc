@@ -141,7 +141,7 @@ absl::StatusOr<ScriptModelConfig> ParseScriptModelConfig(const std::string& text
   }
   const std::vector<std::string>& kinds = Tokenizer::Kinds();
   if (!json.contains("tokenizer") || !json["tokenizer"].is_string() ||
-      std::find(kinds.begin(), kinds.end(), json["tokenizer"].get<std::string>()) == kinds.end()) {
+      !Tokenizer::IsKind(json["tokenizer"].get<std::string>())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: tokenizer: missing or unknown; one of \"", absl::StrJoin(kinds, "\", \""),
         "\" (all but bytes with a uint8 buffer named tokenizer)"));

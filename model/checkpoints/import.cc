@@ -228,7 +228,7 @@ absl::StatusOr<ImportedModel> ImportHfDirectory(const std::string& dir, const nl
   Loaded loaded;
   loaded.files.push_back((fs::path(dir) / "config.json").string());
   if (absl::Status read = ReadDirectoryTensors(dir, loaded); !read.ok()) return read;
-  Origin source{spec->layout, loaded.files, tokenizer_file, "byte-level-bpe", "plain"};
+  Origin source{spec->layout, loaded.files, tokenizer_file, "tokenizer-json", "plain"};
   return Assemble(ImportHfModel(*spec, loaded.tensors), dir, *tokenizer, *std::move(tokenizer_json),
                   source);
 }

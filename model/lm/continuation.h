@@ -49,10 +49,14 @@ class Continuation {
   Continuation(const Tokenizer& tokenizer, const std::vector<int64_t>& prompt,
                ContinuationOptions options);
 
-  // Chooses the next token from the model's [vocab] logits. Touches only
-  // this continuation: continuations of different sequences may sample
-  // concurrently.
-  SampledToken Sample(const float* logits, int64_t vocab) { return sampler_.Next(logits, vocab); }
+  // Chooses the next token from the model's [vocab] logits, among the ids
+  // the tokenizer has (an embedding padded past them never yields its
+  // extra rows; log-probabilities stay the model's over all of them).
+  // Touches only this continuation: continuations of different sequences
+  // may sample concurrently.
+  SampledToken Sample(const float* logits, int64_t vocab) {
+    return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size());
+  }
 
   // Adds a sampled token to the sequence: its text, and whether it ends it.
   // When it does, the returned text includes whatever was held back.

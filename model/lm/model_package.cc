@@ -298,7 +298,10 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
 }
 
 absl::StatusOr<Tokenizer> PackageTokenizer(const ModelPackage& package) {
-  return Tokenizer::FromStored(package.info.tokenizer_kind, package.tokenizer_model);
+  absl::StatusOr<Tokenizer> tokenizer =
+      Tokenizer::FromStored(package.info.tokenizer_kind, package.tokenizer_model);
+  if (tokenizer.ok() && package.model) tokenizer->PadTo(package.model->config().vocab_size);
+  return tokenizer;
 }
 
 }  // namespace attn

@@ -66,7 +66,8 @@ struct ModelPackage {
 absl::Status SavePackage(const std::string& path, CausalLm& model,
                          const std::string& tokenizer_model, const PackageInfo& info = {});
 
-// The package's tokenizer, as its info says to read it.
+// The package's tokenizer, as its info says to read it, padded to the
+// model's vocabulary (Tokenizer::PadTo).
 absl::StatusOr<Tokenizer> PackageTokenizer(const ModelPackage& package);
 
 // kNotFound for a missing file, kDataLoss for one that is not a readable

@@ -48,7 +48,10 @@ double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id) {
 Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt)
     : options_(options), rng_(options.seed), seen_(prompt.begin(), prompt.end()) {}
 
-SampledToken Sampler::Next(const float* logits, int64_t vocab) {
+SampledToken Sampler::Next(const float* logits, int64_t full_vocab, int64_t choosable) {
+  // Choosing looks at the choosable ids alone; the log-probabilities below
+  // are the model's, over its whole vocabulary.
+  const int64_t vocab = choosable < 0 ? full_vocab : std::min(choosable, full_vocab);
   work_.assign(logits, logits + vocab);
   for (const auto& [token, bias] : options_.logit_bias) {
     if (token >= 0 && token < vocab) work_[token] += bias;
@@ -109,15 +112,18 @@ SampledToken Sampler::Next(const float* logits, int64_t vocab) {
   }
   seen_.insert(chosen);
   ++generated_[chosen];
-  SampledToken token{chosen, LogSoftmaxAt(logits, vocab, chosen), {}};
-  if (options_.top_logprobs > 0) token.top = TopLogprobs(logits, vocab, options_.top_logprobs);
+  SampledToken token{chosen, LogSoftmaxAt(logits, full_vocab, chosen), {}};
+  if (options_.top_logprobs > 0) {
+    token.top = TopLogprobs(logits, full_vocab, options_.top_logprobs, vocab);
+  }
   return token;
 }
 
 std::vector<std::pair<int64_t, float>> TopLogprobs(const float* logits, int64_t vocab,
-                                                   int64_t count) {
-  count = std::min(count, vocab);
-  std::vector<int64_t> ids(vocab);
+                                                   int64_t count, int64_t choosable) {
+  const int64_t listed = choosable < 0 ? vocab : std::min(choosable, vocab);
+  count = std::min(count, listed);
+  std::vector<int64_t> ids(listed);
   std::iota(ids.begin(), ids.end(), 0);
   auto more_likely = [&](int64_t a, int64_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);

@@ -66,8 +66,10 @@ class Sampler {
   // penalty; every token Next() chooses joins them.
   explicit Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt = {});
 
-  // logits: the model's [vocab] scores for the next token.
-  SampledToken Next(const float* logits, int64_t vocab);
+  // logits: the model's [vocab] scores for the next token. Only ids below
+  // `choosable` (at most vocab; -1: all) may be chosen or listed among the
+  // alternatives; log-probabilities are over the whole vocab all the same.
+  SampledToken Next(const float* logits, int64_t vocab, int64_t choosable = -1);
 
  private:
   SamplingOptions options_;
@@ -82,9 +84,10 @@ class Sampler {
 // log softmax(logits)[id], computed stably.
 double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id);
 
-// The `count` most likely tokens of `logits` and their log softmax, most
-// likely first (ties: lower id first).
+// The `count` most likely tokens of `logits` among ids below `choosable`
+// (-1: all) and their log softmax over all `vocab`, most likely first
+// (ties: lower id first).
 std::vector<std::pair<int64_t, float>> TopLogprobs(const float* logits, int64_t vocab,
-                                                   int64_t count);
+                                                   int64_t count, int64_t choosable = -1);
 
 }  // namespace attn

@@ -1,9 +1,11 @@
 #include "model/text/tokenizer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "model/text/byte_level_bpe.h"
 #include "model/text/rwkv_vocabulary.h"
 #include "model/text/sentencepiece_backend.h"
+#include "model/text/tokenizer_json.h"
 #include "util/utf8.h"
 
 namespace attn {
@@ -18,7 +20,7 @@ Tokenizer::Tokenizer(std::unique_ptr<spm::Processor> processor)
     : processor_(std::move(processor)) {}
 Tokenizer::Tokenizer(std::unique_ptr<RwkvVocabulary> vocabulary)
     : vocabulary_(std::move(vocabulary)) {}
-Tokenizer::Tokenizer(std::unique_ptr<ByteLevelBpe> bpe) : bpe_(std::move(bpe)) {}
+Tokenizer::Tokenizer(std::unique_ptr<TokenizerJson> json) : json_(std::move(json)) {}
 Tokenizer::Tokenizer(int64_t byte_vocab_size, int64_t byte_eos_id)
     : byte_vocab_size_(byte_vocab_size), byte_eos_id_(byte_eos_id) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -57,24 +59,29 @@ absl::StatusOr<Tokenizer> Tokenizer::FromRwkvVocabulary(const std::string& text)
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromTokenizerJson(const std::string& json) {
-  absl::StatusOr<ByteLevelBpe> bpe = ByteLevelBpe::Parse(json);
-  if (!bpe.ok()) return bpe.status();
-  return Tokenizer(std::make_unique<ByteLevelBpe>(*std::move(bpe)));
+  absl::StatusOr<TokenizerJson> parsed = TokenizerJson::Parse(json);
+  if (!parsed.ok()) return parsed.status();
+  return Tokenizer(std::make_unique<TokenizerJson>(*std::move(parsed)));
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::FromStored(const std::string& kind, const std::string& bytes) {
   if (kind == "sentencepiece") return FromSerialized(bytes);
   if (kind == "rwkv-world") return FromRwkvVocabulary(bytes);
-  if (kind == "byte-level-bpe") return FromTokenizerJson(bytes);
+  if (kind == "tokenizer-json" || kind == "byte-level-bpe") return FromTokenizerJson(bytes);
   return absl::InvalidArgumentError(
       absl::StrCat("tokenizer: \"", kind, "\" is not a stored tokenizer kind (sentencepiece, ",
-                   "rwkv-world, byte-level-bpe)"));
+                   "rwkv-world, tokenizer-json)"));
 }
 
 const std::vector<std::string>& Tokenizer::Kinds() {
   static const auto* kinds =
-      new std::vector<std::string>{"sentencepiece", "rwkv-world", "byte-level-bpe", "bytes"};
+      new std::vector<std::string>{"sentencepiece", "rwkv-world", "tokenizer-json", "bytes"};
   return *kinds;
+}
+
+bool Tokenizer::IsKind(const std::string& kind) {
+  const std::vector<std::string>& kinds = Kinds();
+  return kind == "byte-level-bpe" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
@@ -89,9 +96,9 @@ absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
   return Tokenizer(vocab_size, eos_id);
 }
 
-std::vector<int64_t> Tokenizer::Encode(const std::string& text) const {
+std::vector<int64_t> Tokenizer::Encode(const std::string& text, bool add_special_tokens) const {
   if (vocabulary_) return vocabulary_->Encode(text);
-  if (bpe_) return bpe_->Encode(text);
+  if (json_) return json_->Encode(text, add_special_tokens);
   if (!processor_) {
     std::vector<int64_t> ids;
     ids.reserve(text.size());
@@ -106,6 +113,7 @@ std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
   if (!processor_) {
     std::string bytes, text;
     for (int64_t id : ids) bytes += TokenBytes(id);
+    if (drops_leading_space() && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
     const size_t whole = TakeCompleteUtf8(bytes, &text);
     if (whole < bytes.size()) text += kReplacement;  // an unfinished last character
     return text;
@@ -113,36 +121,44 @@ std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
   std::vector<int> narrow;
   narrow.reserve(ids.size());
   for (int64_t id : ids) {
-    if (IsValidId(id)) narrow.push_back(static_cast<int>(id));
+    if (id >= 0 && id < text_vocab_size()) narrow.push_back(static_cast<int>(id));
   }
   return processor_->Decode(narrow);
 }
 
-int64_t Tokenizer::vocab_size() const {
+int64_t Tokenizer::text_vocab_size() const {
   if (vocabulary_) return vocabulary_->size();
-  if (bpe_) return bpe_->size();
+  if (json_) return json_->size();
   return processor_ ? processor_->vocab_size() : byte_vocab_size_;
 }
-int64_t Tokenizer::bos_id() const { return processor_ ? processor_->bos_id() : -1; }
+int64_t Tokenizer::vocab_size() const { return std::max(text_vocab_size(), padded_size_); }
+void Tokenizer::PadTo(int64_t model_vocab_size) { padded_size_ = model_vocab_size; }
+bool Tokenizer::drops_leading_space() const {
+  return processor_ != nullptr || (json_ && json_->strips_leading_space());
+}
+int64_t Tokenizer::bos_id() const {
+  if (json_) return json_->bos_id();
+  return processor_ ? processor_->bos_id() : -1;
+}
 int64_t Tokenizer::eos_id() const {
   if (vocabulary_) return 0;  // RWKV World's end of text
-  if (bpe_) return bpe_->eos_id();
+  if (json_) return json_->eos_id();
   return processor_ ? processor_->eos_id() : byte_eos_id_;
 }
 std::string Tokenizer::Serialized() const {
   if (vocabulary_) return vocabulary_->text();
-  if (bpe_) return bpe_->json();
+  if (json_) return json_->json();
   return processor_ ? processor_->Serialized() : "";
 }
 std::string Tokenizer::kind() const {
-  if (bpe_) return "byte-level-bpe";
+  if (json_) return "tokenizer-json";
   return vocabulary_ ? "rwkv-world" : processor_ ? "sentencepiece" : "bytes";
 }
 
 std::string Tokenizer::TokenBytes(int64_t id) const {
-  if (!IsValidId(id)) return "";
+  if (id < 0 || id >= text_vocab_size()) return "";  // padded ids decode to nothing
   if (vocabulary_) return vocabulary_->TokenBytes(id);
-  if (bpe_) return bpe_->TokenBytes(id);
+  if (json_) return json_->TokenBytes(id);
   if (!processor_) return id < 256 ? std::string(1, static_cast<char>(id)) : "";
   const int i = static_cast<int>(id);
   const int kind = processor_->Kind(i);

@@ -44,23 +44,5 @@ for i in $(seq 1 12); do cat README.md docs/*.md; done > "$work/text.txt"
 if [ ! -d "$node_tools/node_modules/@huggingface/tokenizers" ]; then
   npm install --silent --no-audit --no-fund --prefix "$node_tools" @huggingface/tokenizers@0.2 > /dev/null
 fi
-cat > "$node_tools/tokenizer_bench.mjs" <<'JS'
-import { readFileSync } from "fs";
-import { Tokenizer } from "@huggingface/tokenizers";
-const [, , tokenizerPath, textPath] = process.argv;
-const tokenizer = new Tokenizer(JSON.parse(readFileSync(tokenizerPath, "utf8")), {});
-const lines = readFileSync(textPath, "utf8").split("\n");
-const bytes = lines.reduce((n, l) => n + Buffer.byteLength(l), 0);
-const rates = [];
-let tokens = 0;
-for (let run = 0; run < 5; ++run) {
-  tokens = 0;
-  const start = process.hrtime.bigint();
-  for (const line of lines) tokens += tokenizer.encode(line, { add_special_tokens: false }).ids.length;
-  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-  rates.push(bytes / seconds / 1e6);
-}
-rates.sort((a, b) => a - b);
-console.log(JSON.stringify({ mb_per_s: rates[2], bytes, tokens, implementation: "tokenizers.js" }));
-JS
+cp scripts/bench/tokenizer_bench.mjs "$node_tools/"
 node "$node_tools/tokenizer_bench.mjs" "$work/tokenizer.json" "$work/text.txt"

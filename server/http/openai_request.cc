@@ -318,12 +318,12 @@ absl::StatusOr<std::vector<int64_t>> PromptOf(const OpenAiRequest& r, const Requ
   const int64_t limit = target.limits.max_prompt_tokens;
   if (r.kind == ApiKind::kCompletions) {
     return PromptTokens(*target.tokenizer, r.prompt_text.has_value(), r.prompt_text.value_or(""),
-                        r.prompt_ids, "prompt", "prompt", limit);
+                        r.prompt_ids, "prompt", "prompt", limit, !r.state);
   }
   const std::string text = r.state ? ContinueChat(target.chat_format, r.messages,
                                                   r.state_reply_stopped)
                                    : RenderChat(target.chat_format, r.messages);
-  return PromptTokens(*target.tokenizer, true, text, {}, "messages", "messages", limit);
+  return PromptTokens(*target.tokenizer, true, text, {}, "messages", "messages", limit, !r.state);
 }
 
 // The extensions' errors name their attn_ field.

@@ -29,6 +29,10 @@ $py "$tool" write --family mamba2-ssm --format bin --dtype float16 --out "$work/
 $py "$tool" write --family rwkv4 --layers 4 --vocab 530 --format sharded --out "$work/rwkv4" \
   --tokenizer "$work/tokenizer.json"
 grep -q 'Infinity' "$work/mamba2/config.json" || fail "the config lacks Python's Infinity"
+# GPT-NeoX-20B's real tokenizer.json (50,277 ids, 13 bytes without a token)
+# with a vocabulary padded to 50,288 as mamba_ssm pads it.
+neox_tokenizer=$repo/tests/data/tokenizers/gpt-neox-20b/tokenizer.json
+$py "$tool" write --family mamba2-ssm --format bin --vocab 50288 --loud_padding --out "$work/neox"
 
 echo "== attn-export: two commands' worth, one per directory"
 "$export_bin" --input="$work/mamba2" --output="$work/mamba2.pt" || fail "export of mamba2"
@@ -36,6 +40,8 @@ echo "== attn-export: two commands' worth, one per directory"
   --output="$work/mamba2-ssm.pt" || fail "export of the mamba_ssm layout"
 "$export_bin" --input="$work/rwkv4" --output="$work/rwkv4.pt" --quantize=none \
   || fail "export of rwkv4"
+"$export_bin" --input="$work/neox" --tokenizer="$neox_tokenizer" --output="$work/neox.pt" \
+  || fail "export with GPT-NeoX's real tokenizer.json"
 
 expect_refusal() {  # expect_refusal WHAT TEXT DIR EDIT: the edited copy of DIR is refused with TEXT
   local what=$1 text=$2 dir=$3 edit=$4
@@ -86,14 +92,14 @@ for name in ("mamba2", "mamba2-ssm", "rwkv4"):
     error = np.abs(got - want).max()
     assert error < 1e-4 * np.abs(want).max(), (name, error)
     config = json.loads(module.config)
-    assert config["tokenizer"] == "byte-level-bpe", config
+    assert config["tokenizer"] == "tokenizer-json", config
     assert config["source"]["files"][0]["sha256"], config
     print(f"   {name}: max |logit - float64| = {error:.2e} ({config['source']['format']})")
 PY
 
 echo "== served: tokenizer, greedy tokens of the float64 model, streamed logprobs == Score"
-start_server "$work/server.log" --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt" \
-  --metrics_port=-1
+start_server "$work/server.log" \
+  --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt,$work/neox.pt" --metrics_port=-1
 ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
 "${ctl[@]}" models --json > "$work/models.json"
 for kind in mamba2 rwkv4; do
@@ -140,6 +146,33 @@ assert max(abs(a - b) for a, b in zip(streamed, want)) < 1e-3, (streamed, want)
 print(f"   {name}: 16 greedy tokens and their logprobs as the float64 model's")
 PY
 done
+echo "== GPT-NeoX's tokenizer: padded ids are input, never output"
+printf 'caf\xc3\xa9 \xc3\x80 la carte 日本語 🙂 <|endoftext|>  x' > "$work/neox.txt"
+"${ctl[@]}" tokenize --model=neox --text_file="$work/neox.txt" --json > "$work/neox_tokens.json"
+$py -c "import sys; print(open(sys.argv[1], 'rb').read().hex())" "$work/neox.txt" > "$work/neox.hex"
+"$tokenize_bin" "$neox_tokenizer" "$work/neox.hex" > "$work/neox_reference.jsonl"
+"${ctl[@]}" stream --model=neox --ids=5,50280,17 --max_tokens=12 --temperature=0 --ignore_eos \
+  --json > "$work/neox_stream.jsonl" || fail "ids of the padded rows refused as input"
+$py - "$tool" "$work" <<'PY' || fail "GPT-NeoX tokenizer with a padded vocabulary"
+import importlib.util, json, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("hc", sys.argv[1])
+hc = importlib.util.module_from_spec(spec); spec.loader.exec_module(hc)
+work = sys.argv[2]
+served = [int(i) for i in json.load(open(f"{work}/neox_tokens.json"))["token_ids"]]
+reference = json.loads(open(f"{work}/neox_reference.jsonl").readline())["ids"]
+assert served == reference and 0 in served, (served, reference)
+out = [int(t) for line in open(f"{work}/neox_stream.jsonl") for t in json.loads(line).get("token_ids", [])]
+logits = hc.reference_logits(f"{work}/neox", [5, 50280, 17] + out[:-1])[2:]
+assert logits.shape[1] == 50288, logits.shape
+masked = [int(np.argmax(row[:50277])) for row in logits]
+unmasked = sum(int(np.argmax(row)) >= 50277 for row in logits)
+assert out == masked, (out, masked)
+assert unmasked > 0, "no step would have chosen a padded id: the check tests nothing"
+print(f"   {len(served)} tokens as tokenizer.json says; 12 greedy tokens below 50,277 although "
+      f"{unmasked} steps' maximum lies in the padding")
+PY
+
 echo "== the TorchScript backend serves the same package to the same greedy tokens"
 "${ctl[@]}" generate --model=mamba2 --ids=5,257,17 --max_tokens=12 --temperature=0 --ignore_eos \
   --json > "$work/native.json"

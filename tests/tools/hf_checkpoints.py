@@ -151,6 +151,13 @@ def write(args):
                       "time_step_limit": [0.0, float("inf")], "time_step_min": 0.001,
                       "time_step_max": 0.1, "tie_word_embeddings": True, "eos_token_id": 0,
                       "bos_token_id": 0, "pad_token_id": 1}
+    if args.loud_padding and args.family == "mamba2-ssm":
+        # The rows past the tokenizer's ids (mamba_ssm pads the vocabulary
+        # to a multiple of 16) as strong as +-30 times a real row, so that
+        # under the tied head one of them wins every step unless masked.
+        table = sd["backbone.embedding.weight"]
+        for i, row in enumerate(range(config["vocab_size"], size["vocab"])):
+            table[row] = (30.0 if i % 2 == 0 else -30.0) * table[5]
     sd = collections.OrderedDict((k, v.to(dtype)) for k, v in sd.items())
     if args.family == "mamba2-ssm":
         sd["lm_head.weight"] = sd["backbone.embedding.weight"]
@@ -383,6 +390,7 @@ def main():
     w.add_argument("--vocab", type=int, default=544)
     w.add_argument("--shape", choices=sorted(SHAPES), default="")
     w.add_argument("--tokenizer", default="")
+    w.add_argument("--loud_padding", action="store_true")
     t = sub.add_parser("tokenizer")
     t.add_argument("--out", required=True)
     lg = sub.add_parser("logits")

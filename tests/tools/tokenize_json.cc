@@ -1,9 +1,12 @@
 // attn-tokenize-json: a tokenizer.json's encoding and decoding as this
-// project computes them (model/text/byte_level_bpe.h), for comparison with
+// project computes them (model/text/tokenizer_json.h), for comparison with
 // an independent implementation (tests/text/tokenizer_json_agrees.sh).
 //
 //   attn-tokenize-json TOKENIZER_JSON CASES      CASES: one hex-encoded text per line;
-//                                                prints {"ids": [...], "text": "..."} per line
+//                                                prints {"ids": [...], "text": "...",
+//                                                "with_special": [...]} per line: the ids,
+//                                                their decoding, and the ids with the
+//                                                post-processor's special tokens
 //   attn-tokenize-json TOKENIZER_JSON --bench FILE [REPEATS]
 //                                                encodes FILE's lines, prints MB/s (median of 5)
 #include <algorithm>
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> ids = tokenizer->Encode(absl::HexStringToBytes(hex));
     nlohmann::json out = {{"ids", ids}};
     out["text"] = tokenizer->Decode(ids);
+    out["with_special"] = tokenizer->Encode(absl::HexStringToBytes(hex), true);
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 0;
