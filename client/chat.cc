@@ -64,7 +64,8 @@ void Report(const ChatOptions& options, int turn, size_t server, const TurnResul
         {"state_bytes", result.last.state().size()},
         {"reply", result.reply},
     };
-    std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n",
+                line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
     return;
   }

@@ -39,7 +39,7 @@ struct ChatOptions {
   // the next turn of one conversation.
   bool fresh_turns = false;
   absl::Duration pause;  // before each turn after the first
-  bool json = false;  // a JSON line per turn on stdout instead of the text
+  bool json = false;     // a JSON line per turn on stdout instead of the text
   bool interactive = false;
   ChatFormat format = ChatFormat::kPlain;  // the model's (ListModels' chat_format)
 };

@@ -8,12 +8,23 @@
 namespace attn::client {
 
 const char* StatusCodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int index = static_cast<int>(code);
   return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
 }
@@ -22,9 +33,9 @@ int CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string
                 double timeout_s) {
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(
-                           (timeout_s > 0 ? timeout_s : 5.0) * 1000)));
+  context.set_deadline(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>((timeout_s > 0 ? timeout_s : 5.0) * 1000)));
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
@@ -34,8 +45,8 @@ int CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const std::string
                  status.error_message().c_str());
     return 1;
   }
-  std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
-                          .c_str());
+  std::printf("%s\n",
+              grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 

@@ -1,9 +1,9 @@
 // attnctl health: the standard grpc.health.v1 Check.
 #pragma once
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 namespace attn::client {
 

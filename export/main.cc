@@ -105,8 +105,7 @@ int main(int argc, char** argv) {
   std::cout << "attn-export: wrote " << output << " (format "
             << (int8 ? attn::kInt8PackageFormatVersion : attn::kFloatPackageFormatVersion) << ", "
             << attn::MixerKindName(package->model->config().mixer) << ", "
-            << package->model->parameter_count() << " parameters, "
-            << (int8 ? "int8" : "float32") << " weights, "
-            << std::filesystem::file_size(output, error) << " bytes)\n";
+            << package->model->parameter_count() << " parameters, " << (int8 ? "int8" : "float32")
+            << " weights, " << std::filesystem::file_size(output, error) << " bytes)\n";
   return 0;
 }

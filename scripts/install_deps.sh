@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian packages. Idempotent:
 # a second run only checks that everything is present. clang-14 runs the
-# thread-safety analysis (scripts/check/check_thread_safety.sh). python3-grpcio,
+# thread-safety analysis (scripts/check/check_thread_safety.sh) and
+# clang-format-14 the format check (scripts/check/check_format.sh). python3-grpcio,
 # python3-grpc-tools and prometheus (promtool) serve the end-to-end tests;
 # openssl makes the TLS tests' certificates; chromium runs the chat page's
 # test. libboost-dev brings Boost.Beast, the HTTP API's server; libhiredis-dev
 # the shared state tier's Redis client, and redis-server (with redis-tools)
-# the Redis its tests start; libicu-dev the Unicode classes and NFC of
-# tokenizer.json's byte-level BPE.
+# the Redis its tests start; libicu-dev the regexes, Unicode classes and
+# normalization forms of tokenizer.json.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,7 +19,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev libboost-dev
   libhiredis-dev redis-server redis-tools libicu-dev
-  clang-14
+  clang-14 clang-format-14
   python3-torch python3-grpcio python3-grpc-tools
   prometheus curl chromium
 )

@@ -59,11 +59,11 @@ inline constexpr uint64_t kEmptySequenceOrigin = 0x6a09e667f3bcc908ULL;
 // model, and request validation and the engine both read it from the
 // engine's options.
 struct RequestLimits {
-  int64_t max_prompt_tokens = 4096;  // prompt (or scored text) tokens per request
-  int64_t max_tokens = 4096;         // the largest max_tokens a request may ask for
+  int64_t max_prompt_tokens = 4096;                // prompt (or scored text) tokens per request
+  int64_t max_tokens = 4096;                       // the largest max_tokens a request may ask for
   int64_t default_max_tokens = kDefaultMaxTokens;  // max_tokens when a request leaves it unset
-  int64_t max_stop_strings = 16;     // stop strings per request
-  int64_t max_context = 0;           // the model's context in tokens; 0: unbounded
+  int64_t max_stop_strings = 16;                   // stop strings per request
+  int64_t max_context = 0;                         // the model's context in tokens; 0: unbounded
 };
 
 struct EngineOptions {

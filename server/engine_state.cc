@@ -39,9 +39,9 @@ void Engine::Impl::StartSequence(Sequence& seq) {
     if (seq.request.initial_state) {
       if (absl::Status loaded = backend_->LoadRow(seq.slot, *seq.request.initial_state);
           !loaded.ok()) {
-        EndWithError(seq, absl::InternalError(absl::StrCat(
-                              "initial_state: does not fit this model's state: ",
-                              loaded.message())));
+        EndWithError(seq,
+                     absl::InternalError(absl::StrCat(
+                         "initial_state: does not fit this model's state: ", loaded.message())));
         return;
       }
     }

@@ -17,8 +17,8 @@ absl::Status ParseInitialStatesFlag(
     const size_t colon = entry.find(':'), equals = entry.find('=');
     if (colon == absl::string_view::npos || equals == absl::string_view::npos || colon == 0 ||
         equals <= colon + 1 || equals + 1 == entry.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--initial_states: \"", entry, "\" is not MODEL:NAME=FILE"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial_states: \"", entry, "\" is not MODEL:NAME=FILE"));
     }
     const std::string model(entry.substr(0, colon));
     const std::string name(entry.substr(colon + 1, equals - colon - 1));
@@ -34,9 +34,10 @@ absl::StatusOr<InitialStates> LoadInitialStates(const std::string& model, LmBack
                                                 const std::map<std::string, std::string>& files) {
   auto* native = dynamic_cast<NativeBackend*>(&backend);
   if (native == nullptr || native->model()->config().mixer != MixerKind::kRwkv7) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--initial_states: ", model, " is not an rwkv7 model on the native backend; only those "
-        "take initial states"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--initial_states: ", model,
+                     " is not an rwkv7 model on the native backend; only those "
+                     "take initial states"));
   }
   InitialStates states;
   for (const auto& [name, file] : files) {

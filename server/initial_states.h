@@ -30,8 +30,8 @@ using InitialStates = std::map<std::string, InitialState>;  // by name
 
 // --initial_states: model -> name -> file. kInvalidArgument naming the flag
 // and the entry that is not MODEL:NAME=FILE, or a name given twice.
-absl::Status ParseInitialStatesFlag(
-    const std::string& flag, std::map<std::string, std::map<std::string, std::string>>* out);
+absl::Status ParseInitialStatesFlag(const std::string& flag,
+                                    std::map<std::string, std::map<std::string, std::string>>* out);
 
 // Loads `files` (name -> .pth holding blocks.N.att.time_state [H, N, N] per
 // layer, as RWKV state tuning writes them) for `model` running on `backend`.

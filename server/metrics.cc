@@ -1,13 +1,13 @@
 #include "server/metrics.h"
 
-#include <map>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,10 +36,11 @@ std::string StatusCodeName(absl::StatusCode code) {
 
 struct Metrics::Families {
   explicit Families(prometheus::Registry& r)
-      : requests(BuildCounter()
-                     .Name("attn_requests_total")
-                     .Help("Requests finished, by method, gRPC status code and protocol (grpc or http).")
-                     .Register(r)),
+      : requests(
+            BuildCounter()
+                .Name("attn_requests_total")
+                .Help("Requests finished, by method, gRPC status code and protocol (grpc or http).")
+                .Register(r)),
         success(BuildCounter()
                     .Name("attn_request_success_total")
                     .Help("Generations finished, by finish reason.")
@@ -384,7 +385,10 @@ StateStoreObserver* Metrics::AddStateStore() {
 void Metrics::CountRequest(const std::string& model, const std::string& method,
                            const std::string& code, Protocol protocol) {
   families_->requests
-      .Add({{"model", model}, {"method", method}, {"code", code}, {"protocol", ProtocolName(protocol)}})
+      .Add({{"model", model},
+            {"method", method},
+            {"code", code},
+            {"protocol", ProtocolName(protocol)}})
       .Increment();
 }
 

@@ -177,8 +177,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   }
   auto hosted = std::make_unique<HostedModel>();
   if (auto files = options.initial_states.find(name); files != options.initial_states.end()) {
-    absl::StatusOr<InitialStates> states =
-        LoadInitialStates(name, *loaded->backend, files->second);
+    absl::StatusOr<InitialStates> states = LoadInitialStates(name, *loaded->backend, files->second);
     if (!states.ok()) return states.status();
     hosted->initial_states = *std::move(states);
   }

@@ -39,7 +39,7 @@ struct ModelDescription {
   // TorchScript model, whose weights the server does not inspect.
   std::string weight_dtype;
   int64_t weight_bytes = 0;
-  std::string fingerprint;  // which states it accepts (server/state_blob.h)
+  std::string fingerprint;            // which states it accepts (server/state_blob.h)
   std::string chat_format = "plain";  // the package's prompt format (model/text/chat_format.h)
 };
 

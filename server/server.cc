@@ -101,13 +101,13 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     health->SetServingStatus(model->description.name, true);
   }
   if (options.http_port >= 0) {
-    server->openai_ = std::make_unique<http::OpenAiService>(
-        *server->registry_, server->service_->admission(), *server->access_,
-        server->metrics_.get());
+    server->openai_ =
+        std::make_unique<http::OpenAiService>(*server->registry_, server->service_->admission(),
+                                              *server->access_, server->metrics_.get());
     server->http_ = std::make_unique<http::HttpServer>();
     server->openai_->AddRoutes(*server->http_);
-    auto bound = server->http_->Start(HttpOptions(
-        options.host, options.http_port, options.tls.enabled() ? &options.tls : nullptr));
+    auto bound = server->http_->Start(HttpOptions(options.host, options.http_port,
+                                                  options.tls.enabled() ? &options.tls : nullptr));
     if (!bound.ok()) return PortError(bound.status(), "--http_port");
     server->http_port_ = *bound;
   }

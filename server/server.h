@@ -35,8 +35,8 @@ struct ServerOptions {
   // running generation and scoring calls applies with keys; 0: none.
   std::string api_keys_file;
   int64_t max_requests_per_key = 0;
-  bool reflection = true;    // serve grpc.reflection (health is always served)
-  RegistryOptions registry;  // models, device, engine options and request limits
+  bool reflection = true;         // serve grpc.reflection (health is always served)
+  RegistryOptions registry;       // models, device, engine options and request limits
   StateStoreOptions state_store;  // the shared state tier; no URL: none
   absl::Duration shutdown_grace = absl::Seconds(30);
 };

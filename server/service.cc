@@ -108,8 +108,8 @@ class EngineCallReactor : public Base {
 
   // Admits the call through `path` with this reactor listening to its
   // stream, or finishes it with the reason it was refused.
-  void Start(const AdmissionPath& path, const std::string& authorization,
-             const std::string& model, const AdmissionPath::Convert& convert) {
+  void Start(const AdmissionPath& path, const std::string& authorization, const std::string& model,
+             const AdmissionPath::Convert& convert) {
     Admission admission = path.Admit(authorization, model, convert, [this] { Pump(); });
     absl::MutexLock lock(&mu_);
     // A name the caller made up is not a label: it could add series without
@@ -213,7 +213,7 @@ class EngineCallReactor : public Base {
 
   Metrics* const metrics_;
   const char* const method_;
-  Access::Ticket ticket_ ABSL_GUARDED_BY(mu_);  // held until the call is done
+  Access::Ticket ticket_ ABSL_GUARDED_BY(mu_);                  // held until the call is done
   std::shared_ptr<RequestStream> stream_ ABSL_GUARDED_BY(mu_);  // set by Start once admitted
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -359,8 +359,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
       });
   reactor->Start(admission_, Authorization(context), request->model(),
                  [request, deadline = DeadlineOf(context)](const HostedModel& model) {
-                   return ToScoreRequest(*request, *model.tokenizer,
-                                         model.engine->options().limits, deadline);
+                   return ToScoreRequest(*request, *model.tokenizer, model.engine->options().limits,
+                                         deadline);
                  });
   return reactor;
 }

@@ -66,8 +66,8 @@ bool StateCache::Contains(absl::Span<const int64_t> tokens, uint64_t origin) con
   return it != entries_.end() && Holds(it->second, tokens, tokens.size(), origin);
 }
 
-void StateCache::Insert(absl::Span<const int64_t> tokens,
-                        std::shared_ptr<const CachedState> state, uint64_t origin) {
+void StateCache::Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state,
+                        uint64_t origin) {
   if (tokens.empty() || !state) return;
   const int64_t bytes = EntryBytes(*state, tokens.size());
   if (bytes > capacity_bytes_) return;

@@ -24,7 +24,8 @@ absl::StatusOr<SamplingOptions> Sampling(const attn::v1::GenerateRequest& reques
       request.has_repetition_penalty() ? request.repetition_penalty() : 1.0;
   options.presence_penalty = request.presence_penalty();
   options.frequency_penalty = request.frequency_penalty();
-  for (const auto& [token, bias] : request.logit_bias()) options.logit_bias.emplace_back(token, bias);
+  for (const auto& [token, bias] : request.logit_bias())
+    options.logit_bias.emplace_back(token, bias);
   std::sort(options.logit_bias.begin(), options.logit_bias.end());
   options.top_logprobs = request.top_logprobs();
   options.seed = request.has_seed() ? request.seed() : RandomSeed();
@@ -59,8 +60,8 @@ absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bo
                                                   const std::string& text,
                                                   const std::vector<int64_t>& ids,
                                                   const std::string& text_field,
-                                                  const std::string& ids_field,
-                                                  int64_t max_tokens, bool starts_sequence) {
+                                                  const std::string& ids_field, int64_t max_tokens,
+                                                  bool starts_sequence) {
   if (has_text && !text.empty() && !ids.empty()) {
     return InvalidField(absl::StrCat(text_field, ", ", ids_field), "give one of the two, not both");
   }
@@ -106,8 +107,8 @@ absl::Status CheckGeneration(const RequestLimits& limits, const Tokenizer& token
                      " exceed the model's context of ", limits.max_context, " tokens"));
   }
   if (static_cast<int64_t>(request.stop.size()) > limits.max_stop_strings) {
-    return InvalidField("stop", absl::StrCat(request.stop.size(), " strings, at most ",
-                                             limits.max_stop_strings));
+    return InvalidField(
+        "stop", absl::StrCat(request.stop.size(), " strings, at most ", limits.max_stop_strings));
   }
   for (size_t i = 0; i < request.stop.size(); ++i) {
     const std::string field = absl::StrCat("stop[", i, "]");
@@ -134,10 +135,10 @@ absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
   }
   const auto prompt = static_cast<int64_t>(request->prompt.size());
   if (limits.max_context > 0 && decoded->tokens + prompt >= limits.max_context) {
-    return InvalidField("state", absl::StrCat("holds ", decoded->tokens,
-                                              " tokens; with the prompt's ", prompt,
-                                              " they leave no room in the model's context of ",
-                                              limits.max_context));
+    return InvalidField(
+        "state",
+        absl::StrCat("holds ", decoded->tokens, " tokens; with the prompt's ", prompt,
+                     " they leave no room in the model's context of ", limits.max_context));
   }
   request->start_tokens = decoded->tokens;
   request->start_state = std::move(decoded->row);
@@ -153,9 +154,9 @@ absl::Status ApplyInitialState(const std::string& name, const std::string& model
   if (found == states.end()) {
     std::vector<std::string> names;
     for (const auto& [known, state] : states) names.push_back(known);
-    return absl::NotFoundError(absl::StrCat(
-        "initial_state: \"", name, "\" is not one of ", model, "'s initial states (",
-        names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
+    return absl::NotFoundError(
+        absl::StrCat("initial_state: \"", name, "\" is not one of ", model, "'s initial states (",
+                     names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
   }
   request->initial_state = found->second.row;
   request->cache_origin = found->second.origin;
@@ -167,10 +168,10 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
                                               const RequestLimits& limits, absl::Time deadline) {
   EngineRequest out;
   out.deadline = deadline;
-  auto prompt = PromptTokens(tokenizer, request.has_prompt(), request.prompt(),
-                             {request.prompt_token_ids().begin(), request.prompt_token_ids().end()},
-                             "prompt", "prompt_token_ids", limits.max_prompt_tokens,
-                             !request.has_state());
+  auto prompt =
+      PromptTokens(tokenizer, request.has_prompt(), request.prompt(),
+                   {request.prompt_token_ids().begin(), request.prompt_token_ids().end()}, "prompt",
+                   "prompt_token_ids", limits.max_prompt_tokens, !request.has_state());
   if (!prompt.ok()) return prompt.status();
   out.prompt = std::move(*prompt);
   out.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;

@@ -55,8 +55,7 @@ TEST(SafetensorsTest, ReadsF32F16AndBf16AsFloat) {
 }
 
 TEST(SafetensorsTest, EachDamageIsNamed) {
-  const nlohmann::json good = {
-      {"w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}};
+  const nlohmann::json good = {{"w", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}}};
   const std::string data = Floats({1.0f, 2.0f});
   const std::string whole = Safetensors(good, data);
   // Truncated anywhere: DATA_LOSS, never a crash.
@@ -91,8 +90,7 @@ TEST(SafetensorsTest, EachDamageIsNamed) {
 
 // Runs Debian's PyTorch on `script` with the path as argv[1].
 void Python(const std::string& script, const std::string& path) {
-  const std::string command =
-      "/usr/bin/python3 -c '" + script + "' " + path + " 2>/dev/null";
+  const std::string command = "/usr/bin/python3 -c '" + script + "' " + path + " 2>/dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
 }
 
@@ -121,8 +119,10 @@ TEST(TorchCheckpointTest, APickleThatCallsAFunctionIsRefusedUnrun) {
       "import sys, os, torch\n"
       "class Evil:\n"
       "    def __reduce__(self):\n"
-      "        return (os.system, (\"touch " + marker + "\",))\n"
-      "torch.save({\"w\": torch.ones(2), \"x\": Evil()}, sys.argv[1])",
+      "        return (os.system, (\"touch " +
+          marker +
+          "\",))\n"
+          "torch.save({\"w\": torch.ones(2), \"x\": Evil()}, sys.argv[1])",
       path);
   auto tensors = ReadTorchCheckpoint(path);
   ASSERT_FALSE(tensors.ok());
@@ -156,7 +156,8 @@ TensorMap BlinkDlTensors() {
       t[b + norm + ".weight"] = torch::ones({c});
       t[b + norm + ".bias"] = torch::zeros({c});
     }
-    for (const char* x : {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a"}) {
+    for (const char* x :
+         {"x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a"}) {
       t[b + "att." + x] = torch::rand({1, 1, c});
     }
     for (const char* m : {"w", "a", "v", "g"}) {
@@ -212,14 +213,15 @@ TEST(Rwkv7CheckpointTest, EveryTensorThatDoesNotFitIsNamed) {
     TensorMap t = BlinkDlTensors();
     t["blocks.1.att.extra"] = torch::randn({3});
     auto model = ImportRwkv7(t, Rwkv7Layout::kBlinkDl);
-    EXPECT_TRUE(absl::StrContains(model.status().message(), "tensor blocks.1.att.extra is not part"))
+    EXPECT_TRUE(
+        absl::StrContains(model.status().message(), "tensor blocks.1.att.extra is not part"))
         << model.status();
   }
   {
     TensorMap t = BlinkDlTensors();
     t.erase("emb.weight");
-    EXPECT_TRUE(absl::StrContains(ImportRwkv7(t, Rwkv7Layout::kBlinkDl).status().message(),
-                                  "emb.weight"));
+    EXPECT_TRUE(
+        absl::StrContains(ImportRwkv7(t, Rwkv7Layout::kBlinkDl).status().message(), "emb.weight"));
   }
 }
 
@@ -236,8 +238,8 @@ TEST(Rwkv7CheckpointTest, OtherGenerationsAreRefusedByName) {
 
 TEST(Rwkv7CheckpointTest, HfConfigOptionsItCannotServeAreNamed) {
   EXPECT_TRUE(ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "norm_eps": 1e-5})").ok());
-  EXPECT_TRUE(absl::StrContains(ParseRwkv7HfConfig(R"({"model_type": "mamba2"})").status().message(),
-                                "model_type"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseRwkv7HfConfig(R"({"model_type": "mamba2"})").status().message(), "model_type"));
   EXPECT_TRUE(absl::StrContains(
       ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "attn": {"layers": [1]}})").status().message(),
       "attn"));

@@ -82,7 +82,8 @@ Vector Mamba2Block::Next(const Vector& h) {
   const int64_t n = sizes_.state_size, g = sizes_.groups, p = inner / heads_;
   const int64_t channels = inner + 2 * g * n, width = sizes_.conv_kernel;
   if (state_.empty()) state_.assign(heads_, Matrix(p, Vector(n, 0.0)));
-  const Vector projected = Apply(ToMatrix(p_.at("in_proj.weight")), RmsNorm(h, ToVector(p_.at("norm.gain"))));
+  const Vector projected =
+      Apply(ToMatrix(p_.at("in_proj.weight")), RmsNorm(h, ToVector(p_.at("norm.gain"))));
   inputs_.push_back(Vector(projected.begin() + inner, projected.begin() + inner + channels));
   const auto conv = p_.at("conv_weight");  // [channels, 1, W]
   const Vector conv_bias = ToVector(p_.at("conv_bias"));
@@ -119,7 +120,8 @@ Vector Mamba2Block::Next(const Vector& h) {
   for (int64_t i = 0; i < inner; ++i) y[i] *= Silu(projected[i]);
   for (int64_t group = 0; group < g; ++group) {
     double mean_square = 0.0;
-    for (int64_t i = 0; i < per_group; ++i) mean_square += y[group * per_group + i] * y[group * per_group + i];
+    for (int64_t i = 0; i < per_group; ++i)
+      mean_square += y[group * per_group + i] * y[group * per_group + i];
     mean_square /= per_group;
     for (int64_t i = 0; i < per_group; ++i) {
       const int64_t at = group * per_group + i;

@@ -48,8 +48,8 @@ class Mamba2Block {
   Params p_;
   int64_t heads_;
   Mamba2Sizes sizes_;
-  Matrix inputs_;                   // every earlier token's xbc, before the convolution
-  std::vector<Matrix> state_;       // [H][P][N]
+  Matrix inputs_;              // every earlier token's xbc, before the convolution
+  std::vector<Matrix> state_;  // [H][P][N]
 };
 
 // The logits [T][V] of `tokens` under a model of `config` (rwkv4 or mamba2)

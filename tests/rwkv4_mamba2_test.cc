@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "model/lm/language_model.h"
-#include "tests/test_util.h"
 #include "model/mixers/mixer.h"
 #include "tests/recurrent_reference.h"
+#include "tests/test_util.h"
 
 namespace attn {
 namespace recurrent_blocks_test {
@@ -27,8 +27,9 @@ struct Case {
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return MixerKindName(info.param.kind) == "rwkv4" ? (info.param.fused ? "rwkv4_fused" : "rwkv4_ops")
-                                                   : (info.param.fused ? "mamba2_fused" : "mamba2_ops");
+  return MixerKindName(info.param.kind) == "rwkv4"
+             ? (info.param.fused ? "rwkv4_fused" : "rwkv4_ops")
+             : (info.param.fused ? "mamba2_fused" : "mamba2_ops");
 }
 
 MixerOptions BlockOptions(MixerKind kind, int64_t layer, bool fused) {
@@ -245,8 +246,8 @@ TEST(RecurrentModelTest, LogitsEqualTheFloat64Equations) {
     model->eval();
     std::vector<int64_t> tokens;
     for (int64_t t = 0; t < 25; ++t) tokens.push_back((t * 7 + 3) % 50);
-    const auto expected =
-        reference::FromMatrix(reference::LmLogits(model->config(), reference::ParamsOf(*model), tokens));
+    const auto expected = reference::FromMatrix(
+        reference::LmLogits(model->config(), reference::ParamsOf(*model), tokens));
     torch::NoGradGuard no_grad;
     const auto logits = model->forward(torch::tensor(tokens).unsqueeze(0))[0];
     EXPECT_LT(RelativeError(logits, expected), 2e-5) << MixerKindName(kind);

@@ -25,7 +25,8 @@ Vector LayerNorm(const Vector& x, const Vector& gain, const Vector& bias) {
   for (double v : x) var += (v - mean) * (v - mean);
   var /= x.size();
   Vector y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) / std::sqrt(var + 1e-5) * gain[i] + bias[i];
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = (x[i] - mean) / std::sqrt(var + 1e-5) * gain[i] + bias[i];
   return y;
 }
 
@@ -75,7 +76,8 @@ Vector Block(const Rwkv7Weights& p, int64_t heads, double eps, Vector x, Rwkv7St
     double norm = 0.0;
     for (size_t j = 0; j < n; ++j) norm += std::pow(k[h * n + j] * p.key_norm_scale[h * n + j], 2);
     norm = std::max(std::sqrt(norm), 1e-12);
-    for (size_t j = 0; j < n; ++j) kk[h * n + j] = k[h * n + j] * p.key_norm_scale[h * n + j] / norm;
+    for (size_t j = 0; j < n; ++j)
+      kk[h * n + j] = k[h * n + j] * p.key_norm_scale[h * n + j] / norm;
   }
   for (size_t i = 0; i < c; ++i) k[i] *= 1.0 + (iclr[i] - 1.0) * p.key_iclr_scale[i];
   // S_t = S_{t-1} (diag(w) - kk^T (iclr * kk)) + v^T k, then o = S r: S
@@ -88,8 +90,8 @@ Vector Block(const Rwkv7Weights& p, int64_t heads, double eps, Vector x, Rwkv7St
       for (size_t j = 0; j < n; ++j) {
         double sum = 0.0;
         for (size_t m = 0; m < n; ++m) {
-          const double transition = (m == j ? w[h * n + j] : 0.0) -
-                                    kk[h * n + m] * iclr[h * n + j] * kk[h * n + j];
+          const double transition =
+              (m == j ? w[h * n + j] : 0.0) - kk[h * n + m] * iclr[h * n + j] * kk[h * n + j];
           sum += S[i][m] * transition;
         }
         next[i][j] = sum + v[h * n + i] * k[h * n + j];
@@ -145,7 +147,9 @@ torch::Tensor FromMatrix(const Matrix& m) {
 Rwkv7Weights Rwkv7WeightsOf(const SequenceMixer& block) {
   std::map<std::string, torch::Tensor> named;
   for (const auto& p : block.named_parameters()) named[p.key()] = p.value().detach();
-  auto vec = [&](const std::string& name) { return named.count(name) ? ToVector(named[name]) : Vector(); };
+  auto vec = [&](const std::string& name) {
+    return named.count(name) ? ToVector(named[name]) : Vector();
+  };
   auto mat = [&](const std::string& name) {
     return named.count(name) ? ToMatrix(named[name]) : Matrix();
   };

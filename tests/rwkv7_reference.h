@@ -33,7 +33,7 @@ struct Rwkv7Weights {
   Vector mix_r, mix_w, mix_k, mix_v, mix_i, mix_g, ffn_mix;
   Vector decay_bias, iclr_bias, value_bias, key_norm_scale, key_iclr_scale;
   Vector out_norm_gain, out_norm_bias;
-  Matrix bonus;  // [H][N]
+  Matrix bonus;                           // [H][N]
   Matrix receptance, key, value, output;  // [out][in]
   Matrix decay_down, decay_up, iclr_down, iclr_up, value_down, value_up, gate_down, gate_up;
   Matrix ffn_key, ffn_value;

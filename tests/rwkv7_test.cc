@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "model/lm/language_model.h"
-#include "tests/test_util.h"
 #include "tests/rwkv7_reference.h"
+#include "tests/test_util.h"
 
 namespace attn {
 namespace {

@@ -23,17 +23,27 @@ std::string Vocabulary() {
   int64_t id = 1;
   for (int b = 0; b < 256; ++b) {
     std::string literal;
-    if (b == '\\') literal = R"('\\')";
-    else if (b == '\'') literal = R"("'")";
-    else if (b == '\n') literal = R"('\n')";
-    else if (b >= 0x20 && b < 0x7f) literal = absl::StrCat("'", std::string(1, static_cast<char>(b)), "'");
-    else literal = absl::StrCat("b'\\x", absl::Hex(b, absl::kZeroPad2), "'");
+    if (b == '\\')
+      literal = R"('\\')";
+    else if (b == '\'')
+      literal = R"("'")";
+    else if (b == '\n')
+      literal = R"('\n')";
+    else if (b >= 0x20 && b < 0x7f)
+      literal = absl::StrCat("'", std::string(1, static_cast<char>(b)), "'");
+    else
+      literal = absl::StrCat("b'\\x", absl::Hex(b, absl::kZeroPad2), "'");
     absl::StrAppend(&text, id++, " ", literal, " 1\n");
   }
   const char* more[] = {
-      "'the' 3", "' the' 4", "' river' 6", "'river' 5", "\"it's\" 4", "'\\n\\n' 2",
-      "'\\t\\\\' 2", "'日本' 6", "'本語' 6", "'\\u00e9t\\u00e9' 5", "'🙂' 4",
-      "b'\\xe6\\x97\\xa5\\xe6' 4", "b'\\xaa\\x9e' 2", "' 🙂🙂' 9", "'\\x41\\102C' 3",
+      "'the' 3",         "' the' 4",
+      "' river' 6",      "'river' 5",
+      "\"it's\" 4",      "'\\n\\n' 2",
+      "'\\t\\\\' 2",     "'日本' 6",
+      "'本語' 6",        "'\\u00e9t\\u00e9' 5",
+      "'🙂' 4",        "b'\\xe6\\x97\\xa5\\xe6' 4",
+      "b'\\xaa\\x9e' 2", "' 🙂🙂' 9",
+      "'\\x41\\102C' 3",
   };
   for (const char* line : more) absl::StrAppend(&text, id++, " ", line, "\n");
   return text;
@@ -62,11 +72,12 @@ TEST(RwkvVocabularyTest, EncodesAsTheReferenceAndDecodesBack) {
   for (int64_t id = 1; id < vocab->size(); ++id) ids[vocab->TokenBytes(id)] = id;
   EXPECT_EQ(vocab->TokenBytes(ids.at("it's")), "it's");
   EXPECT_EQ(ids.count("\t\\"), 1u);
-  EXPECT_EQ(ids.count("ABC"), 1u);   // \x41, octal \102, C
+  EXPECT_EQ(ids.count("ABC"), 1u);                // \x41, octal \102, C
   EXPECT_EQ(ids.count("\xc3\xa9t\xc3\xa9"), 1u);  // \u00e9 as UTF-8
   std::mt19937 random(5);
-  const std::vector<std::string> pieces = {"the", " river", "it's", "\n\n", "日本語", "🙂",
-                                           " ", "\xff", "\xe6\x97", "x", "\t\\", "été", "ABC"};
+  const std::vector<std::string> pieces = {"the",  " river", "it's", "\n\n",     "日本語",
+                                           "🙂", " ",      "\xff", "\xe6\x97", "x",
+                                           "\t\\", "été",    "ABC"};
   for (int round = 0; round < 200; ++round) {
     std::string text;
     for (int i = 0; i < 12; ++i) text += pieces[random() % pieces.size()];

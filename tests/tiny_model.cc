@@ -22,7 +22,7 @@ LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size) {
   c.positions = PositionKind::kNone;
   if (IsWholeBlock(kind)) c.norm = WholeBlockNorm(kind);
   if (kind == MixerKind::kRwkv7) c.rwkv7_ranks = {8, 8, 8, 8};  // small low-rank paths
-  if (kind == MixerKind::kRwkv4) c.rescale_every = 1;            // every layer halves
+  if (kind == MixerKind::kRwkv4) c.rescale_every = 1;           // every layer halves
   if (kind == MixerKind::kMamba2) c.mamba2 = {8, 4, 2, 2};
   return c;
 }

@@ -3,6 +3,8 @@
 // tokenizers.js): Metaspace's split, vocabularies without some bytes,
 // unknown tokens, added tokens' lstrip and rstrip, the post-processor's
 // template, and ids a padded embedding has beyond the tokenizer.
+#include "model/text/tokenizer_json.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,7 +12,6 @@
 
 #include "model/lm/continuation.h"
 #include "model/text/tokenizer.h"
-#include "model/text/tokenizer_json.h"
 #include "nlohmann/json.hpp"
 
 namespace attn {
@@ -24,12 +25,15 @@ const std::string kMark = "\xe2\x96\x81";
 
 Json MetaspaceTokenizer(bool split) {
   Json t;
-  t["model"] = {{"type", "BPE"},
-                {"vocab", {{kMark, 0}, {"a", 1}, {"b", 2}, {kMark + kMark, 3}, {kMark + "a", 4},
-                           {kMark + "b", 5}}},
-                {"merges", {kMark + " " + kMark, kMark + " a", kMark + " b"}}};
-  t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMark},
-                        {"prepend_scheme", "always"}, {"split", split}};
+  t["model"] = {
+      {"type", "BPE"},
+      {"vocab",
+       {{kMark, 0}, {"a", 1}, {"b", 2}, {kMark + kMark, 3}, {kMark + "a", 4}, {kMark + "b", 5}}},
+      {"merges", {kMark + " " + kMark, kMark + " a", kMark + " b"}}};
+  t["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", kMark},
+                        {"prepend_scheme", "always"},
+                        {"split", split}};
   t["decoder"] = {{"type", "Metaspace"}, {"replacement", kMark}, {"prepend_scheme", "always"}};
   return t;
 }
@@ -57,8 +61,11 @@ Json ByteLevelTokenizer() {
                 {"merges", Json::array()}};
   t["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
   t["decoder"] = {{"type", "ByteLevel"}};
-  t["added_tokens"] = {{{"id", 3}, {"content", "<|endoftext|>"}, {"special", true},
-                        {"lstrip", true}, {"rstrip", true}}};
+  t["added_tokens"] = {{{"id", 3},
+                        {"content", "<|endoftext|>"},
+                        {"special", true},
+                        {"lstrip", true},
+                        {"rstrip", true}}};
   t["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", {{{"SpecialToken", {{"id", "<|endoftext|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
@@ -86,8 +93,11 @@ TEST(TokenizerJson, AddedTokensTakeTheWhitespaceTheyStripAndTheTemplateAddsBos) 
 
 TEST(TokenizerJson, UnknownCharactersBecomeTheUnknownTokenFusedWhenAsked) {
   Json t;
-  t["model"] = {{"type", "BPE"}, {"vocab", {{"<unk>", 0}, {"a", 1}}}, {"merges", Json::array()},
-                {"unk_token", "<unk>"}, {"fuse_unk", true}};
+  t["model"] = {{"type", "BPE"},
+                {"vocab", {{"<unk>", 0}, {"a", 1}}},
+                {"merges", Json::array()},
+                {"unk_token", "<unk>"},
+                {"fuse_unk", true}};
   auto fused = TokenizerJson::Parse(t.dump());
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(fused->Encode("axyza"), (Ids{1, 0, 1}));
@@ -102,11 +112,10 @@ TEST(TokenizerJson, RefusalsNameTheComponent) {
   t["model"]["merges"] = {"a zz"};
   auto merge = TokenizerJson::Parse(t.dump());
   EXPECT_EQ(merge.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(merge.status().message().find("model.merges[0]"), std::string::npos)
-      << merge.status();
+  EXPECT_NE(merge.status().message().find("model.merges[0]"), std::string::npos) << merge.status();
   t = ByteLevelTokenizer();
-  t["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Strip"}, {"content", " "},
-                                                       {"start", 1}, {"stop", 0}}}}};
+  t["decoder"] = {{"type", "Sequence"},
+                  {"decoders", {{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
   auto strip = TokenizerJson::Parse(t.dump());
   EXPECT_NE(strip.status().message().find("decoder.decoders[0]"), std::string::npos)
       << strip.status();

@@ -52,7 +52,8 @@ CausalLm ModelFor(const ScriptCase& c) {
   config.norm = c.norm;
   config.positions = c.positions;
   config.chunk = 5;  // blocks that do not divide the sequences
-  config.tie_embeddings = !IsWholeBlock(c.kind) || c.kind == MixerKind::kMamba2;  // RWKV's heads are their own
+  config.tie_embeddings =
+      !IsWholeBlock(c.kind) || c.kind == MixerKind::kMamba2;  // RWKV's heads are their own
   torch::manual_seed(5);
   CausalLm model(config);
   testing::RandomizePositionParameters(*model, 0.5);

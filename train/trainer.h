@@ -67,7 +67,7 @@ struct TrainOptions {
   double heldout_fraction = 0.05;  // the end of the token stream
   int64_t eval_every = 200;        // 0: only at the end
   int64_t eval_batches = 8;
-  std::string checkpoint_dir;    // empty: no checkpoints
+  std::string checkpoint_dir;      // empty: no checkpoints
   int64_t checkpoint_every = 500;  // 0: only at the end (when a dir is set)
 };
 

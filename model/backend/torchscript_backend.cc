@@ -202,9 +202,9 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
                          m.attr("tokenizer").toTensor().scalar_type() == torch::kUInt8 &&
                          m.attr("tokenizer").toTensor().numel() > 0;
     if (!present)
-      return invalid(
-          "config says tokenizer \"", config->tokenizer, "\" but there is no uint8 "
-          "buffer named tokenizer");
+      return invalid("config says tokenizer \"", config->tokenizer,
+                     "\" but there is no uint8 "
+                     "buffer named tokenizer");
     auto bytes = m.attr("tokenizer").toTensor().to(torch::kCPU).contiguous();
     backend->tokenizer_model_.assign(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
                                      bytes.numel());

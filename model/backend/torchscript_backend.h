@@ -33,7 +33,7 @@ struct ScriptModelConfig {
   // or "bytes".
   std::string tokenizer;
   std::string chat_format = "plain";  // model/text/chat_format.h
-  std::string mixer;      // the "lm" member's mixer for this library's packages; else ""
+  std::string mixer;  // the "lm" member's mixer for this library's packages; else ""
 };
 
 // kInvalidArgument naming the first field that is missing or wrong.

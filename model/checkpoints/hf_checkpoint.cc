@@ -42,7 +42,8 @@ absl::StatusOr<int64_t> IntOr(const Json& object, const char* key, int64_t fallb
 absl::StatusOr<bool> BoolOr(const Json& object, const char* key, bool fallback) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return Refuse(key, absl::StrCat("must be true or false, got ", it->dump()));
+  if (!it->is_boolean())
+    return Refuse(key, absl::StrCat("must be true or false, got ", it->dump()));
   return it->get<bool>();
 }
 
@@ -58,7 +59,8 @@ absl::Status EpsIs1e5(const Json& object, const char* key) {
   if (it == object.end() || it->is_null()) return absl::OkStatus();
   absl::StatusOr<double> eps = NumberIn(*it, key);
   if (!eps.ok()) return eps.status();
-  if (std::abs(*eps - 1e-5) > 1e-12) return Refuse(key, absl::StrCat(*eps, " (only 1e-5 is supported)"));
+  if (std::abs(*eps - 1e-5) > 1e-12)
+    return Refuse(key, absl::StrCat(*eps, " (only 1e-5 is supported)"));
   return absl::OkStatus();
 }
 
@@ -93,7 +95,8 @@ absl::StatusOr<HfModelSpec> TransformersMamba2(const Json& j) {
   spec.prefix = "backbone.";
   spec.embedding = "backbone.embeddings.weight";
   // Defaults as transformers' Mamba2Config has them.
-  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096), layers = IntOr(j, "num_hidden_layers", 64),
+  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096),
+                          layers = IntOr(j, "num_hidden_layers", 64),
                           heads = IntOr(j, "num_heads", 128), head_dim = IntOr(j, "head_dim", 64),
                           state = IntOr(j, "state_size", 128), groups = IntOr(j, "n_groups", 8),
                           expand = IntOr(j, "expand", 2), conv = IntOr(j, "conv_kernel", 4);
@@ -111,8 +114,9 @@ absl::StatusOr<HfModelSpec> TransformersMamba2(const Json& j) {
     if (!s.ok()) return s;
   }
   if (*heads * *head_dim != *expand * *d) {
-    return Refuse("num_heads", absl::StrCat(*heads, " heads of head_dim ", *head_dim, " are not expand * hidden_size (",
-                                            *expand * *d, ") channels"));
+    return Refuse("num_heads",
+                  absl::StrCat(*heads, " heads of head_dim ", *head_dim,
+                               " are not expand * hidden_size (", *expand * *d, ") channels"));
   }
   SetMamba2(spec.config, *d, *layers, *heads, *expand, {*state, *conv, *expand, *groups});
   spec.config.tie_embeddings = *tie;
@@ -133,8 +137,9 @@ absl::StatusOr<HfModelSpec> MambaSsmMamba2(const Json& j) {
   if (!ssm.is_object()) return Refuse("ssm_cfg", "must be an object");
   auto layer = ssm.find("layer");
   if (layer == ssm.end() || *layer != "Mamba2") {
-    return Refuse("ssm_cfg.layer", absl::StrCat(layer != ssm.end() ? layer->dump() : "Mamba1 (the default)",
-                                                ": only Mamba2 is supported"));
+    return Refuse("ssm_cfg.layer",
+                  absl::StrCat(layer != ssm.end() ? layer->dump() : "Mamba1 (the default)",
+                               ": only Mamba2 is supported"));
   }
   if (auto it = j.find("d_intermediate"); it != j.end() && !(it->is_number() && *it == 0)) {
     return Refuse("d_intermediate", "an MLP after the mixer is not supported (only 0)");
@@ -148,7 +153,8 @@ absl::StatusOr<HfModelSpec> MambaSsmMamba2(const Json& j) {
   for (const auto* v : {&state, &conv, &expand, &head_dim, &groups}) {
     if (!v->ok()) return v->status();
   }
-  absl::StatusOr<bool> tie = BoolOr(j, "tie_embeddings", true), conv_bias = BoolOr(ssm, "conv_bias", true);
+  absl::StatusOr<bool> tie = BoolOr(j, "tie_embeddings", true),
+                       conv_bias = BoolOr(ssm, "conv_bias", true);
   if (!tie.ok()) return tie.status();
   if (!conv_bias.ok()) return conv_bias.status();
   for (const absl::Status& s :
@@ -162,9 +168,11 @@ absl::StatusOr<HfModelSpec> MambaSsmMamba2(const Json& j) {
     return Refuse("ssm_cfg.activation", absl::StrCat(it->dump(), " is not supported (silu)"));
   }
   if ((*expand * *d) % *head_dim != 0) {
-    return Refuse("ssm_cfg.headdim", absl::StrCat(*head_dim, " does not divide expand * d_model (", *expand * *d, ")"));
+    return Refuse("ssm_cfg.headdim", absl::StrCat(*head_dim, " does not divide expand * d_model (",
+                                                  *expand * *d, ")"));
   }
-  SetMamba2(spec.config, *d, *layers, *expand * *d / *head_dim, *expand, {*state, *conv, *expand, *groups});
+  SetMamba2(spec.config, *d, *layers, *expand * *d / *head_dim, *expand,
+            {*state, *conv, *expand, *groups});
   spec.config.tie_embeddings = *tie;
   spec.conv_bias = *conv_bias;
   return spec;
@@ -175,7 +183,8 @@ absl::StatusOr<HfModelSpec> TransformersRwkv4(const Json& j) {
   spec.layout = "transformers-rwkv4";
   spec.prefix = "rwkv.";
   spec.embedding = "rwkv.embeddings.weight";
-  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096), layers = IntOr(j, "num_hidden_layers", 32);
+  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096),
+                          layers = IntOr(j, "num_hidden_layers", 32);
   if (!d.ok()) return d.status();
   if (!layers.ok()) return layers.status();
   absl::StatusOr<int64_t> attention = IntOr(j, "attention_hidden_size", *d),
@@ -213,10 +222,14 @@ Mapping Mamba2Mapping(const HfModelSpec& spec) {
     const std::string ours = absl::StrCat("layers.", l, ".mixer.");
     const std::string theirs = absl::StrCat(spec.prefix, "layers.", l, ".");
     const std::pair<const char*, const char*> names[] = {
-        {"norm.gain", "norm.weight"},          {"in_proj.weight", "mixer.in_proj.weight"},
-        {"conv_weight", "mixer.conv1d.weight"}, {"conv_bias", "mixer.conv1d.bias"},
-        {"dt_bias", "mixer.dt_bias"},          {"a_log", "mixer.A_log"},
-        {"skip", "mixer.D"},                   {"out_norm_weight", "mixer.norm.weight"},
+        {"norm.gain", "norm.weight"},
+        {"in_proj.weight", "mixer.in_proj.weight"},
+        {"conv_weight", "mixer.conv1d.weight"},
+        {"conv_bias", "mixer.conv1d.bias"},
+        {"dt_bias", "mixer.dt_bias"},
+        {"a_log", "mixer.A_log"},
+        {"skip", "mixer.D"},
+        {"out_norm_weight", "mixer.norm.weight"},
         {"out_proj.weight", "mixer.out_proj.weight"}};
     for (const auto& [mine, name] : names) m.sources[ours + mine] = {theirs + name};
   }
@@ -249,9 +262,9 @@ Mapping Rwkv4Mapping(const HfModelSpec& spec) {
       m.sources[ours + mine + ".bias"] = {block + name + ".bias"};
     }
     const std::pair<const char*, std::string> vectors[] = {
-        {"mix_k", att + "time_mix_key"},       {"mix_v", att + "time_mix_value"},
-        {"mix_r", att + "time_mix_receptance"}, {"time_decay", att + "time_decay"},
-        {"time_first", att + "time_first"},     {"ffn_mix_k", ffn + "time_mix_key"},
+        {"mix_k", att + "time_mix_key"},           {"mix_v", att + "time_mix_value"},
+        {"mix_r", att + "time_mix_receptance"},    {"time_decay", att + "time_decay"},
+        {"time_first", att + "time_first"},        {"ffn_mix_k", ffn + "time_mix_key"},
         {"ffn_mix_r", ffn + "time_mix_receptance"}};
     for (const auto& [mine, name] : vectors) m.sources[ours + mine] = {name, Transform::kVector};
     for (const char* p : {"key", "value", "receptance"}) {
@@ -348,7 +361,8 @@ absl::StatusOr<CausalLm> ImportHfModel(HfModelSpec spec, const TensorMap& tensor
   }
   c.vocab_size = *vocab;
   if (absl::Status valid = c.Validate(); !valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json describes no valid model: ", valid.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json describes no valid model: ", valid.message()));
   }
   Mapping mapping = c.mixer == MixerKind::kMamba2 ? Mamba2Mapping(spec) : Rwkv4Mapping(spec);
   // A tied head may also be stored; it must then be the embedding.

@@ -34,12 +34,12 @@ namespace attn {
 
 // What a config.json says about a Mamba-2 or RWKV-4 model.
 struct HfModelSpec {
-  LmConfig config;             // sizes; vocab_size from the embedding
-  std::string layout;          // "transformers-mamba2", "mamba_ssm-mamba2", "transformers-rwkv4"
-  std::string prefix;          // of the tensor names: "backbone." or "rwkv."
-  std::string embedding;       // the embedding's name
-  bool conv_bias = true;       // Mamba-2's use_conv_bias
-  int64_t eos_token_id = -1;   // config.json's, if any
+  LmConfig config;            // sizes; vocab_size from the embedding
+  std::string layout;         // "transformers-mamba2", "mamba_ssm-mamba2", "transformers-rwkv4"
+  std::string prefix;         // of the tensor names: "backbone." or "rwkv."
+  std::string embedding;      // the embedding's name
+  bool conv_bias = true;      // Mamba-2's use_conv_bias
+  int64_t eos_token_id = -1;  // config.json's, if any
 };
 
 // JSON as Python writes it: also accepts the literals Infinity, -Infinity

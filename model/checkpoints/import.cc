@@ -38,8 +38,7 @@ absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {
   unsigned int length = 0;
   EVP_DigestFinal_ex(context, digest, &length);
   EVP_MD_CTX_free(context);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), length));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 // A torch.save archive has ARCHIVE/data.pkl; a TorchScript one (a package)
@@ -97,7 +96,8 @@ absl::StatusOr<Loaded> LoadHfDirectory(const fs::path& dir) {
   const fs::path config = dir / "config.json";
   absl::StatusOr<std::string> text = ReadFileBytes(config.string());
   if (!text.ok()) {
-    return absl::NotFoundError(absl::StrCat(dir.string(), ": no config.json; a Hugging Face "
+    return absl::NotFoundError(absl::StrCat(dir.string(),
+                                            ": no config.json; a Hugging Face "
                                             "directory holds config.json and model.safetensors"));
   }
   absl::StatusOr<Rwkv7HfOptions> options = ParseRwkv7HfConfig(*text);
@@ -141,10 +141,9 @@ absl::StatusOr<std::string> VocabularyPath(const std::string& input, const std::
   std::error_code error;
   const fs::path beside = fs::path(input) / kVocabularyName;
   if (fs::is_directory(input, error) && fs::exists(beside)) return beside.string();
-  return absl::NotFoundError(
-      absl::StrCat("give --tokenizer=", kVocabularyName,
-                   " (the RWKV World vocabulary the model was trained with); ", input,
-                   " does not hold one"));
+  return absl::NotFoundError(absl::StrCat(
+      "give --tokenizer=", kVocabularyName,
+      " (the RWKV World vocabulary the model was trained with); ", input, " does not hold one"));
 }
 
 // Where a package came from: the format and each file read with its sha256.
@@ -179,9 +178,9 @@ absl::StatusOr<ImportedModel> Assemble(absl::StatusOr<CausalLm> model, const std
     return absl::Status(model.status().code(), absl::StrCat(input, ": ", model.status().message()));
   }
   if (tokenizer.vocab_size() > (*model)->config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        from.tokenizer_file, " has ", tokenizer.vocab_size(), " tokens; the model's embedding has ",
-        (*model)->config().vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(from.tokenizer_file, " has ", tokenizer.vocab_size(),
+                     " tokens; the model's embedding has ", (*model)->config().vocab_size));
   }
   absl::StatusOr<std::string> source = SourceRecord(from.format, from.files, from.tokenizer_file);
   if (!source.ok()) return source.status();
@@ -209,21 +208,25 @@ std::optional<nlohmann::json> HfSpecConfig(const std::string& dir) {
 }
 
 // A Mamba-2 or RWKV-4 directory with its tokenizer.json.
-absl::StatusOr<ImportedModel> ImportHfDirectory(const std::string& dir, const nlohmann::json& config,
+absl::StatusOr<ImportedModel> ImportHfDirectory(const std::string& dir,
+                                                const nlohmann::json& config,
                                                 const std::string& tokenizer_path) {
   absl::StatusOr<HfModelSpec> spec = ParseHfModelSpec(config);
-  if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, "/", spec.status().message()));
+  if (!spec.ok())
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", spec.status().message()));
   const std::string tokenizer_file =
       tokenizer_path.empty() ? (fs::path(dir) / "tokenizer.json").string() : tokenizer_path;
   absl::StatusOr<std::string> tokenizer_json = ReadFileBytes(tokenizer_file);
   if (!tokenizer_json.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        tokenizer_file, " cannot be read; give --tokenizer=tokenizer.json (GPT-NeoX-20B's for "
-                        "Mamba-2 and RWKV-4 Pile models)"));
+    return absl::NotFoundError(
+        absl::StrCat(tokenizer_file,
+                     " cannot be read; give --tokenizer=tokenizer.json (GPT-NeoX-20B's for "
+                     "Mamba-2 and RWKV-4 Pile models)"));
   }
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromTokenizerJson(*tokenizer_json);
   if (!tokenizer.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(tokenizer_file, ": ", tokenizer.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(tokenizer_file, ": ", tokenizer.status().message()));
   }
   Loaded loaded;
   loaded.files.push_back((fs::path(dir) / "config.json").string());

@@ -19,7 +19,8 @@ namespace {
 // model/mixers/rwkv7.h), in `layout`.
 std::map<std::string, Source> BlockSources(int64_t l, Rwkv7Layout layout) {
   const bool blink = layout == Rwkv7Layout::kBlinkDl;
-  const std::string block = blink ? absl::StrCat("blocks.", l, ".") : absl::StrCat("model.layers.", l, ".");
+  const std::string block =
+      blink ? absl::StrCat("blocks.", l, ".") : absl::StrCat("model.layers.", l, ".");
   const std::string att = block + (blink ? "att." : "attn.");
   const std::string ffn = block + "ffn.";
   auto norm = [&](const std::string& ours, const std::string& blink_name, const std::string& hf) {
@@ -101,7 +102,8 @@ absl::StatusOr<LmConfig> ConfigOf(const TensorMap& tensors, Rwkv7Layout layout,
   }
   c.layers = 0;
   while (FindTensor(tensors, (blink ? absl::StrCat("blocks.", c.layers, ".att.r_k")
-                              : absl::StrCat("model.layers.", c.layers, ".attn.r_k"))) != nullptr) {
+                                    : absl::StrCat("model.layers.", c.layers, ".attn.r_k"))) !=
+         nullptr) {
     ++c.layers;
   }
   if (c.layers > 1) {
@@ -200,12 +202,12 @@ absl::StatusOr<std::vector<torch::Tensor>> ReadRwkv7InitialState(const std::stri
   if (static_cast<int64_t>(tensors->size()) != config.layers) {
     for (const auto& [name, tensor] : *tensors) {
       if (!absl::StartsWith(name, "blocks.") || !absl::EndsWith(name, ".att.time_state")) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name,
-                                                       " is not an initial state's"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tensor ", name, " is not an initial state's"));
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", tensors->size(), " layers' states; the model has ", config.layers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", tensors->size(), " layers' states; the model has ", config.layers));
   }
   return row;
 }
@@ -220,23 +222,22 @@ absl::StatusOr<Rwkv7HfOptions> ParseRwkv7HfConfig(const std::string& text) {
   };
   if (!json.contains("model_type") || json["model_type"] != "rwkv7") {
     const std::string found = json.contains("model_type") ? json["model_type"].dump() : "missing";
-    return refuse(absl::StrCat("model_type ", found,
-                              "; supported: \"rwkv7\", \"rwkv\" (RWKV-4), \"mamba2\" and mamba_ssm's config"));
+    return refuse(absl::StrCat(
+        "model_type ", found,
+        "; supported: \"rwkv7\", \"rwkv\" (RWKV-4), \"mamba2\" and mamba_ssm's config"));
   }
   if (json.contains("attn") && !json["attn"].is_null()) {
     return refuse("attn: hybrid attention layers are not supported");
   }
   if (json.contains("value_dim") && !json["value_dim"].is_null()) {
     const auto& v = json["value_dim"];
-    const int64_t hidden =
-        json.contains("hidden_size") && json["hidden_size"].is_number_integer()
-            ? json["hidden_size"].get<int64_t>()
-            : 0;
-    const bool same = v.is_number_integer() ? v.get<int64_t>() == hidden
-                                            : v.is_array() && std::all_of(v.begin(), v.end(),
-                                                                          [&](const auto& x) {
-                                                                            return x == hidden;
-                                                                          });
+    const int64_t hidden = json.contains("hidden_size") && json["hidden_size"].is_number_integer()
+                               ? json["hidden_size"].get<int64_t>()
+                               : 0;
+    const bool same = v.is_number_integer()
+                          ? v.get<int64_t>() == hidden
+                          : v.is_array() && std::all_of(v.begin(), v.end(),
+                                                        [&](const auto& x) { return x == hidden; });
     if (!same) return refuse("value_dim: a value width other than hidden_size is not supported");
   }
   Rwkv7HfOptions options;
@@ -249,8 +250,9 @@ absl::StatusOr<Rwkv7HfOptions> ParseRwkv7HfConfig(const std::string& text) {
   if (json.contains("norm_bias") && json["norm_bias"] == false) {
     return refuse("norm_bias false is not supported");
   }
-  for (auto [key, field] : {std::pair<const char*, bool*>{"tie_word_embeddings", &options.tie_embeddings},
-                            {"norm_first", &options.norm_first}}) {
+  for (auto [key, field] :
+       {std::pair<const char*, bool*>{"tie_word_embeddings", &options.tie_embeddings},
+        {"norm_first", &options.norm_first}}) {
     if (!json.contains(key) || json[key].is_null()) continue;
     if (!json[key].is_boolean()) return refuse(absl::StrCat(key, ": must be true or false"));
     *field = json[key].get<bool>();

@@ -3,9 +3,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <set>
@@ -23,10 +22,14 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeader = uint64_t{100} << 20;
 
 bool Dtype(const std::string& name, torch::ScalarType* dtype) {
-  if (name == "F32") *dtype = torch::kFloat;
-  else if (name == "F16") *dtype = torch::kHalf;
-  else if (name == "BF16") *dtype = torch::kBFloat16;
-  else return false;
+  if (name == "F32")
+    *dtype = torch::kFloat;
+  else if (name == "F16")
+    *dtype = torch::kHalf;
+  else if (name == "BF16")
+    *dtype = torch::kBFloat16;
+  else
+    return false;
   return true;
 }
 
@@ -39,9 +42,8 @@ absl::Status BadTensor(const std::string& name, const Parts&... what) {
 absl::StatusOr<torch::Tensor> ReadTensor(const std::string& name, const Json& entry,
                                          absl::string_view data) {
   if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
-      !entry.contains("shape") || !entry["shape"].is_array() ||
-      !entry.contains("data_offsets") || !entry["data_offsets"].is_array() ||
-      entry["data_offsets"].size() != 2) {
+      !entry.contains("shape") || !entry["shape"].is_array() || !entry.contains("data_offsets") ||
+      !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
     return BadTensor(name, "needs dtype, shape and data_offsets [begin, end]");
   }
   torch::ScalarType dtype;
@@ -173,8 +175,8 @@ absl::StatusOr<TensorMap> ReadShardedSafetensors(const std::string& index_path) 
   for (const auto& item : index["weight_map"].items()) {
     const std::string file = item.value().is_string() ? item.value().get<std::string>() : "";
     if (file.empty() || file.find('/') != std::string::npos || file[0] == '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index_path, ": weight_map: ", item.key(), " names no shard file in the directory"));
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map: ", item.key(),
+                                                     " names no shard file in the directory"));
     }
     shards[file].insert(item.key());
   }
@@ -185,8 +187,8 @@ absl::StatusOr<TensorMap> ReadShardedSafetensors(const std::string& index_path) 
     if (!shard.ok()) return shard.status();
     for (auto& [name, tensor] : *shard) {
       if (!names.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            file, " holds tensor ", name, ", which ", index_path, " does not place there"));
+        return absl::InvalidArgumentError(absl::StrCat(file, " holds tensor ", name, ", which ",
+                                                       index_path, " does not place there"));
       }
       all[name] = std::move(tensor);
     }

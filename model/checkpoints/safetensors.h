@@ -21,9 +21,8 @@ namespace attn {
 // kInvalidArgument naming the tensor for a malformed header entry, a dtype
 // other than F32, F16 and BF16, or a shape whose size disagrees with its
 // offsets. `metadata` (may be null) receives the header's __metadata__.
-absl::StatusOr<TensorMap> ReadSafetensorsBytes(absl::string_view bytes,
-                                               std::map<std::string, std::string>* metadata =
-                                                   nullptr);
+absl::StatusOr<TensorMap> ReadSafetensorsBytes(
+    absl::string_view bytes, std::map<std::string, std::string>* metadata = nullptr);
 
 // The same for the file at `path` (mapped, not copied); messages start with
 // the path.

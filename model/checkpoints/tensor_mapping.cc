@@ -67,18 +67,16 @@ absl::StatusOr<CausalLm> BuildModel(const LmConfig& config, const Mapping& mappi
       if (from == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat("missing tensor ", source->second.name));
       }
-      if (absl::Status copied = CopyInto(p.key(), source->second, *from, p.value());
-          !copied.ok()) {
+      if (absl::Status copied = CopyInto(p.key(), source->second, *from, p.value()); !copied.ok()) {
         return copied;
       }
       used.insert(source->second.name);
     }
     for (const auto& [name, tensor] : tensors) {
       if (!used.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is not part of ",
-                                                       mapping.model_name, " of these sizes (",
-                                                       config.layers, " layers, width ",
-                                                       config.d_model, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", name, " is not part of ", mapping.model_name, " of these sizes (",
+            config.layers, " layers, width ", config.d_model, ")"));
       }
     }
     model->eval();

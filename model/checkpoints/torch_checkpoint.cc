@@ -16,13 +16,24 @@ namespace {
 
 // A value on the unpickler's stack: only what a state dict is made of.
 struct Value {
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kStorage,
-                    kTensor };
+  enum class Kind {
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kTuple,
+    kList,
+    kDict,
+    kGlobal,
+    kStorage,
+    kTensor
+  };
   Kind kind = Kind::kNone;
   int64_t number = 0;
-  std::string text;  // a string, a global's "module.name", a storage's record key
+  std::string text;           // a string, a global's "module.name", a storage's record key
   std::vector<Value*> items;  // tuple, list; a dict's keys and values in turn
-  torch::ScalarType dtype = torch::kFloat;    // a storage's
+  torch::ScalarType dtype = torch::kFloat;  // a storage's
   torch::Tensor tensor;
 };
 // Values live in the unpickler's arena: a pickle may make cycles (a list
@@ -36,11 +47,16 @@ absl::Status Invalid(const Parts&... what) {
 
 // The storage types a weights file may use.
 bool StorageDtype(const std::string& global, torch::ScalarType* dtype) {
-  if (global == "torch.FloatStorage") *dtype = torch::kFloat;
-  else if (global == "torch.HalfStorage") *dtype = torch::kHalf;
-  else if (global == "torch.BFloat16Storage") *dtype = torch::kBFloat16;
-  else if (global == "torch.DoubleStorage") *dtype = torch::kDouble;
-  else return false;
+  if (global == "torch.FloatStorage")
+    *dtype = torch::kFloat;
+  else if (global == "torch.HalfStorage")
+    *dtype = torch::kHalf;
+  else if (global == "torch.BFloat16Storage")
+    *dtype = torch::kBFloat16;
+  else if (global == "torch.DoubleStorage")
+    *dtype = torch::kDouble;
+  else
+    return false;
   return true;
 }
 
@@ -74,7 +90,8 @@ class Unpickler {
   }
   uint64_t Unsigned(size_t bytes) {
     uint64_t value = 0;
-    for (size_t i = 0; i < bytes; ++i) value |= uint64_t{static_cast<uint8_t>(data_[at_ + i])} << (8 * i);
+    for (size_t i = 0; i < bytes; ++i)
+      value |= uint64_t{static_cast<uint8_t>(data_[at_ + i])} << (8 * i);
     at_ += bytes;
     return value;
   }
@@ -135,7 +152,8 @@ class Unpickler {
     absl::StatusOr<ValuePtr> target = Pop();
     if (!target.ok()) return target.status();
     const bool dict = (*target)->kind == Value::Kind::kDict;
-    if (!dict && (*target)->kind != Value::Kind::kList) return Invalid("adds items to a non-container");
+    if (!dict && (*target)->kind != Value::Kind::kList)
+      return Invalid("adds items to a non-container");
     if (dict && items.size() % 2 != 0) return Invalid("a dict item without its value");
     for (auto& item : items) (*target)->items.push_back(std::move(item));
     Push(*target);
@@ -292,7 +310,8 @@ absl::Status Unpickler::Global() {
   const size_t second = line == absl::string_view::npos ? line : data_.find('\n', line + 1);
   if (second == absl::string_view::npos) return Invalid("a GLOBAL without its names");
   auto v = Make(Value::Kind::kGlobal);
-  v->text = absl::StrCat(data_.substr(at_, line - at_), ".", data_.substr(line + 1, second - line - 1));
+  v->text =
+      absl::StrCat(data_.substr(at_, line - at_), ".", data_.substr(line + 1, second - line - 1));
   at_ = second + 1;
   Push(v);
   return absl::OkStatus();
@@ -309,7 +328,8 @@ absl::Status Unpickler::PersistentId() {
   }
   auto storage = Make(Value::Kind::kStorage);
   if (!StorageDtype(items[1]->text, &storage->dtype)) {
-    return Invalid("storage type ", items[1]->text, "; weights must be float32, float16 or bfloat16");
+    return Invalid("storage type ", items[1]->text,
+                   "; weights must be float32, float16 or bfloat16");
   }
   storage->text = items[2]->text;
   Push(storage);
@@ -375,9 +395,8 @@ absl::StatusOr<ValuePtr> Unpickler::RebuildTensor(const std::vector<ValuePtr>& a
       return Invalid("tensor of storage ", storage.text, " is too large");
     }
     int64_t reach = 0;
-    if (sizes.back() > 0 &&
-        (__builtin_mul_overflow(sizes.back() - 1, strides.back(), &reach) ||
-         __builtin_add_overflow(last, reach, &last))) {
+    if (sizes.back() > 0 && (__builtin_mul_overflow(sizes.back() - 1, strides.back(), &reach) ||
+                             __builtin_add_overflow(last, reach, &last))) {
       return Invalid("tensor of storage ", storage.text, " is too large");
     }
   }
@@ -417,7 +436,8 @@ absl::StatusOr<TensorMap> ReadStateDictPickle(
   Unpickler unpickler(pickle, records, prefix);
   absl::StatusOr<ValuePtr> root = unpickler.Run();
   if (!root.ok()) return root.status();
-  if ((*root)->kind != Value::Kind::kDict) return Invalid("the checkpoint is not a dict of tensors");
+  if ((*root)->kind != Value::Kind::kDict)
+    return Invalid("the checkpoint is not a dict of tensors");
   TensorMap tensors;
   const auto& items = (*root)->items;
   for (size_t i = 0; i + 1 < items.size(); i += 2) {

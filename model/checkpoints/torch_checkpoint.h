@@ -8,10 +8,10 @@
 // so a checkpoint can never run code here (unlike torch.load of a pickle).
 #pragma once
 
+#include <torch/types.h>
+
 #include <map>
 #include <string>
-
-#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"

@@ -69,14 +69,13 @@ ATTN_HOT void Mamba2OneHead(const Mamba2ScanArgs& a, int64_t row, int64_t h) {
 
 void Rwkv4Wkv(const Rwkv4WkvArgs& a) {
   const int64_t blocks = (a.channels + kChannelBlock - 1) / kChannelBlock;
-  at::parallel_for(0, a.batch * blocks, GrainFor(a.time * kChannelBlock * 16),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t task = begin; task < end; ++task) {
-                       const int64_t first = (task % blocks) * kChannelBlock;
-                       Rwkv4Channels(a, task / blocks, first,
-                                     std::min(a.channels, first + kChannelBlock));
-                     }
-                   });
+  at::parallel_for(
+      0, a.batch * blocks, GrainFor(a.time * kChannelBlock * 16), [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t first = (task % blocks) * kChannelBlock;
+          Rwkv4Channels(a, task / blocks, first, std::min(a.channels, first + kChannelBlock));
+        }
+      });
 }
 
 void Mamba2Scan(const Mamba2ScanArgs& a) {

@@ -143,9 +143,10 @@ MixerOptions LmConfig::mixer_options() const {
 }
 
 absl::Status LmConfig::ValidateMamba2() const {
-  for (auto [name, value] : {std::pair<const char*, int64_t>{"mamba2.state_size", mamba2.state_size},
-                             {"mamba2.expand", mamba2.expand},
-                             {"mamba2.groups", mamba2.groups}}) {
+  for (auto [name, value] :
+       {std::pair<const char*, int64_t>{"mamba2.state_size", mamba2.state_size},
+        {"mamba2.expand", mamba2.expand},
+        {"mamba2.groups", mamba2.groups}}) {
     if (value <= 0) return InvalidField(name, "must be positive, got ", value);
   }
   if (mamba2.conv_kernel < 2) {
@@ -211,13 +212,15 @@ absl::Status LmConfig::Validate() const {
     }
   }
   if (mixer == MixerKind::kRwkv4 && rescale_every < 0) {
-    return InvalidField("rwkv4.rescale_every", "must be at least 0 (0: never), got ", rescale_every);
+    return InvalidField("rwkv4.rescale_every", "must be at least 0 (0: never), got ",
+                        rescale_every);
   }
   if (mixer == MixerKind::kRwkv7) {
-    for (auto [name, rank] : {std::pair<const char*, int64_t>{"rwkv7.decay_rank", rwkv7_ranks.decay},
-                              {"rwkv7.iclr_rank", rwkv7_ranks.iclr},
-                              {"rwkv7.value_rank", rwkv7_ranks.value},
-                              {"rwkv7.gate_rank", rwkv7_ranks.gate}}) {
+    for (auto [name, rank] :
+         {std::pair<const char*, int64_t>{"rwkv7.decay_rank", rwkv7_ranks.decay},
+          {"rwkv7.iclr_rank", rwkv7_ranks.iclr},
+          {"rwkv7.value_rank", rwkv7_ranks.value},
+          {"rwkv7.gate_rank", rwkv7_ranks.gate}}) {
       if (rank < 0) return InvalidField(name, "must be at least 0 (0: the default), got ", rank);
     }
     if (!(group_norm_eps > 0 && group_norm_eps < 1)) {

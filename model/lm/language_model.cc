@@ -111,9 +111,8 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
   }
   final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
   if (!config.tie_embeddings) {
-    head_ = register_parameter(
-        "head_weight", torch::randn({config.vocab_size, config.d_model}) /
-                    std::sqrt(static_cast<double>(config.d_model)));
+    head_ = register_parameter("head_weight", torch::randn({config.vocab_size, config.d_model}) /
+                                                  std::sqrt(static_cast<double>(config.d_model)));
   }
 }
 
@@ -152,8 +151,8 @@ torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
   auto h = Embed(tokens, positions);
   LayerCarry carry;
   for (auto& layer : layers_) {
-    h = layer->Apply(h,
-                     [&](const torch::Tensor& x) { return layer->mixer->ForwardInStack(x, carry); });
+    h = layer->Apply(
+        h, [&](const torch::Tensor& x) { return layer->mixer->ForwardInStack(x, carry); });
   }
   return Head(h);
 }

@@ -83,14 +83,14 @@ PackageInfo InfoOf(const std::string& config) {
   PackageInfo info;
   auto json = nlohmann::json::parse(config, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) return info;
-  if (json.contains("tokenizer") && json["tokenizer"].is_string() &&
-      json["tokenizer"] != "none") {
+  if (json.contains("tokenizer") && json["tokenizer"].is_string() && json["tokenizer"] != "none") {
     info.tokenizer_kind = json["tokenizer"].get<std::string>();
   }
   if (json.contains("chat_format") && json["chat_format"].is_string()) {
     info.chat_format = json["chat_format"].get<std::string>();
   }
-  if (json.contains("source") && json["source"].is_object()) info.source_json = json["source"].dump();
+  if (json.contains("source") && json["source"].is_object())
+    info.source_json = json["source"].dump();
   return info;
 }
 

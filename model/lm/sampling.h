@@ -30,12 +30,12 @@
 namespace attn {
 
 struct SamplingOptions {
-  double temperature = 1.0;         // 0: greedy
-  int64_t top_k = 0;                // 0: no limit
-  double top_p = 1.0;               // (0, 1]
-  double repetition_penalty = 1.0;  // >= 1 discourages repeats; 1: off
-  double presence_penalty = 0.0;    // [-2, 2]; 0: off
-  double frequency_penalty = 0.0;   // [-2, 2]; 0: off
+  double temperature = 1.0;                           // 0: greedy
+  int64_t top_k = 0;                                  // 0: no limit
+  double top_p = 1.0;                                 // (0, 1]
+  double repetition_penalty = 1.0;                    // >= 1 discourages repeats; 1: off
+  double presence_penalty = 0.0;                      // [-2, 2]; 0: off
+  double frequency_penalty = 0.0;                     // [-2, 2]; 0: off
   std::vector<std::pair<int64_t, float>> logit_bias;  // (token, [-100, 100])
   // How many of the most likely tokens to report with each choice
   // (SampledToken::top), 0 to kMaxTopLogprobs.
@@ -74,11 +74,11 @@ class Sampler {
  private:
   SamplingOptions options_;
   std::mt19937_64 rng_;
-  std::unordered_set<int64_t> seen_;  // distinct tokens of the sequence so far
+  std::unordered_set<int64_t> seen_;                // distinct tokens of the sequence so far
   std::unordered_map<int64_t, int64_t> generated_;  // tokens chosen so far, counted
-  std::vector<float> work_;           // processed logits
-  std::vector<int64_t> candidates_;   // token ids, most likely first
-  std::vector<double> probs_;         // unnormalised probabilities of the candidates
+  std::vector<float> work_;                         // processed logits
+  std::vector<int64_t> candidates_;                 // token ids, most likely first
+  std::vector<double> probs_;                       // unnormalised probabilities of the candidates
 };
 
 // log softmax(logits)[id], computed stably.

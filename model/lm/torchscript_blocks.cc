@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace attn {
@@ -110,11 +110,13 @@ std::string BlockParam(int64_t layer, const std::string& name) {
 
 std::vector<std::string> Rwkv4Weights(int64_t layer) {
   std::vector<std::string> p;
-  for (const char* name :
-       {"ln0_gain", "ln0_bias", "ln1_gain", "ln1_bias", "ln2_gain", "ln2_bias", "mix_k", "mix_v",
-        "mix_r", "key_weight", "value_weight", "receptance_weight", "time_decay", "time_first",
-        "output_weight", "ffn_mix_r", "ffn_mix_k", "ffn_receptance_weight", "ffn_key_weight",
-        "ffn_value_weight"}) {
+  for (const char* name : {"ln0_gain",       "ln0_bias",        "ln1_gain",
+                           "ln1_bias",       "ln2_gain",        "ln2_bias",
+                           "mix_k",          "mix_v",           "mix_r",
+                           "key_weight",     "value_weight",    "receptance_weight",
+                           "time_decay",     "time_first",      "output_weight",
+                           "ffn_mix_r",      "ffn_mix_k",       "ffn_receptance_weight",
+                           "ffn_key_weight", "ffn_value_weight"}) {
     const bool ln0 = absl::StartsWith(name, "ln0");
     p.push_back(ln0 && layer > 0 ? "empty" : BlockParam(layer, name));
   }
@@ -231,7 +233,8 @@ std::vector<std::string> BlockWeights(int64_t layer) {
 // on h (state index `at` for its first tensor).
 std::vector<std::string> LayerStateInit(const LmConfig& c) {
   auto zeros = [](auto... dims) {
-    return absl::StrCat("torch.zeros([batch, ", absl::StrJoin({dims...}, ", "), "], device=device)");
+    return absl::StrCat("torch.zeros([batch, ", absl::StrJoin({dims...}, ", "),
+                        "], device=device)");
   };
   const int64_t d = c.d_model;
   switch (c.mixer) {

@@ -46,7 +46,8 @@ Mamba2Impl::Mamba2Impl(const MixerOptions& options) : SequenceMixer(options) {
               ")");
   const int64_t channels = conv_channels();
   in_proj_ = register_module(
-      "in_proj", torch::nn::Linear(torch::nn::LinearOptions(d, inner() + channels + heads).bias(false)));
+      "in_proj",
+      torch::nn::Linear(torch::nn::LinearOptions(d, inner() + channels + heads).bias(false)));
   out_proj_ = register_module("out_proj",
                               torch::nn::Linear(torch::nn::LinearOptions(inner(), d).bias(false)));
   const double bound = 1.0 / std::sqrt(static_cast<double>(m.conv_kernel));
@@ -55,8 +56,8 @@ Mamba2Impl::Mamba2Impl(const MixerOptions& options) : SequenceMixer(options) {
   conv_bias_ = register_parameter("conv_bias", torch::empty({channels}).uniform_(-bound, bound));
   // The reference initialisation: dt spread log-uniformly over [1e-3, 0.1]
   // (dt_bias its softplus inverse), A uniform in [1, 16], D one.
-  const auto dt = torch::exp(torch::rand({heads}) * (std::log(0.1) - std::log(1e-3)) +
-                             std::log(1e-3));
+  const auto dt =
+      torch::exp(torch::rand({heads}) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
   dt_bias_ = register_parameter("dt_bias", dt + torch::log(-torch::expm1(-dt)));
   a_log_ = register_parameter("a_log", torch::log(torch::empty({heads}).uniform_(1.0, 16.0)));
   skip_ = register_parameter("skip", torch::ones({heads}));
@@ -71,8 +72,8 @@ int64_t Mamba2Impl::conv_channels() const {
 }
 
 int64_t Mamba2Impl::state_bytes_per_sequence(int64_t /*context*/) const {
-  const int64_t floats = (options_.mamba2.conv_kernel - 1) * conv_channels() +
-                         inner() * options_.mamba2.state_size;
+  const int64_t floats =
+      (options_.mamba2.conv_kernel - 1) * conv_channels() + inner() * options_.mamba2.state_size;
   return floats * static_cast<int64_t>(sizeof(float)) + static_cast<int64_t>(sizeof(int64_t));
 }
 

@@ -75,9 +75,9 @@ class Mamba2Impl : public SequenceMixer {
   // ssm [B, H, P, N].
   torch::Tensor ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
 
-  torch::Tensor conv_weight_, conv_bias_;   // [channels, 1, W], [channels]
-  torch::Tensor dt_bias_, a_log_, skip_;    // [H] each; skip is D
-  torch::Tensor out_norm_weight_;           // [I]
+  torch::Tensor conv_weight_, conv_bias_;  // [channels, 1, W], [channels]
+  torch::Tensor dt_bias_, a_log_, skip_;   // [H] each; skip is D
+  torch::Tensor out_norm_weight_;          // [I]
   torch::nn::Linear in_proj_{nullptr}, out_proj_{nullptr};
   Norm norm_{nullptr};
 };

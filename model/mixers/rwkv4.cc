@@ -104,8 +104,8 @@ torch::Tensor Rwkv4Impl::WkvByOps(const torch::Tensor& k, const torch::Tensor& v
   return torch::stack(outputs, 1);
 }
 
-torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>& rows,
-                             int64_t keep, bool fused) {
+torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>& rows, int64_t keep,
+                             bool fused) {
   const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model;
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
@@ -145,7 +145,8 @@ torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>&
   torch::Tensor shift = tail == time ? rows[4] : torch::Tensor();
   const ShiftedTail mix = ShiftTail(ln2_->forward(h), h, shift);
   rows[4] = shift.clone();
-  const auto gate = torch::sigmoid(Project(Mix(mix.previous, mix.current, ffn_mix_r_), ffn_receptance_));
+  const auto gate =
+      torch::sigmoid(Project(Mix(mix.previous, mix.current, ffn_mix_r_), ffn_receptance_));
   const auto hidden = torch::relu(Project(Mix(mix.previous, mix.current, ffn_mix_k_), ffn_key_));
   torch::Tensor out = mix.residual + gate * Project(hidden.square(), ffn_value_);
   if (halves_output()) out = out * 0.5;

@@ -76,12 +76,12 @@ class Rwkv4Impl : public SequenceMixer {
                          torch::Tensor& den, torch::Tensor& max, int64_t tail) const;
   bool halves_output() const;
 
-  torch::Tensor time_decay_, time_first_;                 // [C]
-  torch::Tensor mix_k_, mix_v_, mix_r_;                   // mu [C]
-  torch::Tensor ffn_mix_k_, ffn_mix_r_;                   // mu' [C]
+  torch::Tensor time_decay_, time_first_;  // [C]
+  torch::Tensor mix_k_, mix_v_, mix_r_;    // mu [C]
+  torch::Tensor ffn_mix_k_, ffn_mix_r_;    // mu' [C]
   torch::nn::Linear key_{nullptr}, value_{nullptr}, receptance_{nullptr}, output_{nullptr};
   torch::nn::Linear ffn_key_{nullptr}, ffn_receptance_{nullptr}, ffn_value_{nullptr};
-  Norm ln0_{nullptr}, ln1_{nullptr}, ln2_{nullptr};       // ln0: layer 0 only
+  Norm ln0_{nullptr}, ln1_{nullptr}, ln2_{nullptr};  // ln0: layer 0 only
 };
 TORCH_MODULE(Rwkv4);
 

@@ -44,8 +44,7 @@ struct Rwkv7Impl::Mixed {
 Rwkv7Impl::Rwkv7Impl(const MixerOptions& options) : SequenceMixer(options) {
   TORCH_CHECK(options.kind == MixerKind::kRwkv7, "Rwkv7 needs kind rwkv7");
   const int64_t c = options.d_model, heads = options.heads, layers_in = options.layer;
-  TORCH_CHECK(c % heads == 0, "rwkv7: d_model (", c, ") must be divisible by heads (", heads,
-              ")");
+  TORCH_CHECK(c % heads == 0, "rwkv7: d_model (", c, ") must be divisible by heads (", heads, ")");
   const Rwkv7Ranks& ranks = options.rwkv7_ranks;
   TORCH_CHECK(ranks.decay > 0 && ranks.iclr > 0 && ranks.value > 0 && ranks.gate > 0,
               "rwkv7: low-rank sizes must be positive");
@@ -79,8 +78,8 @@ Rwkv7Impl::Rwkv7Impl(const MixerOptions& options) : SequenceMixer(options) {
   key_norm_scale_ = register_parameter("key_norm_scale", 0.71 - linear_ramp * 0.1);
   key_iclr_scale_ = register_parameter("key_iclr_scale", torch::full({c}, 1.02));
   bonus_ = register_parameter("bonus", torch::full({heads, n}, -0.04));
-  out_norm_gain_ = register_parameter(
-      "out_norm_gain", torch::full({c}, std::pow((layers_in + 1) / depth, 0.7)));
+  out_norm_gain_ =
+      register_parameter("out_norm_gain", torch::full({c}, std::pow((layers_in + 1) / depth, 0.7)));
   out_norm_bias_ = register_parameter("out_norm_bias", torch::zeros({c}));
   ffn_mix_ = register_parameter("ffn_mix", MixInit(c, std::pow(to_zero, 4)));
   receptance_ = linear("receptance", c, c);
@@ -167,8 +166,12 @@ Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::T
 torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
   const int64_t batch = m.k.size(0), time = m.k.size(1), heads = options_.heads, n = head_size();
   const auto target = m.kk * m.iclr;
-  auto column = [&](const torch::Tensor& t, int64_t i) { return t.select(1, i).view({batch, heads, n, 1}); };
-  auto row = [&](const torch::Tensor& t, int64_t i) { return t.select(1, i).view({batch, heads, 1, n}); };
+  auto column = [&](const torch::Tensor& t, int64_t i) {
+    return t.select(1, i).view({batch, heads, n, 1});
+  };
+  auto row = [&](const torch::Tensor& t, int64_t i) {
+    return t.select(1, i).view({batch, heads, 1, n});
+  };
   torch::Tensor s = wkv;
   std::vector<torch::Tensor> outputs;
   for (int64_t t = 0; t < time; ++t) {

@@ -38,7 +38,7 @@
 // forward, prefill and step compute the same recurrence: the projections of
 // all tokens at once, then the state's update token by token, which costs
 // O(C N) per token against the projections' O(C^2). On the CPU the update is
-// one fused loop (model/kernels/rwkv7_kernel.h); elsewhere, or with
+// one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h); elsewhere, or with
 // fused_kernels off, it is torch operations token by token (the path a GPU
 // runs).
 #pragma once
@@ -79,7 +79,7 @@ class Rwkv7Impl : public SequenceMixer {
                                  LayerCarry& carry) override;
 
  private:
-  struct Rows;  // the rows of a state one call continues
+  struct Rows;   // the rows of a state one call continues
   struct Mixed;  // the time mix's per-token vectors
 
   // The block over x [B, T, C] continuing `rows`, whose shifts and matrices
@@ -98,18 +98,18 @@ class Rwkv7Impl : public SequenceMixer {
   torch::Tensor ChannelMix(const torch::Tensor& h, torch::Tensor& shift);
 
   torch::Tensor mix_r_, mix_w_, mix_k_, mix_v_, mix_i_, mix_g_;  // mu [C]
-  torch::Tensor decay_bias_, iclr_bias_, value_bias_;           // w_0, i_0, v_0 [C]
-  torch::Tensor key_norm_scale_, key_iclr_scale_;               // kappa, alpha [C]
-  torch::Tensor bonus_;                                         // rho [H, N]
-  torch::Tensor out_norm_gain_, out_norm_bias_;                 // gamma, beta [C]
-  torch::Tensor ffn_mix_;                                       // mu_f [C]
+  torch::Tensor decay_bias_, iclr_bias_, value_bias_;            // w_0, i_0, v_0 [C]
+  torch::Tensor key_norm_scale_, key_iclr_scale_;                // kappa, alpha [C]
+  torch::Tensor bonus_;                                          // rho [H, N]
+  torch::Tensor out_norm_gain_, out_norm_bias_;                  // gamma, beta [C]
+  torch::Tensor ffn_mix_;                                        // mu_f [C]
   torch::nn::Linear receptance_{nullptr}, key_{nullptr}, value_{nullptr}, output_{nullptr};
   torch::nn::Linear decay_down_{nullptr}, decay_up_{nullptr};  // W_w1 [Dw, C], W_w2 [C, Dw]
   torch::nn::Linear iclr_down_{nullptr}, iclr_up_{nullptr};
   torch::nn::Linear value_down_{nullptr}, value_up_{nullptr};  // layers > 0
   torch::nn::Linear gate_down_{nullptr}, gate_up_{nullptr};
-  torch::nn::Linear ffn_key_{nullptr}, ffn_value_{nullptr};    // W_1 [F, C], W_2 [C, F]
-  Norm ln0_{nullptr}, ln1_{nullptr}, ln2_{nullptr};            // ln0: layer 0 only
+  torch::nn::Linear ffn_key_{nullptr}, ffn_value_{nullptr};  // W_1 [F, C], W_2 [C, F]
+  Norm ln0_{nullptr}, ln1_{nullptr}, ln2_{nullptr};          // ln0: layer 0 only
 };
 TORCH_MODULE(Rwkv7);
 

@@ -207,9 +207,9 @@ const std::vector<std::string>& ByteCharacters() {
 
 struct Normalizer::Step {
   enum Kind { kUnicode, kLowercase, kPrepend, kReplace } kind;
-  const icu::Normalizer2* form = nullptr;       // kUnicode
-  icu::UnicodeString text;                      // kPrepend, kReplace's content
-  std::unique_ptr<icu::RegexPattern> pattern;   // kReplace
+  const icu::Normalizer2* form = nullptr;      // kUnicode
+  icu::UnicodeString text;                     // kPrepend, kReplace's content
+  std::unique_ptr<icu::RegexPattern> pattern;  // kReplace
 };
 
 absl::Status Normalizer::Parse(const Json& json, absl::string_view where) {
@@ -301,7 +301,7 @@ struct PreTokenizer::Step {
   std::unique_ptr<icu::RegexPattern> pattern;  // kSplit, kByteLevel (null: no regex), kDigits
   bool invert = false;
   Behavior behavior = Behavior::kIsolated;
-  bool add_prefix_space = false;  // kByteLevel
+  bool add_prefix_space = false;   // kByteLevel
   icu::UnicodeString replacement;  // kMetaspace (its pattern: null unless it splits)
   enum Prepend { kAlways, kFirst, kNever } prepend = kAlways;
 };
@@ -375,14 +375,15 @@ absl::Status PreTokenizer::ParseOne(const Json& json, const std::string& where) 
       return Invalid(absl::StrCat(where, ".prepend_scheme"),
                      absl::StrCat("\"", scheme, "\" is not always, first or never"));
     }
-    step->prepend = scheme == "always" ? Step::kAlways : scheme == "first" ? Step::kFirst
-                                                                           : Step::kNever;
+    step->prepend = scheme == "always"  ? Step::kAlways
+                    : scheme == "first" ? Step::kFirst
+                                        : Step::kNever;
   } else if (type == "Digits") {
     step->kind = Step::kDigits;
     absl::StatusOr<bool> individual = BoolAt(json, "individual_digits", false, where);
     if (!individual.ok()) return individual.status();
-    auto compiled = Compile(icu::UnicodeString::fromUTF8(*individual ? "\\p{N}" : "\\p{N}+"),
-                            where);
+    auto compiled =
+        Compile(icu::UnicodeString::fromUTF8(*individual ? "\\p{N}" : "\\p{N}+"), where);
     if (!compiled.ok()) return compiled.status();
     step->pattern = *std::move(compiled);
   } else {

@@ -53,10 +53,9 @@ void AppendUtf8(uint32_t code, std::string* out) {
 // returns how many characters it took, or an error.
 absl::StatusOr<size_t> Escape(absl::string_view body, size_t at, bool bytes, std::string* out) {
   if (at >= body.size()) return absl::InvalidArgumentError("a backslash ends the literal");
-  static const std::map<char, char> kSimple = {{'\\', '\\'}, {'\'', '\''}, {'"', '"'},
-                                                {'a', '\a'},   {'b', '\b'},  {'f', '\f'},
-                                                {'n', '\n'},   {'r', '\r'},  {'t', '\t'},
-                                                {'v', '\v'}};
+  static const std::map<char, char> kSimple = {{'\\', '\\'}, {'\'', '\''}, {'"', '"'},  {'a', '\a'},
+                                               {'b', '\b'},  {'f', '\f'},  {'n', '\n'}, {'r', '\r'},
+                                               {'t', '\t'},  {'v', '\v'}};
   const char c = body[at];
   if (auto it = kSimple.find(c); it != kSimple.end()) {
     out->push_back(it->second);
@@ -91,8 +90,8 @@ absl::StatusOr<size_t> Escape(absl::string_view body, size_t at, bool bytes, std
     const size_t digits = c == 'u' ? 4 : 8;
     const int64_t value = HexAt(body, at + 1, digits);
     if (value < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("\\", std::string(1, c), " needs ", digits,
-                                                     " hex digits"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\\", std::string(1, c), " needs ", digits, " hex digits"));
     }
     if (value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF)) {
       return absl::InvalidArgumentError(
@@ -111,16 +110,15 @@ absl::StatusOr<size_t> Escape(absl::string_view body, size_t at, bool bytes, std
 absl::StatusOr<std::string> ParsePythonLiteral(absl::string_view literal) {
   size_t prefix = 0;
   bool bytes = false, raw = false;
-  while (prefix < literal.size() && prefix < 2 && std::string("bBrRuU").find(literal[prefix]) !=
-                                                      std::string::npos) {
+  while (prefix < literal.size() && prefix < 2 &&
+         std::string("bBrRuU").find(literal[prefix]) != std::string::npos) {
     const char c = absl::ascii_tolower(literal[prefix]);
     bytes |= c == 'b';
     raw |= c == 'r';
     ++prefix;
   }
   const absl::string_view quoted = literal.substr(prefix);
-  if (quoted.size() < 2 || (quoted[0] != '\'' && quoted[0] != '"') ||
-      quoted.back() != quoted[0]) {
+  if (quoted.size() < 2 || (quoted[0] != '\'' && quoted[0] != '"') || quoted.back() != quoted[0]) {
     return absl::InvalidArgumentError("not a quoted Python string or bytes literal");
   }
   const absl::string_view body = quoted.substr(1, quoted.size() - 2);
@@ -168,8 +166,8 @@ absl::StatusOr<RwkvVocabulary> RwkvVocabulary::Parse(absl::string_view text) {
     if (!absl::SimpleAtoi(line.substr(last + 1), &length)) {
       return problem("the byte length is not a number");
     }
-    absl::StatusOr<std::string> bytes = ParsePythonLiteral(
-        absl::StripAsciiWhitespace(line.substr(first + 1, last - first - 1)));
+    absl::StatusOr<std::string> bytes =
+        ParsePythonLiteral(absl::StripAsciiWhitespace(line.substr(first + 1, last - first - 1)));
     if (!bytes.ok()) return problem(bytes.status().message());
     if (static_cast<int64_t>(bytes->size()) != length || bytes->empty()) {
       return problem("the literal has ", bytes->size(), " bytes, the line says ", length);
@@ -185,9 +183,9 @@ absl::StatusOr<RwkvVocabulary> RwkvVocabulary::Parse(absl::string_view text) {
   if (vocab.tokens_.empty()) vocab.tokens_.resize(1);  // id 0 alone
   for (int byte = 0; byte < 256; ++byte) {
     if (!ids_of.count(std::string(1, static_cast<char>(byte)))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no token holds the single byte 0x", absl::Hex(byte, absl::kZeroPad2),
-          "; every byte needs one so that any text encodes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no token holds the single byte 0x", absl::Hex(byte, absl::kZeroPad2),
+                       "; every byte needs one so that any text encodes"));
     }
   }
   return vocab;
@@ -207,9 +205,9 @@ void RwkvVocabulary::Insert(const std::string& bytes, int64_t id) {
       next = static_cast<int32_t>(trie_.size());
       trie_.emplace_back();
       auto& children = trie_[node].children;
-      children.insert(std::lower_bound(children.begin(), children.end(),
-                                       std::make_pair(byte, int32_t{-1})),
-                      {byte, next});
+      children.insert(
+          std::lower_bound(children.begin(), children.end(), std::make_pair(byte, int32_t{-1})),
+          {byte, next});
     }
     node = next;
   }

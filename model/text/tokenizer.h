@@ -88,7 +88,8 @@ class Tokenizer {
   // The model's embedding has `model_vocab_size` rows, more than the
   // tokenizer's ids (mamba_ssm pads them to a multiple of 16): the extra
   // ids are valid input and decode to nothing. Smaller sizes change nothing.
-  void PadTo(int64_t model_vocab_size);  int64_t bos_id() const;
+  void PadTo(int64_t model_vocab_size);
+  int64_t bos_id() const;
   int64_t eos_id() const;
   // The bytes token `id` adds to decoded text: its piece with the word mark
   // as a space, a byte token's byte, nothing for control tokens. (Decode

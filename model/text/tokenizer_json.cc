@@ -39,7 +39,7 @@ struct TokenizerJson::Impl {
   // (left id, right id) -> (rank, merged id)
   absl::flat_hash_map<uint64_t, std::pair<int, int64_t>> merges;
   std::map<std::string, AddedToken, std::less<>> added;  // content -> token
-  bool added_first_byte[256] = {};  // some added token starts with it
+  bool added_first_byte[256] = {};                       // some added token starts with it
   size_t longest_added = 0;
   std::vector<std::string> token_bytes;  // by id
   int64_t byte_tokens[256];              // <0xAB> ids with byte_fallback, else -1
@@ -73,18 +73,20 @@ absl::Status TokenizerJson::Impl::ParseModel(const Json& model) {
   if (!type.empty() && type != "BPE") {
     return Invalid("model.type", absl::StrCat("\"", type, "\" is not supported (only BPE)"));
   }
-  if (auto it = model.find("dropout"); it != model.end() && !it->is_null() &&
-                                       !(it->is_number() && it->get<double>() == 0.0)) {
+  if (auto it = model.find("dropout");
+      it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0)) {
     return Invalid("model.dropout", "BPE dropout is not supported");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = model.find(key);
-    if (it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
+    if (it != model.end() && !it->is_null() &&
+        !(it->is_string() && it->get<std::string>().empty())) {
       return Invalid(absl::StrCat("model.", key), "is not supported");
     }
   }
-  for (auto [key, flag] : {std::pair{"byte_fallback", &byte_fallback},
-                           std::pair{"fuse_unk", &fuse_unk}, std::pair{"ignore_merges", &ignore_merges}}) {
+  for (auto [key, flag] :
+       {std::pair{"byte_fallback", &byte_fallback}, std::pair{"fuse_unk", &fuse_unk},
+        std::pair{"ignore_merges", &ignore_merges}}) {
     absl::StatusOr<bool> value = BoolAt(model, key, false, "model");
     if (!value.ok()) return value.status();
     *flag = *value;
@@ -172,8 +174,8 @@ absl::Status TokenizerJson::Impl::ParseAddedTokens(const Json& tokens) {
       return Invalid(where, "needs an id in [0, 2^24) and a non-empty content");
     }
     AddedToken added_token{id, false, false};
-    for (auto [flag, value] : {std::pair{"lstrip", &added_token.lstrip},
-                               std::pair{"rstrip", &added_token.rstrip}}) {
+    for (auto [flag, value] :
+         {std::pair{"lstrip", &added_token.lstrip}, std::pair{"rstrip", &added_token.rstrip}}) {
       absl::StatusOr<bool> set = BoolAt(token, flag, false, where);
       if (!set.ok()) return set.status();
       *value = *set;
@@ -189,7 +191,8 @@ absl::Status TokenizerJson::Impl::ParseAddedTokens(const Json& tokens) {
   }
   // The end of text, by the names families give it.
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>",
-                           "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"}) {
+                           "<\xef\xbd\x9c"
+                           "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"}) {
     for (const Json& token : tokens) {
       if (token["content"] == name && token.value("special", false)) {
         eos = token["id"].get<int64_t>();
@@ -216,7 +219,8 @@ absl::Status TokenizerJson::Impl::ParseTemplate(const Json& processor, const std
       continue;
     }
     if (!piece.is_object() || !piece.contains("SpecialToken") ||
-        !piece["SpecialToken"].is_object() || !piece["SpecialToken"].value("id", Json()).is_string()) {
+        !piece["SpecialToken"].is_object() ||
+        !piece["SpecialToken"].value("id", Json()).is_string()) {
       return Invalid(at, "must be a Sequence or a SpecialToken with an id");
     }
     const std::string name = piece["SpecialToken"]["id"].get<std::string>();
@@ -241,12 +245,14 @@ absl::Status TokenizerJson::Impl::ParsePostProcessor(const Json& post, const std
   if (type == "TemplateProcessing") return ParseTemplate(post, where);
   if (type == "Sequence" && post.contains("processors") && post["processors"].is_array()) {
     for (size_t i = 0; i < post["processors"].size(); ++i) {
-      auto s = ParsePostProcessor(post["processors"][i], absl::StrCat(where, ".processors[", i, "]"));
+      auto s =
+          ParsePostProcessor(post["processors"][i], absl::StrCat(where, ".processors[", i, "]"));
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
   }
-  return Invalid(where, absl::StrCat("\"", type, "\" is not supported (ByteLevel, "
+  return Invalid(where, absl::StrCat("\"", type,
+                                     "\" is not supported (ByteLevel, "
                                      "TemplateProcessing or a Sequence of them)"));
 }
 
@@ -313,7 +319,8 @@ void TokenizerJson::Impl::EncodeWord(const std::string& word, std::vector<int64_
   auto push = [&](int left) {
     if (left < 0 || next[left] < 0) return;
     auto it = merges.find(PairKey(symbols[left], symbols[next[left]]));
-    if (it != merges.end()) queue.emplace(it->second.first, left, symbols[left], symbols[next[left]]);
+    if (it != merges.end())
+      queue.emplace(it->second.first, left, symbols[left], symbols[next[left]]);
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!queue.empty()) {
@@ -341,8 +348,8 @@ void TokenizerJson::Impl::EncodeStretch(absl::string_view stretch, bool at_text_
   for (const std::string& word : words) EncodeWord(word, ids);
 }
 
-const std::pair<const std::string, AddedToken>* TokenizerJson::Impl::AddedAt(
-    absl::string_view text, size_t at) const {
+const std::pair<const std::string, AddedToken>* TokenizerJson::Impl::AddedAt(absl::string_view text,
+                                                                             size_t at) const {
   if (!added_first_byte[static_cast<unsigned char>(text[at])]) return nullptr;
   for (size_t n = std::min(longest_added, text.size() - at); n > 0; --n) {
     auto it = added.find(text.substr(at, n));

@@ -142,7 +142,7 @@ q.K^T and p.V over the cache (Transformer-XL also q against the projected
 distances); for linear attention the per-head state products; for windowed
 AFT the bias-factor row times the ring (a matrix-vector product per step,
 over the whole cache for aft-full). The elementwise work runs in one fused loop over the channels
-(`model/kernels.cc`).
+(`model/kernels/`).
 
 {ratio_table(rows)}
 

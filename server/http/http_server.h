@@ -41,8 +41,8 @@ inline constexpr absl::Duration kWriteTimeout = absl::Seconds(30);
 inline constexpr absl::Duration kStopGrace = absl::Seconds(5);
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // without the query
+  std::string method;                          // "GET", "POST", ...
+  std::string path;                            // without the query
   std::map<std::string, std::string> headers;  // names in lower case
   std::string body;
   // The header's value, or empty.

@@ -17,16 +17,50 @@ using Json = nlohmann::json;
 
 // The fields each API takes; any other is refused by name.
 const std::set<std::string>& KnownFields(ApiKind kind) {
-  static const auto* completions = new std::set<std::string>{
-      "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stop", "stream",
-      "stream_options", "logprobs", "seed", "user", "presence_penalty", "frequency_penalty",
-      "logit_bias", "echo", "best_of", "suffix", "attn_return_state", "attn_state",
-      "attn_initial_state", "attn_ignore_eos"};
-  static const auto* chat = new std::set<std::string>{
-      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
-      "stop", "stream", "stream_options", "logprobs", "top_logprobs", "seed", "user",
-      "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
-      "attn_return_state", "attn_state", "attn_initial_state", "attn_ignore_eos"};
+  static const auto* completions = new std::set<std::string>{"model",
+                                                             "prompt",
+                                                             "max_tokens",
+                                                             "temperature",
+                                                             "top_p",
+                                                             "n",
+                                                             "stop",
+                                                             "stream",
+                                                             "stream_options",
+                                                             "logprobs",
+                                                             "seed",
+                                                             "user",
+                                                             "presence_penalty",
+                                                             "frequency_penalty",
+                                                             "logit_bias",
+                                                             "echo",
+                                                             "best_of",
+                                                             "suffix",
+                                                             "attn_return_state",
+                                                             "attn_state",
+                                                             "attn_initial_state",
+                                                             "attn_ignore_eos"};
+  static const auto* chat = new std::set<std::string>{"model",
+                                                      "messages",
+                                                      "max_tokens",
+                                                      "max_completion_tokens",
+                                                      "temperature",
+                                                      "top_p",
+                                                      "n",
+                                                      "stop",
+                                                      "stream",
+                                                      "stream_options",
+                                                      "logprobs",
+                                                      "top_logprobs",
+                                                      "seed",
+                                                      "user",
+                                                      "presence_penalty",
+                                                      "frequency_penalty",
+                                                      "logit_bias",
+                                                      "response_format",
+                                                      "attn_return_state",
+                                                      "attn_state",
+                                                      "attn_initial_state",
+                                                      "attn_ignore_eos"};
   return kind == ApiKind::kChat ? *chat : *completions;
 }
 
@@ -108,9 +142,9 @@ absl::StatusOr<std::string> Content(const Json& content, const std::string& fiel
       return InvalidField(part, "must be an object with a type");
     }
     if (p["type"] != "text") {
-      return InvalidField(absl::StrCat(part, ".type"),
-                          absl::StrCat(p["type"].get<std::string>(),
-                                       " parts are not supported; only text"));
+      return InvalidField(
+          absl::StrCat(part, ".type"),
+          absl::StrCat(p["type"].get<std::string>(), " parts are not supported; only text"));
     }
     if (!p.contains("text") || !p["text"].is_string()) {
       return InvalidField(absl::StrCat(part, ".text"), "must be a string");
@@ -159,7 +193,8 @@ absl::Status ParseStop(const Fields& f, OpenAiRequest* r) {
   }
   if (!stop.is_array()) return InvalidField("stop", "must be a string or a list of strings");
   for (size_t i = 0; i < stop.size(); ++i) {
-    if (!stop[i].is_string()) return InvalidField(absl::StrCat("stop[", i, "]"), "must be a string");
+    if (!stop[i].is_string())
+      return InvalidField(absl::StrCat("stop[", i, "]"), "must be a string");
     r->stop.push_back(stop[i].get<std::string>());
   }
   return absl::OkStatus();
@@ -298,10 +333,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view
   r.kind = kind;
   const Fields f(json);
   if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
-  for (absl::Status s :
-       {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r), ParseStop(f, &r),
-        ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r), RefuseUnimplemented(f, kind),
-        ParseExtensions(f, &r)}) {
+  for (absl::Status s : {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r),
+                         ParseStop(f, &r), ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r),
+                         RefuseUnimplemented(f, kind), ParseExtensions(f, &r)}) {
     if (!s.ok()) return s;
   }
   if (r.state && !r.initial_state.empty()) {
@@ -320,9 +354,9 @@ absl::StatusOr<std::vector<int64_t>> PromptOf(const OpenAiRequest& r, const Requ
     return PromptTokens(*target.tokenizer, r.prompt_text.has_value(), r.prompt_text.value_or(""),
                         r.prompt_ids, "prompt", "prompt", limit, !r.state);
   }
-  const std::string text = r.state ? ContinueChat(target.chat_format, r.messages,
-                                                  r.state_reply_stopped)
-                                   : RenderChat(target.chat_format, r.messages);
+  const std::string text = r.state
+                               ? ContinueChat(target.chat_format, r.messages, r.state_reply_stopped)
+                               : RenderChat(target.chat_format, r.messages);
   return PromptTokens(*target.tokenizer, true, text, {}, "messages", "messages", limit, !r.state);
 }
 
@@ -370,8 +404,8 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
   if (!r.initial_state.empty()) {
     const InitialStates none;
     const InitialStates& states = target.initial_states ? *target.initial_states : none;
-    if (absl::Status s = Extension(
-            ApplyInitialState(r.initial_state, target.state.model, states, &base));
+    if (absl::Status s =
+            Extension(ApplyInitialState(r.initial_state, target.state.model, states, &base));
         !s.ok()) {
       return s;
     }

@@ -31,7 +31,6 @@
 #include "absl/strings/string_view.h"
 #include "model/text/chat_format.h"
 #include "server/engine.h"
-
 #include "server/initial_states.h"
 #include "server/validation.h"
 
@@ -89,7 +88,7 @@ struct RequestTarget {
   const Tokenizer* tokenizer = nullptr;
   RequestLimits limits;
   ChatFormat chat_format = ChatFormat::kPlain;
-  StateTarget state;                             // which states it accepts
+  StateTarget state;                              // which states it accepts
   const InitialStates* initial_states = nullptr;  // by name; may be null
 };
 

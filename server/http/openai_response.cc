@@ -246,8 +246,7 @@ Json UsageChunk(const ResponseContext& c, const std::vector<ChoiceLog>& choices)
 }
 
 std::string ServerSentEvent(const Json& data) {
-  return absl::StrCat("data: ", data.dump(-1, ' ', false, Json::error_handler_t::replace),
-                      "\n\n");
+  return absl::StrCat("data: ", data.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n");
 }
 
 }  // namespace attn::serving::http

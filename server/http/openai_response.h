@@ -62,15 +62,16 @@ ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
 
 // The whole response once every choice is done.
 nlohmann::ordered_json CompletionResponse(const ResponseContext& context,
-                                  const std::vector<ChoiceLog>& choices);
+                                          const std::vector<ChoiceLog>& choices);
 
 // One stream chunk carrying `event` for choice `index`: the role first
 // (chat), text deltas, the finish reason; `text_offset` is where the
 // choice's text stood before it (completions' logprobs).
-nlohmann::ordered_json StreamChunk(const ResponseContext& context, int64_t index, const StreamEvent& event,
-                           bool first, int64_t text_offset);
+nlohmann::ordered_json StreamChunk(const ResponseContext& context, int64_t index,
+                                   const StreamEvent& event, bool first, int64_t text_offset);
 // The last chunk when include_usage: no choices, the usage of all of them.
-nlohmann::ordered_json UsageChunk(const ResponseContext& context, const std::vector<ChoiceLog>& choices);
+nlohmann::ordered_json UsageChunk(const ResponseContext& context,
+                                  const std::vector<ChoiceLog>& choices);
 // "data: <json>\n\n", and the stream's end, "data: [DONE]\n\n".
 std::string ServerSentEvent(const nlohmann::ordered_json& data);
 inline constexpr char kStreamDone[] = "data: [DONE]\n\n";

@@ -73,8 +73,7 @@ StreamEvent Merge(std::vector<StreamEvent> events) {
     head.text += e.text;
     head.token_ids.insert(head.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
     head.logprobs.insert(head.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-    head.top_logprobs.insert(head.top_logprobs.end(), e.top_logprobs.begin(),
-                             e.top_logprobs.end());
+    head.top_logprobs.insert(head.top_logprobs.end(), e.top_logprobs.begin(), e.top_logprobs.end());
   }
   merged.text = head.text + merged.text;
   merged.token_ids.insert(merged.token_ids.begin(), head.token_ids.begin(), head.token_ids.end());
@@ -372,7 +371,8 @@ void OpenAiService::Refuse(const std::shared_ptr<Reply>& reply, const std::strin
 }
 
 void OpenAiService::Count(const char* method, absl::StatusCode code) {
-  if (metrics_ != nullptr) metrics_->CountRequest("", method, StatusCodeName(code), Protocol::kHttp);
+  if (metrics_ != nullptr)
+    metrics_->CountRequest("", method, StatusCodeName(code), Protocol::kHttp);
 }
 
 void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> reply) {
@@ -381,8 +381,7 @@ void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> re
   }
   const std::string prefix = "/v1/models/";
   if (absl::StartsWith(request.path, prefix)) {
-    absl::StatusOr<HostedModel*> model =
-        registry_.Find(request.path.substr(prefix.size()));
+    absl::StatusOr<HostedModel*> model = registry_.Find(request.path.substr(prefix.size()));
     if (request.path.size() == prefix.size()) {
       return Refuse(reply, "", "Models",
                     absl::NotFoundError("model: give a model's name after /v1/models/"));

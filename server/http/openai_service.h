@@ -30,8 +30,8 @@ namespace attn::serving::http {
 class OpenAiService {
  public:
   // Every argument must outlive the service. `metrics` may be null.
-  OpenAiService(const ModelRegistry& registry, const AdmissionPath& admission,
-                const Access& access, Metrics* metrics);
+  OpenAiService(const ModelRegistry& registry, const AdmissionPath& admission, const Access& access,
+                Metrics* metrics);
 
   // Adds every route above to `server`.
   void AddRoutes(HttpServer& server);

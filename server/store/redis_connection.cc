@@ -21,8 +21,8 @@ timeval TimevalOf(absl::Duration d) { return absl::ToTimeval(std::max(d, absl::M
 absl::Status BadUrl(const std::string& url, const std::string& what) {
   // The URL may hold a password: name the flag, never echo it.
   (void)url;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--state_store: ", what, "; expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--state_store: ", what, "; expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"));
 }
 
 RedisReply Convert(const redisReply* reply) {
@@ -42,7 +42,8 @@ RedisReply Convert(const redisReply* reply) {
       break;
     case REDIS_REPLY_ARRAY:
       out.type = RedisReply::Type::kArray;
-      for (size_t i = 0; i < reply->elements; ++i) out.elements.push_back(Convert(reply->element[i]));
+      for (size_t i = 0; i < reply->elements; ++i)
+        out.elements.push_back(Convert(reply->element[i]));
       break;
     default:
       out.type = RedisReply::Type::kNil;
@@ -54,8 +55,9 @@ RedisReply Convert(const redisReply* reply) {
 
 absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
   if (absl::StartsWith(url, "rediss://")) {
-    return BadUrl(url, "TLS (rediss://) is not supported by this build's hiredis; reach Redis "
-                       "over a trusted network or a TLS tunnel");
+    return BadUrl(url,
+                  "TLS (rediss://) is not supported by this build's hiredis; reach Redis "
+                  "over a trusted network or a TLS tunnel");
   }
   if (!absl::StartsWith(url, "redis://")) return BadUrl(url, "not a redis:// URL");
   std::string rest = url.substr(8);
@@ -64,7 +66,8 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
     const std::string credentials = rest.substr(0, at);
     rest = rest.substr(at + 1);
     const size_t colon = credentials.find(':');
-    if (colon == std::string::npos) return BadUrl(url, "credentials need USER:PASSWORD or :PASSWORD");
+    if (colon == std::string::npos)
+      return BadUrl(url, "credentials need USER:PASSWORD or :PASSWORD");
     address.user = credentials.substr(0, colon);
     address.password = credentials.substr(colon + 1);
   }
@@ -100,7 +103,8 @@ absl::Status RedisConnection::Fail(const std::string& what) {
   }
   backoff_ = backoff_ == absl::ZeroDuration() ? kFirstBackoff : std::min(2 * backoff_, kMaxBackoff);
   retry_at_ = absl::Now() + backoff_;
-  return absl::UnavailableError(absl::StrCat("redis ", address_.host, ":", address_.port, ": ", what));
+  return absl::UnavailableError(
+      absl::StrCat("redis ", address_.host, ":", address_.port, ": ", what));
 }
 
 absl::Status RedisConnection::Connect(absl::Duration timeout) {
@@ -134,7 +138,8 @@ absl::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
   if (context_ == nullptr) {
     if (absl::Status connected = Connect(timeout); !connected.ok()) return connected;
   }
-  if (redisSetTimeout(context_, TimevalOf(timeout)) != REDIS_OK) return Fail("cannot set a timeout");
+  if (redisSetTimeout(context_, TimevalOf(timeout)) != REDIS_OK)
+    return Fail("cannot set a timeout");
   for (const std::vector<std::string>& command : commands) {
     std::vector<const char*> argv;
     std::vector<size_t> lengths;
@@ -152,7 +157,8 @@ absl::StatusOr<std::vector<RedisReply>> RedisConnection::Pipeline(
   for (size_t i = 0; i < commands.size(); ++i) {
     void* raw = nullptr;
     if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
-      const bool timed_out = context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+      const bool timed_out =
+          context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
       const absl::Status failed = Fail(context_->errstr[0] ? context_->errstr : "no reply");
       if (timed_out) return absl::DeadlineExceededError("redis: no reply within the time budget");
       return failed;

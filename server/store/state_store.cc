@@ -31,9 +31,9 @@ std::string Hex(uint64_t value) { return absl::StrCat(absl::Hex(value, absl::kZe
 // One lookup's progress through the round trips.
 struct Probe {
   StoreLookup* lookup = nullptr;
-  std::vector<uint64_t> keys;         // of each prefix
-  std::vector<int64_t> candidates;    // stored positions, longest first
-  int64_t chosen = 0;                 // the position read in the last round
+  std::vector<uint64_t> keys;       // of each prefix
+  std::vector<int64_t> candidates;  // stored positions, longest first
+  int64_t chosen = 0;               // the position read in the last round
   bool finished = false;
 };
 
@@ -98,8 +98,8 @@ void StateStore::Lookup(StoreLookup lookup) {
   lookup.done({});
 }
 
-void StateStore::Write(const std::string& fingerprint, uint64_t origin,
-                       std::vector<int64_t> tokens, std::shared_ptr<const SavedRow> row) {
+void StateStore::Write(const std::string& fingerprint, uint64_t origin, std::vector<int64_t> tokens,
+                       std::shared_ptr<const SavedRow> row) {
   PendingWrite write{fingerprint, origin, std::move(tokens), std::move(row), 0};
   write.bytes = write.row->bytes() + static_cast<int64_t>(write.tokens.size() * sizeof(int32_t));
   {
@@ -139,9 +139,8 @@ void StateStore::WriteLoop() {
     std::vector<PendingWrite> batch;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !writes_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !writes_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       while (!writes_.empty() && batch.size() < kMaxBatch) {
@@ -166,7 +165,8 @@ void StateStore::WriteBatch(std::vector<PendingWrite>& batch, RedisConnection& r
     std::string value = EncodeStoredState(w.origin, w.tokens, blob);
     bytes += static_cast<int64_t>(value.size());
     const std::string index = IndexKey(w.fingerprint, anchor == 0 ? w.origin : keys[anchor - 1]);
-    commands.push_back({"SET", EntryKey(w.fingerprint, keys.back()), std::move(value), "PX", ttl_ms});
+    commands.push_back(
+        {"SET", EntryKey(w.fingerprint, keys.back()), std::move(value), "PX", ttl_ms});
     commands.push_back({"SADD", index, std::to_string(p)});
     commands.push_back({"PEXPIRE", index, ttl_ms});
   }
@@ -206,8 +206,8 @@ void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis)
       p.lookup->done({});
     }
   };
-  auto round_trip = [&](const std::vector<Command>& commands)
-      -> absl::StatusOr<std::vector<RedisReply>> {
+  auto round_trip =
+      [&](const std::vector<Command>& commands) -> absl::StatusOr<std::vector<RedisReply>> {
     absl::StatusOr<std::vector<RedisReply>> replies =
         redis.Pipeline(commands, deadline - absl::Now());
     observer_->OnConnected(redis.connected());
@@ -226,7 +226,8 @@ void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis)
   for (size_t i = 0; i < probes.size(); ++i) {
     const StoreLookup& l = *probes[i].lookup;
     const auto n = static_cast<int64_t>(l.tokens.size());
-    for (int64_t a = AnchorOf(std::max<int64_t>(l.min_tokens, 1)); a + 1 <= n - 1; a += kIndexStride) {
+    for (int64_t a = AnchorOf(std::max<int64_t>(l.min_tokens, 1)); a + 1 <= n - 1;
+         a += kIndexStride) {
       const uint64_t key = a == 0 ? l.origin : probes[i].keys[a - 1];
       commands.push_back({"SMEMBERS", IndexKey(l.fingerprint, key)});
       asked.emplace_back(i, a);
@@ -296,10 +297,9 @@ void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis)
     const int64_t p = asked[r].second;
     StoreHit hit;
     if ((*replies)[r].type == RedisReply::Type::kString) {
-      absl::StatusOr<StateBlob> blob =
-          VerifyStoredState((*replies)[r].text, l.origin,
-                            absl::MakeConstSpan(l.tokens.data(), static_cast<size_t>(p)),
-                            l.fingerprint);
+      absl::StatusOr<StateBlob> blob = VerifyStoredState(
+          (*replies)[r].text, l.origin,
+          absl::MakeConstSpan(l.tokens.data(), static_cast<size_t>(p)), l.fingerprint);
       if (blob.ok()) {
         hit = {p, blob->row};
       } else {

@@ -14,7 +14,14 @@ Fails (exit 1, naming each disagreement) when
   - docs/README.md does not list exactly the files in docs/;
   - a doc names a repository path that does not exist;
   - the bundled default model differs between serve.sh, the Dockerfiles and
-    the READMEs, or is not in models/.
+    the READMEs, or is not in models/;
+  - the HTTP endpoint tables of the README and docs/openai.md and the routes
+    in server/http/ differ;
+  - docs/metrics.md and the metric families the server registers differ;
+  - docs/design.md's layout table lacks a folder;
+  - a source file or script names a repository path that does not exist;
+  - scripts/README.md does not mention a script under scripts/;
+  - the README is longer than 220 lines.
 With --print-flag-table it prints the flag table from --help instead (a
 starting point when flags change).
 """
@@ -225,6 +232,119 @@ def check_paths():
                 fail(f"{doc} names {path}, which does not exist")
 
 
+def http_routes():
+    """{(method, path)} the HTTP server routes, from the code; a path ending
+    in / takes a name after it (/v1/models/{model})."""
+    routes = set()
+    for name in os.listdir(os.path.join(REPO, "server/http")):
+        if not name.endswith(".cc"):
+            continue
+        text = read(f"server/http/{name}")
+        routes |= set(re.findall(r'Route\("(\w+)",\s*"([^"]*)"', text))
+        for paths, method in re.findall(
+                r'for \(const char\* path : \{([^}]*)\}\) \{\s*server\.Route\("(\w+)", path', text):
+            routes |= {(method, path) for path in re.findall(r'"([^"]*)"', paths)}
+    return routes
+
+
+def documented_routes(text, doc, heading):
+    """{(method, path)} of the endpoint table after `heading` in a doc."""
+    start = text.find(heading)
+    if start < 0:
+        fail(f"{doc} has no endpoint table headed {heading!r}")
+        return set()
+    routes, method = set(), None
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        for item in re.findall(r"`([^`]*)`", line.strip("|").split("|")[0]):
+            parts = item.split()
+            if len(parts) == 2:
+                method = parts[0]
+            routes.add((method, re.sub(r"\{\w+\}$", "", parts[-1])))
+    return routes
+
+
+def check_http_endpoints(readme):
+    code_routes = http_routes()
+    if len(code_routes) < 5:
+        fail(f"found only {sorted(code_routes)} in server/http: the route pattern is stale")
+    for doc, text, heading in (("README.md", readme, "| HTTP (`--http_port`) |"),
+                               ("docs/openai.md", read("docs/openai.md"), "| method and path |")):
+        documented = documented_routes(text, doc, heading)
+        for method, path in sorted(code_routes - documented):
+            fail(f"{doc}'s endpoint table lacks {method} {path}, which the server routes")
+        for method, path in sorted(documented - code_routes):
+            fail(f"{doc}'s endpoint table lists {method} {path}, which the server does not route")
+
+
+def check_metrics():
+    """docs/metrics.md's table names every metric family the server registers."""
+    registered = set()
+    for folder, _, files in os.walk(os.path.join(REPO, "server")):
+        for name in files:
+            if name.endswith(".cc"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    registered |= set(re.findall(r'\.Name\("(attn_\w+)"\)', f.read()))
+    table = [l for l in read("docs/metrics.md").splitlines() if l.startswith("| `attn_")]
+    documented = {m for l in table for m in re.findall(r"`(attn_\w+)", l.split("|")[1])}
+    if len(registered) < 10:
+        fail(f"found only {sorted(registered)} in server/: the metric pattern is stale")
+    for name in sorted(registered - documented):
+        fail(f"docs/metrics.md does not list {name}, which the server exports")
+    for name in sorted(documented - registered):
+        fail(f"docs/metrics.md lists {name}, which the server does not export")
+
+
+def git_files():
+    run = subprocess.run(["git", "-C", REPO, "ls-files"], capture_output=True, text=True)
+    return [f for f in run.stdout.splitlines() if os.path.exists(os.path.join(REPO, f))]
+
+
+def check_layout_table(files):
+    """docs/design.md's layout table has a row for every top-level folder
+    (model/ through its own folders) and every folder of model/ and server/."""
+    rows = re.findall(r"^\| `([\w./-]+)/` \|", read("docs/design.md"), re.M)
+    folders = {f.split("/")[0] for f in files if "/" in f and not f.startswith(".")}
+    folders.discard("model")
+    folders |= {"/".join(f.split("/")[:2]) for f in files
+                if f.count("/") >= 2 and f.split("/")[0] in ("model", "server")}
+    for folder in sorted(folders):
+        if not any(row == folder or row.startswith(folder + "/") for row in rows):
+            fail(f"docs/design.md's layout table has no row for {folder}/")
+
+
+def check_code_paths(files):
+    """Paths that comments and scripts name exist."""
+    kinds = (".h", ".cc", ".py", ".sh", ".mjs", ".js", ".cmake", "CMakeLists.txt")
+    for source in files:
+        if not source.endswith(kinds) or source.startswith("tests/fuzz/corpus/"):
+            continue
+        with open(os.path.join(REPO, source), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        for path in set(PATH_PATTERN.findall(text)):
+            if "*" in path or "$" in path or re.search(r"/[A-Z]\.|/N$|/$", path):
+                continue
+            folder = os.path.dirname(source)
+            if not any(os.path.exists(os.path.join(REPO, base, path)) for base in ("", folder)):
+                fail(f"{source} names {path}, which does not exist")
+
+
+def check_scripts_readme(files):
+    """scripts/README.md names every script under scripts/."""
+    text = read("scripts/README.md")
+    for f in files:
+        if f.startswith("scripts/") and f != "scripts/README.md":
+            if os.path.basename(f) not in text:
+                fail(f"scripts/README.md does not mention {f}")
+
+
+def check_readme_length(readme, limit=220):
+    lines = readme.count("\n")
+    if lines > limit:
+        fail(f"README.md has {lines} lines, more than {limit}: move detail to docs/")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", required=True)
@@ -241,12 +361,19 @@ def main():
     check_default_model()
     check_docs_index()
     check_paths()
+    check_http_endpoints(readme)
+    check_metrics()
+    files = git_files()
+    check_layout_table(files)
+    check_code_paths(files)
+    check_scripts_readme(files)
+    check_readme_length(readme)
     for message in errors:
         print(f"FAIL: {message}", file=sys.stderr)
     if errors:
         return 1
-    print("PASS: the README's tables, the recipes, the docs index and every named path "
-          "agree with the code")
+    print("PASS: the README's tables, the endpoint tables, the metrics, the layout table, "
+          "the recipes, the docs index, scripts/README.md and every named path agree with the code")
     return 0
 
 

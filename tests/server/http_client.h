@@ -99,12 +99,11 @@ inline HttpReply ParseReply(const std::string& raw) {
 
 // One request on its own connection ("Connection: close").
 inline HttpReply Request(int port, const std::string& method, const std::string& path,
-                         const std::string& body = "",
-                         const std::string& extra_headers = "") {
+                         const std::string& body = "", const std::string& extra_headers = "") {
   return ParseReply(Exchange(
       port, absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
-                         "Content-Type: application/json\r\nContent-Length: ", body.size(),
-                         "\r\n", extra_headers, "\r\n", body)));
+                         "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n",
+                         extra_headers, "\r\n", body)));
 }
 
 }  // namespace attn::serving::testing

@@ -147,9 +147,9 @@ TEST_F(HttpServerTest, LimitsAnswerWithTheirStatus) {
   options.max_body_bytes = 1 << 20;
   Start(options);
   // A 10 MB body is refused from its Content-Length, before it is sent.
-  const std::string big = Exchange(
-      port_, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n" +
-                 std::string(65536, 'x'));
+  const std::string big =
+      Exchange(port_, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10485760\r\n\r\n" +
+                          std::string(65536, 'x'));
   EXPECT_TRUE(absl::StartsWith(big, "HTTP/1.1 413")) << big.substr(0, 200);
   const std::string head = Exchange(
       port_, "GET /hello HTTP/1.1\r\nX: " + std::string(kMaxHeadBytes + 10, 'a') + "\r\n\r\n");

@@ -101,13 +101,13 @@ TEST(OpenAiRequestTest, WhatIsNotImplementedIsRefusedByName) {
                 ApiKind::kChat,
                 R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")),
             "messages[0].content[0].type");
-  EXPECT_EQ(ParamOf(ParseOpenAiRequest(
-                ApiKind::kChat, R"({"messages": [{"role": "tool", "content": "x"}]})")),
+  EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat,
+                                       R"({"messages": [{"role": "tool", "content": "x"}]})")),
             "messages[0].role");
-  EXPECT_EQ(ParamOf(ParseOpenAiRequest(
-                ApiKind::kChat,
-                R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})")),
-            "messages[0].tool_calls");
+  EXPECT_EQ(
+      ParamOf(ParseOpenAiRequest(
+          ApiKind::kChat, R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})")),
+      "messages[0].tool_calls");
 }
 
 TEST(OpenAiRequestTest, ValuesOutOfRangeNameTheirField) {
@@ -129,16 +129,14 @@ TEST(OpenAiRequestTest, ValuesOutOfRangeNameTheirField) {
   EXPECT_EQ(ParamOf(Chat("\"attn_state\": {\"data\": \"AA==\"}, \"attn_initial_state\": \"x\"")),
             "attn_initial_state");
   EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat, R"({"messages": []})")), "messages");
-  EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kCompletions, R"({"max_tokens": 3})")),
-            "prompt");
+  EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kCompletions, R"({"max_tokens": 3})")), "prompt");
 }
 
 TEST(OpenAiRequestTest, BrokenJsonNamesTheByte) {
   auto r = ParseOpenAiRequest(ApiKind::kChat, "{\"messages\": [}");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(r.status().message(), "invalid JSON at byte 15"))
-      << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "invalid JSON at byte 15")) << r.status();
   EXPECT_EQ(ParamOf(r), "body");
   EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat, "[1, 2]")), "body");
   // A number too large for a double (found by fuzz_openai_request).
@@ -171,8 +169,7 @@ TEST(OpenAiResponseTest, StatusesBecomeHttpStatusesAndErrorTypes) {
       {absl::UnauthenticatedError("missing API key"), 401, "authentication_error", nullptr},
       {absl::NotFoundError("model: \"x\" is not hosted here"), 404, "not_found_error", "model"},
       {absl::ResourceExhaustedError("the queue is full"), 429, "rate_limit_error", nullptr},
-      {absl::UnavailableError("the server is shutting down"), 503, "server_unavailable",
-       nullptr},
+      {absl::UnavailableError("the server is shutting down"), 503, "server_unavailable", nullptr},
       {absl::DeadlineExceededError("too slow"), 504, "timeout", nullptr},
       {absl::InternalError("bug"), 500, "server_error", nullptr},
   };

@@ -66,7 +66,9 @@ class OpenAiServiceTest : public ::testing::Test {
     }
     return events;
   }
-  static const HostedModel& Model(const std::string& name) { return **server_->registry().Find(name); }
+  static const HostedModel& Model(const std::string& name) {
+    return **server_->registry().Find(name);
+  }
   static std::string Exposition() { return server_->metrics().Exposition(); }
 
   // The same greedy request over gRPC's stream: its text, tokens and logprobs.
@@ -121,8 +123,11 @@ TEST_F(OpenAiServiceTest, GreedyCompletionsEqualGrpc) {
     const attn::v1::GenerateResponse grpc = GrpcGreedy(model, kPrompt, 12, {});
     ASSERT_GT(grpc.token_ids_size(), 0) << model;
     const Tokenizer& tokenizer = *Model(model).tokenizer;
-    const Json request = {{"model", model}, {"prompt", kPrompt}, {"max_tokens", 12},
-                          {"temperature", 0}, {"logprobs", 0}};
+    const Json request = {{"model", model},
+                          {"prompt", kPrompt},
+                          {"max_tokens", 12},
+                          {"temperature", 0},
+                          {"logprobs", 0}};
     HttpReply whole = Post("/v1/completions", request);
     ASSERT_EQ(whole.status, 200) << whole.body;
     const Json choice = Body(whole)["choices"][0];
@@ -173,8 +178,12 @@ TEST_F(OpenAiServiceTest, GreedyChatEqualsGrpcOnTheRenderedPrompt) {
   ASSERT_GT(grpc.token_ids_size(), 0);
   const Json request = {
       {"model", "tiny-linear"},
-      {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", kPrompt}}}},
-      {"max_tokens", 10}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}};
+      {"messages",
+       {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", kPrompt}}}},
+      {"max_tokens", 10},
+      {"temperature", 0},
+      {"logprobs", true},
+      {"top_logprobs", 2}};
   HttpReply reply = Post("/v1/chat/completions", request);
   ASSERT_EQ(reply.status, 200) << reply.body;
   const Json body = Body(reply);
@@ -195,7 +204,10 @@ TEST_F(OpenAiServiceTest, GreedyChatEqualsGrpcOnTheRenderedPrompt) {
 
 TEST_F(OpenAiServiceTest, ChoicesAreSeededAndStreamedWithUsage) {
   Json request = {{"messages", {{{"role", "user"}, {"content", kPrompt}}}},
-                  {"max_tokens", 8}, {"n", 3}, {"seed", 42}, {"temperature", 1.0}};
+                  {"max_tokens", 8},
+                  {"n", 3},
+                  {"seed", 42},
+                  {"temperature", 1.0}};
   const Json first = Body(Post("/v1/chat/completions", request));
   const Json again = Body(Post("/v1/chat/completions", request));
   ASSERT_EQ(first["choices"].size(), 3u) << first.dump();
@@ -222,8 +234,8 @@ TEST_F(OpenAiServiceTest, ChoicesAreSeededAndStreamedWithUsage) {
   }
   const Json usage = Json::parse(events[events.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
-  EXPECT_EQ(usage["usage"]["total_tokens"],
-            usage["usage"]["prompt_tokens"].get<int>() + usage["usage"]["completion_tokens"].get<int>());
+  EXPECT_EQ(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].get<int>() +
+                                                usage["usage"]["completion_tokens"].get<int>());
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(texts[i], first["choices"][i]["message"]["content"]) << i;
     EXPECT_EQ(roles[i], 1);
@@ -232,16 +244,19 @@ TEST_F(OpenAiServiceTest, ChoicesAreSeededAndStreamedWithUsage) {
 }
 
 TEST_F(OpenAiServiceTest, TheStateCacheAndTheClientHeldStateAreReported) {
-  const Json request = {{"model", "tiny-linear"}, {"prompt", std::string(kPrompt) + " and more"},
-                        {"max_tokens", 4}, {"temperature", 0}, {"attn_return_state", true}};
+  const Json request = {{"model", "tiny-linear"},
+                        {"prompt", std::string(kPrompt) + " and more"},
+                        {"max_tokens", 4},
+                        {"temperature", 0},
+                        {"attn_return_state", true}};
   Post("/v1/completions", request);
   const Json again = Body(Post("/v1/completions", request));
   EXPECT_GT(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << again.dump();
   const Json& state = again["choices"][0]["attn_state"];
   ASSERT_TRUE(state.is_object()) << again.dump();
   // Continuing from the returned state reads only the new prompt.
-  const Json next = {{"model", "tiny-linear"}, {"prompt", " then"}, {"max_tokens", 2},
-                     {"attn_state", state}};
+  const Json next = {
+      {"model", "tiny-linear"}, {"prompt", " then"}, {"max_tokens", 2}, {"attn_state", state}};
   const Json continued = Body(Post("/v1/completions", next));
   EXPECT_EQ(continued["usage"]["prompt_tokens_details"]["cached_tokens"], state["tokens"])
       << continued.dump();
@@ -255,12 +270,13 @@ TEST_F(OpenAiServiceTest, TheStateCacheAndTheClientHeldStateAreReported) {
 }
 
 TEST_F(OpenAiServiceTest, RefusalsCarryTheirStatusAndField) {
-  HttpReply bad = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                                 {"temperature", 9}});
+  HttpReply bad = Post("/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"temperature", 9}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(Body(bad)["error"]["param"], "temperature");
-  HttpReply tools = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                                   {"tools", Json::array()}});
+  HttpReply tools =
+      Post("/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", Json::array()}});
   EXPECT_EQ(tools.status, 400);
   EXPECT_EQ(Body(tools)["error"]["param"], "tools");
   HttpReply broken = Request(server_->http_port(), "POST", "/v1/completions", "{\"prompt\": ");
@@ -275,9 +291,8 @@ TEST_F(OpenAiServiceTest, RefusalsCarryTheirStatusAndField) {
   HttpReply too_long = Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1 << 30}});
   EXPECT_EQ(too_long.status, 400);
   EXPECT_EQ(Body(too_long)["error"]["param"], "max_tokens");
-  const std::string big =
-      testing::Exchange(server_->http_port(),
-                        "POST /v1/completions HTTP/1.1\r\nContent-Length: 10485760\r\n\r\n{");
+  const std::string big = testing::Exchange(
+      server_->http_port(), "POST /v1/completions HTTP/1.1\r\nContent-Length: 10485760\r\n\r\n{");
   EXPECT_TRUE(absl::StartsWith(big, "HTTP/1.1 413")) << big.substr(0, 100);
   EXPECT_TRUE(absl::StrContains(
       Exposition(),
@@ -350,7 +365,9 @@ TEST_F(OpenAiServiceTest, IdleAndSlowClientsDoNotDelayOthers) {
     EXPECT_EQ(reply.status, 200) << reply.body;
     return absl::Now() - start;
   };
-  EXPECT_LT(timed([&] { return Post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 2}}); }),
+  EXPECT_LT(timed([&] {
+              return Post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 2}});
+            }),
             absl::Seconds(1));
   EXPECT_LT(timed([&] { return Request(port, "GET", "/v1/models"); }), absl::Seconds(1));
   EXPECT_LT(timed([&] { return Request(server_->metrics_port(), "GET", "/metrics"); }),
@@ -396,14 +413,22 @@ TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
   const int port = (*server)->http_port();
 
   const int fd = Connect(port);
-  const std::string body = Json{{"prompt", kPrompt}, {"max_tokens", 1000000}, {"stream", true},
-                                {"attn_ignore_eos", true}}.dump();
+  const std::string body = Json{
+      {"prompt", kPrompt},
+      {"max_tokens", 1000000},
+      {"stream", true},
+      {"attn_ignore_eos",
+       true}}.dump();
   ASSERT_TRUE(SendAll(fd, absl::StrCat("POST /v1/completions HTTP/1.1\r\nContent-Length: ",
                                        body.size(), "\r\n\r\n", body)));
   std::string streamed;
   std::thread reader([&] { streamed = testing::ReadToClose(fd); });
-  ASSERT_TRUE((*server)->registry().Find("tiny-aft").value()->engine->AwaitLoad(
-      [](const EngineLoad& l) { return l.running == 1; }, absl::Now() + absl::Seconds(2)));
+  ASSERT_TRUE((*server)
+                  ->registry()
+                  .Find("tiny-aft")
+                  .value()
+                  ->engine->AwaitLoad([](const EngineLoad& l) { return l.running == 1; },
+                                      absl::Now() + absl::Seconds(2)));
 
   std::thread stopper([&] { (*server)->Shutdown(); });
   bool refused = false;

@@ -4,11 +4,14 @@
 // token granularity across index anchors, TTLs, edited entries, and an
 // unreachable Redis. The servers' end-to-end behaviour is in
 // state_store_redis.sh.
+#include "server/store/state_store.h"
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,15 +20,12 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
 #include "server/state_blob.h"
 #include "server/state_cache.h"
 #include "server/store/redis_connection.h"
-#include "server/store/state_store.h"
 #include "server/store/stored_state.h"
 
 extern char** environ;
@@ -92,9 +92,9 @@ TEST(StoredStateTest, RefusesWhatIsNotTheAskedPrefix) {
   expect_damaged(VerifyStoredState(entry, 7, tokens, kFingerprint).status(), "another origin");
   expect_damaged(VerifyStoredState(entry, StateCache::kEmptySequence, other, kFingerprint).status(),
                  "other tokens");
-  expect_damaged(VerifyStoredState(entry, StateCache::kEmptySequence, tokens, "linear-elu-00")
-                     .status(),
-                 "another model");
+  expect_damaged(
+      VerifyStoredState(entry, StateCache::kEmptySequence, tokens, "linear-elu-00").status(),
+      "another model");
   // A blob that claims another token count than its entry.
   const std::string blob = EncodeStateBlob({kFingerprint, 11, Row(1)});
   expect_damaged(VerifyStoredState(EncodeStoredState(StateCache::kEmptySequence, tokens, blob),
@@ -107,9 +107,9 @@ TEST(StoredStateTest, RefusesWhatIsNotTheAskedPrefix) {
     edited[at] ^= 0x20;
     EXPECT_FALSE(VerifyStoredState(edited, StateCache::kEmptySequence, tokens, kFingerprint).ok())
         << "byte " << at;
-    EXPECT_FALSE(VerifyStoredState(entry.substr(0, at), StateCache::kEmptySequence, tokens,
-                                   kFingerprint)
-                     .ok())
+    EXPECT_FALSE(
+        VerifyStoredState(entry.substr(0, at), StateCache::kEmptySequence, tokens, kFingerprint)
+            .ok())
         << "first " << at << " bytes";
   }
 }
@@ -148,9 +148,9 @@ class StateStoreTest : public ::testing::Test {
     port_ = FreePort();
     const std::string port = std::to_string(port_), dir = dir_.string(),
                       log = (dir_ / "redis.log").string();
-    std::vector<std::string> args = {"redis-server", "--bind", "127.0.0.1", "--port", port,
-                                     "--dir", dir, "--save", "", "--appendonly", "no",
-                                     "--logfile", log};
+    std::vector<std::string> args = {
+        "redis-server", "--bind", "127.0.0.1",    "--port", port,        "--dir", dir,
+        "--save",       "",       "--appendonly", "no",     "--logfile", log};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -222,10 +222,9 @@ TEST_F(StateStoreTest, FindsTheLongestStoredPrefixAcrossAnchors) {
   struct Case {
     int64_t length, min_tokens, expected;
   };
-  for (const Case& c : {Case{300, 1, 200}, Case{201, 1, 200}, Case{200, 1, 130},
-                        Case{131, 1, 130}, Case{130, 1, 65}, Case{66, 1, 65}, Case{65, 1, 64},
-                        Case{64, 1, 5}, Case{6, 1, 5}, Case{5, 1, 0}, Case{300, 201, 0},
-                        Case{300, 131, 200}}) {
+  for (const Case& c : {Case{300, 1, 200}, Case{201, 1, 200}, Case{200, 1, 130}, Case{131, 1, 130},
+                        Case{130, 1, 65}, Case{66, 1, 65}, Case{65, 1, 64}, Case{64, 1, 5},
+                        Case{6, 1, 5}, Case{5, 1, 0}, Case{300, 201, 0}, Case{300, 131, 200}}) {
     StoreHit hit = Find(*store, prefix(c.length), c.min_tokens);
     EXPECT_EQ(hit.tokens, c.expected) << c.length << " tokens, at least " << c.min_tokens;
     if (hit.tokens > 0) {

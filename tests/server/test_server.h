@@ -14,10 +14,9 @@ namespace attn::serving::testing {
 
 // A server on 127.0.0.1 (any free gRPC and metrics ports) hosting the
 // packages in `dir`; null, with a test failure, if it does not start.
-inline std::unique_ptr<InferenceServer> StartTestServer(const std::string& dir,
-                                                        EngineOptions engine = {},
-                                                        const std::string& default_model =
-                                                            "tiny-aft") {
+inline std::unique_ptr<InferenceServer> StartTestServer(
+    const std::string& dir, EngineOptions engine = {},
+    const std::string& default_model = "tiny-aft") {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;

@@ -55,8 +55,7 @@ ABSL_FLAG(int64_t, layers, ModelDefaults().layers, "number of layers");
 ABSL_FLAG(int64_t, heads, ModelDefaults().heads, "attention heads (AFT-conv: bias heads)");
 ABSL_FLAG(int64_t, ff_hidden, ModelDefaults().ff_hidden, "feed-forward hidden width");
 ABSL_FLAG(int64_t, window, ModelDefaults().window, "AFT-local / AFT-conv / AFT-decay window");
-ABSL_FLAG(int64_t, max_context, ModelDefaults().max_context,
-          "longest sequence for bounded mixers");
+ABSL_FLAG(int64_t, max_context, ModelDefaults().max_context, "longest sequence for bounded mixers");
 ABSL_FLAG(int64_t, chunk, ModelDefaults().chunk,
           "tokens per block of the parallel forms (0: the mixer's fastest, see DefaultChunk)");
 ABSL_FLAG(int64_t, vocab_size, ModelDefaults().vocab_size, "SentencePiece vocabulary size");
