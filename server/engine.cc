@@ -31,11 +31,6 @@ namespace {
 // its own thread, where waking another would cost more than it saves.
 constexpr int64_t kRowsPerSamplingTask = 8;
 
-class SystemClock : public Clock {
- public:
-  absl::Time Now() const override { return absl::Now(); }
-};
-
 // `context_limit`: the model's (-1: unbounded), of which a start state
 // has used its tokens.
 ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit) {
@@ -89,11 +84,6 @@ absl::Status EngineOptions::Validate() const {
 int64_t StateBudget(const EngineOptions& options, int64_t bytes_per_slot) {
   const int64_t most = options.max_active * bytes_per_slot;
   return options.max_state_bytes > 0 ? std::min(options.max_state_bytes, most) : most;
-}
-
-Clock& RealClock() {
-  static SystemClock clock;
-  return clock;
 }
 
 absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<RequestStream> stream) {

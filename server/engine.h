@@ -36,7 +36,9 @@
 #include "absl/time/time.h"
 #include "model/lm/continuation.h"
 #include "model/lm/sampling.h"
+#include "server/clock.h"
 #include "server/request_stream.h"
+#include "server/state_cache.h"
 
 namespace attn {
 struct SavedRow;
@@ -49,10 +51,6 @@ namespace attn::serving {
 
 class DeliveryThread;
 class StateStore;
-
-// The state cache's key for sequences that start from the empty sequence
-// (server/state_cache.h); a named initial state has its own.
-inline constexpr uint64_t kEmptySequenceOrigin = 0x6a09e667f3bcc908ULL;
 
 // What a request may ask of one model. The one source of these bounds:
 // attn-server's flags fill it, the model registry sets max_context per
@@ -138,20 +136,12 @@ struct EngineRequest {
   // sequences use the state cache, under `cache_origin`
   // (StateCache::kEmptySequence for the empty sequence).
   std::shared_ptr<const SavedRow> initial_state;
-  uint64_t cache_origin = kEmptySequenceOrigin;
+  uint64_t cache_origin = StateCache::kEmptySequence;
 };
 
 // EngineOptions::max_state_bytes resolved for a model whose state slot
 // holds at most `bytes_per_slot`: the budget, never more than the pool.
 int64_t StateBudget(const EngineOptions& options, int64_t bytes_per_slot);
-
-// Time source: real for the server, fake in tests.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual absl::Time Now() const = 0;
-};
-Clock& RealClock();
 
 // Hooks for metrics; every method runs on the engine thread.
 class EngineObserver {

@@ -120,6 +120,7 @@ class Engine::Impl {
                        std::string(pinned.message()).c_str());
         }
       }
+      // Wall time for the operator's log, whatever clock drives the engine.
       const absl::Time warm_up_start = absl::Now();
       warm_up_.tokens = WarmUp();
       warm_up_.time = absl::Now() - warm_up_start;

@@ -66,12 +66,11 @@ void Engine::Impl::FetchFromStore(Sequence& seq) {
     return;
   }
   auto fetch = std::make_shared<engine_internal::StoreFetch>();
-  const absl::Time deadline = absl::Now() + store->options().timeout;
   // The tier answers by then; should no answer come, prefill regardless.
   fetch->give_up = clock_.Now() + 2 * store->options().timeout + absl::Milliseconds(50);
   seq.fetch = fetch;
   store->Lookup({options_.state_fingerprint, seq.request.cache_origin, prompt, seq.prefilled + 1,
-                 deadline, [fetch, signal = signal_](StoreHit hit) {
+                 [fetch, signal = signal_](StoreHit hit) {
                    {
                      absl::MutexLock lock(&fetch->mu);
                      fetch->answered = true;
@@ -82,6 +81,7 @@ void Engine::Impl::FetchFromStore(Sequence& seq) {
 }
 
 bool Engine::Impl::ApplyFetches(absl::Time now) {
+  if (options_.state_store == nullptr) return false;  // nothing is ever fetched
   bool applied = false;
   for (auto& seq : active_) {
     if (!seq->fetching() || !seq->stream) continue;

@@ -4,8 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "model/backend/native_backend.h"
-#include "model/checkpoints/rwkv7_checkpoint.h"
+#include "model/backend/backend.h"
 #include "server/state_blob.h"
 #include "util/files.h"
 
@@ -32,23 +31,20 @@ absl::Status ParseInitialStatesFlag(
 
 absl::StatusOr<InitialStates> LoadInitialStates(const std::string& model, LmBackend& backend,
                                                 const std::map<std::string, std::string>& files) {
-  auto* native = dynamic_cast<NativeBackend*>(&backend);
-  if (native == nullptr || native->model()->config().mixer != MixerKind::kRwkv7) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--initial_states: ", model,
-                     " is not an rwkv7 model on the native backend; only those "
-                     "take initial states"));
-  }
   InitialStates states;
   for (const auto& [name, file] : files) {
-    absl::StatusOr<std::vector<torch::Tensor>> row =
-        ReadRwkv7InitialState(file, native->model()->config());
+    absl::StatusOr<SavedRow> row = backend.ReadInitialState(file);
+    if (absl::IsFailedPrecondition(row.status())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--initial_states: ", model,
+                       " is not an rwkv7 model on the native backend; only those "
+                       "take initial states"));
+    }
     if (!row.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--initial_states: ", model, ":", name, ": ", row.status().message()));
     }
-    auto saved = std::make_shared<SavedRow>();
-    saved->tensors = *std::move(row);
+    auto saved = std::make_shared<SavedRow>(*std::move(row));
     absl::StatusOr<std::string> bytes = ReadFileBytes(file);
     if (!bytes.ok()) return bytes.status();
     states[name] = {std::move(saved), Hash64(*bytes, /*seed=*/1)};

@@ -20,6 +20,11 @@ int64_t SavedRow::bytes() const {
   return bytes;
 }
 
+absl::StatusOr<SavedRow> LmBackend::ReadInitialState(const std::string& /*path*/) const {
+  return absl::FailedPreconditionError(
+      "only rwkv7 models on the native backend take initial states");
+}
+
 std::string BackendKindName(BackendKind kind) { return EnumName(kBackendNames, kind); }
 
 bool ParseBackendKind(const std::string& name, BackendKind* kind) {

@@ -75,6 +75,12 @@ class LmBackend {
                                                 PrefillLogits logits) = 0;
   virtual absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                              const torch::Tensor& rows) = 0;
+
+  // One sequence's state read from an initial-state file (RWKV-7's tuned
+  // states, docs/rwkv7.md), ready for LoadRow. kFailedPrecondition for a
+  // model that takes none (every model but rwkv7 on the native backend);
+  // the file's own errors otherwise.
+  virtual absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const;
 };
 
 }  // namespace attn

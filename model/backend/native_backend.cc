@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "model/backend/guarded.h"
+#include "model/checkpoints/rwkv7_checkpoint.h"
 
 namespace attn {
 using backend_internal::Guarded;
@@ -50,6 +51,16 @@ absl::StatusOr<torch::Tensor> NativeBackend::Prefill(const torch::Tensor& tokens
 absl::StatusOr<torch::Tensor> NativeBackend::Step(const torch::Tensor& tokens,
                                                   const torch::Tensor& rows) {
   return Guarded("decode step", [&] { return model_->step(tokens, rows, state_); });
+}
+
+absl::StatusOr<SavedRow> NativeBackend::ReadInitialState(const std::string& path) const {
+  if (model_->config().mixer != MixerKind::kRwkv7) return LmBackend::ReadInitialState(path);
+  absl::StatusOr<std::vector<torch::Tensor>> tensors =
+      ReadRwkv7InitialState(path, model_->config());
+  if (!tensors.ok()) return tensors.status();
+  SavedRow row;
+  row.tensors = *std::move(tensors);
+  return row;
 }
 
 }  // namespace attn

@@ -32,6 +32,7 @@ class NativeBackend : public LmBackend {
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                      const torch::Tensor& rows) override;
+  absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const override;
 
   CausalLm& model() { return model_; }
   // The rows, for callers that run the model on them directly (tests,

@@ -38,9 +38,8 @@
 // forward, prefill and step compute the same recurrence: the projections of
 // all tokens at once, then the state's update token by token, which costs
 // O(C N) per token against the projections' O(C^2). On the CPU the update is
-// one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h); elsewhere, or with
-// fused_kernels off, it is torch operations token by token (the path a GPU
-// runs).
+// one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h); elsewhere,
+// or with fused_kernels off, it is torch operations token by token (the path a GPU runs).
 #pragma once
 
 #include <torch/nn/modules/linear.h>

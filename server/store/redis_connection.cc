@@ -90,7 +90,8 @@ absl::StatusOr<RedisAddress> ParseRedisUrl(const std::string& url) {
   return address;
 }
 
-RedisConnection::RedisConnection(RedisAddress address) : address_(std::move(address)) {}
+RedisConnection::RedisConnection(RedisAddress address, const Clock& clock)
+    : address_(std::move(address)), clock_(clock) {}
 
 RedisConnection::~RedisConnection() {
   if (context_ != nullptr) redisFree(context_);
@@ -102,13 +103,13 @@ absl::Status RedisConnection::Fail(const std::string& what) {
     context_ = nullptr;
   }
   backoff_ = backoff_ == absl::ZeroDuration() ? kFirstBackoff : std::min(2 * backoff_, kMaxBackoff);
-  retry_at_ = absl::Now() + backoff_;
+  retry_at_ = clock_.Now() + backoff_;
   return absl::UnavailableError(
       absl::StrCat("redis ", address_.host, ":", address_.port, ": ", what));
 }
 
 absl::Status RedisConnection::Connect(absl::Duration timeout) {
-  if (absl::Now() < retry_at_) {
+  if (clock_.Now() < retry_at_) {
     return absl::UnavailableError("redis: reconnecting after a failure (backing off)");
   }
   context_ = redisConnectWithTimeout(address_.host.c_str(), address_.port, TimevalOf(timeout));

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/clock.h"
 
 struct redisContext;
 
@@ -41,7 +42,8 @@ struct RedisReply {
 
 class RedisConnection {
  public:
-  explicit RedisConnection(RedisAddress address);
+  // `clock` times the reconnect backoff; it must outlive the connection.
+  explicit RedisConnection(RedisAddress address, const Clock& clock = RealClock());
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -60,6 +62,7 @@ class RedisConnection {
   absl::Status Fail(const std::string& what);
 
   const RedisAddress address_;
+  const Clock& clock_;
   redisContext* context_ = nullptr;
   absl::Time retry_at_ = absl::InfinitePast();
   absl::Duration backoff_ = absl::ZeroDuration();

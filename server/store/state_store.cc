@@ -8,7 +8,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "model/backend/backend.h"
 #include "server/state_blob.h"
 #include "server/state_cache.h"
@@ -60,8 +59,11 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Start(const StateStoreOp
     return absl::InvalidArgumentError("--state_store_timeout: must be positive");
   }
   std::unique_ptr<StateStore> store(new StateStore(options, *address, observer));
-  store->lookup_thread_ = std::thread([s = store.get()] { s->LookupLoop(); });
-  store->write_thread_ = std::thread([s = store.get()] { s->WriteLoop(); });
+  StateStore* s = store.get();
+  store->lookup_thread_ = std::thread(
+      [s] { s->Work(&s->lookups_, [s](std::vector<PendingLookup>& b) { s->Answer(b); }); });
+  store->write_thread_ = std::thread(
+      [s] { s->Work(&s->writes_, [s](std::vector<PendingWrite>& b) { s->WriteBatch(b); }); });
   return store;
 }
 
@@ -69,8 +71,8 @@ StateStore::StateStore(const StateStoreOptions& options, const RedisAddress& add
                        StateStoreObserver* observer)
     : options_(options),
       observer_(observer ? observer : &no_observer_),
-      lookup_redis_(address),
-      write_redis_(address) {}
+      lookup_redis_(address, *options.clock),
+      write_redis_(address, *options.clock) {}
 
 StateStore::~StateStore() {
   {
@@ -79,19 +81,20 @@ StateStore::~StateStore() {
   }
   lookup_thread_.join();
   write_thread_.join();
-  std::deque<StoreLookup> unanswered;
+  std::deque<PendingLookup> unanswered;
   {
     absl::MutexLock lock(&mu_);
     unanswered.swap(lookups_);
   }
-  for (StoreLookup& lookup : unanswered) lookup.done({});
+  for (PendingLookup& pending : unanswered) pending.lookup.done({});
 }
 
 void StateStore::Lookup(StoreLookup lookup) {
+  const absl::Time deadline = options_.clock->Now() + options_.timeout;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
-      lookups_.push_back(std::move(lookup));
+      lookups_.push_back({std::move(lookup), deadline});
       return;
     }
   }
@@ -113,47 +116,28 @@ void StateStore::Write(const std::string& fingerprint, uint64_t origin, std::vec
   observer_->OnDroppedWrite();
 }
 
-void StateStore::LookupLoop() {
+template <typename Item, typename Serve>
+void StateStore::Work(std::deque<Item>* queue, Serve serve) {
   pthread_setname_np(pthread_self(), "attn-store");
   while (true) {
-    std::vector<StoreLookup> batch;
+    std::vector<Item> batch;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !lookups_.empty();
-      };
+      auto ready = [this, queue]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue->empty(); };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      while (!lookups_.empty() && batch.size() < kMaxBatch) {
-        batch.push_back(std::move(lookups_.front()));
-        lookups_.pop_front();
+      while (!queue->empty() && batch.size() < kMaxBatch) {
+        Taken(queue->front());
+        batch.push_back(std::move(queue->front()));
+        queue->pop_front();
       }
     }
-    Answer(batch, lookup_redis_);
+    serve(batch);
   }
 }
 
-void StateStore::WriteLoop() {
-  pthread_setname_np(pthread_self(), "attn-store");
-  while (true) {
-    std::vector<PendingWrite> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !writes_.empty(); };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      while (!writes_.empty() && batch.size() < kMaxBatch) {
-        queued_write_bytes_ -= writes_.front().bytes;
-        batch.push_back(std::move(writes_.front()));
-        writes_.pop_front();
-      }
-    }
-    WriteBatch(batch, write_redis_);
-  }
-}
-
-void StateStore::WriteBatch(std::vector<PendingWrite>& batch, RedisConnection& redis) {
+void StateStore::WriteBatch(std::vector<PendingWrite>& batch) {
   const std::string ttl_ms = std::to_string(absl::ToInt64Milliseconds(options_.ttl));
   std::vector<Command> commands;
   int64_t bytes = 0;
@@ -170,8 +154,8 @@ void StateStore::WriteBatch(std::vector<PendingWrite>& batch, RedisConnection& r
     commands.push_back({"SADD", index, std::to_string(p)});
     commands.push_back({"PEXPIRE", index, ttl_ms});
   }
-  absl::StatusOr<std::vector<RedisReply>> replies = redis.Pipeline(commands, kWriteTimeout);
-  observer_->OnConnected(redis.connected());
+  absl::StatusOr<std::vector<RedisReply>> replies = write_redis_.Pipeline(commands, kWriteTimeout);
+  observer_->OnConnected(write_redis_.connected());
   if (!replies.ok()) {
     observer_->OnError();
     return;
@@ -182,62 +166,88 @@ void StateStore::WriteBatch(std::vector<PendingWrite>& batch, RedisConnection& r
   observer_->OnWrite(bytes);
 }
 
-void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis) {
-  const absl::Time start = absl::Now();
-  std::vector<Probe> probes;
-  absl::Time deadline = absl::InfiniteFuture();
-  for (StoreLookup& lookup : batch) {
+// One batch of lookups through the three round trips: the index sets of
+// every anchor each prompt passes, which of their positions still exist,
+// and the entry of the longest. Each step ends the lookups it settles; a
+// round trip that fails ends all that are open.
+class StateStore::LookupRound {
+ public:
+  LookupRound(StateStore& store, std::vector<PendingLookup>& batch);
+  void Run() {
+    if (!probes_.empty() && FindCandidates() && KeepExisting()) ReadLongest();
+  }
+
+ private:
+  absl::StatusOr<std::vector<RedisReply>> RoundTrip(const std::vector<Command>& commands);
+  void Finish(Probe& probe, Outcome outcome, StoreHit hit = {});
+  bool FindCandidates();
+  bool KeepExisting();
+  void ReadLongest();
+
+  StateStore& store_;
+  const absl::Time start_;
+  absl::Time deadline_ = absl::InfiniteFuture();  // the batch's earliest
+  std::vector<Probe> probes_;
+  std::vector<std::pair<size_t, int64_t>> asked_;  // per command: probe, position
+};
+
+StateStore::LookupRound::LookupRound(StateStore& store, std::vector<PendingLookup>& batch)
+    : store_(store), start_(store.options_.clock->Now()) {
+  for (PendingLookup& pending : batch) {
+    StoreLookup& lookup = pending.lookup;
     const auto n = static_cast<int64_t>(lookup.tokens.size());
-    if (start >= lookup.deadline || n < 2 || lookup.min_tokens > n - 1) {
-      observer_->OnLookup(start >= lookup.deadline ? Outcome::kTimeout : Outcome::kMiss,
-                          absl::ZeroDuration(), 0);
+    if (start_ >= pending.deadline || n < 2 || lookup.min_tokens > n - 1) {
+      store_.observer_->OnLookup(start_ >= pending.deadline ? Outcome::kTimeout : Outcome::kMiss,
+                                 absl::ZeroDuration(), 0);
       lookup.done({});
       continue;
     }
-    probes.push_back({&lookup, StateCache::Keys(lookup.tokens, lookup.origin), {}, 0, false});
-    deadline = std::min(deadline, lookup.deadline);
+    probes_.push_back({&lookup, StateCache::Keys(lookup.tokens, lookup.origin), {}, 0, false});
+    deadline_ = std::min(deadline_, pending.deadline);
   }
-  // Ends the lookups still open with `outcome`.
-  auto finish_all = [&](Outcome outcome) {
-    for (Probe& p : probes) {
-      if (p.finished) continue;
-      p.finished = true;
-      observer_->OnLookup(outcome, absl::Now() - start, 0);
-      p.lookup->done({});
-    }
-  };
-  auto round_trip =
-      [&](const std::vector<Command>& commands) -> absl::StatusOr<std::vector<RedisReply>> {
-    absl::StatusOr<std::vector<RedisReply>> replies =
-        redis.Pipeline(commands, deadline - absl::Now());
-    observer_->OnConnected(redis.connected());
-    if (!replies.ok()) {
-      if (replies.status().code() != absl::StatusCode::kDeadlineExceeded) observer_->OnError();
-      finish_all(replies.status().code() == absl::StatusCode::kDeadlineExceeded ? Outcome::kTimeout
-                                                                                : Outcome::kError);
-    }
-    return replies;
-  };
-  if (probes.empty()) return;
+}
 
-  // 1: the index sets of every anchor the prompt passes.
+void StateStore::LookupRound::Finish(Probe& probe, Outcome outcome, StoreHit hit) {
+  probe.finished = true;
+  const int64_t tokens = hit.tokens;
+  store_.observer_->OnLookup(outcome, store_.options_.clock->Now() - start_, tokens);
+  probe.lookup->done(std::move(hit));
+}
+
+absl::StatusOr<std::vector<RedisReply>> StateStore::LookupRound::RoundTrip(
+    const std::vector<Command>& commands) {
+  RedisConnection& redis = store_.lookup_redis_;
+  absl::StatusOr<std::vector<RedisReply>> replies =
+      redis.Pipeline(commands, deadline_ - store_.options_.clock->Now());
+  store_.observer_->OnConnected(redis.connected());
+  if (!replies.ok()) {
+    const bool timeout = replies.status().code() == absl::StatusCode::kDeadlineExceeded;
+    if (!timeout) store_.observer_->OnError();
+    for (Probe& probe : probes_) {
+      if (!probe.finished) Finish(probe, timeout ? Outcome::kTimeout : Outcome::kError);
+    }
+  }
+  return replies;
+}
+
+bool StateStore::LookupRound::FindCandidates() {
   std::vector<Command> commands;
-  std::vector<std::pair<size_t, int64_t>> asked;  // probe, anchor
-  for (size_t i = 0; i < probes.size(); ++i) {
-    const StoreLookup& l = *probes[i].lookup;
+  asked_.clear();
+  for (size_t i = 0; i < probes_.size(); ++i) {
+    const StoreLookup& l = *probes_[i].lookup;
     const auto n = static_cast<int64_t>(l.tokens.size());
     for (int64_t a = AnchorOf(std::max<int64_t>(l.min_tokens, 1)); a + 1 <= n - 1;
          a += kIndexStride) {
-      const uint64_t key = a == 0 ? l.origin : probes[i].keys[a - 1];
+      const uint64_t key = a == 0 ? l.origin : probes_[i].keys[a - 1];
       commands.push_back({"SMEMBERS", IndexKey(l.fingerprint, key)});
-      asked.emplace_back(i, a);
+      asked_.emplace_back(i, a);
     }
   }
-  absl::StatusOr<std::vector<RedisReply>> replies = round_trip(commands);
-  if (!replies.ok()) return;
-  for (size_t r = 0; r < asked.size(); ++r) {
-    Probe& probe = probes[asked[r].first];
-    const int64_t a = asked[r].second, n = static_cast<int64_t>(probe.lookup->tokens.size());
+  absl::StatusOr<std::vector<RedisReply>> replies = RoundTrip(commands);
+  if (!replies.ok()) return false;
+  for (size_t r = 0; r < asked_.size(); ++r) {
+    Probe& probe = probes_[asked_[r].first];
+    const int64_t a = asked_[r].second, n = static_cast<int64_t>(probe.lookup->tokens.size());
     for (const RedisReply& member : (*replies)[r].elements) {
       int64_t p = 0;
       if (absl::SimpleAtoi(member.text, &p) && p > a && p <= a + kIndexStride && p <= n - 1 &&
@@ -246,55 +256,57 @@ void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis)
       }
     }
   }
-  // 2: which candidates exist (the index outlives expired entries).
-  commands.clear();
-  asked.clear();
-  for (size_t i = 0; i < probes.size(); ++i) {
-    Probe& probe = probes[i];
+  return true;
+}
+
+bool StateStore::LookupRound::KeepExisting() {
+  std::vector<Command> commands;
+  asked_.clear();
+  for (size_t i = 0; i < probes_.size(); ++i) {
+    Probe& probe = probes_[i];
     std::sort(probe.candidates.rbegin(), probe.candidates.rend());
     probe.candidates.erase(std::unique(probe.candidates.begin(), probe.candidates.end()),
                            probe.candidates.end());
     if (probe.candidates.size() > kMaxCandidates) probe.candidates.resize(kMaxCandidates);
     if (probe.candidates.empty()) {
-      probe.finished = true;
-      observer_->OnLookup(Outcome::kMiss, absl::Now() - start, 0);
-      probe.lookup->done({});
+      Finish(probe, Outcome::kMiss);
       continue;
     }
-    for (int64_t p : probe.candidates) {
+    for (int64_t p : probe.candidates) {  // the index outlives expired entries
       commands.push_back({"EXISTS", EntryKey(probe.lookup->fingerprint, probe.keys[p - 1])});
-      asked.emplace_back(i, p);
+      asked_.emplace_back(i, p);
     }
   }
-  if (commands.empty()) return;
-  replies = round_trip(commands);
-  if (!replies.ok()) return;
-  for (size_t r = 0; r < asked.size(); ++r) {
-    Probe& probe = probes[asked[r].first];
-    if (probe.chosen == 0 && (*replies)[r].integer == 1) probe.chosen = asked[r].second;
+  if (commands.empty()) return false;
+  absl::StatusOr<std::vector<RedisReply>> replies = RoundTrip(commands);
+  if (!replies.ok()) return false;
+  for (size_t r = 0; r < asked_.size(); ++r) {
+    Probe& probe = probes_[asked_[r].first];
+    if (probe.chosen == 0 && (*replies)[r].integer == 1) probe.chosen = asked_[r].second;
   }
-  // 3: the longest that exists.
-  commands.clear();
-  asked.clear();
-  for (size_t i = 0; i < probes.size(); ++i) {
-    Probe& probe = probes[i];
+  return true;
+}
+
+void StateStore::LookupRound::ReadLongest() {
+  std::vector<Command> commands;
+  asked_.clear();
+  for (size_t i = 0; i < probes_.size(); ++i) {
+    Probe& probe = probes_[i];
     if (probe.finished) continue;
     if (probe.chosen == 0) {
-      probe.finished = true;
-      observer_->OnLookup(Outcome::kMiss, absl::Now() - start, 0);
-      probe.lookup->done({});
+      Finish(probe, Outcome::kMiss);
       continue;
     }
     commands.push_back({"GET", EntryKey(probe.lookup->fingerprint, probe.keys[probe.chosen - 1])});
-    asked.emplace_back(i, probe.chosen);
+    asked_.emplace_back(i, probe.chosen);
   }
   if (commands.empty()) return;
-  replies = round_trip(commands);
+  absl::StatusOr<std::vector<RedisReply>> replies = RoundTrip(commands);
   if (!replies.ok()) return;
-  for (size_t r = 0; r < asked.size(); ++r) {
-    Probe& probe = probes[asked[r].first];
+  for (size_t r = 0; r < asked_.size(); ++r) {
+    Probe& probe = probes_[asked_[r].first];
     const StoreLookup& l = *probe.lookup;
-    const int64_t p = asked[r].second;
+    const int64_t p = asked_[r].second;
     StoreHit hit;
     if ((*replies)[r].type == RedisReply::Type::kString) {
       absl::StatusOr<StateBlob> blob = VerifyStoredState(
@@ -303,14 +315,13 @@ void StateStore::Answer(std::vector<StoreLookup>& batch, RedisConnection& redis)
       if (blob.ok()) {
         hit = {p, blob->row};
       } else {
-        observer_->OnVerifyFailure();
+        store_.observer_->OnVerifyFailure();
       }
     }
-    probe.finished = true;
-    observer_->OnLookup(hit.tokens > 0 ? Outcome::kHit : Outcome::kMiss, absl::Now() - start,
-                        hit.tokens);
-    probe.lookup->done(std::move(hit));
+    Finish(probe, hit.tokens > 0 ? Outcome::kHit : Outcome::kMiss, std::move(hit));
   }
 }
+
+void StateStore::Answer(std::vector<PendingLookup>& batch) { LookupRound(*this, batch).Run(); }
 
 }  // namespace attn::serving

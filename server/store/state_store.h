@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/clock.h"
 #include "server/store/redis_connection.h"
 
 namespace attn {
@@ -52,6 +53,8 @@ struct StateStoreOptions {
   absl::Duration ttl = absl::Hours(1);
   absl::Duration timeout = absl::Milliseconds(20);  // a lookup's budget
   int64_t max_queued_write_bytes = int64_t{64} << 20;
+  // Times lookups' budgets and the reconnect backoff; must outlive the store.
+  const Clock* clock = &RealClock();
 };
 
 // What the tier did, for metrics. Called from the store's threads.
@@ -78,7 +81,6 @@ struct StoreLookup {
   uint64_t origin = 0;      // StateCache's origin of the tokens
   std::vector<int64_t> tokens;
   int64_t min_tokens = 1;  // shorter hits are of no use (the local cache has them)
-  absl::Time deadline;     // past it: a miss
   // Called once with the result, on a store thread (or at once when the
   // store is stopping); must not block.
   std::function<void(StoreHit)> done;
@@ -93,7 +95,8 @@ class StateStore {
   ~StateStore();  // answers pending lookups with misses and joins
 
   // Looks for the longest stored prefix of `lookup.tokens` that is shorter
-  // than all of them and at least min_tokens long.
+  // than all of them and at least min_tokens long, within the options'
+  // timeout from now (past it: a miss).
   void Lookup(StoreLookup lookup);
   // Stores the state after `tokens`; dropped (and counted) if the queue is
   // full.
@@ -114,13 +117,27 @@ class StateStore {
     std::shared_ptr<const SavedRow> row;
     int64_t bytes = 0;
   };
+  struct PendingLookup {
+    StoreLookup lookup;
+    absl::Time deadline;
+  };
+  class LookupRound;  // one batch of lookups through the three round trips
+
   StateStore(const StateStoreOptions& options, const RedisAddress& address,
              StateStoreObserver* observer);
-  void LookupLoop();
-  void WriteLoop();
+  // The loop of the store's two threads: waits for items in `queue` (one
+  // of the two below), takes up to kMaxBatch of them, and serves them
+  // outside the lock, until the store stops.
+  template <typename Item, typename Serve>
+  void Work(std::deque<Item>* queue, Serve serve);
+  // What taking an item off its queue releases.
+  void Taken(const PendingLookup&) {}
+  void Taken(const PendingWrite& write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    queued_write_bytes_ -= write.bytes;
+  }
   // Answers a batch of lookups in three pipelined round trips.
-  void Answer(std::vector<StoreLookup>& batch, RedisConnection& redis);
-  void WriteBatch(std::vector<PendingWrite>& batch, RedisConnection& redis);
+  void Answer(std::vector<PendingLookup>& batch);
+  void WriteBatch(std::vector<PendingWrite>& batch);
 
   const StateStoreOptions options_;
   StateStoreObserver no_observer_;
@@ -130,7 +147,7 @@ class StateStore {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<StoreLookup> lookups_ ABSL_GUARDED_BY(mu_);
+  std::deque<PendingLookup> lookups_ ABSL_GUARDED_BY(mu_);
   std::deque<PendingWrite> writes_ ABSL_GUARDED_BY(mu_);
   int64_t queued_write_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread lookup_thread_;

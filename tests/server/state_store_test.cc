@@ -186,7 +186,6 @@ class StateStoreTest : public ::testing::Test {
                        int64_t min_tokens = 1) {
     std::promise<StoreHit> answer;
     store.Lookup({kFingerprint, StateCache::kEmptySequence, tokens, min_tokens,
-                  absl::Now() + absl::Seconds(2),
                   [&answer](StoreHit hit) { answer.set_value(std::move(hit)); }});
     return answer.get_future().get();
   }
