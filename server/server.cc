@@ -7,10 +7,10 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "server/access.h"
+#include "server/core/access.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_service.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 namespace attn::serving {
 namespace {

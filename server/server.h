@@ -7,10 +7,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/model_registry.h"
-#include "server/service.h"
-#include "server/store/state_store.h"
-#include "server/tls.h"
+#include "server/core/model_registry.h"
+#include "server/core/tls.h"
+#include "server/grpc/service.h"
+#include "server/state/state_store.h"
 
 namespace grpc {
 class Server;
@@ -31,7 +31,7 @@ struct ServerOptions {
   int metrics_port = 9090;   // 0: any free port; -1: no metrics endpoint
   std::string metrics_host;  // the metrics endpoint's address; empty: `host`
   TlsOptions tls;            // the gRPC and HTTP ports' certificates; none: plaintext
-  // API keys (server/access.h); empty: no keys needed. The per-key limit on
+  // API keys (server/core/access.h); empty: no keys needed. The per-key limit on
   // running generation and scoring calls applies with keys; 0: none.
   std::string api_keys_file;
   int64_t max_requests_per_key = 0;

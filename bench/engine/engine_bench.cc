@@ -36,7 +36,7 @@
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
 #include "model/text/tokenizer.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 #include "util/cpus.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
@@ -128,7 +128,7 @@ ThroughputResult Throughput(attn::CausalLm& model, const attn::Tokenizer& tokeni
   options.max_waiting = concurrency;
   options.stream_buffer = max_tokens + 2;  // never pauses: the bench reads only at the end
   StepTimer step_timer;
-  Engine engine(model, tokenizer, options, attn::serving::RealClock(), &step_timer);
+  Engine engine(model, tokenizer, options, attn::RealClock(), &step_timer);
   engine.Start();
   const int64_t total = concurrency * absl::GetFlag(FLAGS_requests_per_slot);
   const int64_t vocab = model->config().vocab_size;

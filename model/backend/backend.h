@@ -1,4 +1,4 @@
-// What the engine runs a model through (server/engine.h): a set of state
+// What the engine runs a model through (server/engine/engine.h): a set of state
 // rows, one per sequence, and the two calls that advance them.
 //
 //   Prefill(tokens [B, C], rows)  continues rows that are all at one length

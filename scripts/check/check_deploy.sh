@@ -46,13 +46,13 @@ if rule["spec"]["groups"] != groups:
     sys.exit("deploy/k8s/base/prometheusrule.yaml differs from deploy/prometheus/alerts.yml")
 
 # The metric names the server registers, with a histogram's series suffixes.
-source = open("server/metrics.cc").read()
+source = open("server/metrics/metrics.cc").read()
 exported = set()
 for name in re.findall(r'\.Name\("(attn_[a-z_]+)"\)', source):
     exported.add(name)
     exported.update(name + s for s in ("_bucket", "_sum", "_count"))
 if len(exported) < 10:
-    sys.exit("could not read the metric names from server/metrics.cc")
+    sys.exit("could not read the metric names from server/metrics/metrics.cc")
 
 def names(expr):
     return set(re.findall(r"\battn_[a-z_]+\b", expr))

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/validation.h"
+#include "server/core/validation.h"
 #include "util/field_error.h"
 
 namespace attn::serving::http {

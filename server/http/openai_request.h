@@ -1,7 +1,7 @@
 // OpenAI's Completions and Chat Completions requests (docs/openai.md lists
 // every field): the JSON body parsed and checked field by field, then made
 // into the engine's requests for a model, through the same checks as every
-// protocol (server/validation.h). A field the API does not know, or one it
+// protocol (server/core/validation.h). A field the API does not know, or one it
 // knows but this server does not implement (tools, a response_format other
 // than text, echo, suffix, best_of above 1), is refused by name, never
 // ignored. Errors are kInvalidArgument in util/field_error.h's format,
@@ -30,9 +30,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/text/chat_format.h"
-#include "server/engine.h"
-#include "server/initial_states.h"
-#include "server/validation.h"
+#include "server/core/validation.h"
+#include "server/engine/engine.h"
+#include "server/state/initial_states.h"
 
 namespace attn {
 class Tokenizer;

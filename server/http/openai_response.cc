@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "model/text/tokenizer.h"
-#include "server/state_blob.h"
+#include "server/state/state_blob.h"
 #include "util/utf8.h"
 
 namespace attn::serving::http {

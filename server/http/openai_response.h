@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+#include "server/engine/request_stream.h"
 #include "server/http/openai_request.h"
-#include "server/request_stream.h"
 
 namespace attn {
 class Tokenizer;

@@ -8,11 +8,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "server/core/model_registry.h"
 #include "server/http/chat_page.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
-#include "server/metrics.h"
-#include "server/model_registry.h"
+#include "server/metrics/metrics.h"
 
 namespace attn::serving::http {
 namespace {

@@ -15,11 +15,11 @@
 #include <functional>
 #include <string>
 
-#include "server/access.h"
-#include "server/admission.h"
+#include "server/core/access.h"
+#include "server/core/admission.h"
+#include "server/core/model_registry.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_request.h"
-#include "server/model_registry.h"
 
 namespace attn::serving {
 class Metrics;

@@ -1,6 +1,6 @@
 // Request validation from raw protobuf bytes: a GenerateRequest and a
 // ScoreRequest parsed from the input and checked as the service checks them
-// (server/validation.h), over a bytes tokenizer. Every request is either
+// (server/core/validation.h), over a bytes tokenizer. Every request is either
 // refused with INVALID_ARGUMENT or becomes an engine request within the
 // limits.
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "attn/v1/text_generation.pb.h"
 #include "model/text/tokenizer.h"
-#include "server/validation.h"
+#include "server/core/validation.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "model/backend/backend.h"
-#include "server/state_blob.h"
+#include "server/state/state_blob.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "server/state_blob.h"
-#include "server/store/redis_connection.h"
-#include "server/store/stored_state.h"
+#include "server/state/redis_connection.h"
+#include "server/state/state_blob.h"
+#include "server/state/stored_state.h"
 
 namespace {
 

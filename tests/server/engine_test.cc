@@ -1,6 +1,6 @@
 // The continuous-batching engine, driven one iteration at a time with a fake
 // clock and tiny random models.
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 #include <dirent.h>
 #include <gtest/gtest.h>

@@ -2,11 +2,11 @@
 #pragma once
 
 #include "absl/time/time.h"
-#include "server/engine.h"
+#include "util/clock.h"
 
 namespace attn::testing {
 
-class FakeClock : public serving::Clock {
+class FakeClock : public Clock {
  public:
   absl::Time Now() const override { return now_; }
   void Advance(absl::Duration d) { now_ += d; }

@@ -17,7 +17,7 @@
 #include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/server.h"
 #include "tests/server/http_client.h"
 #include "tests/server/test_server.h"

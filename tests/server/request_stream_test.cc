@@ -1,4 +1,4 @@
-#include "server/request_stream.h"
+#include "server/engine/request_stream.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "server/delivery_thread.h"
+#include "server/engine/delivery_thread.h"
 
 namespace attn::serving {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attn/v1/text_generation.pb.h"
-#include "server/engine.h"
+#include "server/engine/engine.h"
 
 namespace attn::serving::testing {
 

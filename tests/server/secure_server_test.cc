@@ -1,4 +1,4 @@
-// Access to a real server: API keys (server/access.h) alone and over the
+// Access to a real server: API keys (server/core/access.h) alone and over the
 // wire, TLS and mutual TLS with certificates openssl makes at test time
 // (tests/server/make_test_certs.sh), and the metrics endpoint's defences
 // against slow, oversized and odd requests.
@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/access.h"
-#include "server/metrics.h"
+#include "server/core/access.h"
+#include "server/metrics/metrics.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
 #include "tests/test_util.h"

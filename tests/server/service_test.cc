@@ -1,6 +1,6 @@
 // The gRPC service in process: a real server on 127.0.0.1 (any free port)
 // hosting tiny models, real channels and stubs.
-#include "server/service.h"
+#include "server/grpc/service.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
 #include "tests/server/test_server.h"

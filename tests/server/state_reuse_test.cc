@@ -1,4 +1,4 @@
-// State reuse in the engine: the state cache (server/state_cache.h) and the
+// State reuse in the engine: the state cache (server/state/state_cache.h) and the
 // states requests bring and take. For every mixer kind, a request's greedy
 // tokens do not depend on where its state came from, and its logprobs
 // equal those of the same tokens read from zero within 1e-4.
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/engine.h"
-#include "server/state_cache.h"
+#include "server/engine/engine.h"
+#include "server/state/state_cache.h"
 #include "tests/server/fake_clock.h"
 #include "tests/server/requests.h"
 #include "tests/test_util.h"

@@ -4,7 +4,7 @@
 // token granularity across index anchors, TTLs, edited entries, and an
 // unreachable Redis. The servers' end-to-end behaviour is in
 // state_store_redis.sh.
-#include "server/store/state_store.h"
+#include "server/state/state_store.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,10 +23,10 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
-#include "server/state_blob.h"
-#include "server/state_cache.h"
-#include "server/store/redis_connection.h"
-#include "server/store/stored_state.h"
+#include "server/state/redis_connection.h"
+#include "server/state/state_blob.h"
+#include "server/state/state_cache.h"
+#include "server/state/stored_state.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "server/validation.h"
+#include "server/core/validation.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,265 @@
+// Internal to server/: the engine's implementation, shared by engine.cc
+// (admission, prefill, decode) and engine_state.cc (the state cache and
+// state that requests bring and take).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "model/backend/backend.h"
+#include "model/backend/row_pool.h"
+#include "model/lm/continuation.h"
+#include "server/engine/engine.h"
+#include "server/state/state_cache.h"
+#include "server/state/state_store.h"
+#include "util/cpus.h"
+
+namespace attn::serving {
+namespace engine_internal {
+
+// Wakes the engine thread; shared with the streams, which may outlive it.
+struct Signal {
+  absl::Mutex mu;
+  bool woken ABSL_GUARDED_BY(mu) = false;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+
+  void Wake() {
+    absl::MutexLock lock(&mu);
+    woken = true;
+  }
+  bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
+};
+
+// A lookup in the shared state tier for a sequence: the tier's thread
+// answers it, the engine thread applies it.
+struct StoreFetch {
+  absl::Mutex mu;
+  bool answered ABSL_GUARDED_BY(mu) = false;
+  StoreHit hit ABSL_GUARDED_BY(mu);
+  absl::Time give_up;  // in case no answer comes: prefill without it
+};
+
+struct Sequence {
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  absl::Time arrival;
+  absl::Time last_token;
+  int64_t slot = -1;
+  int64_t reservation = 0;                     // state bytes held against the budget once admitted
+  int64_t prefilled = 0;                       // prompt tokens in the state
+  std::vector<float> last_logits;              // after the last token in the state
+  std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
+  int64_t generated = 0;
+  int64_t next_token = -1;    // fed to the next decode step
+  int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
+  StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
+  std::vector<int64_t> generated_ids;
+  int64_t cache_hit = 0;  // prompt tokens the state cache (or the tier) supplied
+  // Set while the shared tier looks for a longer prefix: the sequence
+  // holds its slot and waits before prefilling.
+  std::shared_ptr<StoreFetch> fetch;
+  // return_state: the sequence has finished and its last token is still to
+  // be fed to the state (by a decode step that samples nothing) before End.
+  bool finishing = false;
+  bool last_fed = false;  // that step has run
+
+  bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
+  bool fetching() const { return fetch != nullptr; }
+  bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
+};
+
+}  // namespace engine_internal
+
+using engine_internal::Sequence;
+using engine_internal::Signal;
+
+class Engine::Impl {
+ public:
+  Impl(std::unique_ptr<LmBackend> backend, const Tokenizer& tokenizer, const EngineOptions& options,
+       const Clock& clock, EngineObserver* observer)
+      : backend_(WithRows(std::move(backend), options.max_active)),
+        tokenizer_(tokenizer),
+        options_(options),
+        clock_(clock),
+        observer_(observer ? observer : &no_observer_),
+        device_(backend_->device()),
+        pool_(*backend_),
+        rows_(pool_.capacity()),
+        budget_(StateBudget(options, backend_->bytes_per_row())),
+        free_slots_(pool_.capacity()) {
+    if (options.state_cache_bytes > 0) {
+      cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
+    }
+  }
+
+  absl::Status Submit(EngineRequest request, std::shared_ptr<RequestStream> stream);
+  bool RunOnce();
+  void Loop();
+  void Start() {
+    // From here the engine thread does the tensor work; the caller's idle
+    // OpenMP team (left by loading and slot allocation) would only slow it.
+    ReleaseThreadTeam();
+    std::promise<void> warmed_up;
+    std::future<void> done = warmed_up.get_future();
+    thread_ = std::thread([this, warmed_up = std::move(warmed_up)]() mutable {
+      pthread_setname_np(pthread_self(), "attn-engine");  // as top -H and /proc show it
+      if (!options_.cpus.empty()) {
+        // Validated at startup; should the mask change meanwhile, run unpinned.
+        const absl::Status pinned = PinCallingThread(options_.cpus);
+        if (!pinned.ok()) {
+          std::fprintf(stderr, "warning: engine thread not pinned: %s\n",
+                       std::string(pinned.message()).c_str());
+        }
+      }
+      // Wall time for the operator's log, whatever clock drives the engine.
+      const absl::Time warm_up_start = absl::Now();
+      warm_up_.tokens = WarmUp();
+      warm_up_.time = absl::Now() - warm_up_start;
+      warmed_up.set_value();
+      Loop();
+    });
+    done.wait();
+  }
+  EngineWarmUp warm_up() const { return warm_up_; }
+  void Drain() {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+  }
+  void Stop(const absl::Status& status);
+  EngineLoad load() const {
+    return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load(),
+            cache_entries_.load(), cache_bytes_.load()};
+  }
+  int64_t bytes_per_slot() const { return backend_->bytes_per_row(); }
+  int64_t budget() const { return budget_; }
+  bool WaitIdle(absl::Time deadline) const {
+    absl::MutexLock lock(&published_mu_);
+    return published_mu_.AwaitWithDeadline(absl::Condition(this, &Impl::Idle), deadline);
+  }
+  bool AwaitLoad(const std::function<bool(const EngineLoad&)>& done, absl::Time deadline) const {
+    auto holds = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done(load()); };
+    absl::MutexLock lock(&published_mu_);
+    return published_mu_.AwaitWithDeadline(absl::Condition(&holds), deadline);
+  }
+
+ private:
+  // `backend` holding `rows` rows; none (and a warning) if they cannot be
+  // allocated, so that every request is refused instead of the process
+  // failing. Loading the model allocates them first and reports failure.
+  static std::unique_ptr<LmBackend> WithRows(std::unique_ptr<LmBackend> backend, int64_t rows) {
+    if (backend->rows() == rows) return backend;
+    if (absl::Status allocated = backend->AllocateRows(rows); !allocated.ok()) {
+      std::fprintf(stderr, "warning: no state rows: %s\n",
+                   std::string(allocated.message()).c_str());
+      backend->AllocateRows(0).IgnoreError();
+    }
+    return backend;
+  }
+  // Returns the tokens it ran (0 if it failed).
+  int64_t WarmUp();
+  // The state bytes `request` may come to hold: at its longest context.
+  int64_t Reservation(const EngineRequest& request) const {
+    int64_t tokens = request.start_tokens + static_cast<int64_t>(request.prompt.size());
+    if (request.kind == EngineRequest::Kind::kGenerate) tokens += request.max_tokens;
+    const int64_t limit = backend_->max_context();
+    return backend_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
+  }
+  bool EndAbandoned(absl::Time now);
+  bool Admit(absl::Time now);
+  // Prefills one chunk of the oldest prompt being read, together with other
+  // prompts at the same position (one batched prefill within the budget).
+  bool PrefillChunk();
+  std::vector<Sequence*> PrefillGroup() const;
+  void PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin, int64_t count);
+  bool DecodeStep();
+  // The sequences of the next decode step: ready ones, at most
+  // max_decode_rows, fewest generated tokens first.
+  std::vector<Sequence*> DecodeBatch() const;
+  // Handles a token chosen for `seq`; ends the sequence when it finishes.
+  void Emit(Sequence& seq, const SampledToken& token);
+  // Pushes the last event (with usage for a success) and frees the slot.
+  void End(Sequence& seq, StreamEvent last);
+  void EndWithError(Sequence& seq, const absl::Status& status) {
+    StreamEvent last;
+    last.status = status;
+    End(seq, std::move(last));
+  }
+  void RemoveEnded();
+  void PublishLoad();
+
+  // --- State reuse (engine_state.cc) ---
+  // A newly admitted sequence's starting point: the request's start state,
+  // or the state cache's longest usable prefix of its prompt (when it holds
+  // the whole prompt, the first token is sampled at once).
+  void StartSequence(Sequence& seq);
+  // Asks the shared tier for a prefix of `seq`'s prompt longer than what it
+  // holds, when there is a tier and more than one token to prefill.
+  void FetchFromStore(Sequence& seq);
+  // Loads the tier's answers that came (or gives up on those past their
+  // time); returns whether any sequence may now prefill.
+  bool ApplyFetches(absl::Time now);
+  // Hands the state after `tokens` of `seq` to the shared tier.
+  void WriteToStore(const Sequence& seq, std::vector<int64_t> tokens, const SavedRow& row);
+  // Tokens of `seq`'s next prefill chunk: at most prefill_chunk, ending at
+  // the next cache checkpoint (a multiple of state_cache_interval).
+  int64_t ChunkLength(const Sequence& seq) const;
+  // After a prefill chunk: caches the state at a checkpoint or the prompt's
+  // end (with the logits after it).
+  void SaveCheckpoint(Sequence& seq);
+  // Whether a finished sequence's last token can still enter its state
+  // (return_state), which the context may not have room for.
+  bool CanFeedLast(const Sequence& seq) const;
+  // At a successful end: the state into the cache and, for return_state,
+  // into `last`. kInternal if it cannot be copied out.
+  absl::Status SaveFinished(Sequence& seq, StreamEvent& last);
+  // The tokens `seq`'s state covers (its start state's aside).
+  std::vector<int64_t> StateTokens(const Sequence& seq) const;
+  void PublishCacheSize();
+
+  std::unique_ptr<LmBackend> backend_;
+  const Tokenizer& tokenizer_;
+  const EngineOptions options_;
+  const Clock& clock_;
+  EngineObserver no_observer_;
+  EngineObserver* observer_;
+  torch::Device device_;
+  RowPool pool_;          // engine thread only
+  const int64_t rows_;    // pool_'s capacity, for any thread
+  const int64_t budget_;  // EngineOptions::max_state_bytes, resolved
+  int64_t reserved_ = 0;  // engine thread only: the admitted sequences' reservations
+  std::vector<std::unique_ptr<Sequence>> active_;  // engine thread only, admission order
+  std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::unique_ptr<StateCache> cache_;  // engine thread only; null when off
+  int64_t decode_steps_ = 0;           // engine thread only
+  // Written by the engine thread before Start() returns, read after.
+  EngineWarmUp warm_up_;
+
+  std::atomic<int64_t> free_slots_;
+  std::atomic<int64_t> running_{0};
+  std::atomic<int64_t> waiting_count_{0};
+  std::atomic<int64_t> unfinished_{0};          // submitted, last event not yet pushed
+  std::atomic<int64_t> state_bytes_in_use_{0};  // written by PublishLoad
+  std::atomic<int64_t> cache_entries_{0};       // written by PublishCacheSize
+  std::atomic<int64_t> cache_bytes_{0};
+  // Released by PublishLoad() after every iteration, which makes waiters
+  // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
+  mutable absl::Mutex published_mu_;
+  bool Idle() const { return unfinished_.load() == 0; }
+};
+
+}  // namespace attn::serving
