@@ -121,6 +121,14 @@ TEST(TokenizerJson, RefusalsNameTheComponent) {
       << strip.status();
 }
 
+TEST(TokenizerJson, PackagesOfTheOlderKindNameLoad) {
+  auto older = Tokenizer::FromStored("byte-level-bpe", ByteLevelTokenizer().dump());
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->kind(), "tokenizer-json");
+  EXPECT_TRUE(Tokenizer::IsKind("byte-level-bpe"));
+  EXPECT_FALSE(Tokenizer::IsKind("wordpiece"));
+}
+
 TEST(TokenizerJson, PaddedIdsAreInputButNeverSampled) {
   auto tokenizer = Tokenizer::FromTokenizerJson(ByteLevelTokenizer().dump());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();

@@ -13,6 +13,8 @@ namespace {
 
 constexpr char kReplacement[] = "\xef\xbf\xbd";  // U+FFFD
 constexpr char kWordMark[] = "\xe2\x96\x81";     // U+2581, SentencePiece's space
+// What packages called "tokenizer-json" before it had that name.
+constexpr char kOlderTokenizerJsonKind[] = "byte-level-bpe";
 
 }  // namespace
 
@@ -67,7 +69,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromTokenizerJson(const std::string& json) 
 absl::StatusOr<Tokenizer> Tokenizer::FromStored(const std::string& kind, const std::string& bytes) {
   if (kind == "sentencepiece") return FromSerialized(bytes);
   if (kind == "rwkv-world") return FromRwkvVocabulary(bytes);
-  if (kind == "tokenizer-json" || kind == "byte-level-bpe") return FromTokenizerJson(bytes);
+  if (kind == "tokenizer-json" || kind == kOlderTokenizerJsonKind) return FromTokenizerJson(bytes);
   return absl::InvalidArgumentError(
       absl::StrCat("tokenizer: \"", kind, "\" is not a stored tokenizer kind (sentencepiece, ",
                    "rwkv-world, tokenizer-json)"));
@@ -81,7 +83,8 @@ const std::vector<std::string>& Tokenizer::Kinds() {
 
 bool Tokenizer::IsKind(const std::string& kind) {
   const std::vector<std::string>& kinds = Kinds();
-  return kind == "byte-level-bpe" || std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+  return kind == kOlderTokenizerJsonKind ||
+         std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Bytes(int64_t vocab_size, int64_t eos_id) {
