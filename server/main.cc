@@ -132,6 +132,10 @@ ABSL_FLAG(int64_t, state_cache_bytes, EngineDefaults().state_cache_bytes,
 ABSL_FLAG(int64_t, state_cache_interval, EngineDefaults().state_cache_interval,
           "A long prompt leaves a cached state every this many tokens, so that a shared "
           "beginning (a system prompt) is reused whatever follows it.");
+ABSL_FLAG(int, http_timeout_seconds,
+          static_cast<int>(absl::ToInt64Seconds(Defaults().http_timeout)),
+          "How long an HTTP request may take before it ends with 504; a client's shorter "
+          "X-Stainless-Timeout (OpenAI's SDKs send one) wins. 0: no limit.");
 ABSL_FLAG(int, shutdown_grace_seconds,
           static_cast<int>(absl::ToInt64Seconds(Defaults().shutdown_grace)),
           "On SIGTERM/SIGINT, how long running requests may take to finish.");
@@ -213,6 +217,13 @@ attn::serving::ServerOptions OptionsFromFlags() {
     std::exit(2);
   }
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  const int http_timeout = absl::GetFlag(FLAGS_http_timeout_seconds);
+  if (http_timeout < 0) {
+    std::fprintf(stderr, "error: --http_timeout_seconds: must be 0 (no limit) or more, got %d\n",
+                 http_timeout);
+    std::exit(2);
+  }
+  options.http_timeout = http_timeout == 0 ? absl::InfiniteDuration() : absl::Seconds(http_timeout);
   return options;
 }
 

@@ -78,8 +78,9 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   auto registry = ModelRegistry::Load(registry_options, server->metrics_.get());
   if (!registry.ok()) return registry.status();
   server->registry_ = std::move(*registry);
-  server->service_ = std::make_unique<TextGenerationService>(
-      *server->registry_, server->metrics_.get(), server->access_.get());
+  server->core_ =
+      std::make_unique<CallCore>(*server->registry_, *server->access_, server->metrics_.get());
+  server->service_ = std::make_unique<TextGenerationService>(*server->core_);
 
   grpc::EnableDefaultHealthCheckService(true);
   // The plugin is process-wide: once on, every later server has reflection.
@@ -101,9 +102,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     health->SetServingStatus(model->description.name, true);
   }
   if (options.http_port >= 0) {
-    server->openai_ =
-        std::make_unique<http::OpenAiService>(*server->registry_, server->service_->admission(),
-                                              *server->access_, server->metrics_.get());
+    server->openai_ = std::make_unique<http::OpenAiService>(*server->core_, server->metrics_.get(),
+                                                            options.http_timeout);
     server->http_ = std::make_unique<http::HttpServer>();
     server->openai_->AddRoutes(*server->http_);
     auto bound = server->http_->Start(HttpOptions(options.host, options.http_port,
@@ -119,7 +119,7 @@ void InferenceServer::Shutdown() {
   shut_down_ = true;
   // Health first, so load balancers stop sending work while streams finish.
   server_->GetHealthCheckService()->Shutdown();
-  service_->StopAccepting();
+  core_->StopAccepting();
   registry_->DrainAll();
   registry_->WaitIdleAll(absl::Now() + options_.shutdown_grace);
   registry_->StopAll(absl::UnavailableError(

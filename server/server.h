@@ -35,7 +35,10 @@ struct ServerOptions {
   // running generation and scoring calls applies with keys; 0: none.
   std::string api_keys_file;
   int64_t max_requests_per_key = 0;
-  bool reflection = true;         // serve grpc.reflection (health is always served)
+  bool reflection = true;  // serve grpc.reflection (health is always served)
+  // How long an HTTP request may take (a client's X-Stainless-Timeout may
+  // shorten it); InfiniteDuration: no limit. gRPC calls carry their own.
+  absl::Duration http_timeout = absl::Seconds(600);
   RegistryOptions registry;       // models, device, engine options and request limits
   StateStoreOptions state_store;  // the shared state tier; no URL: none
   absl::Duration shutdown_grace = absl::Seconds(30);
@@ -66,6 +69,9 @@ class InferenceServer {
   std::unique_ptr<StateStore> state_store_;  // outlives the engines that use it
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<Access> access_;
+  // Runs every protocol's calls; after the registry, whose engines' streams
+  // point to its delivery thread (Shutdown stops them first).
+  std::unique_ptr<CallCore> core_;
   std::unique_ptr<TextGenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::OpenAiService> openai_;

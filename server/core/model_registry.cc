@@ -17,6 +17,7 @@
 #include "model/text/tokenizer.h"
 #include "server/metrics/metrics.h"
 #include "server/state/state_blob.h"
+#include "util/field_error.h"
 
 namespace attn::serving {
 namespace {
@@ -419,8 +420,8 @@ absl::StatusOr<HostedModel*> ModelRegistry::Find(const std::string& name) const 
     if (model->description.name == wanted) return model.get();
     names.push_back(model->description.name);
   }
-  return absl::NotFoundError(absl::StrCat(
-      "model: \"", wanted, "\" is not hosted here; hosted: ", absl::StrJoin(names, ", ")));
+  return FieldError(absl::StatusCode::kNotFound, "model", "\"", wanted,
+                    "\" is not hosted here; hosted: ", absl::StrJoin(names, ", "));
 }
 
 void ModelRegistry::DrainAll() {

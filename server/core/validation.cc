@@ -121,17 +121,17 @@ absl::Status CheckGeneration(const RequestLimits& limits, const Tokenizer& token
 absl::Status ApplyStartState(const std::string& blob, const StateTarget& target,
                              const RequestLimits& limits, EngineRequest* request) {
   if (static_cast<int64_t>(blob.size()) > target.budget_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("state: ", blob.size(), " bytes, more than the ", target.budget_bytes,
-                     " bytes of state the server holds for the model's requests "
-                     "(--max_state_bytes)"));
+    return FieldError(absl::StatusCode::kResourceExhausted, "state", blob.size(),
+                      " bytes, more than the ", target.budget_bytes,
+                      " bytes of state the server holds for the model's requests "
+                      "(--max_state_bytes)");
   }
   absl::StatusOr<StateBlob> decoded = DecodeStateBlob(blob);
   if (!decoded.ok()) return decoded.status();
   if (decoded->fingerprint != target.fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state: it holds a state of model ", decoded->fingerprint, ", but ", target.model, " is ",
-        target.fingerprint, "; send it to a server hosting that model, or start without it"));
+    return FieldError(absl::StatusCode::kFailedPrecondition, "state", "it holds a state of model ",
+                      decoded->fingerprint, ", but ", target.model, " is ", target.fingerprint,
+                      "; send it to a server hosting that model, or start without it");
   }
   const auto prompt = static_cast<int64_t>(request->prompt.size());
   if (limits.max_context > 0 && decoded->tokens + prompt >= limits.max_context) {
@@ -154,9 +154,9 @@ absl::Status ApplyInitialState(const std::string& name, const std::string& model
   if (found == states.end()) {
     std::vector<std::string> names;
     for (const auto& [known, state] : states) names.push_back(known);
-    return absl::NotFoundError(
-        absl::StrCat("initial_state: \"", name, "\" is not one of ", model, "'s initial states (",
-                     names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")"));
+    return FieldError(absl::StatusCode::kNotFound, "initial_state", "\"", name, "\" is not one of ",
+                      model, "'s initial states (",
+                      names.empty() ? "it has none" : absl::StrJoin(names, ", "), ")");
   }
   request->initial_state = found->second.row;
   request->cache_origin = found->second.origin;

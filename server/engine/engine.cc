@@ -544,6 +544,8 @@ void Engine::Impl::Loop() {
       // parallel op builds a new team.
       ReleaseThreadTeam();
       holds_team = false;
+      ++teams_released_;
+      absl::MutexLock wake(&published_mu_);  // AwaitLoad's waiters look again
     }
   }
 }

@@ -172,6 +172,9 @@ struct EngineLoad {
   int64_t state_bytes_in_use = 0;
   int64_t cache_entries = 0;  // in the state cache
   int64_t cache_bytes = 0;
+  bool draining = false;  // Drain() ran: new requests are refused
+  // Times the idle engine handed its thread team back (engine.cc).
+  int64_t teams_released = 0;
 };
 
 struct EngineWarmUp {

@@ -131,13 +131,18 @@ class Engine::Impl {
   }
   EngineWarmUp warm_up() const { return warm_up_; }
   void Drain() {
-    absl::MutexLock lock(&mu_);
-    draining_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      draining_ = true;
+    }
+    draining_published_ = true;
+    absl::MutexLock wake(&published_mu_);  // AwaitLoad's waiters look again
   }
   void Stop(const absl::Status& status);
   EngineLoad load() const {
-    return {running_.load(), waiting_count_.load(), state_bytes_in_use_.load(),
-            cache_entries_.load(), cache_bytes_.load()};
+    return {running_.load(),       waiting_count_.load(), state_bytes_in_use_.load(),
+            cache_entries_.load(), cache_bytes_.load(),   draining_published_.load(),
+            teams_released_.load()};
   }
   int64_t bytes_per_slot() const { return backend_->bytes_per_row(); }
   int64_t budget() const { return budget_; }
@@ -256,6 +261,8 @@ class Engine::Impl {
   std::atomic<int64_t> state_bytes_in_use_{0};  // written by PublishLoad
   std::atomic<int64_t> cache_entries_{0};       // written by PublishCacheSize
   std::atomic<int64_t> cache_bytes_{0};
+  std::atomic<bool> draining_published_{false};  // set by Drain
+  std::atomic<int64_t> teams_released_{0};
   // Released by PublishLoad() after every iteration, which makes waiters
   // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
   mutable absl::Mutex published_mu_;

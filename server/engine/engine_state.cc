@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/engine_impl.h"
+#include "util/field_error.h"
 
 namespace attn::serving {
 namespace {
@@ -19,8 +20,8 @@ bool Cacheable(const Sequence& seq) { return !seq.scoring() && !seq.request.star
 void Engine::Impl::StartSequence(Sequence& seq) {
   if (seq.request.start_state) {
     if (absl::Status loaded = backend_->LoadRow(seq.slot, *seq.request.start_state); !loaded.ok()) {
-      EndWithError(seq, absl::InvalidArgumentError(absl::StrCat(
-                            "state: does not fit this model's state: ", loaded.message())));
+      EndWithError(seq,
+                   InvalidField("state", "does not fit this model's state: ", loaded.message()));
     }
     return;
   }
@@ -39,9 +40,8 @@ void Engine::Impl::StartSequence(Sequence& seq) {
     if (seq.request.initial_state) {
       if (absl::Status loaded = backend_->LoadRow(seq.slot, *seq.request.initial_state);
           !loaded.ok()) {
-        EndWithError(seq,
-                     absl::InternalError(absl::StrCat(
-                         "initial_state: does not fit this model's state: ", loaded.message())));
+        EndWithError(seq, FieldError(absl::StatusCode::kInternal, "initial_state",
+                                     "does not fit this model's state: ", loaded.message()));
         return;
       }
     }

@@ -1,14 +1,16 @@
 #include "server/grpc/service.h"
 
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "model/text/tokenizer.h"
-#include "server/metrics/metrics.h"
+#include "server/core/validation.h"
 #include "server/state/state_blob.h"
 #include "util/field_error.h"
 #include "util/utf8.h"
@@ -96,67 +98,43 @@ absl::StatusOr<EngineRequest> ToGeneration(const GenerateRequest& request, const
   return generation;
 }
 
-// What the reactors of a call that runs on an engine share: the admission
-// (its stream and ticket), exactly one Finish whatever comes first (the
-// last event, a failure, a cancellation), and the call's count in metrics
-// once gRPC is done with it. `Base` is gRPC's unary or write reactor; a
-// subclass says what events become (TakeEventsLocked).
+// A gRPC call on the engines: a Call (server/core/call.h) written by gRPC's
+// unary or write reactor (`Base`). A subclass says what events become
+// (TakeEventsLocked); this writes them one batch at a time and finishes
+// the RPC once, after its last write.
 template <typename Base>
 class EngineCallReactor : public Base {
  public:
-  EngineCallReactor(Metrics* metrics, const char* method) : metrics_(metrics), method_(method) {}
+  EngineCallReactor(const CallCore& core, const char* method)
+      : call_(core, method, Protocol::kGrpc) {}
 
-  // Admits the call through `path` with this reactor listening to its
-  // stream, or finishes it with the reason it was refused.
-  void Start(const AdmissionPath& path, const std::string& authorization, const std::string& model,
-             const AdmissionPath::Convert& convert) {
-    Admission admission = path.Admit(authorization, model, convert, [this] { Pump(); });
+  // Starts the call, or finishes the RPC with the reason it was refused.
+  void Start(const std::string& authorization, const std::string& model,
+             const Call::Convert& convert) {
+    absl::Status started = call_.Start(authorization, model, convert, [this] { Pump(); });
+    if (started.ok()) return;
     absl::MutexLock lock(&mu_);
-    // A name the caller made up is not a label: it could add series without
-    // end. Until a model is resolved the label is empty.
-    hosted_ = admission.model;
-    if (!admission.status.ok()) {
-      FinishLocked(ToGrpcStatus(admission.status));
-      return;
-    }
-    ticket_ = std::move(admission.ticket);
-    stream_ = std::move(admission.stream);
-    // Events may have arrived before the stream was stored here.
-    PumpLocked();
+    FinishLocked(started);
   }
 
   void OnCancel() override {
-    std::shared_ptr<RequestStream> stream;
-    {
-      absl::MutexLock lock(&mu_);
-      cancelled_ = true;
-      stream = stream_;
-      if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-    }
-    // The engine frees the slot at its next iteration.
-    if (stream) stream->Cancel();
+    call_.Cancel();
+    absl::MutexLock lock(&mu_);
+    // A write in flight finishes the RPC when it completes.
+    if (!writing_) FinishLocked(absl::CancelledError("cancelled"));
   }
   void OnDone() override {
-    std::string model, code;
-    std::shared_ptr<RequestStream> stream;
-    {
-      absl::MutexLock lock(&mu_);
-      if (hosted_ != nullptr) model = hosted_->description.name;
-      code = code_;
-      stream = stream_;
-    }
-    // Waits for a listener call in flight (it takes mu_, so not under it);
-    // none starts after it.
-    if (stream) stream->ClearListener();
-    if (metrics_ != nullptr) metrics_->CountRequest(model, method_, code);
+    // Waits for a wake in flight (it takes mu_, so not under it); none
+    // starts after it.
+    call_.Detach();
     delete this;
   }
 
  protected:
-  // Takes a batch of successful events (the last one may end the request);
+  // Takes a batch of successful events (the last one may end the call);
   // returns whether it started a write (the next batch waits for
   // WriteDone). Runs under mu_.
-  virtual bool TakeEventsLocked(const std::vector<StreamEvent>& events)
+  virtual bool TakeEventsLocked(const std::vector<ChoiceEvent>& events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
 
   // A write started by TakeEventsLocked completed.
@@ -164,29 +142,31 @@ class EngineCallReactor : public Base {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      stream_->Cancel();
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading"));
+      call_.Cancel();
+      FinishLocked(absl::CancelledError("the client stopped reading"));
       return;
     }
     PumpLocked();
   }
 
-  // The call's outcome is known: records it and finishes, once.
-  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    code_ = StatusCodeName(static_cast<absl::StatusCode>(status.error_code()));
-    this->Finish(status);
+  // The RPC's outcome is known: the call's too (unless it already was,
+  // cancelled), and the RPC finishes, once.
+  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    call_.Finish(status);
+    if (rpc_finished_) return;
+    rpc_finished_ = true;
+    this->Finish(ToGrpcStatus(status));
   }
-  // The last message goes out with the call's status in one operation
-  // (StartWriteAndFinish): records the call as finished without Finish.
+  // The last message goes out with the RPC's status in one operation
+  // (StartWriteAndFinish): records the outcome without Finish.
   void MarkFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    finished_ = true;
-    code_ = "OK";
+    call_.Finish(absl::OkStatus());
+    rpc_finished_ = true;
   }
 
+  const ModelDescription& model() const { return call_.model()->description; }
+
   absl::Mutex mu_;
-  const HostedModel* hosted_ ABSL_GUARDED_BY(mu_) = nullptr;  // set by Start once resolved
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
@@ -195,30 +175,24 @@ class EngineCallReactor : public Base {
     PumpLocked();
   }
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (!writing_ && !finished_ && stream_ != nullptr) {
-      if (cancelled_) {  // OnCancel may have come before Start stored the stream
-        stream_->Cancel();
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    while (!writing_ && !rpc_finished_) {
+      if (std::optional<absl::Status> outcome = call_.outcome()) {  // cancelled
+        FinishLocked(*outcome);
         return;
       }
-      std::vector<StreamEvent> events = stream_->PopReady();
+      std::vector<ChoiceEvent> events;
+      absl::Status popped = call_.Pop(&events);
+      if (!popped.ok()) {
+        FinishLocked(popped);
+        return;
+      }
       if (events.empty()) return;
-      if (!events.front().status.ok()) {  // PopReady returns a failure alone
-        FinishLocked(ToGrpcStatus(events.front().status));
-        return;
-      }
       writing_ = TakeEventsLocked(events);
     }
   }
 
-  Metrics* const metrics_;
-  const char* const method_;
-  Access::Ticket ticket_ ABSL_GUARDED_BY(mu_);                  // held until the call is done
-  std::shared_ptr<RequestStream> stream_ ABSL_GUARDED_BY(mu_);  // set by Start once admitted
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  // The call's status code for metrics, read by OnDone.
-  std::string code_ ABSL_GUARDED_BY(mu_) = "UNKNOWN";
+  Call call_;
+  bool rpc_finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Writes a request's events as stream messages, one write at a time; a
@@ -228,21 +202,19 @@ class EngineCallReactor : public Base {
 // into one message, which costs far less than a message each.
 class StreamReactor : public EngineCallReactor<grpc::ServerWriteReactor<GenerateResponse>> {
  public:
-  StreamReactor(Metrics* metrics, bool logprobs)
-      : EngineCallReactor(metrics, "GenerateStream"), logprobs_(logprobs) {}
+  StreamReactor(const CallCore& core, bool logprobs)
+      : EngineCallReactor(core, "GenerateStream"), logprobs_(logprobs) {}
 
   void OnWriteDone(bool ok) override { WriteDone(ok); }
 
  private:
-  bool TakeEventsLocked(const std::vector<StreamEvent>& events) override
+  bool TakeEventsLocked(const std::vector<ChoiceEvent>& events) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const ModelDescription& model = hosted_->description;
+    const StreamEvent& event = events.front().event;  // one choice
     response_.Clear();
-    response_.set_model(model.name);
-    for (const StreamEvent& event : events) {
-      AppendEvent(event, logprobs_, model.fingerprint, &response_);
-    }
-    if (events.back().last) {
+    response_.set_model(model().name);
+    AppendEvent(event, logprobs_, model().fingerprint, &response_);
+    if (event.last) {
       MarkFinishedLocked();
       StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
     } else {
@@ -260,21 +232,20 @@ class StreamReactor : public EngineCallReactor<grpc::ServerWriteReactor<Generate
 class CollectReactor : public EngineCallReactor<grpc::ServerUnaryReactor> {
  public:
   using OnEvent = std::function<void(const ModelDescription& model, const StreamEvent& event)>;
-  CollectReactor(Metrics* metrics, const char* method, OnEvent on_event,
+  CollectReactor(const CallCore& core, const char* method, OnEvent on_event,
                  std::function<void()> on_success)
-      : EngineCallReactor(metrics, method),
+      : EngineCallReactor(core, method),
         on_event_(std::move(on_event)),
         on_success_(std::move(on_success)) {}
 
  private:
-  bool TakeEventsLocked(const std::vector<StreamEvent>& events) override
+  bool TakeEventsLocked(const std::vector<ChoiceEvent>& events) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const StreamEvent& event : events) {
-      on_event_(hosted_->description, event);
-      if (event.last) {
-        on_success_();
-        FinishLocked(grpc::Status::OK);
-      }
+    const StreamEvent& event = events.front().event;  // one choice
+    on_event_(model(), event);
+    if (event.last) {
+      on_success_();
+      FinishLocked(absl::OkStatus());
     }
     return false;
   }
@@ -283,6 +254,25 @@ class CollectReactor : public EngineCallReactor<grpc::ServerUnaryReactor> {
   std::function<void()> on_success_;
 };
 
+// The one choice of a gRPC request.
+Call::Convert OneChoice(std::function<absl::StatusOr<EngineRequest>(const HostedModel&)> convert) {
+  return [convert = std::move(convert)](
+             const HostedModel& model) -> absl::StatusOr<std::vector<EngineRequest>> {
+    absl::StatusOr<EngineRequest> request = convert(model);
+    if (!request.ok()) return request.status();
+    std::vector<EngineRequest> choices;
+    choices.push_back(*std::move(request));
+    return choices;
+  };
+}
+
+// The value of a call's "authorization" metadata; empty without one.
+std::string AuthorizationOf(const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -290,24 +280,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-TextGenerationService::TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
-                                             const Access* access)
-    : registry_(registry),
-      metrics_(metrics),
-      access_(access ? access : &open_access_),
-      admission_(registry, *access_, &delivery_) {}
-
-std::string TextGenerationService::Authorization(const grpc::CallbackServerContext* context) {
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find("authorization");
-  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
-}
-
 grpc::ServerUnaryReactor* TextGenerationService::Done(grpc::CallbackServerContext* context,
-                                                      const std::string& model,
-                                                      const std::string& method,
+                                                      const std::string& model, const char* method,
                                                       const absl::Status& status) {
-  if (metrics_ != nullptr) metrics_->CountRequest(model, method, StatusCodeName(status.code()));
+  core_.Count(model, method, status.code(), Protocol::kGrpc);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -317,27 +293,27 @@ grpc::ServerUnaryReactor* TextGenerationService::Generate(grpc::CallbackServerCo
                                                           const GenerateRequest* request,
                                                           GenerateResponse* response) {
   auto* reactor = new CollectReactor(
-      metrics_, "Generate",
+      core_, "Generate",
       [response, logprobs = request->logprobs()](const ModelDescription& model,
                                                  const StreamEvent& event) {
         response->set_model(model.name);
         AppendEvent(event, logprobs, model.fingerprint, response);
       },
       [] {});
-  reactor->Start(admission_, Authorization(context), request->model(),
-                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+  reactor->Start(AuthorizationOf(context), request->model(),
+                 OneChoice([request, deadline = DeadlineOf(context)](const HostedModel& model) {
                    return ToGeneration(*request, model, deadline);
-                 });
+                 }));
   return reactor;
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* TextGenerationService::GenerateStream(
     grpc::CallbackServerContext* context, const GenerateRequest* request) {
-  auto* reactor = new StreamReactor(metrics_, request->logprobs());
-  reactor->Start(admission_, Authorization(context), request->model(),
-                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+  auto* reactor = new StreamReactor(core_, request->logprobs());
+  reactor->Start(AuthorizationOf(context), request->model(),
+                 OneChoice([request, deadline = DeadlineOf(context)](const HostedModel& model) {
                    return ToGeneration(*request, model, deadline);
-                 });
+                 }));
   return reactor;
 }
 
@@ -345,7 +321,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
                                                        const attn::v1::ScoreRequest* request,
                                                        attn::v1::ScoreResponse* response) {
   auto* reactor = new CollectReactor(
-      metrics_, "Score",
+      core_, "Score",
       [response](const ModelDescription& model, const StreamEvent& event) {
         response->set_model(model.name);
         for (int64_t id : event.token_ids) response->add_token_ids(id);
@@ -357,21 +333,21 @@ grpc::ServerUnaryReactor* TextGenerationService::Score(grpc::CallbackServerConte
         response->set_total_logprob(total);
         response->set_perplexity(std::exp(-total / (response->logprobs_size() - 1)));
       });
-  reactor->Start(admission_, Authorization(context), request->model(),
-                 [request, deadline = DeadlineOf(context)](const HostedModel& model) {
+  reactor->Start(AuthorizationOf(context), request->model(),
+                 OneChoice([request, deadline = DeadlineOf(context)](const HostedModel& model) {
                    return ToScoreRequest(*request, *model.tokenizer, model.engine->options().limits,
                                          deadline);
-                 });
+                 }));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                           const attn::v1::TokenizeRequest* request,
                                                           attn::v1::TokenizeResponse* response) {
-  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+  if (absl::Status known = core_.access().Authenticate(AuthorizationOf(context)); !known.ok()) {
     return Done(context, "", "Tokenize", known);
   }
-  auto model = admission_.Resolve(request->model());
+  auto model = core_.Resolve(request->model());
   if (!model.ok()) return Done(context, "", "Tokenize", model.status());
   const std::string& name = (*model)->description.name;
   if (!IsValidUtf8(request->text())) {
@@ -385,10 +361,10 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
     grpc::CallbackServerContext* context, const attn::v1::DetokenizeRequest* request,
     attn::v1::DetokenizeResponse* response) {
-  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+  if (absl::Status known = core_.access().Authenticate(AuthorizationOf(context)); !known.ok()) {
     return Done(context, "", "Detokenize", known);
   }
-  auto model = admission_.Resolve(request->model());
+  auto model = core_.Resolve(request->model());
   if (!model.ok()) return Done(context, "", "Detokenize", model.status());
   const std::string& name = (*model)->description.name;
   std::vector<int64_t> ids(request->token_ids().begin(), request->token_ids().end());
@@ -402,33 +378,11 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
 grpc::ServerUnaryReactor* TextGenerationService::ListModels(
     grpc::CallbackServerContext* context, const attn::v1::ListModelsRequest* /*request*/,
     attn::v1::ListModelsResponse* response) {
-  if (absl::Status known = access_->Authenticate(Authorization(context)); !known.ok()) {
+  if (absl::Status known = core_.access().Authenticate(AuthorizationOf(context)); !known.ok()) {
     return Done(context, "", "ListModels", known);
   }
-  for (const auto& model : registry_.models()) {
-    const ModelDescription& d = model->description;
-    attn::v1::ModelInfo* info = response->add_models();
-    info->set_name(d.name);
-    info->set_architecture(d.architecture);
-    info->set_mixer(d.mixer);
-    info->set_parameters(d.parameters);
-    info->set_vocab_size(d.vocab_size);
-    info->set_max_context(d.max_context);
-    info->set_state_bytes_per_sequence(d.state_bytes_per_sequence);
-    info->set_device(d.device);
-    info->set_is_default(d.name == registry_.default_model());
-    info->set_layers(d.layers);
-    info->set_d_model(d.d_model);
-    info->set_max_active_sequences(model->engine->options().max_active);
-    info->set_backend(d.backend);
-    info->set_state_fingerprint(d.fingerprint);
-    info->set_state_cache_bytes(model->engine->options().state_cache_bytes);
-    info->set_chat_format(d.chat_format);
-    for (const auto& [name, state] : model->initial_states) info->add_initial_states(name);
-    if (!d.weight_dtype.empty()) {
-      info->set_weight_dtype(d.weight_dtype);
-      info->set_weight_bytes(d.weight_bytes);
-    }
+  for (const auto& model : core_.registry().models()) {
+    *response->add_models() = core_.Describe(*model);
   }
   return Done(context, "", "ListModels", absl::OkStatus());
 }

@@ -10,32 +10,18 @@
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.grpc.pb.h"
-#include "server/core/access.h"
-#include "server/core/admission.h"
-#include "server/core/model_registry.h"
-#include "server/core/validation.h"
-#include "server/engine/delivery_thread.h"
+#include "server/core/call.h"
 
 namespace attn::serving {
-
-class Metrics;
 
 // The one place absl statuses become gRPC statuses.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class TextGenerationService final : public attn::v1::TextGeneration::CallbackService {
  public:
-  // Requests are checked against each model's RequestLimits (its engine's
-  // options). `access` (may be null: open to all) admits callers; every
-  // method checks it before it looks at the request.
-  TextGenerationService(const ModelRegistry& registry, Metrics* metrics,
-                        const Access* access = nullptr);
-
-  // New requests get UNAVAILABLE from now on (shutdown has begun).
-  void StopAccepting() { admission_.StopAccepting(); }
-  // The path every protocol's generation requests take (the HTTP API's
-  // too), with this service's delivery thread.
-  const AdmissionPath& admission() const { return admission_; }
+  // `core` (which must outlive the service) admits callers, resolves
+  // models, runs calls and counts them; the service only translates.
+  explicit TextGenerationService(const CallCore& core) : core_(core) {}
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
                                      const attn::v1::GenerateRequest* request,
@@ -56,24 +42,11 @@ class TextGenerationService final : public attn::v1::TextGeneration::CallbackSer
                                        attn::v1::ListModelsResponse* response) override;
 
  private:
-  // Finishes a unary call at once and counts it.
+  // Finishes a call that runs on no engine at once and counts it.
   grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const std::string& model,
-                                 const std::string& method, const absl::Status& status);
+                                 const char* method, const absl::Status& status);
 
-  // The value of a call's "authorization" metadata; empty without one.
-  static std::string Authorization(const grpc::CallbackServerContext* context);
-
-  const ModelRegistry& registry_;
-  Metrics* metrics_;
-  const Access open_access_;
-  const Access* access_;
-  // Writes responses for every model's streams; the engines only queue
-  // events. Declared last: it stops before anything its listeners use. The
-  // engines' streams point to it, so they must stop first
-  // (InferenceServer::Shutdown stops them before the service goes).
-  DeliveryThread delivery_;
-  // Generate, GenerateStream and Score enter the engines through it.
-  AdmissionPath admission_;
+  const CallCore& core_;
 };
 
 }  // namespace attn::serving

@@ -361,10 +361,7 @@ absl::StatusOr<std::vector<int64_t>> PromptOf(const OpenAiRequest& r, const Requ
 }
 
 // The extensions' errors name their attn_ field.
-absl::Status Extension(const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("attn_", status.message()));
-}
+absl::Status Extension(const absl::Status& status) { return PrefixField(status, "attn_"); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "model/text/tokenizer.h"
 #include "server/state/state_blob.h"
+#include "util/field_error.h"
 #include "util/utf8.h"
 
 namespace attn::serving::http {
@@ -152,14 +153,94 @@ Json ErrorObject(const absl::Status& status) {
                                    : "server_error";
   const std::string message(status.message());
   Json param = nullptr;
-  const size_t colon = message.find(": ");
-  if (colon != std::string::npos && colon > 0 &&
-      message.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.[]", 0) >= colon) {
-    param = message.substr(0, colon);
-  }
+  if (std::string field = FieldOf(status); !field.empty()) param = std::move(field);
   std::string code = absl::AsciiStrToLower(std::string(absl::StatusCodeToString(status.code())));
   if (status.code() == absl::StatusCode::kNotFound && param == "model") code = "model_not_found";
   return {{"error", {{"message", message}, {"type", type}, {"param", param}, {"code", code}}}};
+}
+
+HttpResponse ErrorReply(const absl::Status& status) {
+  return JsonReply(HttpStatusOf(status.code()), ErrorObject(status));
+}
+
+HttpResponse JsonReply(int status, const Json& body) {
+  HttpResponse response;
+  response.status = status;
+  response.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return response;
+}
+
+namespace {
+
+// A singular field of a message as JSON: numbers stay numbers (proto3's
+// JSON mapping would quote 64-bit ones).
+Json Value(const google::protobuf::Message& message, const google::protobuf::FieldDescriptor& f) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& r = *message.GetReflection();
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return r.GetInt32(message, &f);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return r.GetInt64(message, &f);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return r.GetUInt32(message, &f);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return r.GetUInt64(message, &f);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return r.GetDouble(message, &f);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return r.GetFloat(message, &f);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r.GetBool(message, &f);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return r.GetEnum(message, &f)->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r.GetString(message, &f);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return nullptr;
+}
+
+Json RepeatedValue(const google::protobuf::Message& message,
+                   const google::protobuf::FieldDescriptor& f, int index) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& r = *message.GetReflection();
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64:
+      return r.GetRepeatedInt64(message, &f, index);
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r.GetRepeatedString(message, &f, index);
+    default:
+      return nullptr;  // ModelInfo repeats strings only
+  }
+}
+
+}  // namespace
+
+Json ModelObject(const attn::v1::ModelInfo& info, int64_t created) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& fields = *info.GetReflection();
+  const google::protobuf::Descriptor& descriptor = *info.GetDescriptor();
+  Json extension = Json::object();
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor.field(i);
+    if (field.name() == "name") continue;  // the object's id
+    if (field.is_repeated()) {
+      Json values = Json::array();
+      for (int j = 0; j < fields.FieldSize(info, &field); ++j) {
+        values.push_back(RepeatedValue(info, field, j));
+      }
+      extension[field.name()] = std::move(values);
+    } else if (fields.HasField(info, &field)) {
+      extension[field.name()] = Value(info, field);
+    }
+  }
+  return {{"id", info.name()},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "attn"},
+          {"attn", std::move(extension)}};
 }
 
 void ChoiceLog::Add(const StreamEvent& event) {

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "attn/v1/text_generation.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/request_stream.h"
+#include "server/http/http_server.h"
 #include "server/http/openai_request.h"
 
 namespace attn {
@@ -26,9 +28,17 @@ namespace attn::serving::http {
 //   413 (the HTTP layer's), 429 rate_limit_error (RESOURCE_EXHAUSTED),
 //   503 server_unavailable (UNAVAILABLE), 504 timeout (DEADLINE_EXCEEDED),
 //   500 server_error otherwise.
-// `param` is the field a "field: problem" message names (util/field_error.h).
+// `param` is the field the status carries (util/field_error.h).
 int HttpStatusOf(absl::StatusCode code);
 nlohmann::ordered_json ErrorObject(const absl::Status& status);
+// The one place a status becomes an HTTP answer: its status and error object.
+HttpResponse ErrorReply(const absl::Status& status);
+// A JSON answer (text that is not UTF-8 becomes U+FFFD).
+HttpResponse JsonReply(int status, const nlohmann::ordered_json& body);
+
+// A model object of /v1/models: its id, and under "attn" every field that
+// ListModels sets (CallCore::Describe), by the proto's names.
+nlohmann::ordered_json ModelObject(const attn::v1::ModelInfo& info, int64_t created);
 
 // What one choice (one engine request) produced so far.
 struct ChoiceLog {

@@ -13,18 +13,12 @@
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
 #include "server/metrics/metrics.h"
+#include "util/field_error.h"
 
 namespace attn::serving::http {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-HttpResponse JsonReply(int status, const Json& body) {
-  HttpResponse response;
-  response.status = status;
-  response.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return response;
-}
 
 const char* MethodOf(ApiKind kind) {
   return kind == ApiKind::kChat ? "ChatCompletions" : "Completions";
@@ -62,112 +56,41 @@ class WakeRelay {
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The events a choice queued, as one: a reader that fell behind gets them
-// in one chunk instead of one each, as gRPC merges them into one message.
-StreamEvent Merge(std::vector<StreamEvent> events) {
-  StreamEvent merged = std::move(events.back());
-  if (events.size() == 1) return merged;
-  StreamEvent head;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    StreamEvent& e = events[i];
-    head.text += e.text;
-    head.token_ids.insert(head.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
-    head.logprobs.insert(head.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-    head.top_logprobs.insert(head.top_logprobs.end(), e.top_logprobs.begin(), e.top_logprobs.end());
-  }
-  merged.text = head.text + merged.text;
-  merged.token_ids.insert(merged.token_ids.begin(), head.token_ids.begin(), head.token_ids.end());
-  merged.logprobs.insert(merged.logprobs.begin(), head.logprobs.begin(), head.logprobs.end());
-  merged.top_logprobs.insert(merged.top_logprobs.begin(), head.top_logprobs.begin(),
-                             head.top_logprobs.end());
-  return merged;
-}
-
-// What the calls of one request share: its choices' streams and tickets,
-// and its count in metrics, once.
-class CallBase {
- public:
-  CallBase(Metrics* metrics, const char* method, std::string model)
-      : metrics_(metrics), method_(method), model_(std::move(model)) {}
-
-  void Hold(std::vector<Admission> admissions) {
-    for (Admission& a : admissions) {
-      streams_.push_back(std::move(a.stream));
-      tickets_.push_back(std::move(a.ticket));
-    }
-    logs_.resize(streams_.size());
-  }
-
- protected:
-  void CancelAll() {
-    for (const auto& stream : streams_) {
-      if (stream) stream->Cancel();
-    }
-  }
-  // Records the request's outcome once.
-  void Count(absl::StatusCode code) {
-    if (counted_) return;
-    counted_ = true;
-    if (metrics_ != nullptr) {
-      metrics_->CountRequest(model_, method_, StatusCodeName(code), Protocol::kHttp);
-    }
-  }
-  // Whether every choice has ended (none is held yet: no).
-  bool AllDone() const {
-    if (logs_.empty()) return false;
-    for (const ChoiceLog& log : logs_) {
-      if (!log.done) return false;
-    }
-    return true;
-  }
-
-  Metrics* const metrics_;
-  const char* const method_;
-  const std::string model_;
-  std::vector<std::shared_ptr<RequestStream>> streams_;
-  std::vector<Access::Ticket> tickets_;
-  std::vector<ChoiceLog> logs_;
-  bool counted_ = false;
-};
-
 // A streamed response: the connection pulls server-sent events whenever
 // its last write is done, so the choices' bounded queues are the only
-// buffer between the engine and a slow client.
-class StreamingCall : public StreamSource, public CallBase {
+// buffer between the engine and a slow client. Its call's wakes only
+// relay to the connection, so they run on the engine's thread.
+class StreamingCall : public StreamSource {
  public:
-  StreamingCall(ResponseContext context, Metrics* metrics, const char* method)
-      : CallBase(metrics, method, context.model), context_(std::move(context)) {}
-  ~StreamingCall() override {
-    for (const auto& stream : streams_) stream->ClearListener();
-    CancelAll();
-    Count(absl::StatusCode::kCancelled);
-  }
+  StreamingCall(std::unique_ptr<Call> call, ResponseContext context)
+      : call_(std::move(call)), context_(std::move(context)), logs_(call_->choices()) {}
+  ~StreamingCall() override { call_->Detach(); }
 
   std::string Pull(bool* done) override {
     std::string out;
-    for (size_t i = 0; i < streams_.size() && !finished_; ++i) {
-      if (logs_[i].done) continue;
-      std::vector<StreamEvent> events = streams_[i]->PopReady();
-      if (events.empty()) continue;
-      if (!events.front().status.ok()) {
-        Fail(events.front().status, &out);
-        break;
-      }
-      out += Chunk(static_cast<int64_t>(i), Merge(std::move(events)));
+    if (call_->outcome()) {  // cancelled
+      *done = true;
+      return out;
     }
-    if (!finished_ && AllDone()) {
+    std::vector<ChoiceEvent> events;
+    absl::Status popped = call_->Pop(&events);
+    for (const ChoiceEvent& e : events) out += Chunk(e.choice, e.event);
+    if (!popped.ok()) {
+      // A choice failed after the response began: the error as an event,
+      // then the end; the other choices stop.
+      out += ServerSentEvent(ErrorObject(popped));
+      out += kStreamDone;
+      call_->Finish(popped);
+    } else if (call_->AllDone()) {
       if (context_.include_usage) out += ServerSentEvent(UsageChunk(context_, logs_));
       out += kStreamDone;
-      Finish(absl::StatusCode::kOk);
+      call_->Finish(absl::OkStatus());
     }
-    *done = finished_;
+    *done = call_->outcome().has_value();
     return out;
   }
 
-  void Cancel() override {
-    CancelAll();
-    Finish(absl::StatusCode::kCancelled);
-  }
+  void Cancel() override { call_->Cancel(); }
 
  private:
   std::string Chunk(int64_t index, const StreamEvent& event) {
@@ -185,97 +108,69 @@ class StreamingCall : public StreamSource, public CallBase {
     return ServerSentEvent(chunk);
   }
 
-  // A choice failed after the response began: the error as an event, then
-  // the end; the other choices stop.
-  void Fail(const absl::Status& status, std::string* out) {
-    *out += ServerSentEvent(ErrorObject(status));
-    *out += kStreamDone;
-    CancelAll();
-    Finish(status.code());
-  }
-
-  // The outcome is known: the caller's admission goes back before the last
-  // bytes go out, so that a client that sends its next request as soon as
-  // it has them finds its key's limit free.
-  void Finish(absl::StatusCode code) {
-    finished_ = true;
-    tickets_.clear();
-    Count(code);
-  }
-
+  const std::unique_ptr<Call> call_;
   const ResponseContext context_;
-  bool finished_ = false;
+  std::vector<ChoiceLog> logs_;
 };
 
 // A whole response: gathers every choice's events on the delivery thread
-// and answers once all are done. Its streams' listeners hold it until then.
-class CollectingCall : public CallBase, public std::enable_shared_from_this<CollectingCall> {
+// and answers once all are done. Its call's wakes hold it until then.
+class CollectingCall : public std::enable_shared_from_this<CollectingCall> {
  public:
-  CollectingCall(ResponseContext context, Metrics* metrics, const char* method,
-                 std::shared_ptr<Reply> reply)
-      : CallBase(metrics, method, context.model),
-        context_(std::move(context)),
-        reply_(std::move(reply)) {}
+  CollectingCall(const CallCore& core, const char* method, std::shared_ptr<Reply> reply)
+      : call_(core, method, Protocol::kHttp), reply_(std::move(reply)) {}
 
-  void Start(std::vector<Admission> admissions) {
-    {
-      absl::MutexLock lock(&mu_);
-      Hold(std::move(admissions));
-    }
+  // Starts the call; `convert` also sets the response's context (it runs
+  // before any event can come).
+  absl::Status Start(const std::string& authorization, const std::string& model,
+                     const Call::Convert& convert) {
     // A client that hangs up before the answer frees its choices' slots.
     reply_->OnHangUp([weak = weak_from_this()] {
       if (auto call = weak.lock()) call->HangUp();
     });
-    Collect();  // events that came before the streams were held
+    absl::Status started = call_.Start(authorization, model, convert,
+                                       [self = shared_from_this()] { self->Collect(); });
+    if (!started.ok()) call_.Release();
+    return started;
   }
 
-  void Collect() {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    for (size_t i = 0; i < streams_.size(); ++i) {
-      if (logs_[i].done) continue;
-      for (const StreamEvent& event : streams_[i]->PopReady()) {
-        if (!event.status.ok()) return FinishLocked(event.status);
-        logs_[i].Add(event);
-      }
-    }
-    if (AllDone()) FinishLocked(absl::OkStatus());
-  }
+  ResponseContext& context() { return context_; }
 
  private:
+  void Collect() {
+    absl::MutexLock lock(&mu_);
+    if (call_.outcome()) return;
+    std::vector<ChoiceEvent> events;
+    absl::Status popped = call_.Pop(&events);
+    if (logs_.size() < static_cast<size_t>(call_.choices())) logs_.resize(call_.choices());
+    for (const ChoiceEvent& e : events) {
+      if (static_cast<size_t>(e.choice) >= logs_.size()) logs_.resize(e.choice + 1);
+      logs_[e.choice].Add(e.event);
+    }
+    if (!popped.ok()) return FinishLocked(popped);
+    if (call_.AllDone()) FinishLocked(absl::OkStatus());
+  }
+
   void HangUp() {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    CancelAll();
-    Release();
-    Count(absl::StatusCode::kCancelled);
+    call_.Cancel();
+    // The wakes hold this call through its streams; let them go.
+    call_.Release();
   }
 
   void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    finished_ = true;
-    if (!status.ok()) CancelAll();
-    Release();  // before the answer: see StreamingCall::Finish
-    Count(status.code());
-    if (status.ok()) {
-      reply_->Send(JsonReply(200, CompletionResponse(context_, logs_)));
-    } else {
-      reply_->Send(JsonReply(HttpStatusOf(status.code()), ErrorObject(status)));
-    }
-  }
-
-  // Lets the streams go, and the caller's admission with them. They hold
-  // this call through their listeners; whoever runs a listener holds its
-  // stream, so none goes while it runs.
-  void Release() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    streams_.clear();
-    tickets_.clear();
+    const bool first = call_.Finish(status);
+    call_.Release();
+    if (first)
+      reply_->Send(status.ok() ? JsonReply(200, CompletionResponse(context_, logs_))
+                               : ErrorReply(status));
   }
 
   absl::Mutex mu_;
-  const ResponseContext context_;
+  Call call_;
   const std::shared_ptr<Reply> reply_;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  ResponseContext context_;
+  std::vector<ChoiceLog> logs_ ABSL_GUARDED_BY(mu_);
 };
 
 // What converting a request needs of `model`.
@@ -290,44 +185,23 @@ RequestTarget TargetOf(const HostedModel& model) {
   return target;
 }
 
-Json ModelObject(const HostedModel& model, bool is_default, int64_t created) {
-  const ModelDescription& d = model.description;
-  Json initial_states = Json::array();
-  for (const auto& [name, state] : model.initial_states) initial_states.push_back(name);
-  Json extension = {{"architecture", d.architecture},
-                    {"mixer", d.mixer},
-                    {"backend", d.backend},
-                    {"device", d.device},
-                    {"parameters", d.parameters},
-                    {"vocab_size", d.vocab_size},
-                    {"max_context", d.max_context},
-                    {"state_bytes_per_sequence", d.state_bytes_per_sequence},
-                    {"layers", d.layers},
-                    {"d_model", d.d_model},
-                    {"max_active_sequences", model.engine->options().max_active},
-                    {"state_cache_bytes", model.engine->options().state_cache_bytes},
-                    {"chat_format", d.chat_format},
-                    {"initial_states", initial_states},
-                    {"is_default", is_default}};
-  if (!d.weight_dtype.empty()) {
-    extension["weight_dtype"] = d.weight_dtype;
-    extension["weight_bytes"] = d.weight_bytes;
+// When a request must be done: `timeout` from now, or sooner when the
+// client says how long it waits (OpenAI's clients send X-Stainless-Timeout,
+// in seconds).
+absl::Time DeadlineOf(const HttpRequest& request, absl::Duration timeout) {
+  int64_t seconds = 0;
+  if (absl::SimpleAtoi(request.Header("x-stainless-timeout"), &seconds) && seconds > 0) {
+    timeout = std::min(timeout, absl::Seconds(seconds));
   }
-  return {{"id", d.name},
-          {"object", "model"},
-          {"created", created},
-          {"owned_by", "attn"},
-          {"attn", extension}};
+  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
 }
 
 }  // namespace
 
-OpenAiService::OpenAiService(const ModelRegistry& registry, const AdmissionPath& admission,
-                             const Access& access, Metrics* metrics)
-    : registry_(registry),
-      admission_(admission),
-      access_(access),
+OpenAiService::OpenAiService(const CallCore& core, Metrics* metrics, absl::Duration timeout)
+    : core_(core),
       metrics_(metrics),
+      timeout_(timeout),
       created_(absl::ToUnixSeconds(absl::Now())) {}
 
 void OpenAiService::AddRoutes(HttpServer& server) {
@@ -364,51 +238,44 @@ void OpenAiService::AddRoutes(HttpServer& server) {
 
 void OpenAiService::Refuse(const std::shared_ptr<Reply>& reply, const std::string& model,
                            const char* method, const absl::Status& status) {
-  reply->Send(JsonReply(HttpStatusOf(status.code()), ErrorObject(status)));
-  if (metrics_ != nullptr) {
-    metrics_->CountRequest(model, method, StatusCodeName(status.code()), Protocol::kHttp);
-  }
-}
-
-void OpenAiService::Count(const char* method, absl::StatusCode code) {
-  if (metrics_ != nullptr)
-    metrics_->CountRequest("", method, StatusCodeName(code), Protocol::kHttp);
+  reply->Send(ErrorReply(status));
+  core_.Count(model, method, status.code(), Protocol::kHttp);
 }
 
 void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> reply) {
-  if (absl::Status known = access_.Authenticate(request.Header("authorization")); !known.ok()) {
+  if (absl::Status known = core_.access().Authenticate(request.Header("authorization"));
+      !known.ok()) {
     return Refuse(reply, "", "Models", known);
   }
   const std::string prefix = "/v1/models/";
   if (absl::StartsWith(request.path, prefix)) {
-    absl::StatusOr<HostedModel*> model = registry_.Find(request.path.substr(prefix.size()));
     if (request.path.size() == prefix.size()) {
       return Refuse(reply, "", "Models",
-                    absl::NotFoundError("model: give a model's name after /v1/models/"));
+                    FieldError(absl::StatusCode::kNotFound, "model",
+                               "give a model's name after /v1/models/"));
     }
+    absl::StatusOr<HostedModel*> model = core_.registry().Find(request.path.substr(prefix.size()));
     if (!model.ok()) return Refuse(reply, "", "Models", model.status());
-    const bool is_default = (*model)->description.name == registry_.default_model();
-    reply->Send(JsonReply(200, ModelObject(**model, is_default, created_)));
-    return Count("Models", absl::StatusCode::kOk);
+    reply->Send(JsonReply(200, ModelObject(core_.Describe(**model), created_)));
+    return core_.Count("", "Models", absl::StatusCode::kOk, Protocol::kHttp);
   }
   Json data = Json::array();
-  for (const auto& model : registry_.models()) {
-    data.push_back(
-        ModelObject(*model, model->description.name == registry_.default_model(), created_));
+  for (const auto& model : core_.registry().models()) {
+    data.push_back(ModelObject(core_.Describe(*model), created_));
   }
   reply->Send(JsonReply(200, {{"object", "list"}, {"data", data}}));
-  Count("Models", absl::StatusCode::kOk);
+  core_.Count("", "Models", absl::StatusCode::kOk, Protocol::kHttp);
 }
 
 void OpenAiService::Health(const HttpRequest& request, std::shared_ptr<Reply> reply) {
   const std::string prefix = "/health/";
   if (absl::StartsWith(request.path, prefix)) {
-    if (!registry_.Find(request.path.substr(prefix.size())).ok()) {
+    if (!core_.registry().Find(request.path.substr(prefix.size())).ok()) {
       reply->Send(JsonReply(404, {{"status", "SERVICE_UNKNOWN"}}));
       return;
     }
   }
-  const bool serving = admission_.accepting();
+  const bool serving = core_.accepting();
   reply->Send(JsonReply(serving ? 200 : 503, {{"status", serving ? "SERVING" : "NOT_SERVING"}}));
 }
 
@@ -417,52 +284,37 @@ void OpenAiService::Generate(ApiKind kind, const HttpRequest& request,
   const char* method = MethodOf(kind);
   const std::string authorization = request.Header("authorization");
   // The caller first, as on gRPC: an unknown one learns nothing.
-  if (absl::Status known = access_.Authenticate(authorization); !known.ok()) {
+  if (absl::Status known = core_.access().Authenticate(authorization); !known.ok()) {
     return Refuse(reply, "", method, known);
   }
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(kind, request.body);
   if (!parsed.ok()) return Refuse(reply, "", method, parsed.status());
-  absl::StatusOr<HostedModel*> resolved = admission_.Resolve(parsed->model);
-  if (!resolved.ok()) return Refuse(reply, "", method, resolved.status());
-  const HostedModel& model = **resolved;
-  const std::string& name = model.description.name;
-  absl::StatusOr<std::vector<EngineRequest>> choices =
-      ToEngineRequests(*parsed, TargetOf(model), absl::InfiniteFuture());
-  if (!choices.ok()) return Refuse(reply, name, method, choices.status());
-  ResponseContext context =
-      NewResponseContext(kind, name, model.description.fingerprint, *model.tokenizer,
-                         parsed->logprobs, parsed->include_usage);
-
-  // Each choice is admitted on its own (its own ticket against the key's
-  // limit); a refusal of any refuses the request and stops the others.
-  std::shared_ptr<WakeRelay> relay;
-  std::shared_ptr<CollectingCall> collector;
-  std::function<void()> on_events;
-  if (parsed->stream) {
-    relay = std::make_shared<WakeRelay>();
-    on_events = [relay] { relay->Wake(); };
-  } else {
-    collector = std::make_shared<CollectingCall>(context, metrics_, method, reply);
-    on_events = [collector] { collector->Collect(); };
+  const OpenAiRequest& r = *parsed;
+  const absl::Time deadline = DeadlineOf(request, timeout_);
+  // Each choice is one engine request; the response's context is set with
+  // them, before any event can come.
+  auto convert = [&r, kind, deadline](const HostedModel& model, ResponseContext* context) {
+    *context = NewResponseContext(kind, model.description.name, model.description.fingerprint,
+                                  *model.tokenizer, r.logprobs, r.include_usage);
+    return ToEngineRequests(r, TargetOf(model), deadline);
+  };
+  if (!r.stream) {
+    auto collector = std::make_shared<CollectingCall>(core_, method, reply);
+    ResponseContext* context = &collector->context();
+    absl::Status started = collector->Start(
+        authorization, r.model, [&](const HostedModel& model) { return convert(model, context); });
+    if (!started.ok()) reply->Send(ErrorReply(started));
+    return;
   }
-  std::vector<Admission> admissions;
-  for (EngineRequest& choice : *choices) {
-    Admission admission = admission_.Admit(
-        authorization, name,
-        [&choice](const HostedModel&) -> absl::StatusOr<EngineRequest> {
-          return std::move(choice);
-        },
-        on_events);
-    if (!admission.status.ok()) {
-      for (Admission& admitted : admissions) admitted.stream->Cancel();
-      return Refuse(reply, name, method, admission.status);
-    }
-    admissions.push_back(std::move(admission));
-  }
-  if (collector) return collector->Start(std::move(admissions));
-  auto call = std::make_shared<StreamingCall>(std::move(context), metrics_, method);
-  call->Hold(std::move(admissions));
-  relay->Set(reply->Stream(200, "text/event-stream", std::move(call)));
+  auto call = std::make_unique<Call>(core_, method, Protocol::kHttp);
+  auto relay = std::make_shared<WakeRelay>();
+  ResponseContext context;
+  absl::Status started = call->Start(
+      authorization, r.model, [&](const HostedModel& model) { return convert(model, &context); },
+      [relay] { relay->Wake(); }, Call::WakeOn::kEngineThread);
+  if (!started.ok()) return reply->Send(ErrorReply(started));
+  auto source = std::make_shared<StreamingCall>(std::move(call), std::move(context));
+  relay->Set(reply->Stream(200, "text/event-stream", std::move(source)));
 }
 
 void AddMetricsRoutes(HttpServer& server, const Metrics& metrics) {

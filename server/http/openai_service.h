@@ -1,8 +1,8 @@
 // The HTTP front end (docs/openai.md): OpenAI's Completions, Chat
 // Completions and Models endpoints, health for HTTP probes, /metrics, and
-// the chat page at /. Generation enters the engines through the same
-// AdmissionPath as gRPC: the same API keys and per-key limit, validation,
-// queue, batching, state cache and metrics (with protocol="http").
+// the chat page at /. Requests run as Calls of the server's CallCore, as
+// gRPC's do: the same API keys and per-key limit, validation, queue,
+// batching, state cache and metrics (with protocol="http").
 //
 //   GET  /v1/models, /v1/models/{model}
 //   POST /v1/completions, /v1/chat/completions   (stream: server-sent events)
@@ -15,9 +15,8 @@
 #include <functional>
 #include <string>
 
-#include "server/core/access.h"
-#include "server/core/admission.h"
-#include "server/core/model_registry.h"
+#include "absl/time/time.h"
+#include "server/core/call.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_request.h"
 
@@ -29,9 +28,12 @@ namespace attn::serving::http {
 
 class OpenAiService {
  public:
-  // Every argument must outlive the service. `metrics` may be null.
-  OpenAiService(const ModelRegistry& registry, const AdmissionPath& admission, const Access& access,
-                Metrics* metrics);
+  // `core` (which must outlive the service) admits callers, resolves
+  // models, runs calls and counts them; the service only translates.
+  // `metrics` (may be null) is served at /metrics. A request must be done
+  // within `timeout` (InfiniteDuration: no limit), or sooner when its
+  // client says so (X-Stainless-Timeout); then it ends with 504.
+  OpenAiService(const CallCore& core, Metrics* metrics, absl::Duration timeout);
 
   // Adds every route above to `server`.
   void AddRoutes(HttpServer& server);
@@ -43,13 +45,10 @@ class OpenAiService {
   // Answers with an error object and counts the call.
   void Refuse(const std::shared_ptr<Reply>& reply, const std::string& model, const char* method,
               const absl::Status& status);
-  // Counts a call that names no model.
-  void Count(const char* method, absl::StatusCode code);
 
-  const ModelRegistry& registry_;
-  const AdmissionPath& admission_;
-  const Access& access_;
-  Metrics* metrics_;
+  const CallCore& core_;
+  Metrics* const metrics_;
+  const absl::Duration timeout_;
   const int64_t created_;  // the models' `created`: when the server started
 };
 

@@ -347,7 +347,9 @@ class Metrics::StoreObserver : public StateStoreObserver {
   }
   void OnVerifyFailure() override { verify_failures_.Increment(); }
   void OnError() override { errors_.Increment(); }
-  void OnWrite(int64_t bytes) override { written_bytes_.Increment(static_cast<double>(bytes)); }
+  void OnWrite(int64_t /*entries*/, int64_t bytes) override {
+    written_bytes_.Increment(static_cast<double>(bytes));
+  }
   void OnDroppedWrite() override { dropped_writes_.Increment(); }
   void OnConnected(bool connected) override { connected_.Set(connected ? 1 : 0); }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/backend/backend.h"
+#include "util/field_error.h"
 #include "util/files.h"
 
 namespace attn::serving {
@@ -70,15 +71,15 @@ class Reader {
  private:
   absl::Status Need(size_t count, const char* what) const {
     if (count <= left()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("state: truncated: ", what, " needs ", count,
-                                                   " bytes at byte ", at_, " of ", bytes_.size()));
+    return InvalidField("state", "truncated: ", what, " needs ", count, " bytes at byte ", at_,
+                        " of ", bytes_.size());
   }
   absl::string_view bytes_;
   size_t at_ = 0;
 };
 
 absl::Status Corrupt(const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("state: not a state blob: ", what));
+  return InvalidField("state", "not a state blob: ", what);
 }
 
 absl::StatusOr<torch::Tensor> ReadTensor(Reader& in, uint32_t index) {

@@ -163,7 +163,7 @@ void StateStore::WriteBatch(std::vector<PendingWrite>& batch) {
   for (const RedisReply& reply : *replies) {
     if (reply.type == RedisReply::Type::kError) observer_->OnError();
   }
-  observer_->OnWrite(bytes);
+  observer_->OnWrite(static_cast<int64_t>(batch.size()), bytes);
 }
 
 // One batch of lookups through the three round trips: the index sets of

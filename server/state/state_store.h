@@ -65,7 +65,8 @@ class StateStoreObserver {
   virtual void OnLookup(Outcome /*outcome*/, absl::Duration /*took*/, int64_t /*tokens*/) {}
   virtual void OnVerifyFailure() {}
   virtual void OnError() {}
-  virtual void OnWrite(int64_t /*bytes*/) {}
+  // A batch of `entries` writes landed, `bytes` in all.
+  virtual void OnWrite(int64_t /*entries*/, int64_t /*bytes*/) {}
   virtual void OnDroppedWrite() {}
   virtual void OnConnected(bool /*connected*/) {}
 };

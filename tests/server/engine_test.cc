@@ -67,10 +67,12 @@ void Read(RequestStream& stream, Output* out) {
 
 // Reads `stream` into `out` as events arrive, woken by its listener, until
 // the last event or `timeout`; returns whether the request ended.
-bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout) {
+bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout,
+                   const std::function<void()>& on_push = nullptr) {
   absl::Mutex mu;
   bool pushed = false;
   stream.SetListener([&] {
+    if (on_push) on_push();  // on the engine's thread, as it pushes
     absl::MutexLock lock(&mu);
     pushed = true;
   });
@@ -574,29 +576,19 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto stream = std::make_shared<RequestStream>(1000);
     ASSERT_TRUE(engine->Submit(request, stream).ok());
-    // Samples the engine's threads while the request runs: a thread's life
-    // has no event to wait on.
-    std::atomic<bool> done{false};
-    std::thread sampler([&] {
-      while (!done) {
-        const auto names = EngineNamedThreads();
-        absl::MutexLock lock(&running_mu);
-        running[i].insert(names.begin(), names.end());
-        absl::SleepFor(absl::Milliseconds(1));
-      }
+    const int64_t released = engine->load().teams_released;
+    // Samples the engine's threads at every token the request produces.
+    ReadUntilDone(*stream, &outputs[i], absl::Seconds(60), [&] {
+      const auto names = EngineNamedThreads();
+      absl::MutexLock lock(&running_mu);
+      running[i].insert(names.begin(), names.end());
     });
-    ReadUntilDone(*stream, &outputs[i], absl::Seconds(60));
-    done = true;
-    sampler.join();
     ASSERT_TRUE(outputs[i].done);
     EXPECT_TRUE(outputs[i].last.status.ok()) << outputs[i].last.status;
-    running[i].merge(EngineNamedThreads());
     // The engine hands its team back after about 20 ms without work.
-    std::set<std::string> ended;
-    for (const absl::Time until = absl::Now() + absl::Seconds(5);
-         absl::Now() < until && ended.empty(); absl::SleepFor(absl::Milliseconds(5))) {
-      ended = Minus(running[i], EngineNamedThreads());
-    }
+    ASSERT_TRUE(engine->AwaitLoad([&](const EngineLoad& l) { return l.teams_released > released; },
+                                  absl::Now() + absl::Seconds(5)));
+    const std::set<std::string> ended = Minus(running[i], EngineNamedThreads());
     EXPECT_FALSE(ended.empty()) << "request " << i << ": the idle engine kept all "
                                 << running[i].size() << " of its threads";
   }

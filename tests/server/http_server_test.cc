@@ -4,14 +4,18 @@
 #include "server/http/http_server.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tests/server/http_client.h"
 
@@ -24,17 +28,6 @@ using testing::ParseReply;
 using testing::ReadToClose;
 using testing::Request;
 using testing::SendAll;
-
-// Waits up to `limit` for `done`.
-template <typename Predicate>
-bool WaitFor(Predicate done, absl::Duration limit = absl::Seconds(5)) {
-  const absl::Time end = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
 
 // Chunks the test hands over one at a time.
 class QueueSource : public StreamSource {
@@ -55,15 +48,20 @@ class QueueSource : public StreamSource {
     *done = end_;
     return out;
   }
-  void Cancel() override { cancelled_ = true; }
-  bool cancelled() const { return cancelled_; }
+  void Cancel() override {
+    if (!cancelled_.HasBeenNotified()) cancelled_.Notify();
+  }
+  bool cancelled() const { return cancelled_.HasBeenNotified(); }
+  bool AwaitCancelled(absl::Duration limit) const {
+    return cancelled_.WaitForNotificationWithTimeout(limit);
+  }
 
  private:
   std::mutex mu_;
   std::deque<std::string> chunks_;
   bool end_ = false;
   int pulls_ = 0;
-  std::atomic<bool> cancelled_{false};
+  absl::Notification cancelled_;
 };
 
 class HttpServerTest : public ::testing::Test {
@@ -88,12 +86,15 @@ class HttpServerTest : public ::testing::Test {
       reply->Send(std::move(response));
     });
     server_.Route("GET", "/stream", [this](const HttpRequest&, std::shared_ptr<Reply> reply) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       waker_ = reply->Stream(200, "text/event-stream", source_);
     });
     server_.Route("GET", "/later", [this](const HttpRequest&, std::shared_ptr<Reply> reply) {
-      reply->OnHangUp([this] { hung_up_ = true; });
-      std::lock_guard<std::mutex> lock(mu_);
+      reply->OnHangUp([this] {
+        absl::MutexLock lock(&mu_);
+        hung_up_ = true;
+      });
+      absl::MutexLock lock(&mu_);
       later_ = reply;
     });
     auto port = server_.Start(options);
@@ -101,17 +102,28 @@ class HttpServerTest : public ::testing::Test {
     port_ = *port;
   }
   void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (waker_) waker_();
+  }
+  // Waits up to `limit` until `done` holds of the fields mu_ guards; the
+  // handlers' writes under mu_ make it look again.
+  bool Await(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(5)) {
+    absl::MutexLock lock(&mu_);
+    auto holds = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done(); };
+    return mu_.AwaitWithTimeout(absl::Condition(&holds), limit);
+  }
+  bool hung_up() {
+    absl::MutexLock lock(&mu_);
+    return hung_up_;
   }
 
   HttpServer server_;
   int port_ = 0;
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::shared_ptr<QueueSource> source_ = std::make_shared<QueueSource>();
-  Waker waker_;
-  std::shared_ptr<Reply> later_;
-  std::atomic<bool> hung_up_{false};
+  Waker waker_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Reply> later_ ABSL_GUARDED_BY(mu_);
+  bool hung_up_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 TEST_F(HttpServerTest, RoutesByPathAndMethod) {
@@ -170,9 +182,11 @@ TEST_F(HttpServerTest, AClientTooSlowToSendItsHeadIsDropped) {
   bool dropped = false;
   for (size_t i = 0; i < head.size() && !dropped; ++i) {
     dropped = send(slow, head.data() + i, 1, MSG_NOSIGNAL) < 0;
-    absl::SleepFor(absl::Milliseconds(100));
+    // Paced by the server: each byte waits up to 100 ms for the server to
+    // close the connection, which ends the loop at once when it does.
+    pollfd closed{slow, POLLIN, 0};
     char byte;
-    dropped = dropped || recv(slow, &byte, 1, MSG_DONTWAIT) == 0;
+    dropped = dropped || (poll(&closed, 1, 100) > 0 && recv(slow, &byte, 1, MSG_DONTWAIT) == 0);
   }
   EXPECT_TRUE(dropped);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
@@ -184,10 +198,7 @@ TEST_F(HttpServerTest, AStreamIsPulledWhenWokenAndEndsWithItsSource) {
   Start();
   const int fd = Connect(port_);
   ASSERT_TRUE(SendAll(fd, "GET /stream HTTP/1.1\r\nConnection: close\r\n\r\n"));
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<bool>(waker_);
-  }));
+  ASSERT_TRUE(Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return static_cast<bool>(waker_); }));
   source_->Add("data: one\n\n");
   Wake();
   source_->Add("data: two\n\n", /*last=*/true);
@@ -205,17 +216,14 @@ TEST_F(HttpServerTest, AClientThatLeavesAStreamCancelsItsSource) {
   Start();
   const int fd = Connect(port_);
   ASSERT_TRUE(SendAll(fd, "GET /stream HTTP/1.1\r\n\r\n"));
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<bool>(waker_);
-  }));
+  ASSERT_TRUE(Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return static_cast<bool>(waker_); }));
   source_->Add("data: one\n\n");
   Wake();
   char buffer[256];
   ASSERT_GT(recv(fd, buffer, sizeof(buffer), 0), 0);
   const absl::Time left = absl::Now();
   close(fd);
-  ASSERT_TRUE(WaitFor([&] { return source_->cancelled(); }, absl::Seconds(1)));
+  ASSERT_TRUE(source_->AwaitCancelled(absl::Seconds(1)));
   EXPECT_LT(absl::Now() - left, absl::Seconds(1));
   Wake();  // a waker outliving its connection does nothing
 }
@@ -224,34 +232,29 @@ TEST_F(HttpServerTest, AClientThatLeavesBeforeTheAnswerIsHeard) {
   Start();
   const int fd = Connect(port_);
   ASSERT_TRUE(SendAll(fd, "GET /later HTTP/1.1\r\n\r\n"));
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return later_ != nullptr;
-  }));
-  absl::SleepFor(absl::Milliseconds(50));  // the watch is set on the I/O thread
+  ASSERT_TRUE(Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return later_ != nullptr; }));
+  // The watch is set on the I/O thread after the handler returns; a client
+  // gone before that is noticed all the same.
   close(fd);
-  EXPECT_TRUE(WaitFor([&] { return hung_up_.load(); }, absl::Seconds(1)));
-  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_TRUE(Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return hung_up_; }, absl::Seconds(1)));
+  absl::MutexLock lock(&mu_);
   later_->Send(HttpResponse());  // an answer to a closed connection goes nowhere
 }
 
 TEST_F(HttpServerTest, AnAnswerThatComesLaterArrives) {
   Start();
   std::thread answer([this] {
-    ASSERT_TRUE(WaitFor([&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      return later_ != nullptr;
-    }));
+    ASSERT_TRUE(Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return later_ != nullptr; }));
     HttpResponse response;
     response.body = "{\"late\": true}";
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     later_->Send(response);
   });
   const testing::HttpReply reply = Request(port_, "GET", "/later");
   answer.join();
   EXPECT_EQ(reply.status, 200);
   EXPECT_EQ(reply.body, "{\"late\": true}");
-  EXPECT_FALSE(hung_up_);
+  EXPECT_FALSE(hung_up());
 }
 
 TEST(HttpServerStartTest, ATakenPortOrABadAddressIsAnError) {

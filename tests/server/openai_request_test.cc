@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "server/http/openai_response.h"
 #include "tests/tiny_tokenizer.h"
+#include "util/field_error.h"
 
 namespace attn::serving::http {
 namespace {
@@ -162,12 +163,16 @@ TEST(OpenAiResponseTest, StatusesBecomeHttpStatusesAndErrorTypes) {
     const char* param;
   };
   const Case cases[] = {
-      {absl::InvalidArgumentError("temperature: too hot"), 400, "invalid_request_error",
-       "temperature"},
-      {absl::OutOfRangeError("messages: longer than the context"), 400, "invalid_request_error",
-       "messages"},
+      {InvalidField("temperature", "too hot"), 400, "invalid_request_error", "temperature"},
+      {FieldError(absl::StatusCode::kOutOfRange, "messages", "longer than the context"), 400,
+       "invalid_request_error", "messages"},
+      // The field travels with the status; a message is never parsed for one.
+      {absl::InvalidArgumentError("temperature: too hot"), 400, "invalid_request_error", nullptr},
+      {PrefixField(InvalidField("state", "truncated"), "attn_"), 400, "invalid_request_error",
+       "attn_state"},
       {absl::UnauthenticatedError("missing API key"), 401, "authentication_error", nullptr},
-      {absl::NotFoundError("model: \"x\" is not hosted here"), 404, "not_found_error", "model"},
+      {FieldError(absl::StatusCode::kNotFound, "model", "\"x\" is not hosted here"), 404,
+       "not_found_error", "model"},
       {absl::ResourceExhaustedError("the queue is full"), 429, "rate_limit_error", nullptr},
       {absl::UnavailableError("the server is shutting down"), 503, "server_unavailable", nullptr},
       {absl::DeadlineExceededError("too slow"), 504, "timeout", nullptr},
@@ -184,7 +189,8 @@ TEST(OpenAiResponseTest, StatusesBecomeHttpStatusesAndErrorTypes) {
       EXPECT_EQ(error["param"], c.param) << c.status;
     }
   }
-  EXPECT_EQ(ErrorObject(absl::NotFoundError("model: \"x\" is not hosted"))["error"]["code"],
+  EXPECT_EQ(ErrorObject(FieldError(absl::StatusCode::kNotFound, "model",
+                                   "\"x\" is not hosted"))["error"]["code"],
             "model_not_found");
 }
 

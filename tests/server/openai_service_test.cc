@@ -114,6 +114,33 @@ TEST_F(OpenAiServiceTest, ModelsListEveryHostedModel) {
   HttpReply missing = Request(server_->http_port(), "GET", "/v1/models/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Body(missing)["error"]["code"], "model_not_found");
+
+  // The attn object says what ListModels says, field for field.
+  grpc::ClientContext context;
+  attn::v1::ListModelsResponse listed;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &listed).ok());
+  ASSERT_EQ(listed.models_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const attn::v1::ModelInfo& info = listed.models(i);
+    const Json& attn = models["data"][i]["attn"];
+    EXPECT_EQ(models["data"][i]["id"], info.name());
+    EXPECT_EQ(attn["architecture"], info.architecture());
+    EXPECT_EQ(attn["parameters"], info.parameters());
+    EXPECT_EQ(attn["max_active_sequences"], info.max_active_sequences());
+    EXPECT_EQ(attn["state_fingerprint"], info.state_fingerprint());
+    EXPECT_EQ(attn["is_default"], info.is_default());
+    EXPECT_EQ(attn["initial_states"].size(), static_cast<size_t>(info.initial_states_size()));
+    // Every field ListModels sets, and nothing else.
+    std::vector<const google::protobuf::FieldDescriptor*> set;
+    info.GetReflection()->ListFields(info, &set);
+    size_t expected = 0;
+    for (const auto* field : set) {
+      if (field->name() == "name") continue;
+      ++expected;
+      EXPECT_TRUE(attn.contains(field->name())) << field->name();
+    }
+    EXPECT_EQ(attn.size(), expected + (info.initial_states_size() == 0 ? 1 : 0)) << attn.dump();
+  }
 }
 
 // The same greedy request over HTTP (whole and streamed) and over gRPC
@@ -315,13 +342,8 @@ TEST_F(OpenAiServiceTest, AClientThatLeavesAStreamFreesItsSlotAtOnce) {
   close(fd);
   EXPECT_TRUE(engine.AwaitLoad([](const EngineLoad& l) { return l.running == 0; },
                                absl::Now() + absl::Seconds(1)));
-  // The HTTP side counts the call once it has seen the end, just after.
-  bool counted = false;
-  for (int i = 0; i < 100 && !counted; ++i) {
-    counted = absl::StrContains(Exposition(), "code=\"CANCELLED\",method=\"Completions\"");
-    if (!counted) absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_TRUE(counted);
+  // The call was counted before its streams were told to stop.
+  EXPECT_TRUE(absl::StrContains(Exposition(), "code=\"CANCELLED\",method=\"Completions\""));
 }
 
 // Connections that hold the server's attention cost it nothing: with 1,000
@@ -350,16 +372,17 @@ TEST_F(OpenAiServiceTest, IdleAndSlowClientsDoNotDelayOthers) {
       held.push_back(fd);
     }
   }
-  std::atomic<bool> stop{false};
-  std::thread trickle([&] {
-    const std::string head = "POST /v1/completions HTTP/1.1\r\nContent-Length: 10\r\n";
-    for (size_t i = 0; !stop && i < head.size(); ++i) {
-      for (int fd : slow) send(fd, head.data() + i, 1, MSG_NOSIGNAL);
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-  });
-  absl::SleepFor(absl::Milliseconds(200));
-  auto timed = [](auto request) {
+  // Each slow client sends its next byte before every timed request, so
+  // the server has partial heads to read while it answers.
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nContent-Length: 10\r\n";
+  size_t sent = 0;
+  auto trickle = [&] {
+    for (int fd : slow) send(fd, head.data() + sent, 1, MSG_NOSIGNAL);
+    ++sent;
+  };
+  trickle();
+  auto timed = [&](auto request) {
+    trickle();
     const absl::Time start = absl::Now();
     const HttpReply reply = request();
     EXPECT_EQ(reply.status, 200) << reply.body;
@@ -373,8 +396,6 @@ TEST_F(OpenAiServiceTest, IdleAndSlowClientsDoNotDelayOthers) {
   EXPECT_LT(timed([&] { return Request(server_->metrics_port(), "GET", "/metrics"); }),
             absl::Seconds(1));
   EXPECT_LT(timed([&] { return Request(port, "GET", "/metrics"); }), absl::Seconds(1));
-  stop = true;
-  trickle.join();
   for (int fd : held) close(fd);
   for (int fd : slow) close(fd);
 }
@@ -431,12 +452,14 @@ TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
                                       absl::Now() + absl::Seconds(2)));
 
   std::thread stopper([&] { (*server)->Shutdown(); });
-  bool refused = false;
-  for (int i = 0; i < 100 && !refused; ++i) {
-    refused = Request(port, "GET", "/health").status == 503;
-    if (!refused) absl::SleepFor(absl::Milliseconds(5));
-  }
-  EXPECT_TRUE(refused);
+  // Shutdown stops accepting before it drains the engines.
+  ASSERT_TRUE((*server)
+                  ->registry()
+                  .Find("tiny-aft")
+                  .value()
+                  ->engine->AwaitLoad([](const EngineLoad& l) { return l.draining; },
+                                      absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(Request(port, "GET", "/health").status, 503);
   HttpReply late = Request(port, "POST", "/v1/completions", Json{{"prompt", "x"}}.dump());
   EXPECT_EQ(late.status, 503) << late.body;
   EXPECT_EQ(Json::parse(late.body)["error"]["type"], "server_unavailable");
@@ -451,6 +474,59 @@ TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
   EXPECT_EQ(tail.back(), "data: [DONE]");
   EXPECT_TRUE(absl::StrContains(tail[tail.size() - 2], "\"type\":\"server_unavailable\""))
       << tail[tail.size() - 2];
+}
+
+// HTTP requests have deadlines: the server's (--http_timeout_seconds) ends
+// a whole response with 504, and a client's shorter X-Stainless-Timeout
+// ends a stream with a timeout event; the server goes on serving.
+TEST(OpenAiDeadlineTest, TheServersTimeoutAndTheClientsShorterOneEndRequests) {
+  attn::testing::ScopedTempDir dir("openai_deadline_test");
+  attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.http_port = 0;
+  options.metrics_port = -1;
+  options.registry.paths = {dir.path().string()};
+  options.registry.engine.limits.max_tokens = 1000000;
+  options.http_timeout = absl::Seconds(2);
+  auto server = InferenceServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+  auto endless = [](bool stream) {
+    return Json{
+        {"prompt", kPrompt}, {"max_tokens", 1000000}, {"stream", stream}, {"attn_ignore_eos", true}}
+        .dump();
+  };
+  HttpReply streamed;
+  absl::Duration streamed_for;
+  std::thread client([&] {
+    const absl::Time start = absl::Now();
+    streamed =
+        Request(port, "POST", "/v1/completions", endless(true), "X-Stainless-Timeout: 1\r\n");
+    streamed_for = absl::Now() - start;
+  });
+  const absl::Time start = absl::Now();
+  HttpReply whole = Request(port, "POST", "/v1/completions", endless(false));
+  const absl::Duration whole_for = absl::Now() - start;
+  client.join();
+
+  EXPECT_EQ(whole.status, 504) << whole.body.substr(0, 300);
+  EXPECT_EQ(Json::parse(whole.body, nullptr, false)["error"]["type"], "timeout");
+  EXPECT_GE(whole_for, absl::Seconds(2));
+  ASSERT_EQ(streamed.status, 200);
+  const std::vector<std::string> tail = absl::StrSplit(
+      streamed.body.substr(streamed.body.size() > 400 ? streamed.body.size() - 400 : 0), "\n\n",
+      absl::SkipEmpty());
+  ASSERT_GE(tail.size(), 2u);
+  EXPECT_EQ(tail.back(), "data: [DONE]");
+  EXPECT_TRUE(absl::StrContains(tail[tail.size() - 2], "\"type\":\"timeout\""))
+      << tail[tail.size() - 2];
+  EXPECT_GE(streamed_for, absl::Seconds(1));
+  EXPECT_LT(streamed_for, whole_for);
+  HttpReply after =
+      Request(port, "POST", "/v1/completions", Json{{"prompt", kPrompt}, {"max_tokens", 3}}.dump());
+  EXPECT_EQ(after.status, 200) << after.body;
 }
 
 }  // namespace

@@ -215,13 +215,14 @@ TEST_F(SecureServerTest, AKeyAtItsLimitIsRefusedWhileAnotherKeyRuns) {
   while (reader->Read(&first)) {
   }
   reader->Finish().IgnoreError();
-  // Once the stream is done, team-a's slot is back.
-  grpc::Status again;
-  for (int i = 0; i < 50; ++i) {
-    again = Generate(*stub, "team-a-key");
-    if (again.ok()) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  // The client's cancel is local; the server frees the stream's slot once
+  // it hears of it, and the call's ticket went back before that.
+  ASSERT_TRUE(server_->registry()
+                  .Find("tiny-aft")
+                  .value()
+                  ->engine->AwaitLoad([](const EngineLoad& l) { return l.running == 0; },
+                                      absl::Now() + absl::Seconds(5)));
+  grpc::Status again = Generate(*stub, "team-a-key");
   EXPECT_TRUE(again.ok()) << again.error_message();
 }
 

@@ -148,7 +148,11 @@ TEST_F(ServiceTest, APausingReaderGetsEveryTokenOnceInOrder) {
   int messages = 0;
   while (reader->Read(&message)) {
     if (++messages == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the rest queue up
+      // The reader pauses until the engine has pushed every token: the rest
+      // queue up (12 fit the stream's buffer), and reach it merged.
+      ASSERT_TRUE(EngineOf("tiny-aft")
+                      .AwaitLoad([](const EngineLoad& l) { return l.running == 0; },
+                                 absl::Now() + absl::Seconds(10)));
     }
     merged.mutable_text()->append(message.text());
     merged.mutable_token_ids()->MergeFrom(message.token_ids());
@@ -333,17 +337,9 @@ TEST_F(ServiceTest, MetricCountersMove) {
   ASSERT_TRUE(Unary(Greedy("tiny-aft", "the river", 9), &response).ok());
   GenerateRequest bad = Greedy("tiny-aft", "the river", 0);
   EXPECT_FALSE(Unary(bad, &response).ok());
-  // A call is counted when its reactor is done, which may be just after the
-  // client has its response; gRPC tells no one outside the server when that
-  // is, so this one wait polls the exposition.
-  std::string after = metrics.Exposition();
-  auto counted = [&](const std::string& series) {
-    return MetricValue(after, series) != MetricValue(before, series);
-  };
-  for (int i = 0; i < 200 && !(counted(ok_series) && counted(bad_series)); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-    after = metrics.Exposition();
-  }
+  // A call is counted when its outcome is known, before its answer goes
+  // out (server/core/call.h).
+  const std::string after = metrics.Exposition();
   EXPECT_EQ(MetricValue(after, ok_series), MetricValue(before, ok_series) + 1);
   EXPECT_EQ(MetricValue(after, bad_series), MetricValue(before, bad_series) + 1);
   EXPECT_EQ(MetricValue(after, tokens_series), MetricValue(before, tokens_series) + 9);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -150,18 +151,39 @@ class StateStoreTest : public ::testing::Test {
                       log = (dir_ / "redis.log").string();
     std::vector<std::string> args = {
         "redis-server", "--bind", "127.0.0.1",    "--port", port,        "--dir", dir,
-        "--save",       "",       "--appendonly", "no",     "--logfile", log};
+        "--save",       "",       "--appendonly", "no",     "--logfile", log,     "--supervised",
+        "systemd"};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
-    ASSERT_EQ(posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), environ), 0)
+    // Redis tells a supervisor it is ready ("READY=1" on NOTIFY_SOCKET), as
+    // under systemd: the test waits for that message, not for time to pass.
+    const std::string notify_path = (dir_ / "notify").string();
+    const int notify = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    notify_path.copy(address.sun_path, sizeof(address.sun_path) - 1);
+    ASSERT_EQ(bind(notify, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    timeval limit{10, 0};
+    setsockopt(notify, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back("NOTIFY_SOCKET=" + notify_path);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ASSERT_EQ(posix_spawnp(&pid_, "redis-server", nullptr, nullptr, argv.data(), envp.data()), 0)
         << "needs redis-server: run scripts/install_deps.sh";
-    RedisConnection probe(*ParseRedisUrl(Url()));
-    for (int i = 0; i < 200; ++i) {
-      if (probe.Pipeline({{"PING"}}, absl::Seconds(1)).ok()) return;
-      absl::SleepFor(absl::Milliseconds(25));
+    std::string said;
+    char message[512];
+    ssize_t got = 0;
+    while (said.find("READY=1") == std::string::npos &&
+           (got = recv(notify, message, sizeof(message), 0)) > 0) {
+      said.append(message, got);
     }
-    FAIL() << "redis-server did not answer on port " << port_;
+    close(notify);
+    ASSERT_NE(said.find("READY=1"), std::string::npos)
+        << "redis-server did not say it was ready on port " << port_ << " (" << said << ")";
   }
   void TearDown() override {
     if (pid_ > 0) {
@@ -177,7 +199,7 @@ class StateStoreTest : public ::testing::Test {
     options.url = Url();
     options.ttl = ttl;
     options.timeout = absl::Seconds(2);
-    auto store = StateStore::Start(options, nullptr);
+    auto store = StateStore::Start(options, &written_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }
@@ -191,21 +213,41 @@ class StateStoreTest : public ::testing::Test {
   }
 
   // Writes the states after the first n of `tokens` for each n, and waits
-  // until Redis holds them.
+  // until Redis holds them (the store's observer hears of each batch).
   void WriteAll(StateStore& store, const std::vector<int64_t>& tokens,
                 const std::vector<int64_t>& lengths) {
+    const int64_t before = written_.entries();
     for (int64_t n : lengths) {
       store.Write(kFingerprint, StateCache::kEmptySequence, {tokens.begin(), tokens.begin() + n},
                   Row(static_cast<float>(n)));
     }
-    RedisConnection redis(*ParseRedisUrl(Url()));
-    for (int i = 0; i < 200; ++i) {
-      auto keys = redis.Pipeline({{"KEYS", "attn:state:*"}}, absl::Seconds(1));
-      if (keys.ok() && (*keys)[0].elements.size() >= lengths.size()) return;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    FAIL() << "the writes did not land";
+    ASSERT_TRUE(written_.AwaitEntries(before + static_cast<int64_t>(lengths.size())))
+        << "the writes did not land";
   }
+
+  // Counts the entries the store wrote.
+  class WriteCounter : public StateStoreObserver {
+   public:
+    void OnWrite(int64_t entries, int64_t /*bytes*/) override {
+      absl::MutexLock lock(&mu_);
+      entries_ += entries;
+    }
+    int64_t entries() {
+      absl::MutexLock lock(&mu_);
+      return entries_;
+    }
+    bool AwaitEntries(int64_t count) {
+      absl::MutexLock lock(&mu_);
+      auto reached = [this, count]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return entries_ >= count; };
+      return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(10));
+    }
+
+   private:
+    absl::Mutex mu_;
+    int64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
+  };
+  WriteCounter written_;
 
   std::filesystem::path dir_;
   int port_ = 0;
@@ -249,11 +291,11 @@ TEST_F(StateStoreTest, EditedAndExpiredEntriesAreMisses) {
   ASSERT_EQ(Find(*store, tokens).tokens, 20);
   ASSERT_TRUE(redis.Pipeline({{"SETRANGE", key, "30", "?"}}, absl::Seconds(1)).ok());
   EXPECT_EQ(Find(*store, tokens).tokens, 0);
-  // The TTL ends it.
-  absl::SleepFor(absl::Milliseconds(1200));
-  auto exists = redis.Pipeline({{"EXISTS", key}}, absl::Seconds(1));
-  ASSERT_TRUE(exists.ok());
-  EXPECT_EQ((*exists)[0].integer, 0);
+  // The TTL ends it: Redis holds it for at most the store's TTL.
+  auto ttl = redis.Pipeline({{"PTTL", key}}, absl::Seconds(1));
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_GT((*ttl)[0].integer, 0);
+  EXPECT_LE((*ttl)[0].integer, 1000);
 }
 
 TEST_F(StateStoreTest, AnUnreachableRedisAnswersMissesAtOnce) {
