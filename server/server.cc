@@ -11,6 +11,7 @@
 #include "server/http/http_server.h"
 #include "server/http/openai_service.h"
 #include "server/metrics/metrics.h"
+#include "server/state/redis_state_store.h"
 
 namespace attn::serving {
 namespace {
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   }
   RegistryOptions registry_options = options.registry;
   if (!options.state_store.url.empty()) {
-    auto store = StateStore::Start(options.state_store, server->metrics_->AddStateStore());
+    auto store = RedisStateStore::Start(options.state_store, server->metrics_->AddStateStore());
     if (!store.ok()) return store.status();
     server->state_store_ = *std::move(store);
     registry_options.state_store = server->state_store_.get();

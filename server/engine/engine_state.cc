@@ -67,7 +67,7 @@ void Engine::Impl::FetchFromStore(Sequence& seq) {
   }
   auto fetch = std::make_shared<engine_internal::StoreFetch>();
   // The tier answers by then; should no answer come, prefill regardless.
-  fetch->give_up = clock_.Now() + 2 * store->options().timeout + absl::Milliseconds(50);
+  fetch->give_up = clock_.Now() + 2 * store->timeout() + absl::Milliseconds(50);
   seq.fetch = fetch;
   store->Lookup({options_.state_fingerprint, seq.request.cache_origin, prompt, seq.prefilled + 1,
                  [fetch, signal = signal_](StoreHit hit) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/engine/engine.h"
+#include "server/state/memory_state_store.h"
 #include "server/state/state_cache.h"
 #include "tests/server/fake_clock.h"
 #include "tests/server/requests.h"
@@ -60,10 +61,13 @@ void ExpectSame(const Result& got, const Result& want, const std::string& what) 
 
 class StateReuseTest : public ::testing::TestWithParam<MixerKind> {
  protected:
-  std::unique_ptr<Engine> NewEngine(int64_t cache_bytes, EngineObserver* observer = nullptr) {
+  std::unique_ptr<Engine> NewEngine(int64_t cache_bytes, EngineObserver* observer = nullptr,
+                                    StateStore* store = nullptr) {
     if (!model_) model_ = TinyModel(GetParam());
     EngineOptions options;
     options.state_cache_bytes = cache_bytes;
+    options.state_store = store;
+    options.state_fingerprint = "tiny-model";
     options.state_cache_interval = 8;
     options.prefill_chunk = 16;
     return std::make_unique<Engine>(model_, TinyTokenizer(), options, clock_, observer);
@@ -136,6 +140,34 @@ TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
   EXPECT_EQ(log.reused_, (std::vector<int64_t>{0, 21, 30, 16}));
   EXPECT_GT(cached->load().cache_entries, 0);
   EXPECT_EQ(plain->load().cache_entries, 0);
+}
+
+// The shared tier (in memory here; Redis in state_store_test.cc and
+// state_store_redis.sh): an engine with no local cache stores the state at
+// its prompt's end, another (a replica) continues a longer prompt from it
+// with the same tokens as from zero, and an entry that does not verify is a
+// miss, never served.
+TEST_P(StateReuseTest, AReplicaContinuesFromTheSharedTier) {
+  InMemoryStateStore store;
+  auto writer = NewEngine(0, nullptr, &store);
+  auto replica = NewEngine(0, nullptr, &store);
+  auto plain = NewEngine(0);
+  const EngineRequest first = GreedyRun(Tokens(40, 3), 5);
+  ExpectSame(Run(*writer, first), Run(*plain, first), "first");
+  ASSERT_GT(store.entries(), 0);
+
+  const EngineRequest longer = GreedyRun(Concat(first.prompt, Tokens(9, 200)), 8);
+  const Result from_zero = Run(*plain, longer);
+  const Result resumed = Run(*replica, longer);
+  ExpectSame(resumed, from_zero, "resumed");
+  EXPECT_EQ(resumed.last.cached_tokens, 40);
+  EXPECT_EQ(resumed.last.prefilled_tokens, 9);
+
+  ASSERT_GT(store.EditEntries("tiny-model", [](std::string* bytes) { (*bytes)[bytes->size() / 2] ^= 1; }), 0);
+  auto another = NewEngine(0, nullptr, &store);
+  const Result damaged = Run(*another, longer);
+  ExpectSame(damaged, from_zero, "after an edit");
+  EXPECT_EQ(damaged.last.cached_tokens, 0);
 }
 
 TEST_P(StateReuseTest, ReturnedStateContinuesAsIfUninterrupted) {

@@ -4,7 +4,7 @@
 // token granularity across index anchors, TTLs, edited entries, and an
 // unreachable Redis. The servers' end-to-end behaviour is in
 // state_store_redis.sh.
-#include "server/state/state_store.h"
+#include "server/state/redis_state_store.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -199,7 +199,7 @@ class StateStoreTest : public ::testing::Test {
     options.url = Url();
     options.ttl = ttl;
     options.timeout = absl::Seconds(2);
-    auto store = StateStore::Start(options, &written_);
+    auto store = RedisStateStore::Start(options, &written_);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }

@@ -1,4 +1,4 @@
-#include "server/state/state_store.h"
+#include "server/state/redis_state_store.h"
 
 #include <pthread.h>
 
@@ -40,15 +40,16 @@ int64_t AnchorOf(int64_t position) { return (position - 1) / kIndexStride * kInd
 
 }  // namespace
 
-std::string StateStore::EntryKey(const std::string& fingerprint, uint64_t key) {
+std::string RedisStateStore::EntryKey(const std::string& fingerprint, uint64_t key) {
   return absl::StrCat("attn:state:v", kStoredStateVersion, ":", fingerprint, ":", Hex(key));
 }
 
-std::string StateStore::IndexKey(const std::string& fingerprint, uint64_t key) {
+std::string RedisStateStore::IndexKey(const std::string& fingerprint, uint64_t key) {
   return absl::StrCat("attn:index:v", kStoredStateVersion, ":", fingerprint, ":", Hex(key));
 }
 
-absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Start(const StateStoreOptions& options,
+absl::StatusOr<std::unique_ptr<RedisStateStore>> RedisStateStore::Start(
+    const StateStoreOptions& options,
                                                               StateStoreObserver* observer) {
   absl::StatusOr<RedisAddress> address = ParseRedisUrl(options.url);
   if (!address.ok()) return address.status();
@@ -58,8 +59,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Start(const StateStoreOp
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--state_store_timeout: must be positive");
   }
-  std::unique_ptr<StateStore> store(new StateStore(options, *address, observer));
-  StateStore* s = store.get();
+  std::unique_ptr<RedisStateStore> store(new RedisStateStore(options, *address, observer));
+  RedisStateStore* s = store.get();
   store->lookup_thread_ = std::thread(
       [s] { s->Work(&s->lookups_, [s](std::vector<PendingLookup>& b) { s->Answer(b); }); });
   store->write_thread_ = std::thread(
@@ -67,14 +68,14 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Start(const StateStoreOp
   return store;
 }
 
-StateStore::StateStore(const StateStoreOptions& options, const RedisAddress& address,
+RedisStateStore::RedisStateStore(const StateStoreOptions& options, const RedisAddress& address,
                        StateStoreObserver* observer)
     : options_(options),
       observer_(observer ? observer : &no_observer_),
       lookup_redis_(address, *options.clock),
       write_redis_(address, *options.clock) {}
 
-StateStore::~StateStore() {
+RedisStateStore::~RedisStateStore() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
@@ -89,7 +90,7 @@ StateStore::~StateStore() {
   for (PendingLookup& pending : unanswered) pending.lookup.done({});
 }
 
-void StateStore::Lookup(StoreLookup lookup) {
+void RedisStateStore::Lookup(StoreLookup lookup) {
   const absl::Time deadline = options_.clock->Now() + options_.timeout;
   {
     absl::MutexLock lock(&mu_);
@@ -101,7 +102,7 @@ void StateStore::Lookup(StoreLookup lookup) {
   lookup.done({});
 }
 
-void StateStore::Write(const std::string& fingerprint, uint64_t origin, std::vector<int64_t> tokens,
+void RedisStateStore::Write(const std::string& fingerprint, uint64_t origin, std::vector<int64_t> tokens,
                        std::shared_ptr<const SavedRow> row) {
   PendingWrite write{fingerprint, origin, std::move(tokens), std::move(row), 0};
   write.bytes = write.row->bytes() + static_cast<int64_t>(write.tokens.size() * sizeof(int32_t));
@@ -117,7 +118,7 @@ void StateStore::Write(const std::string& fingerprint, uint64_t origin, std::vec
 }
 
 template <typename Item, typename Serve>
-void StateStore::Work(std::deque<Item>* queue, Serve serve) {
+void RedisStateStore::Work(std::deque<Item>* queue, Serve serve) {
   pthread_setname_np(pthread_self(), "attn-store");
   while (true) {
     std::vector<Item> batch;
@@ -137,7 +138,7 @@ void StateStore::Work(std::deque<Item>* queue, Serve serve) {
   }
 }
 
-void StateStore::WriteBatch(std::vector<PendingWrite>& batch) {
+void RedisStateStore::WriteBatch(std::vector<PendingWrite>& batch) {
   const std::string ttl_ms = std::to_string(absl::ToInt64Milliseconds(options_.ttl));
   std::vector<Command> commands;
   int64_t bytes = 0;
@@ -170,9 +171,9 @@ void StateStore::WriteBatch(std::vector<PendingWrite>& batch) {
 // every anchor each prompt passes, which of their positions still exist,
 // and the entry of the longest. Each step ends the lookups it settles; a
 // round trip that fails ends all that are open.
-class StateStore::LookupRound {
+class RedisStateStore::LookupRound {
  public:
-  LookupRound(StateStore& store, std::vector<PendingLookup>& batch);
+  LookupRound(RedisStateStore& store, std::vector<PendingLookup>& batch);
   void Run() {
     if (!probes_.empty() && FindCandidates() && KeepExisting()) ReadLongest();
   }
@@ -184,14 +185,14 @@ class StateStore::LookupRound {
   bool KeepExisting();
   void ReadLongest();
 
-  StateStore& store_;
+  RedisStateStore& store_;
   const absl::Time start_;
   absl::Time deadline_ = absl::InfiniteFuture();  // the batch's earliest
   std::vector<Probe> probes_;
   std::vector<std::pair<size_t, int64_t>> asked_;  // per command: probe, position
 };
 
-StateStore::LookupRound::LookupRound(StateStore& store, std::vector<PendingLookup>& batch)
+RedisStateStore::LookupRound::LookupRound(RedisStateStore& store, std::vector<PendingLookup>& batch)
     : store_(store), start_(store.options_.clock->Now()) {
   for (PendingLookup& pending : batch) {
     StoreLookup& lookup = pending.lookup;
@@ -207,14 +208,14 @@ StateStore::LookupRound::LookupRound(StateStore& store, std::vector<PendingLooku
   }
 }
 
-void StateStore::LookupRound::Finish(Probe& probe, Outcome outcome, StoreHit hit) {
+void RedisStateStore::LookupRound::Finish(Probe& probe, Outcome outcome, StoreHit hit) {
   probe.finished = true;
   const int64_t tokens = hit.tokens;
   store_.observer_->OnLookup(outcome, store_.options_.clock->Now() - start_, tokens);
   probe.lookup->done(std::move(hit));
 }
 
-absl::StatusOr<std::vector<RedisReply>> StateStore::LookupRound::RoundTrip(
+absl::StatusOr<std::vector<RedisReply>> RedisStateStore::LookupRound::RoundTrip(
     const std::vector<Command>& commands) {
   RedisConnection& redis = store_.lookup_redis_;
   absl::StatusOr<std::vector<RedisReply>> replies =
@@ -230,7 +231,7 @@ absl::StatusOr<std::vector<RedisReply>> StateStore::LookupRound::RoundTrip(
   return replies;
 }
 
-bool StateStore::LookupRound::FindCandidates() {
+bool RedisStateStore::LookupRound::FindCandidates() {
   std::vector<Command> commands;
   asked_.clear();
   for (size_t i = 0; i < probes_.size(); ++i) {
@@ -259,7 +260,7 @@ bool StateStore::LookupRound::FindCandidates() {
   return true;
 }
 
-bool StateStore::LookupRound::KeepExisting() {
+bool RedisStateStore::LookupRound::KeepExisting() {
   std::vector<Command> commands;
   asked_.clear();
   for (size_t i = 0; i < probes_.size(); ++i) {
@@ -287,7 +288,7 @@ bool StateStore::LookupRound::KeepExisting() {
   return true;
 }
 
-void StateStore::LookupRound::ReadLongest() {
+void RedisStateStore::LookupRound::ReadLongest() {
   std::vector<Command> commands;
   asked_.clear();
   for (size_t i = 0; i < probes_.size(); ++i) {
@@ -322,6 +323,6 @@ void StateStore::LookupRound::ReadLongest() {
   }
 }
 
-void StateStore::Answer(std::vector<PendingLookup>& batch) { LookupRound(*this, batch).Run(); }
+void RedisStateStore::Answer(std::vector<PendingLookup>& batch) { LookupRound(*this, batch).Run(); }
 
 }  // namespace attn::serving
