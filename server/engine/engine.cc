@@ -27,10 +27,6 @@
 namespace attn::serving {
 namespace {
 
-// Rows one sampling task takes: below twice this, a decode step samples on
-// its own thread, where waking another would cost more than it saves.
-constexpr int64_t kRowsPerSamplingTask = 8;
-
 // `context_limit`: the model's (-1: unbounded), of which a start state
 // has used its tokens.
 ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit) {
@@ -42,11 +38,6 @@ ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t
   options.context_limit = context_limit;
   options.sampling = request.sampling;
   return options;
-}
-
-std::vector<float> RowToVector(const torch::Tensor& row) {
-  torch::Tensor cpu = row.to(torch::kCPU, torch::kFloat).contiguous();
-  return std::vector<float>(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
 }
 
 }  // namespace
@@ -183,55 +174,24 @@ int64_t Engine::Impl::WarmUp() {
 }
 
 bool Engine::Impl::EndAbandoned(absl::Time now) {
-  bool ended = false;
-  for (auto& seq : active_) {
-    if (!seq->stream) continue;
-    if (seq->stream->cancelled()) {
-      EndWithError(*seq, absl::CancelledError("the client cancelled the request"));
-      ended = true;
-    } else if (now >= seq->request.deadline) {
-      EndWithError(*seq, absl::DeadlineExceededError("the request's deadline passed"));
-      ended = true;
-    }
-  }
-  return ended;
+  const auto ended = scheduler_.Abandoned(active_, now);
+  for (const auto& [seq, reason] : ended) EndWithError(*seq, reason);
+  return !ended.empty();
 }
 
 bool Engine::Impl::Admit(absl::Time now) {
-  std::vector<std::unique_ptr<Sequence>> admitted;
-  std::vector<std::unique_ptr<Sequence>> dropped;
+  Scheduler::Admissions admissions;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = waiting_.begin(); it != waiting_.end();) {
-      Sequence& seq = **it;
-      if (seq.stream->cancelled() || now >= seq.request.deadline) {
-        dropped.push_back(std::move(*it));
-        it = waiting_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    // First come, first served: the front waits for room in the state
-    // budget, and nothing overtakes it.
-    while (!waiting_.empty() && pool_.in_use() < pool_.capacity() &&
-           reserved_ + waiting_.front()->reservation <= budget_) {
-      reserved_ += waiting_.front()->reservation;
-      admitted.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-      free_slots_ = pool_.capacity() - pool_.in_use() - static_cast<int64_t>(admitted.size());
-      if (free_slots_ == 0) break;
-    }
+    admissions =
+        scheduler_.Admit(&waiting_, now, pool_.capacity() - pool_.in_use(), budget_, &reserved_);
+    free_slots_ =
+        pool_.capacity() - pool_.in_use() - static_cast<int64_t>(admissions.admitted.size());
     waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
-  for (auto& seq : dropped) {
-    if (seq->stream->cancelled()) {
-      EndWithError(*seq, absl::CancelledError("the client cancelled the request"));
-    } else {
-      EndWithError(*seq, absl::DeadlineExceededError("the request's deadline passed while queued"));
-    }
-  }
-  for (auto& seq : admitted) {
-    seq->slot = pool_.Acquire().value();  // free_slots_ said there is one
+  for (auto& [seq, reason] : admissions.dropped) EndWithError(*seq, reason);
+  for (auto& seq : admissions.admitted) {
+    seq->slot = pool_.Acquire().value();  // the scheduler counted free slots
     seq->continuation = std::make_unique<Continuation>(
         tokenizer_, seq->request.prompt,
         ContinuationOptionsFor(seq->request, backend_->max_context()));
@@ -241,254 +201,7 @@ bool Engine::Impl::Admit(absl::Time now) {
   }
   free_slots_ = pool_.capacity() - pool_.in_use();
   running_ = static_cast<int64_t>(active_.size());
-  return !admitted.empty() || !dropped.empty();
-}
-
-std::vector<Sequence*> Engine::Impl::PrefillGroup() const {
-  std::vector<Sequence*> group;
-  int64_t count = 0;
-  for (const auto& candidate : active_) {
-    if (!candidate->stream || !candidate->prefilling() || candidate->fetching()) continue;
-    const int64_t chunk = ChunkLength(*candidate);
-    if (group.empty()) {
-      group.push_back(candidate.get());
-      count = chunk;
-      if (candidate->scoring()) break;  // scored alone: it reports every position
-      continue;
-    }
-    // Rows of one prefill share a position and a chunk length; the tokens of
-    // the whole group stay within one chunk's budget.
-    if (!candidate->scoring() &&
-        candidate->request.start_tokens + candidate->prefilled ==
-            group[0]->request.start_tokens + group[0]->prefilled &&
-        chunk == count &&
-        static_cast<int64_t>(group.size() + 1) * count <= options_.prefill_chunk) {
-      group.push_back(candidate.get());
-    }
-  }
-  return group;
-}
-
-void Engine::Impl::PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin,
-                              int64_t count) {
-  const auto& prompt = seq.request.prompt;
-  torch::Tensor log_probs = torch::log_softmax(logits.to(torch::kFloat), -1).to(torch::kCPU);
-  StreamEvent event;
-  event.token_ids.assign(prompt.begin() + begin, prompt.begin() + begin + count);
-  event.logprobs.resize(count);
-  const auto& last = seq.last_logits;  // the previous chunk's prediction
-  event.logprobs[0] = begin == 0
-                          ? 0.0f
-                          : static_cast<float>(LogSoftmaxAt(
-                                last.data(), static_cast<int64_t>(last.size()), prompt[begin]));
-  auto rows = log_probs.accessor<float, 2>();
-  for (int64_t j = 0; j + 1 < count; ++j) event.logprobs[j + 1] = rows[j][prompt[begin + j + 1]];
-  seq.stream->Push(std::move(event));
-}
-
-bool Engine::Impl::PrefillChunk() {
-  const std::vector<Sequence*> group = PrefillGroup();
-  if (group.empty()) return false;
-  const auto rows = static_cast<int64_t>(group.size());
-  const int64_t begin = group[0]->prefilled;
-  const int64_t count = ChunkLength(*group[0]);
-  const absl::Time started = clock_.Now();
-  try {
-    std::vector<int64_t> tokens, slots;
-    for (Sequence* seq : group) {
-      const auto& prompt = seq->request.prompt;
-      // Rows share a position in the state, not in their prompts (a start
-      // state comes first).
-      tokens.insert(tokens.end(), prompt.begin() + seq->prefilled,
-                    prompt.begin() + seq->prefilled + count);
-      slots.push_back(seq->slot);
-    }
-    // Scoring needs every position's logits; generation only the prompt's
-    // last, and nothing from its earlier chunks.
-    const bool scoring = group[0]->scoring();
-    const bool last_chunk = std::any_of(group.begin(), group.end(), [&](const Sequence* seq) {
-      return seq->prefilled + count == static_cast<int64_t>(seq->request.prompt.size());
-    });
-    const PrefillLogits wanted = scoring      ? PrefillLogits::kAll
-                                 : last_chunk ? PrefillLogits::kLast
-                                              : PrefillLogits::kNone;
-    absl::StatusOr<torch::Tensor> logits = backend_->Prefill(
-        torch::tensor(tokens, torch::dtype(torch::kLong)).view({rows, count}).to(device_),
-        torch::tensor(slots, torch::dtype(torch::kLong)).to(device_), wanted);
-    if (!logits.ok()) {
-      for (Sequence* seq : group) EndWithError(*seq, logits.status());
-      return true;
-    }
-    if (scoring) PushScores(*group[0], (*logits)[0], begin, count);
-    if (logits->defined()) {
-      torch::Tensor last =
-          logits->select(1, logits->size(1) - 1).to(torch::kCPU, torch::kFloat).contiguous();
-      for (int64_t i = 0; i < rows; ++i) group[i]->last_logits = RowToVector(last[i]);
-    }
-  } catch (const c10::Error& error) {  // copying the logits out
-    for (Sequence* seq : group) {
-      EndWithError(*seq, absl::InternalError(
-                             absl::StrCat("prefill failed: ", error.what_without_backtrace())));
-    }
-    return true;
-  }
-  observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, rows, rows * count);
-  for (Sequence* seq : group) {
-    seq->prefilled += count;
-    SaveCheckpoint(*seq);
-    if (seq->prefilling()) continue;
-    if (seq->scoring()) {
-      End(*seq, StreamEvent{});
-    } else {
-      const auto& logits = seq->last_logits;
-      Emit(*seq, seq->continuation->Sample(logits.data(), static_cast<int64_t>(logits.size())));
-    }
-  }
-  return true;
-}
-
-std::vector<Sequence*> Engine::Impl::DecodeBatch() const {
-  std::vector<Sequence*> ready;
-  for (const auto& seq : active_) {
-    if (seq->stream && !seq->prefilling() && seq->next_token >= 0 && !seq->stream->full()) {
-      ready.push_back(seq.get());
-    }
-  }
-  const auto cap = static_cast<size_t>(std::max<int64_t>(1, options_.max_decode_rows));
-  if (ready.size() <= cap) return ready;
-  // Least attained service first; among equals, the longest unserved.
-  std::nth_element(
-      ready.begin(), ready.begin() + cap, ready.end(), [](const Sequence* a, const Sequence* b) {
-        return std::tie(a->generated, a->last_decoded) < std::tie(b->generated, b->last_decoded);
-      });
-  ready.resize(cap);
-  return ready;
-}
-
-bool Engine::Impl::DecodeStep() {
-  std::vector<Sequence*> batch = DecodeBatch();
-  if (batch.empty()) return false;
-  ++decode_steps_;
-  for (Sequence* seq : batch) seq->last_decoded = decode_steps_;
-  const auto rows = static_cast<int64_t>(batch.size());
-  std::vector<int64_t> tokens(rows), slots(rows);
-  for (int64_t i = 0; i < rows; ++i) {
-    tokens[i] = batch[i]->next_token;
-    slots[i] = batch[i]->slot;
-  }
-  const absl::Time started = clock_.Now();
-  absl::StatusOr<torch::Tensor> stepped =
-      backend_->Step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
-                     torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
-  torch::Tensor logits;
-  if (stepped.ok()) {
-    try {
-      logits = stepped->to(torch::kCPU, torch::kFloat).contiguous();
-    } catch (const c10::Error& error) {
-      stepped =
-          absl::InternalError(absl::StrCat("decode step failed: ", error.what_without_backtrace()));
-    }
-  }
-  if (!stepped.ok()) {
-    for (Sequence* seq : batch) EndWithError(*seq, stepped.status());
-    return true;
-  }
-  observer_->OnStep(EngineObserver::Phase::kDecode, clock_.Now() - started, rows, rows);
-  const int64_t vocab = logits.size(1);
-  const float* data = logits.data_ptr<float>();
-  // Each row has its own sampler, so the rows sample on all intra-op
-  // threads (a few microseconds each at a 4k vocabulary, which the other
-  // threads would otherwise spend waiting); the events go out in row order.
-  std::vector<SampledToken> sampled(rows);
-  at::parallel_for(0, rows, kRowsPerSamplingTask, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (!batch[i]->finishing)
-        sampled[i] = batch[i]->continuation->Sample(data + i * vocab, vocab);
-    }
-  });
-  for (int64_t i = 0; i < rows; ++i) {
-    if (batch[i]->finishing) {  // its last token is in the state now
-      batch[i]->last_fed = true;
-      End(*batch[i], std::exchange(batch[i]->pending, StreamEvent()));
-    } else {
-      Emit(*batch[i], sampled[i]);
-    }
-  }
-  return true;
-}
-
-void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
-  const absl::Time now = clock_.Now();
-  ++seq.generated;
-  seq.generated_ids.push_back(token.id);
-  if (seq.generated == 1) {
-    observer_->OnFirstToken(seq.request.protocol, now - seq.arrival);
-  } else {
-    observer_->OnNextToken(seq.request.protocol, now - seq.last_token);
-  }
-  seq.last_token = now;
-  StreamEvent& event = seq.pending;
-  event.token_ids.push_back(token.id);
-  if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
-  if (!token.top.empty()) event.top_logprobs.push_back(token.top);
-  AcceptedToken accepted = seq.continuation->Accept(token.id);
-  event.text += accepted.text;
-  event.finish_reason = accepted.finish_reason;
-  if (event.finish_reason == FinishReason::kUnspecified) {
-    seq.next_token = token.id;
-    // The first token goes out at once (time to first token); later ones
-    // every stream_interval tokens.
-    const auto due = static_cast<size_t>(std::max<int64_t>(1, options_.stream_interval));
-    if (seq.generated == 1 || event.token_ids.size() >= due) {
-      seq.stream->Push(std::exchange(seq.pending, StreamEvent()));
-    }
-    return;
-  }
-  if (seq.request.return_state && CanFeedLast(seq)) {
-    // One more decode step puts the last token into the state that goes
-    // back to the client; it samples nothing.
-    seq.next_token = token.id;
-    seq.finishing = true;
-    return;
-  }
-  End(seq, std::exchange(seq.pending, StreamEvent()));
-}
-
-void Engine::Impl::End(Sequence& seq, StreamEvent last) {
-  if (last.status.ok() && !seq.scoring() && seq.slot >= 0) {
-    if (absl::Status saved = SaveFinished(seq, last); !saved.ok()) {
-      // The tokens stand; only the state asked for could not be copied.
-      seq.pending = std::exchange(last, StreamEvent());
-      last.status = saved;
-    }
-  }
-  // A failure does not take back tokens already generated: they go first.
-  if (!last.status.ok() && !seq.pending.token_ids.empty()) {
-    seq.stream->Push(std::exchange(seq.pending, StreamEvent()));
-  }
-  last.last = true;
-  if (last.status.ok()) {
-    last.prompt_tokens = static_cast<int64_t>(seq.request.prompt.size());
-    last.completion_tokens = seq.generated;
-    last.cached_tokens = seq.request.start_tokens + seq.cache_hit;
-    last.prefilled_tokens = last.prompt_tokens - seq.cache_hit;
-  }
-  if (seq.slot >= 0) {
-    pool_.Release(seq.slot).IgnoreError();  // the slot is ours: cannot fail
-    seq.slot = -1;
-    reserved_ -= seq.reservation;
-  }
-  observer_->OnFinished(seq.request.protocol, last, clock_.Now() - seq.arrival);
-  seq.stream->Push(std::move(last));
-  seq.stream.reset();  // marks the sequence ended
-  --unfinished_;
-}
-
-void Engine::Impl::RemoveEnded() {
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](const std::unique_ptr<Sequence>& seq) { return !seq->stream; }),
-                active_.end());
-  free_slots_ = pool_.capacity() - pool_.in_use();
+  return !admissions.admitted.empty() || !admissions.dropped.empty();
 }
 
 void Engine::Impl::PublishLoad() {

@@ -1,6 +1,7 @@
-// Internal to server/: the engine's implementation, shared by engine.cc
-// (admission, prefill, decode) and engine_state.cc (the state cache and
-// state that requests bring and take).
+// Internal to server/engine/: the engine's implementation, shared by
+// engine.cc (submission, the loop, drain and stop), executor.cc (prefill,
+// decode, emit and end, as the scheduler says) and engine_state.cc (the
+// state cache, the shared tier and states that requests bring and take).
 #pragma once
 
 #include <torch/torch.h>
@@ -19,6 +20,7 @@
 #include "model/backend/row_pool.h"
 #include "model/lm/continuation.h"
 #include "server/engine/engine.h"
+#include "server/engine/scheduler.h"
 #include "server/state/state_cache.h"
 #include "server/state/state_store.h"
 #include "util/cpus.h"
@@ -39,46 +41,9 @@ struct Signal {
   bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
 };
 
-// A lookup in the shared state tier for a sequence: the tier's thread
-// answers it, the engine thread applies it.
-struct StoreFetch {
-  absl::Mutex mu;
-  bool answered ABSL_GUARDED_BY(mu) = false;
-  StoreHit hit ABSL_GUARDED_BY(mu);
-  absl::Time give_up;  // in case no answer comes: prefill without it
-};
-
-struct Sequence {
-  EngineRequest request;
-  std::shared_ptr<RequestStream> stream;
-  absl::Time arrival;
-  absl::Time last_token;
-  int64_t slot = -1;
-  int64_t reservation = 0;                     // state bytes held against the budget once admitted
-  int64_t prefilled = 0;                       // prompt tokens in the state
-  std::vector<float> last_logits;              // after the last token in the state
-  std::unique_ptr<Continuation> continuation;  // sampling, text and finish rules
-  int64_t generated = 0;
-  int64_t next_token = -1;    // fed to the next decode step
-  int64_t last_decoded = -1;  // the engine's decode step count when it last stepped
-  StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
-  std::vector<int64_t> generated_ids;
-  int64_t cache_hit = 0;  // prompt tokens the state cache (or the tier) supplied
-  // Set while the shared tier looks for a longer prefix: the sequence
-  // holds its slot and waits before prefilling.
-  std::shared_ptr<StoreFetch> fetch;
-  // return_state: the sequence has finished and its last token is still to
-  // be fed to the state (by a decode step that samples nothing) before End.
-  bool finishing = false;
-  bool last_fed = false;  // that step has run
-
-  bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
-  bool fetching() const { return fetch != nullptr; }
-  bool scoring() const { return request.kind == EngineRequest::Kind::kScore; }
-};
-
 }  // namespace engine_internal
 
+using engine_internal::Scheduler;
 using engine_internal::Sequence;
 using engine_internal::Signal;
 
@@ -95,7 +60,8 @@ class Engine::Impl {
         pool_(*backend_),
         rows_(pool_.capacity()),
         budget_(StateBudget(options, backend_->bytes_per_row())),
-        free_slots_(pool_.capacity()) {
+        free_slots_(pool_.capacity()),
+        scheduler_(options_, options.state_cache_bytes > 0) {
     if (options.state_cache_bytes > 0) {
       cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
     }
@@ -178,17 +144,16 @@ class Engine::Impl {
     const int64_t limit = backend_->max_context();
     return backend_->state_bytes_per_sequence(limit > 0 ? std::min(tokens, limit) : tokens);
   }
+  // What the scheduler says of the running and the queued (engine.cc).
   bool EndAbandoned(absl::Time now);
   bool Admit(absl::Time now);
-  // Prefills one chunk of the oldest prompt being read, together with other
-  // prompts at the same position (one batched prefill within the budget).
+
+  // --- The executor (executor.cc): runs the steps the scheduler chose ---
+  // Prefills one chunk of the scheduler's prefill group.
   bool PrefillChunk();
-  std::vector<Sequence*> PrefillGroup() const;
   void PushScores(Sequence& seq, const torch::Tensor& logits, int64_t begin, int64_t count);
+  // Runs one decode step over the scheduler's decode batch.
   bool DecodeStep();
-  // The sequences of the next decode step: ready ones, at most
-  // max_decode_rows, fewest generated tokens first.
-  std::vector<Sequence*> DecodeBatch() const;
   // Handles a token chosen for `seq`; ends the sequence when it finishes.
   void Emit(Sequence& seq, const SampledToken& token);
   // Pushes the last event (with usage for a success) and frees the slot.
@@ -214,9 +179,6 @@ class Engine::Impl {
   bool ApplyFetches(absl::Time now);
   // Hands the state after `tokens` of `seq` to the shared tier.
   void WriteToStore(const Sequence& seq, std::vector<int64_t> tokens, const SavedRow& row);
-  // Tokens of `seq`'s next prefill chunk: at most prefill_chunk, ending at
-  // the next cache checkpoint (a multiple of state_cache_interval).
-  int64_t ChunkLength(const Sequence& seq) const;
   // After a prefill chunk: caches the state at a checkpoint or the prompt's
   // end (with the logits after it).
   void SaveCheckpoint(Sequence& seq);
@@ -263,6 +225,7 @@ class Engine::Impl {
   std::atomic<int64_t> cache_bytes_{0};
   std::atomic<bool> draining_published_{false};  // set by Drain
   std::atomic<int64_t> teams_released_{0};
+  const Scheduler scheduler_;  // after options_, which it reads
   // Released by PublishLoad() after every iteration, which makes waiters
   // (WaitIdle, AwaitLoad) re-check their condition; guards no data.
   mutable absl::Mutex published_mu_;

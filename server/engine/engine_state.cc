@@ -9,13 +9,8 @@
 #include "util/field_error.h"
 
 namespace attn::serving {
-namespace {
 
-// Requests whose tokens the cache can key: generation from the empty
-// sequence. A start state's tokens are unknown to the server.
-bool Cacheable(const Sequence& seq) { return !seq.scoring() && !seq.request.start_state; }
-
-}  // namespace
+using engine_internal::Cacheable;
 
 void Engine::Impl::StartSequence(Sequence& seq) {
   if (seq.request.start_state) {
@@ -113,16 +108,6 @@ void Engine::Impl::WriteToStore(const Sequence& seq, std::vector<int64_t> tokens
   if (options_.state_store == nullptr) return;
   options_.state_store->Write(options_.state_fingerprint, seq.request.cache_origin,
                               std::move(tokens), std::make_shared<const SavedRow>(row));
-}
-
-int64_t Engine::Impl::ChunkLength(const Sequence& seq) const {
-  const int64_t remaining = static_cast<int64_t>(seq.request.prompt.size()) - seq.prefilled;
-  int64_t chunk = std::min(options_.prefill_chunk, remaining);
-  if (cache_ && Cacheable(seq)) {
-    const int64_t interval = options_.state_cache_interval;
-    chunk = std::min(chunk, interval - seq.prefilled % interval);
-  }
-  return chunk;
 }
 
 void Engine::Impl::SaveCheckpoint(Sequence& seq) {
