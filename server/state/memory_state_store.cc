@@ -29,9 +29,9 @@ void InMemoryStateStore::Lookup(StoreLookup lookup) {
       hit = {p, blob->row};
     }
   }
-  observer_->OnLookup(hit.tokens > 0 ? StateStoreObserver::Outcome::kHit
-                                     : StateStoreObserver::Outcome::kMiss,
-                      absl::ZeroDuration(), hit.tokens);
+  observer_->OnLookup(
+      hit.tokens > 0 ? StateStoreObserver::Outcome::kHit : StateStoreObserver::Outcome::kMiss,
+      absl::ZeroDuration(), hit.tokens);
   lookup.done(std::move(hit));
 }
 

@@ -49,8 +49,7 @@ std::string RedisStateStore::IndexKey(const std::string& fingerprint, uint64_t k
 }
 
 absl::StatusOr<std::unique_ptr<RedisStateStore>> RedisStateStore::Start(
-    const StateStoreOptions& options,
-                                                              StateStoreObserver* observer) {
+    const StateStoreOptions& options, StateStoreObserver* observer) {
   absl::StatusOr<RedisAddress> address = ParseRedisUrl(options.url);
   if (!address.ok()) return address.status();
   if (options.ttl < absl::Seconds(1)) {
@@ -69,7 +68,7 @@ absl::StatusOr<std::unique_ptr<RedisStateStore>> RedisStateStore::Start(
 }
 
 RedisStateStore::RedisStateStore(const StateStoreOptions& options, const RedisAddress& address,
-                       StateStoreObserver* observer)
+                                 StateStoreObserver* observer)
     : options_(options),
       observer_(observer ? observer : &no_observer_),
       lookup_redis_(address, *options.clock),
@@ -102,8 +101,8 @@ void RedisStateStore::Lookup(StoreLookup lookup) {
   lookup.done({});
 }
 
-void RedisStateStore::Write(const std::string& fingerprint, uint64_t origin, std::vector<int64_t> tokens,
-                       std::shared_ptr<const SavedRow> row) {
+void RedisStateStore::Write(const std::string& fingerprint, uint64_t origin,
+                            std::vector<int64_t> tokens, std::shared_ptr<const SavedRow> row) {
   PendingWrite write{fingerprint, origin, std::move(tokens), std::move(row), 0};
   write.bytes = write.row->bytes() + static_cast<int64_t>(write.tokens.size() * sizeof(int32_t));
   {

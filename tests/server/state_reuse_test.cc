@@ -163,7 +163,9 @@ TEST_P(StateReuseTest, AReplicaContinuesFromTheSharedTier) {
   EXPECT_EQ(resumed.last.cached_tokens, 40);
   EXPECT_EQ(resumed.last.prefilled_tokens, 9);
 
-  ASSERT_GT(store.EditEntries("tiny-model", [](std::string* bytes) { (*bytes)[bytes->size() / 2] ^= 1; }), 0);
+  ASSERT_GT(
+      store.EditEntries("tiny-model", [](std::string* bytes) { (*bytes)[bytes->size() / 2] ^= 1; }),
+      0);
   auto another = NewEngine(0, nullptr, &store);
   const Result damaged = Run(*another, longer);
   ExpectSame(damaged, from_zero, "after an edit");

@@ -4,8 +4,6 @@
 // token granularity across index anchors, TTLs, edited entries, and an
 // unreachable Redis. The servers' end-to-end behaviour is in
 // state_store_redis.sh.
-#include "server/state/redis_state_store.h"
-
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
 #include "server/state/redis_connection.h"
+#include "server/state/redis_state_store.h"
 #include "server/state/state_blob.h"
 #include "server/state/state_cache.h"
 #include "server/state/stored_state.h"
