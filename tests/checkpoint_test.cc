@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "model/checkpoints/hf_registry.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 #include "model/checkpoints/safetensors.h"
 #include "model/checkpoints/torch_checkpoint.h"
@@ -247,6 +248,34 @@ TEST(Rwkv7CheckpointTest, HfConfigOptionsItCannotServeAreNamed) {
       ParseRwkv7HfConfig(R"({"model_type": "rwkv7", "norm_eps": 1e-6})").status().message(),
       "norm_eps"));
   EXPECT_FALSE(ParseRwkv7HfConfig("[1, 2").ok());
+}
+
+// One table chooses the architecture by model_type; anything else is
+// refused with what the table holds, never read as another architecture.
+TEST(HfRegistryTest, ModelTypeChoosesTheArchitectureOrIsRefusedByName) {
+  for (const HfArchitecture& entry : HfArchitectures()) {
+    auto found = FindHfArchitecture(R"({"model_type": ")" + entry.model_type + R"("})");
+    ASSERT_TRUE(found.ok()) << entry.model_type << ": " << found.status();
+    EXPECT_EQ(*found, &entry);
+    // An empty checkpoint is refused by every architecture, by name.
+    std::string layout;
+    EXPECT_FALSE(entry.import(R"({"model_type": ")" + entry.model_type + R"("})", {}, &layout).ok())
+        << entry.model_type;
+  }
+  auto mamba_ssm = FindHfArchitecture(R"({"d_model": 64, "n_layer": 2, "ssm_cfg": {}})");
+  ASSERT_TRUE(mamba_ssm.ok()) << mamba_ssm.status();
+  EXPECT_EQ((*mamba_ssm)->model_type, "mamba2");
+  for (const char* config : {R"({"model_type": "llama"})", R"({"hidden_size": 8})"}) {
+    auto refused = FindHfArchitecture(config);
+    ASSERT_FALSE(refused.ok()) << config;
+    EXPECT_TRUE(absl::StartsWith(refused.status().message(), "config.json: model_type: "))
+        << refused.status();
+    for (const HfArchitecture& entry : HfArchitectures()) {
+      EXPECT_TRUE(absl::StrContains(refused.status().message(), entry.model_type));
+    }
+  }
+  EXPECT_FALSE(FindHfArchitecture(R"({"model_type": 7})").ok());
+  EXPECT_FALSE(FindHfArchitecture("[1, 2").ok());
 }
 
 }  // namespace

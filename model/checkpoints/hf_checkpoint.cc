@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoints/tensor_mapping.h"
+#include "nlohmann/json.hpp"
 
 namespace attn {
 namespace {
@@ -282,8 +283,9 @@ Mapping Rwkv4Mapping(const HfModelSpec& spec) {
   return m;
 }
 
-}  // namespace
-
+// JSON as Python writes it: also accepts the literals Infinity, -Infinity
+// and NaN outside strings (json.dumps emits them), as strings "Infinity",
+// "-Infinity" and "NaN" in the result; NumberIn reads both.
 absl::StatusOr<Json> ParsePythonJson(const std::string& text) {
   std::string out;
   out.reserve(text.size() + 16);
@@ -323,13 +325,24 @@ absl::StatusOr<Json> ParsePythonJson(const std::string& text) {
   return json;
 }
 
-bool IsHfMamba2OrRwkv4(const Json& config) {
-  auto type = config.find("model_type");
-  if (type != config.end()) return *type == "mamba2" || *type == "rwkv";
-  return config.contains("ssm_cfg") && config.contains("d_model");
+}  // namespace
+
+absl::StatusOr<std::string> HfModelType(const std::string& config_json) {
+  absl::StatusOr<Json> config = ParsePythonJson(config_json);
+  if (!config.ok()) return config.status();
+  auto type = config->find("model_type");
+  if (type != config->end()) {
+    if (!type->is_string()) return Refuse("model_type", "must be a string, got " + type->dump());
+    return type->get<std::string>();
+  }
+  if (config->contains("ssm_cfg") && config->contains("d_model")) return std::string("mamba2");
+  return std::string();
 }
 
-absl::StatusOr<HfModelSpec> ParseHfModelSpec(const Json& config) {
+absl::StatusOr<HfModelSpec> ParseHfModelSpec(const std::string& config_json) {
+  absl::StatusOr<Json> parsed = ParsePythonJson(config_json);
+  if (!parsed.ok()) return parsed.status();
+  const Json& config = *parsed;
   absl::StatusOr<HfModelSpec> spec;
   auto type = config.find("model_type");
   if (type != config.end() && *type == "mamba2") {
@@ -340,8 +353,7 @@ absl::StatusOr<HfModelSpec> ParseHfModelSpec(const Json& config) {
     spec = MambaSsmMamba2(config);
   } else {
     return Refuse("model_type", absl::StrCat(type == config.end() ? "missing" : type->dump(),
-                                             "; supported: \"mamba2\", \"rwkv\" (RWKV-4), "
-                                             "\"rwkv7\", and mamba_ssm's config"));
+                                             " is not Mamba-2's or RWKV-4's"));
   }
   if (!spec.ok()) return spec.status();
   if (auto eos = config.find("eos_token_id"); eos != config.end() && eos->is_number_integer()) {

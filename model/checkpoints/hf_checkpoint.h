@@ -28,7 +28,6 @@
 #include "absl/status/statusor.h"
 #include "model/checkpoints/torch_checkpoint.h"
 #include "model/lm/language_model.h"
-#include "nlohmann/json.hpp"
 
 namespace attn {
 
@@ -42,17 +41,15 @@ struct HfModelSpec {
   int64_t eos_token_id = -1;  // config.json's, if any
 };
 
-// JSON as Python writes it: also accepts the literals Infinity, -Infinity
-// and NaN outside strings (json.dumps emits them), as strings
-// "Infinity", "-Infinity" and "NaN" in the result; NumberIn reads both.
-absl::StatusOr<nlohmann::json> ParsePythonJson(const std::string& text);
+// The model_type of config.json's text (JSON as Python writes it, with
+// Infinity and NaN): its "model_type", or "mamba2" for mamba_ssm's config
+// (no model_type; d_model and ssm_cfg); empty when it names none.
+// kInvalidArgument for text that is not a JSON object.
+absl::StatusOr<std::string> HfModelType(const std::string& config_json);
 
-// Whether config.json describes a model ParseHfModelSpec reads: model_type
-// "mamba2" or "rwkv", or mamba_ssm's keys.
-bool IsHfMamba2OrRwkv4(const nlohmann::json& config);
-
-// kInvalidArgument naming the option or key that cannot be served.
-absl::StatusOr<HfModelSpec> ParseHfModelSpec(const nlohmann::json& config);
+// config.json's text of a Mamba-2 or RWKV-4 model; kInvalidArgument naming
+// the option or key that cannot be served.
+absl::StatusOr<HfModelSpec> ParseHfModelSpec(const std::string& config_json);
 
 // The model the tensors hold; kInvalidArgument naming the first missing,
 // misshaped or unused tensor.

@@ -4,16 +4,16 @@
 
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/checkpoints/hf_checkpoint.h"
+#include "model/checkpoints/hf_registry.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 #include "model/checkpoints/safetensors.h"
 #include "model/checkpoints/torch_checkpoint.h"
+#include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "util/files.h"
 
@@ -52,7 +52,6 @@ bool IsTorchSave(const std::string& path) {
 struct Loaded {
   TensorMap tensors;
   Rwkv7Layout layout = Rwkv7Layout::kBlinkDl;
-  Rwkv7HfOptions hf;
   std::string format;
   std::vector<std::string> files;  // read, for the record
 };
@@ -89,28 +88,9 @@ absl::Status ReadDirectoryTensors(const fs::path& dir, Loaded& loaded) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Loaded> LoadHfDirectory(const fs::path& dir) {
-  Loaded loaded;
-  loaded.layout = Rwkv7Layout::kHuggingFace;
-  loaded.format = "huggingface-rwkv7";
-  const fs::path config = dir / "config.json";
-  absl::StatusOr<std::string> text = ReadFileBytes(config.string());
-  if (!text.ok()) {
-    return absl::NotFoundError(absl::StrCat(dir.string(),
-                                            ": no config.json; a Hugging Face "
-                                            "directory holds config.json and model.safetensors"));
-  }
-  absl::StatusOr<Rwkv7HfOptions> options = ParseRwkv7HfConfig(*text);
-  if (!options.ok()) return options.status();
-  loaded.hf = *options;
-  loaded.files.push_back(config.string());
-  if (absl::Status read = ReadDirectoryTensors(dir, loaded); !read.ok()) return read;
-  return loaded;
-}
-
+// A BlinkDL .pth or a .safetensors file of RWKV-7.
 absl::StatusOr<Loaded> LoadInput(const std::string& input) {
   std::error_code error;
-  if (fs::is_directory(input, error)) return LoadHfDirectory(input);
   if (!fs::is_regular_file(input, error)) {
     return absl::NotFoundError(absl::StrCat(input, " does not exist"));
   }
@@ -135,15 +115,47 @@ absl::StatusOr<Loaded> LoadInput(const std::string& input) {
   return loaded;
 }
 
-// The vocabulary to package: the one given, else one in the directory.
-absl::StatusOr<std::string> VocabularyPath(const std::string& input, const std::string& given) {
-  if (!given.empty()) return given;
+// A tokenizer file to package, as read, and what it is.
+struct TokenizerFile {
+  std::string path;
+  std::string bytes;
+  const char* kind;         // the package's tokenizer kind
+  const char* chat_format;  // the prompt format models with it use
+};
+
+// The tokenizer file of `which` kind: the one given, else the one of its
+// usual name in the directory `input`.
+absl::StatusOr<TokenizerFile> ReadTokenizerFile(HfTokenizer which, const std::string& input,
+                                                const std::string& given) {
+  const bool world = which == HfTokenizer::kRwkvWorld;
+  const char* name = world ? kVocabularyName : "tokenizer.json";
+  TokenizerFile file{given, "", world ? "rwkv-world" : "tokenizer-json",
+                     world ? "rwkv-world" : "plain"};
   std::error_code error;
-  const fs::path beside = fs::path(input) / kVocabularyName;
-  if (fs::is_directory(input, error) && fs::exists(beside)) return beside.string();
-  return absl::NotFoundError(absl::StrCat(
-      "give --tokenizer=", kVocabularyName,
-      " (the RWKV World vocabulary the model was trained with); ", input, " does not hold one"));
+  if (file.path.empty() && fs::is_directory(input, error)) {
+    file.path = (fs::path(input) / name).string();
+  }
+  absl::StatusOr<std::string> bytes =
+      file.path.empty() ? absl::NotFoundError("none given") : ReadFileBytes(file.path);
+  if (!bytes.ok()) {
+    return absl::NotFoundError(absl::StrCat(
+        file.path.empty() ? input + " holds no " + name : file.path + " cannot be read",
+        "; give --tokenizer=", name,
+        world ? " (the RWKV World vocabulary the model was trained with)"
+              : " (GPT-NeoX-20B's for Mamba-2 and RWKV-4 Pile models)"));
+  }
+  file.bytes = *std::move(bytes);
+  return file;
+}
+
+absl::StatusOr<Tokenizer> ParseTokenizerFile(const TokenizerFile& file) {
+  absl::StatusOr<Tokenizer> tokenizer = std::string(file.kind) == "rwkv-world"
+                                            ? Tokenizer::FromRwkvVocabulary(file.bytes)
+                                            : Tokenizer::FromTokenizerJson(file.bytes);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path, ": ", tokenizer.status().message()));
+  }
+  return tokenizer;
 }
 
 // Where a package came from: the format and each file read with its sha256.
@@ -159,81 +171,57 @@ absl::StatusOr<std::string> SourceRecord(const std::string& format, std::vector<
   return source.dump();
 }
 
-// What a package records of its origin, and its tokenizer's kind and chat
-// format.
-struct Origin {
-  std::string format;
-  std::vector<std::string> files;  // read, besides the tokenizer
-  std::string tokenizer_file;
-  const char* tokenizer_kind;
-  const char* chat_format;
-};
-
-// The imported model with its tokenizer and origin; errors about the model
-// start with `input`, a vocabulary larger than its embedding is refused.
+// The imported model with its tokenizer and origin (`format`, and the
+// `files` read besides the tokenizer); errors about the model start with
+// `input`, a vocabulary larger than its embedding is refused.
 absl::StatusOr<ImportedModel> Assemble(absl::StatusOr<CausalLm> model, const std::string& input,
-                                       const Tokenizer& tokenizer, std::string tokenizer_bytes,
-                                       const Origin& from) {
+                                       TokenizerFile tokenizer_file, const std::string& format,
+                                       const std::vector<std::string>& files) {
+  absl::StatusOr<Tokenizer> tokenizer = ParseTokenizerFile(tokenizer_file);
+  if (!tokenizer.ok()) return tokenizer.status();
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat(input, ": ", model.status().message()));
   }
-  if (tokenizer.vocab_size() > (*model)->config().vocab_size) {
+  if (tokenizer->vocab_size() > (*model)->config().vocab_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat(from.tokenizer_file, " has ", tokenizer.vocab_size(),
+        absl::StrCat(tokenizer_file.path, " has ", tokenizer->vocab_size(),
                      " tokens; the model's embedding has ", (*model)->config().vocab_size));
   }
-  absl::StatusOr<std::string> source = SourceRecord(from.format, from.files, from.tokenizer_file);
+  absl::StatusOr<std::string> source = SourceRecord(format, files, tokenizer_file.path);
   if (!source.ok()) return source.status();
   ImportedModel imported;
   imported.model = *std::move(model);
-  imported.tokenizer_model = std::move(tokenizer_bytes);
-  imported.info.tokenizer_kind = from.tokenizer_kind;
-  imported.info.chat_format = from.chat_format;
+  imported.tokenizer_model = std::move(tokenizer_file.bytes);
+  imported.info.tokenizer_kind = tokenizer_file.kind;
+  imported.info.chat_format = tokenizer_file.chat_format;
   imported.info.source_json = *source;
   return imported;
 }
 
-// The config.json of a directory that is not RWKV-7's (Mamba-2, RWKV-4, or a
-// model_type ParseHfModelSpec refuses by name).
-std::optional<nlohmann::json> HfSpecConfig(const std::string& dir) {
-  std::error_code error;
-  if (!fs::is_directory(dir, error)) return std::nullopt;
-  absl::StatusOr<std::string> text = ReadFileBytes((fs::path(dir) / "config.json").string());
-  if (!text.ok()) return std::nullopt;
-  absl::StatusOr<nlohmann::json> json = ParsePythonJson(*text);
-  if (!json.ok()) return std::nullopt;
-  auto type = json->find("model_type");
-  if (type != json->end() ? *type == "rwkv7" : !IsHfMamba2OrRwkv4(*json)) return std::nullopt;
-  return *json;
-}
-
-// A Mamba-2 or RWKV-4 directory with its tokenizer.json.
+// A Hugging Face directory: config.json's model_type chooses the
+// architecture (hf_registry.h), which says how to read the rest.
 absl::StatusOr<ImportedModel> ImportHfDirectory(const std::string& dir,
-                                                const nlohmann::json& config,
                                                 const std::string& tokenizer_path) {
-  absl::StatusOr<HfModelSpec> spec = ParseHfModelSpec(config);
-  if (!spec.ok())
-    return absl::InvalidArgumentError(absl::StrCat(dir, "/", spec.status().message()));
-  const std::string tokenizer_file =
-      tokenizer_path.empty() ? (fs::path(dir) / "tokenizer.json").string() : tokenizer_path;
-  absl::StatusOr<std::string> tokenizer_json = ReadFileBytes(tokenizer_file);
-  if (!tokenizer_json.ok()) {
-    return absl::NotFoundError(
-        absl::StrCat(tokenizer_file,
-                     " cannot be read; give --tokenizer=tokenizer.json (GPT-NeoX-20B's for "
-                     "Mamba-2 and RWKV-4 Pile models)"));
+  const std::string config = (fs::path(dir) / "config.json").string();
+  absl::StatusOr<std::string> text = ReadFileBytes(config);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(dir,
+                                            ": no config.json; a Hugging Face "
+                                            "directory holds config.json and model.safetensors"));
   }
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromTokenizerJson(*tokenizer_json);
-  if (!tokenizer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tokenizer_file, ": ", tokenizer.status().message()));
+  absl::StatusOr<const HfArchitecture*> architecture = FindHfArchitecture(*text);
+  if (!architecture.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", architecture.status().message()));
   }
+  absl::StatusOr<TokenizerFile> tokenizer =
+      ReadTokenizerFile((*architecture)->tokenizer, dir, tokenizer_path);
+  if (!tokenizer.ok()) return tokenizer.status();
   Loaded loaded;
-  loaded.files.push_back((fs::path(dir) / "config.json").string());
+  loaded.files.push_back(config);
   if (absl::Status read = ReadDirectoryTensors(dir, loaded); !read.ok()) return read;
-  Origin source{spec->layout, loaded.files, tokenizer_file, "tokenizer-json", "plain"};
-  return Assemble(ImportHfModel(*spec, loaded.tensors), dir, *tokenizer, *std::move(tokenizer_json),
-                  source);
+  std::string layout;
+  absl::StatusOr<CausalLm> model = (*architecture)->import(*text, loaded.tensors, &layout);
+  return Assemble(std::move(model), dir, *std::move(tokenizer), layout, loaded.files);
 }
 
 }  // namespace
@@ -246,23 +234,15 @@ bool IsCheckpoint(const std::string& path) {
 
 absl::StatusOr<ImportedModel> ImportCheckpoint(const std::string& input,
                                                const std::string& tokenizer_path) {
-  if (std::optional<nlohmann::json> config = HfSpecConfig(input)) {
-    return ImportHfDirectory(input, *config, tokenizer_path);
-  }
-  absl::StatusOr<std::string> vocabulary_path = VocabularyPath(input, tokenizer_path);
-  if (!vocabulary_path.ok()) return vocabulary_path.status();
-  absl::StatusOr<std::string> vocabulary = ReadFileBytes(*vocabulary_path);
-  if (!vocabulary.ok()) return absl::NotFoundError(vocabulary.status().message());
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromRwkvVocabulary(*vocabulary);
-  if (!tokenizer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(*vocabulary_path, ": ", tokenizer.status().message()));
-  }
+  std::error_code error;
+  if (fs::is_directory(input, error)) return ImportHfDirectory(input, tokenizer_path);
+  absl::StatusOr<TokenizerFile> vocabulary =
+      ReadTokenizerFile(HfTokenizer::kRwkvWorld, input, tokenizer_path);
+  if (!vocabulary.ok()) return vocabulary.status();
   absl::StatusOr<Loaded> loaded = LoadInput(input);
   if (!loaded.ok()) return loaded.status();
-  Origin source{loaded->format, loaded->files, *vocabulary_path, "rwkv-world", "rwkv-world"};
-  return Assemble(ImportRwkv7(loaded->tensors, loaded->layout, loaded->hf), input, *tokenizer,
-                  *std::move(vocabulary), source);
+  return Assemble(ImportRwkv7(loaded->tensors, loaded->layout), input, *std::move(vocabulary),
+                  loaded->format, loaded->files);
 }
 
 }  // namespace attn

@@ -1,16 +1,19 @@
 // Turning a downloaded checkpoint into a model package's contents: the one
 // entry point attn-export calls for anything that is not already a package.
 //
+//   a Hugging Face directory          config.json, whose model_type chooses
+//                                     the architecture (hf_registry.h: RWKV-7,
+//                                     Mamba-2, RWKV-4), and model.safetensors,
+//                                     a sharded model.safetensors.index.json
+//                                     or pytorch_model.bin;
 //   a BlinkDL .pth (torch.save)       RWKV-7; the version is read from the
 //                                     names (RWKV-4, -5, -6 are refused by
 //                                     name);
-//   a Hugging Face directory          config.json (model_type rwkv7) and
-//                                     model.safetensors or a sharded
-//                                     model.safetensors.index.json;
-//   a .safetensors file               either layout's names.
+//   a .safetensors file               RWKV-7 in either layout's names.
 //
-// The vocabulary is an RWKV World file (rwkv_vocab_v20230424.txt's format):
-// the one given, else one of that name in a Hugging Face directory. The
+// The tokenizer is the one the architecture ships: an RWKV World file
+// (rwkv_vocab_v20230424.txt's format) for RWKV-7, tokenizer.json for the
+// others; the one given, else the one of that name in the directory. The
 // package records where it came from: the format and each file with its
 // sha256 (PackageInfo::source_json).
 #pragma once
@@ -24,8 +27,8 @@ namespace attn {
 
 struct ImportedModel {
   CausalLm model{nullptr};
-  std::string tokenizer_model;  // the vocabulary file's bytes
-  PackageInfo info;             // rwkv-world tokenizer and chat format, the source
+  std::string tokenizer_model;  // the tokenizer file's bytes
+  PackageInfo info;             // the tokenizer's kind, the chat format, the source
 };
 
 // Whether `path` is a checkpoint ImportCheckpoint reads rather than a model

@@ -222,9 +222,7 @@ absl::StatusOr<Rwkv7HfOptions> ParseRwkv7HfConfig(const std::string& text) {
   };
   if (!json.contains("model_type") || json["model_type"] != "rwkv7") {
     const std::string found = json.contains("model_type") ? json["model_type"].dump() : "missing";
-    return refuse(absl::StrCat(
-        "model_type ", found,
-        "; supported: \"rwkv7\", \"rwkv\" (RWKV-4), \"mamba2\" and mamba_ssm's config"));
+    return refuse(absl::StrCat("model_type ", found, " is not RWKV-7's"));
   }
   if (json.contains("attn") && !json["attn"].is_null()) {
     return refuse("attn: hybrid attention layers are not supported");
