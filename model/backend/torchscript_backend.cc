@@ -212,7 +212,7 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   backend->parameter_count_ = CountParameters(m);
   // Frozen, the weights become constants of the methods' graphs: no
   // attribute lookup per weight per call, and constant work folded; a
-  // bundled model's step takes about a third less time (docs/benchmarks.md).
+  // bundled model's step takes about a third less time (docs/benchmarks-log.md).
   // A module that cannot be frozen runs as loaded.
   if (auto frozen = Guarded(
           "freezing",

@@ -94,7 +94,7 @@ WeightCopies<Int8Weight>& Int8Weights() {
 // every tile of four rows converts the int8 weights it reads again, so past
 // a couple of hundred rows OpenBLAS's cache-blocked float product of the
 // dequantised weights is faster (measured crossover about 190 rows on an
-// AVX2 EPYC, 1.4x in int8's favour at 64 rows; docs/benchmarks.md).
+// AVX2 EPYC, 1.4x in int8's favour at 64 rows; docs/benchmarks-log.md).
 constexpr int64_t kInt8MaxRows = 128;
 
 bool FloatOnCpu(const torch::Tensor& t) {
@@ -105,7 +105,7 @@ bool FloatOnCpu(const torch::Tensor& t) {
 // chunk, since OpenBLAS repacks the weight on every call (and at one row the
 // kernel's own four-chain loop beats its matrix-vector product). Above a
 // chunk OpenBLAS's cache blocking, which this kernel lacks, starts to
-// matter. docs/benchmarks.md ("Measurements behind the code") has the
+// matter. docs/benchmarks-log.md ("Measurements behind the code") has the
 // numbers.
 constexpr int64_t kPackedMinRows = 1;
 constexpr int64_t kPackedMaxRows = 256;
@@ -161,7 +161,7 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
 // so a few rows, each reading the weights again, are faster: decode steps of
 // aft-decay at 2, 4 and 6 rows took 1.4, 2.3 and 3.2 times a one-row step
 // this way against 3.6, 4.2 and 4.6 times through sgemm (AVX2 EPYC,
-// interleaved runs; docs/benchmarks.md "Int8 weights").
+// interleaved runs; docs/benchmarks-log.md "Int8 weights").
 constexpr int64_t kMatVecMaxRows = 6;
 
 torch::Tensor MatVecRows(const torch::Tensor& x, const torch::Tensor& weight,

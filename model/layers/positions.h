@@ -25,7 +25,7 @@ torch::Tensor SinusoidalEmbedding(const torch::Tensor& positions, int64_t d_mode
 // cos b - sin a sin b: a handful of multiply-adds per channel, the same at
 // every position below R^2. Computed with tensor ops at every call, the
 // embedding cost a tenth of a batch-1 decode step; from the tables it costs
-// a tenth of that (docs/benchmarks.md). A table of the first positions alone
+// a tenth of that (docs/benchmarks-log.md). A table of the first positions alone
 // would make a step cost more past its end; these keep the cost flat with
 // the context. The
 // result is within 2e-7 of SinusoidalEmbedding's (float rounding of the

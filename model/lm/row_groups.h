@@ -18,7 +18,7 @@ namespace attn {
 // operations between the products (norms, residual adds, the mixers' state
 // updates), each too small to fork for, run on every thread instead of one.
 // Below 2 groups of 16 rows one group is as fast or faster, since each group
-// reads every weight (docs/benchmarks.md).
+// reads every weight (docs/benchmarks-log.md).
 constexpr int64_t kMinRowsPerGroup = 16;
 
 // Groups of rows that work independent row by row splits into, one per

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The TorchScript backend against the native backend (float32 and int8
-# weights) and the Python eager loop (docs/benchmarks.md, "TorchScript
+# weights) and the Python eager loop (docs/benchmarks-log.md, "TorchScript
 # backend" and "Int8 weights"): a decode step of the bundled aft-conv at
 # batch 1 and 64. Each round runs, one after the other:
 #   - attn-backend-bench with every backend in one process (native float32

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns mixer_bench's JSON output into docs/benchmarks.md (markdown on stdout).
+"""Turns mixer_bench's JSON output into docs/benchmarks-log.md (markdown on stdout).
 
 usage: bench_report.py RESULTS.json "COMMAND THAT PRODUCED IT"
 """
@@ -107,9 +107,14 @@ def main():
         results = json.load(f)
     rows = medians(results)
     ctx = results["context"]
-    print(f"""# Benchmarks
+    print(f"""# Benchmark log
 
-Recorded by `{command}` on {ctx['date']}.
+Every measurement, dated, with its command and machine, oldest first; a
+new one is added at the end (the mixer tables at the top and "Serving" are
+rewritten by `scripts/bench/run_benchmarks.sh` and `bench_server.sh`).
+docs/benchmarks.md holds the current result of each topic and points here.
+
+The mixer tables: recorded by `{command}` on {ctx['date']}.
 Machine: {cpu_model()}, {ctx['num_cpus']} CPUs, LibTorch 1.13 (Debian) with
 OpenBLAS (openmp), `at::set_num_threads` as in the command. Mixers use
 d_model 256, 4 heads, window 32 (aft-local, aft-conv); states are filled with

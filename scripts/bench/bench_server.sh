@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving benchmarks recorded in docs/benchmarks.md. For each bundled
+# The serving benchmarks recorded in docs/benchmarks-log.md. For each bundled
 # model: the engine in process (attn-engine-bench), then the real server
 # driven over gRPC by attnctl bench at concurrency 1, 8, 64, 256 and at
 # contexts 128..4096, with the server's memory; the Python eager baseline;
@@ -215,8 +215,9 @@ peak=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status")
 record "{\"streams\": $streams, \"idle_rss_mb\": $idle, \"held_rss_mb\": $held, \"peak_rss_mb\": $peak, \"health_ms\": $health_ms, \"generate_ms\": $gen_ms, \"run\": $(cat "$OUT/slow.json")}" slow
 stop_model
 
-# Replaces the "## Serving" section of docs/benchmarks.md (the mixer
-# section above it comes from scripts/bench/run_benchmarks.sh).
+# Replaces the "## Serving" section of docs/benchmarks-log.md (the mixer
+# section above it comes from scripts/bench/run_benchmarks.sh); the current
+# results in docs/benchmarks.md are updated by hand.
 {
   echo "## Serving"
   echo
@@ -228,6 +229,10 @@ stop_model
   $py scripts/bench/bench_server_report.py "$OUT"
 } > "$OUT/serving.md"
 [ "$QUICK" = 1 ] && { cat "$OUT/serving.md"; exit 0; }
-sed -i '/^## Serving/,$d' docs/benchmarks.md
-cat "$OUT/serving.md" >> docs/benchmarks.md
+# Only the "## Serving" section is replaced: the sections after it stay.
+awk -v new="$OUT/serving.md" '
+  /^## / { if (in_serving) in_serving = 0 }
+  /^## Serving$/ { in_serving = 1; while ((getline line < new) > 0) print line; print ""; next }
+  !in_serving { print }
+' docs/benchmarks-log.md > "$OUT/log.md" && cp "$OUT/log.md" docs/benchmarks-log.md
 cat "$OUT/serving.md"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""State reuse, side by side in one run (docs/benchmarks.md, "State reuse").
+"""State reuse, side by side in one run (docs/benchmarks-log.md, "State reuse").
 
 1. A 20-turn conversation (each turn about 40 new prompt tokens, 40 generated,
    greedy): time to first token and tokens prefilled per turn with the

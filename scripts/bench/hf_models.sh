@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mamba-2 and RWKV-4 at the public shapes of mamba2-130m and rwkv-4-169m
 # (random weights: weights do not change speed), and tokenizer.json
-# throughput against tokenizers.js, for docs/benchmarks.md.
+# throughput against tokenizers.js, for docs/benchmarks-log.md.
 #
 #   scripts/bench/hf_models.sh [WORK_DIR]
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 64 concurrent streaming chats over HTTP against the same over gRPC, one
 # server, rounds alternating the two (scripts/bench/http_vs_grpc.mjs); the
-# table it ends with goes to docs/benchmarks.md.
+# table it ends with goes to docs/benchmarks-log.md.
 #   bash scripts/bench/http_vs_grpc.sh [BUILD_DIR]       (default: build)
 #   MODEL (aft-decay), STREAMS (64), MAX_TOKENS (256), ROUNDS (5),
 #   NODE_TOOLS (BUILD_DIR/node-tools): where the npm packages go

@@ -5,7 +5,7 @@
 # the held-out part of the bundled models' training text) and generate
 # GREEDY tokens greedily from one prompt. Prints a markdown table: held-out
 # perplexity of each model both ways, its change, and the first position
-# where the greedy tokens differ (docs/benchmarks.md holds the recorded one).
+# where the greedy tokens differ (docs/benchmarks-log.md holds the recorded one).
 #
 #   MODELS     comma-separated packages (default: every models/*.pt)
 #   TOKENS     tokens scored per window (default 2048)

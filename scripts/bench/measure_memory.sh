@@ -3,7 +3,7 @@
 # the peak of N concurrent streams that each run to 4096 tokens (a 128-token
 # prompt and 3968 generated, eos ignored). One server per model, loopback
 # only, 256 slots (the default --max_active). Prints a Markdown table for
-# docs/benchmarks.md.
+# docs/benchmarks-log.md.
 #
 #   bash scripts/bench/measure_memory.sh [BUILD_DIR]      (default: build)
 set -euo pipefail

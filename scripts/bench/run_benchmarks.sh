@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the mixer benchmarks and writes docs/benchmarks.md.
+# Builds and runs the mixer benchmarks and writes docs/benchmarks-log.md.
 # Takes about 15 minutes on 2 cores; Google Benchmark prints each result as
 # it completes. Run it on an otherwise idle machine.
 #
@@ -26,8 +26,9 @@ echo "== running mixer_bench (results also in $json)"
   --benchmark_out="$json" --benchmark_out_format=json
 
 command_line="ATTN_THREADS=${ATTN_THREADS:-$(nproc)} bash scripts/bench/run_benchmarks.sh"
-# The serving section (scripts/bench/bench_server.sh) is kept as it is.
-serving=$(sed -n '/^## Serving/,$p' docs/benchmarks.md 2>/dev/null || true)
-python3 scripts/bench/bench_report.py "$json" "$command_line" > docs/benchmarks.md
-[ -n "$serving" ] && printf '\n%s\n' "$serving" >> docs/benchmarks.md
-echo "== wrote docs/benchmarks.md"
+# Everything from the serving section (scripts/bench/bench_server.sh) on is
+# kept as it is.
+serving=$(sed -n '/^## Serving/,$p' docs/benchmarks-log.md 2>/dev/null || true)
+python3 scripts/bench/bench_report.py "$json" "$command_line" > docs/benchmarks-log.md
+[ -n "$serving" ] && printf '\n%s\n' "$serving" >> docs/benchmarks-log.md
+echo "== wrote docs/benchmarks-log.md"

@@ -7,7 +7,7 @@
 # Redis behind all servers, and prints, per run: median TTFT at turn 1 and at
 # the last turn and their ratio, tokens prefilled per turn, aggregate
 # generated tokens per second, and Redis memory per conversation. The table
-# goes to docs/benchmarks.md.
+# goes to docs/benchmarks-log.md.
 #   bash scripts/bench/state_store.sh [BUILD_DIR]          (default: build)
 #   MODEL (aft-decay), REPLICAS (3), CLIENTS (64), TURNS (20), MAX_TOKENS (32),
 #   PAUSE (200ms: a reader's pause between turns), THREADS (1 per server)

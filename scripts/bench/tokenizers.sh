@@ -2,7 +2,7 @@
 # Encoding throughput of every real tokenizer.json the tests use
 # (tests/data/tokenizers/SOURCES.tsv): this project's against tokenizers.js
 # on the same text (the README and docs, twelve times, line by line), median
-# of five passes each, side by side in one run, for docs/benchmarks.md.
+# of five passes each, side by side in one run, for docs/benchmarks-log.md.
 #   scripts/bench/tokenizers.sh [WORK_DIR]
 #   BUILD_DIR  (build)   NODE_TOOLS  (BUILD_DIR/node-tools)
 set -euo pipefail

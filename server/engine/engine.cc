@@ -143,7 +143,7 @@ int64_t Engine::Impl::WarmUp() {
   auto slot = pool_.Acquire();
   if (!slot.ok()) return 0;  // no slots: nothing will ever run
   // Without this the first request pays for packing, thread start-up and
-  // allocator growth (docs/benchmarks.md). Within a short context limit the
+  // allocator growth (docs/benchmarks-log.md). Within a short context limit the
   // prompt shrinks; the tokens are id 0, which every vocabulary has.
   const int64_t limit = backend_->max_context();
   int64_t prompt = std::min<int64_t>(16, options_.prefill_chunk), steps = 2;
@@ -253,7 +253,7 @@ void Engine::Impl::Loop() {
       // the threads of every thread's team; with several models hosted, idle
       // engines' teams push the count over the CPUs, and then every team
       // sleeps on a futex between parallel ops instead of spinning, so the
-      // busy engine paid for the idle ones (docs/benchmarks.md). The next
+      // busy engine paid for the idle ones (docs/benchmarks-log.md). The next
       // parallel op builds a new team.
       ReleaseThreadTeam();
       holds_team = false;

@@ -21,6 +21,8 @@ Fails (exit 1, naming each disagreement) when
   - docs/design.md's layout table lacks a folder;
   - a source file or script names a repository path that does not exist;
   - scripts/README.md does not mention a script under scripts/;
+  - docs/benchmarks.md names a section the log (docs/benchmarks-log.md)
+    does not have;
   - the README is longer than 220 lines.
 With --print-flag-table it prints the flag table from --help instead (a
 starting point when flags change).
@@ -341,6 +343,19 @@ def check_scripts_readme(files):
                 fail(f"scripts/README.md does not mention {f}")
 
 
+def check_benchmark_sections():
+    """Each current result points at a heading of the log that exists."""
+    headings = [line.lstrip("#").strip() for line in read("docs/benchmarks-log.md").splitlines()
+                if line.startswith("#")]
+    for line in read("docs/benchmarks.md").splitlines():
+        if not line.startswith("|"):
+            continue
+        for name in re.findall(r'"([^"]+)"', line.rsplit("|", 2)[-2]):
+            if name != "same" and not any(h.startswith(name) for h in headings):
+                fail(f"docs/benchmarks.md names the log section {name!r}, which "
+                     "docs/benchmarks-log.md does not have")
+
+
 def check_readme_length(readme, limit=220):
     lines = readme.count("\n")
     if lines > limit:
@@ -369,13 +384,15 @@ def main():
     check_layout_table(files)
     check_code_paths(files)
     check_scripts_readme(files)
+    check_benchmark_sections()
     check_readme_length(readme)
     for message in errors:
         print(f"FAIL: {message}", file=sys.stderr)
     if errors:
         return 1
     print("PASS: the README's tables, the endpoint tables, the metrics, the layout table, "
-          "the recipes, the docs index, scripts/README.md and every named path agree with the code")
+          "the recipes, the docs index, scripts/README.md, the benchmark sections and every "
+          "named path agree with the code")
     return 0
 
 
