@@ -68,11 +68,33 @@ if unknown:
 print(f"dashboard: {len(dashboard['panels'])} panels, {len(queries)} queries; "
       f"{len(used)} metric names, all exported")
 
-# The metrics docs/deploy.md tells an inference gateway's endpoint picker to read.
-picker = re.findall(r"--[a-z-]+-metric=(attn_[a-z_]+)", open("docs/deploy.md").read())
-if len(picker) < 3 or set(picker) - exported:
-    sys.exit(f"docs/deploy.md's endpoint picker flags name unknown metrics: {picker}")
-print(f"endpoint picker flags: {', '.join(picker)}, all exported")
+# The endpoint picker's configuration (llm-d's EndpointPickerConfig): the
+# metrics its engineConfigs map are exported, the pods carry the engine label
+# of that mapping, and every plugin a source or profile names is declared.
+# The old per-metric flags (--total-queued-requests-metric, ...) are gone
+# from the picker; the docs must not send anyone to them.
+epp_map = yaml.safe_load(open("deploy/k8s/overlays/inference-pool/epp-config.yaml"))
+epp = yaml.safe_load(epp_map["data"]["config.yaml"])
+if epp.get("kind") != "EndpointPickerConfig" or not epp.get("apiVersion", "").startswith("llm-d.ai/"):
+    sys.exit("epp-config.yaml: not an llm-d.ai EndpointPickerConfig")
+declared = {p.get("name", p["type"]) for p in epp["plugins"]}
+named = [s["pluginRef"] for s in epp["dataLayer"]["sources"]]
+named += [e["pluginRef"] for s in epp["dataLayer"]["sources"] for e in s["extractors"]]
+named += [p["pluginRef"] for prof in epp["schedulingProfiles"] for p in prof["plugins"]]
+if set(named) - declared:
+    sys.exit(f"epp-config.yaml names undeclared plugins: {sorted(set(named) - declared)}")
+extractor = next(p for p in epp["plugins"] if p["type"] == "core-metrics-extractor")["parameters"]
+engine = next(e for e in extractor["engineConfigs"] if e["name"] == extractor["defaultEngine"])
+specs = [engine[k].split("{")[0] for k in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec")]
+if set(specs) - exported:
+    sys.exit(f"epp-config.yaml maps metrics the server does not export: {sorted(set(specs) - exported)}")
+kustomization = open("deploy/k8s/overlays/inference-pool/kustomization.yaml").read()
+if f"value: {engine['name']}" not in kustomization or "engine-type" not in kustomization:
+    sys.exit(f"the inference-pool overlay does not label the pods llm-d.ai/engine-type: {engine['name']}")
+if re.search(r"--[a-z-]+-metric=", open("docs/deploy.md").read()):
+    sys.exit("docs/deploy.md names the endpoint picker's removed metric flags; use epp-config.yaml")
+print(f"endpoint picker config: engine {engine['name']} maps {', '.join(specs)}, all exported; "
+      f"{len(declared)} plugins declared")
 
 compose = yaml.safe_load(open("deploy/compose/compose.yaml"))
 import os
