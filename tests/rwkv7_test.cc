@@ -84,7 +84,7 @@ torch::Tensor Forward(Stack& s, const torch::Tensor& x) {
   torch::NoGradGuard no_grad;
   LayerCarry carry;
   torch::Tensor h = x;
-  for (auto& b : s.blocks) h = b->ForwardInStack(h, carry);
+  for (auto& b : s.blocks) h = b->ForwardWithCarry(h, carry);
   return h;
 }
 
@@ -102,7 +102,7 @@ torch::Tensor PrefillThenSteps(Stack& s, const torch::Tensor& x, int64_t chunk, 
     LayerCarry carry;
     torch::Tensor h = x.narrow(1, t, len);
     for (size_t l = 0; l < s.blocks.size(); ++l) {
-      h = s.blocks[l]->PrefillInStack(h, states[l], slots, len, carry);
+      h = s.blocks[l]->PrefillWithCarry(h, states[l], slots, len, carry);
     }
     outputs.push_back(h);
   }
@@ -110,7 +110,7 @@ torch::Tensor PrefillThenSteps(Stack& s, const torch::Tensor& x, int64_t chunk, 
     LayerCarry carry;
     torch::Tensor h = x.select(1, t);
     for (size_t l = 0; l < s.blocks.size(); ++l) {
-      h = s.blocks[l]->StepInStack(h, states[l], slots, carry);
+      h = s.blocks[l]->StepWithCarry(h, states[l], slots, carry);
     }
     outputs.push_back(h.unsqueeze(1));
   }
@@ -140,8 +140,8 @@ TEST_P(Rwkv7FormsTest, PrefillKeepingTheLastOutputsUpdatesTheSameState) {
     std::vector<MixerState> states;
     for (auto& b : s.blocks) states.push_back(b->initial_state(1, torch::kCPU));
     LayerCarry carry;
-    torch::Tensor h = s.blocks[0]->PrefillInStack(x, states[0], {}, 9, carry);
-    h = s.blocks[1]->PrefillInStack(h, states[1], {}, keep, carry);
+    torch::Tensor h = s.blocks[0]->PrefillWithCarry(x, states[0], {}, 9, carry);
+    h = s.blocks[1]->PrefillWithCarry(h, states[1], {}, keep, carry);
     ASSERT_EQ(h.size(1), keep);
     if (keep > 0) {
       EXPECT_TRUE(torch::allclose(h, whole.narrow(1, 9 - keep, keep), 1e-5, 1e-5));
@@ -149,8 +149,8 @@ TEST_P(Rwkv7FormsTest, PrefillKeepingTheLastOutputsUpdatesTheSameState) {
     // The state continues as if every output had been kept.
     LayerCarry next;
     const auto token = torch::randn({1, kChannels});
-    auto stepped = s.blocks[1]->StepInStack(s.blocks[0]->StepInStack(token, states[0], {}, next),
-                                            states[1], {}, next);
+    auto stepped = s.blocks[1]->StepWithCarry(
+        s.blocks[0]->StepWithCarry(token, states[0], {}, next), states[1], {}, next);
     const auto all = Forward(s, torch::cat({x, token.unsqueeze(1)}, 1));
     EXPECT_TRUE(torch::allclose(stepped, all.select(1, 9), 1e-5, 1e-5));
   }

@@ -11,6 +11,7 @@
 
 #include "model/mixers/aft.h"
 #include "model/mixers/mixer.h"
+#include "model/mixers/whole_block.h"
 #include "tests/test_corpus.h"
 
 namespace attn::testing {
@@ -48,8 +49,8 @@ inline void RandomizePositionParameters(torch::nn::Module& module, double stddev
     }
   };
   for (auto& child : module.modules()) {  // the module itself included
-    auto* mixer = dynamic_cast<SequenceMixer*>(child.get());
-    if (mixer != nullptr && mixer->is_whole_block()) randomize_block(*mixer);
+    auto* block = dynamic_cast<WholeBlockMixer*>(child.get());
+    if (block != nullptr) randomize_block(*block);
   }
   for (auto& p : module.named_parameters()) {
     if (in_blocks.count(p.value().unsafeGetTensorImpl())) continue;

@@ -9,76 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "model/layers/dense.h"
-#include "model/layers/feed_forward.h"
 #include "model/lm/row_groups.h"
 
 namespace attn {
-
-// One layer: pre-norm, h + Mixer(Norm(h)), then h + FF(Norm(h)); or a
-// whole-block mixer alone (SequenceMixer::is_whole_block), which brings its
-// own norms, residuals and channel mixing.
-class LmLayer : public torch::nn::Module {
- public:
-  LmLayer(const LmConfig& config, int64_t index) {
-    MixerOptions options = config.mixer_options();
-    options.layer = index;
-    whole_block = IsWholeBlock(config.mixer);
-    if (!whole_block) mix_norm = register_module("mix_norm", Norm(config.norm, config.d_model));
-    mixer = register_module("mixer", MakeMixer(options));
-    if (whole_block) return;
-    ff_norm = register_module("ff_norm", Norm(config.norm, config.d_model));
-    ff = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
-  }
-
-  // `mix` applies the mixer in the form the caller needs.
-  template <typename Mix>
-  torch::Tensor Apply(const torch::Tensor& h, Mix&& mix) {
-    if (whole_block) return mix(h);
-    return AddMixedAndFeedForward(h, mix(mix_norm->forward(h)));
-  }
-
-  // Apply() of which only the last `keep` positions are wanted: `mix` sees
-  // every position and returns those `keep` ([B, keep, d]); the residual and
-  // the feed-forward run on them alone.
-  template <typename Mix>
-  torch::Tensor ApplyToLast(const torch::Tensor& h, int64_t keep, Mix&& mix) {
-    if (whole_block) return mix(h);
-    auto mixed = mix(mix_norm->forward(h));
-    if (keep == 0) return mixed;
-    return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
-  }
-
-  // h + mixed, then the feed-forward half. Its rows are independent, so a
-  // prefill chunk's run in one parallel region, a group of rows per thread,
-  // instead of a fork for each of its operations. Inside a grouped step
-  // there is no thread to spare for it.
-  torch::Tensor AddMixedAndFeedForward(const torch::Tensor& h, const torch::Tensor& mixed) {
-    const int64_t d = h.size(-1), rows = h.numel() / d;
-    const int64_t groups = RowGroups(rows, h);
-    if (groups == 1) return AddFeedForward(h + mixed);
-    const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
-    // Each group writes its rows of the result in place: gathering groups'
-    // own tensors afterwards would be a serial copy of the chunk.
-    torch::Tensor out = torch::empty({rows, d}, h.options());
-    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
-      torch::Tensor y = out.narrow(0, first, count);
-      torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
-      y.add_(ff->forward(ff_norm->forward(y)));
-    });
-    return out.view(h.sizes());
-  }
-
-  // The layer's second half: y + FF(Norm(y)).
-  torch::Tensor AddFeedForward(const torch::Tensor& y) {
-    return y + ff->forward(ff_norm->forward(y));
-  }
-
-  bool whole_block = false;
-  Norm mix_norm{nullptr};
-  std::shared_ptr<SequenceMixer> mixer;
-  Norm ff_norm{nullptr};
-  FeedForward ff{nullptr};
-};
 
 int64_t LmState::bytes_per_row() const {
   int64_t bytes = 0;
@@ -106,7 +39,7 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
   }
   auto list = register_module("layers", torch::nn::ModuleList());
   for (int64_t l = 0; l < config.layers; ++l) {
-    layers_.push_back(std::make_shared<LmLayer>(config, l));
+    layers_.push_back(MakeBlock(config, l));
     list->push_back(layers_.back());
   }
   final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
@@ -150,34 +83,32 @@ torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
   auto positions = torch::arange(tokens.size(1), tokens.options()).expand_as(tokens);
   auto h = Embed(tokens, positions);
   LayerCarry carry;
-  for (auto& layer : layers_) {
-    h = layer->Apply(
-        h, [&](const torch::Tensor& x) { return layer->mixer->ForwardInStack(x, carry); });
-  }
+  for (auto& layer : layers_) h = layer->Forward(h, carry);
   return Head(h);
 }
 
 LmState CausalLmImpl::initial_state(int64_t rows, torch::Device device) const {
   LmState state;
   for (const auto& layer : layers_)
-    state.layers.push_back(layer->mixer->initial_state(rows, device));
+    state.layers.push_back(layer->mixer().initial_state(rows, device));
   return state;
 }
 
 void CausalLmImpl::ResetSlots(LmState& state, const torch::Tensor& slots) const {
-  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->mixer->ResetSlots(state.layers[l], slots);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->mixer().ResetSlots(state.layers[l], slots);
 }
 
 void CausalLmImpl::ReleaseSlots(LmState& state, const torch::Tensor& slots) const {
   for (size_t l = 0; l < layers_.size(); ++l) {
-    layers_[l]->mixer->ReleaseSlots(state.layers[l], slots);
+    layers_[l]->mixer().ReleaseSlots(state.layers[l], slots);
   }
 }
 
 std::vector<torch::Tensor> CausalLmImpl::SaveRow(const LmState& state, int64_t row) const {
   std::vector<torch::Tensor> saved;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    MixerState layer = layers_[l]->mixer->SaveRow(state.layers[l], row);
+    MixerState layer = layers_[l]->mixer().SaveRow(state.layers[l], row);
     saved.push_back(layer.length);
     saved.insert(saved.end(), layer.tensors.begin(), layer.tensors.end());
   }
@@ -206,7 +137,7 @@ void CausalLmImpl::LoadRow(LmState& state, int64_t row,
   TORCH_CHECK(next == saved.size(), "saved state: ", saved.size(), " tensors, this model holds ",
               next);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    layers_[l]->mixer->LoadRow(state.layers[l], row, layers[l]);
+    layers_[l]->mixer().LoadRow(state.layers[l], row, layers[l]);
   }
 }
 
@@ -220,22 +151,18 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   auto positions = start.to(tokens.device()).unsqueeze(1) +
                    torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
   auto h = Embed(tokens, positions);
-  // Every layer but the last feeds all positions to the next one's state.
-  const size_t full_layers = logits == PrefillLogits::kAll ? layers_.size() : layers_.size() - 1;
+  // Every layer but the last feeds all positions to the next one's state;
+  // the last computes the positions whose logits are wanted.
+  const int64_t chunk = tokens.size(1);
+  const int64_t last_keep = logits == PrefillLogits::kAll    ? chunk
+                            : logits == PrefillLogits::kLast ? 1
+                                                             : 0;
   LayerCarry carry;
-  for (size_t l = 0; l < full_layers; ++l) {
-    auto& mixer = *layers_[l]->mixer;
-    h = layers_[l]->Apply(h, [&](const torch::Tensor& x) {
-      return mixer.PrefillInStack(x, state.layers[l], rows, x.size(1), carry);
-    });
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t keep = l + 1 == layers_.size() ? last_keep : chunk;
+    h = layers_[l]->Prefill(h, state.layers[l], rows, keep, carry);
   }
-  if (logits == PrefillLogits::kAll) return Head(h);
-  const size_t last = layers_.size() - 1;
-  const int64_t keep = logits == PrefillLogits::kLast ? 1 : 0;
-  h = layers_[last]->ApplyToLast(h, keep, [&](const torch::Tensor& x) {
-    return layers_[last]->mixer->PrefillInStack(x, state.layers[last], rows, keep, carry);
-  });
-  return keep == 0 ? torch::Tensor() : Head(h);
+  return last_keep == 0 ? torch::Tensor() : Head(h);
 }
 
 torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,
@@ -267,19 +194,15 @@ torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch:
   }
   auto h = Embed(tokens, positions);
   LayerCarry carry;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    auto& mixer = *layers_[l]->mixer;
-    h = layers_[l]->Apply(h, [&](const torch::Tensor& x) {
-      return mixer.StepInStack(x, state.layers[l], slots, carry);
-    });
-  }
+  for (size_t l = 0; l < layers_.size(); ++l)
+    h = layers_[l]->Step(h, state.layers[l], slots, carry);
   return h;
 }
 
 int64_t CausalLmImpl::max_context() const {
   int64_t limit = config_.positions == PositionKind::kLearned ? config_.max_context : -1;
   for (const auto& layer : layers_) {
-    const int64_t m = layer->mixer->max_context();
+    const int64_t m = layer->mixer().max_context();
     if (m >= 0) limit = limit < 0 ? m : std::min(limit, m);
   }
   return limit;
@@ -287,7 +210,7 @@ int64_t CausalLmImpl::max_context() const {
 
 int64_t CausalLmImpl::state_bytes_per_sequence(int64_t context) const {
   int64_t bytes = 0;
-  for (const auto& layer : layers_) bytes += layer->mixer->state_bytes_per_sequence(context);
+  for (const auto& layer : layers_) bytes += layer->mixer().state_bytes_per_sequence(context);
   return bytes;
 }
 

@@ -4,8 +4,9 @@
 //   h_l = h_{l-1} + Mixer_l(Norm(h_{l-1}));  h_l = h_l + FF_l(Norm(h_l))
 //   logits = Norm(h_L) E^T       (the head tied to the embedding, or a
 //                                 matrix of its own: tie_embeddings)
-// A whole-block mixer (RWKV-7) is the layer itself: h_l = Block_l(h_{l-1}),
-// and the layers hand each other a LayerCarry (model/mixers/mixer.h).
+// A whole block (RWKV-7, RWKV-4, Mamba-2) is the layer itself: h_l =
+// Block_l(h_{l-1}). Either kind of layer is a Block (model/lm/block.h), and
+// the layers hand each other a LayerCarry (model/mixers/whole_block.h).
 //
 // Three equivalent computations, as for the mixers (model/mixers/mixer.h):
 //   forward(tokens)               [B, T] -> logits [B, T, V], parallel;
@@ -36,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "model/layers/norms.h"
 #include "model/layers/positions.h"
+#include "model/lm/block.h"
 #include "model/lm/config.h"
 #include "model/mixers/mixer.h"
 
@@ -60,8 +62,6 @@ struct LmState {
   const torch::Tensor& length() const { return layers.at(0).length; }
   int64_t bytes_per_row() const;
 };
-
-class LmLayer;  // mix_norm, mixer, ff_norm, ff: defined in language_model.cc
 
 class CausalLmImpl : public torch::nn::Module {
  public:
@@ -125,7 +125,7 @@ class CausalLmImpl : public torch::nn::Module {
   torch::nn::Embedding embedding_{nullptr};
   LearnedPositions learned_positions_{nullptr};
   SinusoidalPositions sinusoidal_positions_{nullptr};  // not registered: no parameters
-  std::vector<std::shared_ptr<LmLayer>> layers_;       // also in a ModuleList, for names
+  std::vector<std::shared_ptr<Block>> layers_;         // also in a ModuleList, for names
   Norm final_norm_{nullptr};
   torch::Tensor head_;  // [V, d] when not tied to the embedding
 };

@@ -19,12 +19,10 @@ constexpr double kGatedNormEps = 1e-5;
 // The tensors one call continues: a copy of the rows' convolution windows,
 // and their S, in place in the pool (the fused update, rows by `ids`) or as
 // this call's copy.
-struct Mamba2Impl::Rows {
-  torch::Tensor conv;  // [B, W - 1, channels]
-  torch::Tensor ssm;   // the pool's [rows, H, P, N], or [B, H, P, N]
-  const int64_t* ids = nullptr;
-  bool fused = false;
-};
+// The state's tensors, in order: the convolution's last inputs
+// [B, W - 1, channels], the scan's matrices (the pool's [rows, H, P, N]
+// when updated in place, else [B, H, P, N]).
+enum : size_t { kConv, kSsm };
 
 struct Mamba2Impl::Scan {
   torch::Tensor x;   // [B, T, H, P]
@@ -33,7 +31,7 @@ struct Mamba2Impl::Scan {
   torch::Tensor dt;  // [B, T, H], after softplus
 };
 
-Mamba2Impl::Mamba2Impl(const MixerOptions& options) : SequenceMixer(options) {
+Mamba2Impl::Mamba2Impl(const MixerOptions& options) : WholeBlockMixer(options) {
   TORCH_CHECK(options.kind == MixerKind::kMamba2, "Mamba2 needs kind mamba2");
   const Mamba2Sizes& m = options.mamba2;
   TORCH_CHECK(m.state_size > 0 && m.expand > 0 && m.groups > 0,
@@ -123,12 +121,13 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
   return torch::stack(outputs, 1).view({batch, keep, inner()});
 }
 
-torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep) {
+torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                              LayerCarry& /*carry*/) {
   const int64_t batch = x.size(0), time = x.size(1), heads = options_.heads, p = head_dim();
   const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size;
   const auto projected = Project(norm_->forward(x), in_proj_);
   const int64_t channels = conv_channels();
-  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.conv);
+  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
   Scan scan;
   scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
   scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
@@ -155,11 +154,11 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep) 
     args.dt = dts.data_ptr<float>();
     args.a = a.data_ptr<float>();
     args.d = d.data_ptr<float>();
-    args.s = rows.ssm.data_ptr<float>();
+    args.s = rows.tensors[kSsm].data_ptr<float>();
     args.out = y.data_ptr<float>();
     kernels::Mamba2Scan(args);
   } else {
-    y = ScanByOps(scan, rows.ssm, keep);
+    y = ScanByOps(scan, rows.tensors[kSsm], keep);
   }
   // The gate, then an RMS norm over each group's channels.
   const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
@@ -167,44 +166,6 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep) 
   const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + kGatedNormEps);
   const auto out = Project(normed.view({batch, keep, inner()}) * out_norm_weight_, out_proj_);
   return x.narrow(1, time - keep, keep) + out;
-}
-
-torch::Tensor Mamba2Impl::forward(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "mamba2 expects x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
-  MixerState state = initial_state(x.size(0), x.device());
-  Rows rows;
-  rows.conv = state.tensors[0];
-  rows.ssm = state.tensors[1];
-  rows.fused = CanFuse(x, state);
-  return Run(rows.fused ? x.contiguous() : x, rows, x.size(1));
-}
-
-torch::Tensor Mamba2Impl::Prefill(const torch::Tensor& x, MixerState& state,
-                                  const torch::Tensor& slots, int64_t keep) {
-  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
-  const auto index = ids.to(state.length.device());
-  Rows rows;
-  rows.conv = state.tensors[0].index_select(0, index);
-  rows.fused = CanFuse(x, state);
-  if (rows.fused) {
-    rows.ssm = state.tensors[1];  // updated in place, row by row
-    rows.ids = ids.data_ptr<int64_t>();
-  } else {
-    rows.ssm = state.tensors[1].index_select(0, index);
-  }
-  torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep);
-  state.tensors[0].index_copy_(0, index, rows.conv);
-  if (!rows.fused) state.tensors[1].index_copy_(0, index, rows.ssm);
-  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
-  return out;
-}
-
-torch::Tensor Mamba2Impl::step(const torch::Tensor& x, MixerState& state,
-                               const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "mamba2 step expects x [B, ",
-              options_.d_model, "], got ", x.sizes());
-  return Prefill(x.unsqueeze(1), state, slots, 1).squeeze(1);
 }
 
 }  // namespace attn

@@ -1,8 +1,8 @@
 // A Mamba-2 block (Dao and Gu 2024, "Transformers are SSMs"): a selective
 // state-space recurrence whose state decays by one data-dependent scalar per
 // head, which makes it linear attention with a per-head decay. The block is
-// whole (is_whole_block): it maps the residual stream h to the next one, its
-// RMSNorm and residual included.
+// whole (a WholeBlockMixer, model/mixers/whole_block.h): it maps the
+// residual stream h to the next one, its RMSNorm and residual included.
 //
 // With D = d_model, I = expand * D inner channels in H heads of P = I / H,
 // a state width N, G groups of heads sharing B and C, and W the
@@ -36,21 +36,17 @@
 #include <torch/nn/pimpl.h>
 
 #include "model/layers/norms.h"
-#include "model/mixers/mixer.h"
+#include "model/mixers/whole_block.h"
 
 namespace attn {
 
-class Mamba2Impl : public SequenceMixer {
+class Mamba2Impl : public WholeBlockMixer {
  public:
   // options.kind must be kMamba2; options.mamba2 and heads size the block:
   // heads must divide expand * d_model, and groups divide heads.
   explicit Mamba2Impl(const MixerOptions& options);
 
-  bool is_whole_block() const override { return true; }
-  torch::Tensor forward(const torch::Tensor& x) override;
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor step(const torch::Tensor& x, MixerState& state,
-                     const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return -1; }
   int64_t state_bytes_per_sequence(int64_t context) const override;
 
@@ -60,14 +56,17 @@ class Mamba2Impl : public SequenceMixer {
   int64_t conv_channels() const;
 
  protected:
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep) override;
+  // The block over x [B, T, C] continuing `rows` (the convolution's window,
+  // the scan's matrices), which it updates; the last `keep` tokens'
+  // outputs. No carry.
+  torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                    LayerCarry& carry) override;
+  // The scan's matrices (a fused run updates the pool's rows in place).
+  std::vector<bool> InPlaceWhenFused() const override { return {false, true}; }
 
  private:
-  struct Rows;  // the rows of a state one call continues
   struct Scan;  // the per-token inputs of the state update
 
-  torch::Tensor Run(const torch::Tensor& x, Rows& rows, int64_t keep);
   // xbc after the convolution and silu, continuing `window` (the last W - 1
   // inputs [B, W - 1, channels]), which it advances.
   torch::Tensor Convolve(const torch::Tensor& xbc, torch::Tensor& window) const;

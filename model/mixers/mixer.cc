@@ -228,18 +228,11 @@ torch::Tensor SequenceMixer::prefill(const torch::Tensor& x, MixerState& state,
 
 torch::Tensor SequenceMixer::prefill_last(const torch::Tensor& x, MixerState& state,
                                           const torch::Tensor& slots, int64_t keep) {
-  LayerCarry alone;  // a mixer used alone is its own first layer
-  return PrefillInStack(x, state, slots, keep, alone);
-}
-
-torch::Tensor SequenceMixer::PrefillInStack(const torch::Tensor& x, MixerState& state,
-                                            const torch::Tensor& slots, int64_t keep,
-                                            LayerCarry& carry) {
   TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "prefill expects x [B, C, ",
               options_.d_model, "], got ", x.sizes());
   TORCH_CHECK(keep >= 0 && keep <= x.size(1), "prefill_last keeps 0 to ", x.size(1),
               " outputs, got ", keep);
-  return PrefillWithCarry(x, state, slots, keep, carry);
+  return Prefill(x, state, slots, keep);
 }
 
 torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,

@@ -1,5 +1,6 @@
 // The sequence-mixer contract shared by every token-mixing module that a
-// causal language-model layer can hold.
+// causal language-model layer can hold. A whole block (RWKV-7, RWKV-4,
+// Mamba-2) is a mixer too, with its own skeleton (model/mixers/whole_block.h).
 //
 // A mixer maps x [batch, time, d_model] to y [batch, time, d_model] where
 // y_t depends only on x_{<=t}. It offers three equivalent ways to compute the
@@ -78,14 +79,6 @@ struct HeldPositions {
   int64_t Count(int64_t length) const { return window < 0 ? length : std::min(length, window); }
 };
 
-// What a layer hands to the layers above it besides the hidden state: RWKV-7's
-// value residual, the first layer's values, which every later layer mixes
-// into its own. Shaped as the call's x: [B, T, d] for forward and prefill,
-// [B, d] for step. Mixers of other kinds neither read nor write it.
-struct LayerCarry {
-  torch::Tensor first_values;
-};
-
 class SequenceMixer : public torch::nn::Module {
  public:
   explicit SequenceMixer(MixerOptions options) : options_(std::move(options)) {}
@@ -120,25 +113,6 @@ class SequenceMixer : public torch::nn::Module {
   // threads), so a step writes nothing but its own rows.
   virtual torch::Tensor step(const torch::Tensor& x, MixerState& state,
                              const torch::Tensor& slots = {}) = 0;
-
-  // The three forms inside a stack of layers: `carry` holds what the layers
-  // below left and takes what this one leaves (LayerCarry). A mixer that
-  // neither reads nor writes it keeps the defaults, the plain forms.
-  virtual torch::Tensor ForwardInStack(const torch::Tensor& x, LayerCarry& /*carry*/) {
-    return forward(x);
-  }
-  torch::Tensor PrefillInStack(const torch::Tensor& x, MixerState& state,
-                               const torch::Tensor& slots, int64_t keep, LayerCarry& carry);
-  virtual torch::Tensor StepInStack(const torch::Tensor& x, MixerState& state,
-                                    const torch::Tensor& slots, LayerCarry& /*carry*/) {
-    return step(x, state, slots);
-  }
-
-  // Whether this mixer is a whole block: it maps a layer's input to its
-  // output with its own norms, residuals and channel mixing, so a language
-  // model's layer is this mixer alone (IsWholeBlock in mixer_options.h).
-  // Otherwise it maps Norm(h) to what the layer adds to h.
-  virtual bool is_whole_block() const { return false; }
 
   // Longest sequence this mixer can process; -1 when unbounded.
   virtual int64_t max_context() const = 0;
@@ -179,13 +153,6 @@ class SequenceMixer : public torch::nn::Module {
   // returns the last `keep` outputs.
   virtual torch::Tensor Prefill(const torch::Tensor& x, MixerState& state,
                                 const torch::Tensor& slots, int64_t keep) = 0;
-  // Prefill inside a stack of layers (PrefillInStack); the default ignores
-  // the carry.
-  virtual torch::Tensor PrefillWithCarry(const torch::Tensor& x, MixerState& state,
-                                         const torch::Tensor& slots, int64_t keep,
-                                         LayerCarry& /*carry*/) {
-    return Prefill(x, state, slots, keep);
-  }
   // Throws unless the rows `slots` can take `tokens` more tokens.
   void CheckCapacity(const MixerState& state, const torch::Tensor& slots, int64_t tokens) const;
   // Where this mixer's state keeps per-position entries that exist only

@@ -39,7 +39,8 @@ const std::vector<MixerKind>& AllMixerKinds();
 // changes the result.
 int64_t DefaultChunk(MixerKind kind);
 
-// Whether a mixer of `kind` is a whole block (SequenceMixer::is_whole_block):
+// Whether a mixer of `kind` is a whole block (a WholeBlockMixer,
+// model/mixers/whole_block.h):
 // it brings its own norms, residuals and channel mixing, so a layer of a
 // language model is that mixer alone.
 bool IsWholeBlock(MixerKind kind);
@@ -95,7 +96,7 @@ struct MixerOptions {
 
   // The layer's index in its model. RWKV-7's first layer normalises the
   // embedding (ln0) and its values become every later layer's value
-  // residual (LayerCarry in model/mixers/mixer.h).
+  // residual (LayerCarry in model/mixers/whole_block.h).
   int64_t layer = 0;
   // RWKV-7: the channel mix's hidden width, the low-rank sizes, and the eps
   // of the group norm over each head's output (64e-5 in the released models).

@@ -20,7 +20,7 @@ torch::Tensor Mix(const torch::Tensor& previous, const torch::Tensor& current,
 
 }  // namespace
 
-Rwkv4Impl::Rwkv4Impl(const MixerOptions& options) : SequenceMixer(options) {
+Rwkv4Impl::Rwkv4Impl(const MixerOptions& options) : WholeBlockMixer(options) {
   TORCH_CHECK(options.kind == MixerKind::kRwkv4, "Rwkv4 needs kind rwkv4");
   TORCH_CHECK(options.ff_hidden > 0, "rwkv4: ff_hidden must be positive");
   TORCH_CHECK(options.rescale_every >= 0, "rwkv4: rescale_every must be at least 0");
@@ -104,8 +104,10 @@ torch::Tensor Rwkv4Impl::WkvByOps(const torch::Tensor& k, const torch::Tensor& v
   return torch::stack(outputs, 1);
 }
 
-torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>& rows, int64_t keep,
-                             bool fused) {
+torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t keep,
+                             LayerCarry& /*carry*/) {
+  std::vector<torch::Tensor>& rows = block.tensors;
+  const bool fused = block.fused;
   const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model;
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
@@ -151,35 +153,6 @@ torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, std::vector<torch::Tensor>&
   torch::Tensor out = mix.residual + gate * Project(hidden.square(), ffn_value_);
   if (halves_output()) out = out * 0.5;
   return out.narrow(1, out.size(1) - keep, keep);
-}
-
-torch::Tensor Rwkv4Impl::forward(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "rwkv4 expects x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
-  MixerState state = initial_state(x.size(0), x.device());
-  const bool fused = CanFuse(x, state);
-  return Run(fused ? x.contiguous() : x, state.tensors, x.size(1), fused);
-}
-
-torch::Tensor Rwkv4Impl::Prefill(const torch::Tensor& x, MixerState& state,
-                                 const torch::Tensor& slots, int64_t keep) {
-  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
-  const auto index = ids.to(state.length.device());
-  std::vector<torch::Tensor> rows;
-  for (const auto& t : state.tensors) rows.push_back(t.index_select(0, index));
-  const bool fused = CanFuse(x, state);
-  torch::Tensor out = Run(fused ? x.contiguous() : x, rows, keep, fused);
-  for (size_t i = 0; i < rows.size(); ++i) state.tensors[i].index_copy_(0, index, rows[i]);
-  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
-  return out;
-}
-
-torch::Tensor Rwkv4Impl::step(const torch::Tensor& x, MixerState& state,
-                              const torch::Tensor& slots) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "rwkv4 step expects x [B, ",
-              options_.d_model, "], got ", x.sizes());
-  // A step is a prefill of one token: the recurrence has no positions.
-  return Prefill(x.unsqueeze(1), state, slots, 1).squeeze(1);
 }
 
 }  // namespace attn

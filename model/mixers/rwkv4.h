@@ -2,8 +2,9 @@
 // Transformer Era"): time mixing is AFT with a per-channel exponential decay
 // of the past and a separate bonus for the current token; channel mixing is
 // a squared-ReLU feed-forward gated by a receptance. Both see the previous
-// token through a token shift. The block is whole (is_whole_block): it maps
-// the residual stream h to the next one, norms and residuals included.
+// token through a token shift. The block is whole (a WholeBlockMixer,
+// model/mixers/whole_block.h): it maps the residual stream h to the next
+// one, norms and residuals included.
 //
 // Per token t, with x_t the block's input (layer 0 first normalises it:
 // x_t = ln0(x_t)), C channels:
@@ -43,33 +44,28 @@
 #include <torch/nn/pimpl.h>
 
 #include "model/layers/norms.h"
-#include "model/mixers/mixer.h"
+#include "model/mixers/whole_block.h"
 
 namespace attn {
 
-class Rwkv4Impl : public SequenceMixer {
+class Rwkv4Impl : public WholeBlockMixer {
  public:
   // options.kind must be kRwkv4; options.layer, ff_hidden and
   // rescale_every shape the block.
   explicit Rwkv4Impl(const MixerOptions& options);
 
-  bool is_whole_block() const override { return true; }
-  torch::Tensor forward(const torch::Tensor& x) override;
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor step(const torch::Tensor& x, MixerState& state,
-                     const torch::Tensor& slots = {}) override;
   int64_t max_context() const override { return -1; }
   int64_t state_bytes_per_sequence(int64_t context) const override;
 
  protected:
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep) override;
+  // The block over x [B, T, C] continuing `rows` (a state's rows, gathered:
+  // [B, C] each), which it updates; the last `keep` tokens' outputs. No
+  // carry.
+  torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                    LayerCarry& carry) override;
 
  private:
-  // The block over x [B, T, C] continuing `rows` (a state's rows, gathered:
-  // [B, C] each), which it updates; the last `keep` tokens' outputs.
-  torch::Tensor Run(const torch::Tensor& x, std::vector<torch::Tensor>& rows, int64_t keep,
-                    bool fused);
   // wkv of the last `tail` tokens [B, tail, C] by torch operations, updating
   // num, den and max.
   torch::Tensor WkvByOps(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& num,

@@ -26,13 +26,10 @@ torch::Tensor MixInit(int64_t channels, double power) {
 // The tensors one call continues: copies of the rows' shifts, and their
 // matrices, either in place in the pool (the fused update, rows by `ids`)
 // or as this call's copy.
-struct Rwkv7Impl::Rows {
-  torch::Tensor att_shift;  // [B, C]
-  torch::Tensor ffn_shift;  // [B, C]
-  torch::Tensor wkv;        // the pool's [rows, H, N, N], or [B, H, N, N]
-  const int64_t* ids = nullptr;
-  bool fused = false;
-};
+// The state's tensors, in order: the time mix's token shift [B, C], the
+// matrices (the pool's [rows, H, N, N] when updated in place, else
+// [B, H, N, N]), the channel mix's token shift [B, C].
+enum : size_t { kAttShift, kWkv, kFfnShift };
 
 // The time mix's per-token vectors for the state update; r and g only for
 // the tokens whose output is wanted (the last `tail` of the chunk).
@@ -41,7 +38,7 @@ struct Rwkv7Impl::Mixed {
   int64_t tail = 0;
 };
 
-Rwkv7Impl::Rwkv7Impl(const MixerOptions& options) : SequenceMixer(options) {
+Rwkv7Impl::Rwkv7Impl(const MixerOptions& options) : WholeBlockMixer(options) {
   TORCH_CHECK(options.kind == MixerKind::kRwkv7, "Rwkv7 needs kind rwkv7");
   const int64_t c = options.d_model, heads = options.heads, layers_in = options.layer;
   TORCH_CHECK(c % heads == 0, "rwkv7: d_model (", c, ") must be divisible by heads (", heads, ")");
@@ -192,7 +189,8 @@ torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift
   return tail.residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
 }
 
-torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, LayerCarry& carry) {
+torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                             LayerCarry& carry) {
   const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model, heads = options_.heads;
   const int64_t n = head_size();
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
@@ -202,8 +200,8 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, L
   // token's channel mix needs the one before it.
   const int64_t outputs = std::max<int64_t>(keep, 1);
   const int64_t tail = std::min(time, outputs + 1);
-  Mixed m = TimeMixInputs(a, rows.att_shift, carry, tail);
-  rows.att_shift = a.select(1, time - 1).clone();
+  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail);
+  rows.tensors[kAttShift] = a.select(1, time - 1).clone();
   torch::Tensor o;
   if (rows.fused) {
     o = torch::empty({batch, tail, c}, x.options());
@@ -222,11 +220,11 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, L
     args.v = v.data_ptr<float>();
     args.kk = kk.data_ptr<float>();
     args.a = iclr.data_ptr<float>();
-    args.s = rows.wkv.data_ptr<float>();
+    args.s = rows.tensors[kWkv].data_ptr<float>();
     args.out = o.data_ptr<float>();
     kernels::Rwkv7Update(args);
   } else {
-    o = UpdateByOps(m, rows.wkv);
+    o = UpdateByOps(m, rows.tensors[kWkv]);
   }
   // Each head's output normalised, plus the bonus of the current token.
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
@@ -242,79 +240,10 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, Rows& rows, int64_t keep, L
   y = y + (bonus * v_tail).view({batch, tail, c});
   const torch::Tensor h = last(input) + Project(y * m.g, output_);
   const bool whole_chunk = tail == time;
-  torch::Tensor shift = whole_chunk ? rows.ffn_shift : torch::Tensor();
+  torch::Tensor shift = whole_chunk ? rows.tensors[kFfnShift] : torch::Tensor();
   torch::Tensor out = ChannelMix(h, shift);
-  rows.ffn_shift = shift.clone();
+  rows.tensors[kFfnShift] = shift.clone();
   return out.narrow(1, out.size(1) - keep, keep);
-}
-
-torch::Tensor Rwkv7Impl::forward(const torch::Tensor& x) {
-  LayerCarry alone;
-  return ForwardInStack(x, alone);
-}
-
-torch::Tensor Rwkv7Impl::ForwardInStack(const torch::Tensor& x, LayerCarry& carry) {
-  TORCH_CHECK(x.dim() == 3 && x.size(2) == options_.d_model, "rwkv7 expects x [B, T, ",
-              options_.d_model, "], got ", x.sizes());
-  const int64_t batch = x.size(0), c = options_.d_model, n = head_size();
-  MixerState state;  // empty sequences in x's dtype, for CanFuse
-  state.length = torch::zeros({batch}, torch::kLong);
-  state.tensors = {torch::zeros({batch, c}, x.options()),
-                   torch::zeros({batch, options_.heads, n, n}, x.options()),
-                   torch::zeros({batch, c}, x.options())};
-  Rows rows;
-  rows.att_shift = state.tensors[0];
-  rows.wkv = state.tensors[1];
-  rows.ffn_shift = state.tensors[2];
-  rows.fused = CanFuse(x, state);
-  return Run(rows.fused ? x.contiguous() : x, rows, x.size(1), carry);
-}
-
-torch::Tensor Rwkv7Impl::Prefill(const torch::Tensor& x, MixerState& state,
-                                 const torch::Tensor& slots, int64_t keep) {
-  LayerCarry alone;
-  return PrefillWithCarry(x, state, slots, keep, alone);
-}
-
-torch::Tensor Rwkv7Impl::PrefillWithCarry(const torch::Tensor& x, MixerState& state,
-                                          const torch::Tensor& slots, int64_t keep,
-                                          LayerCarry& carry) {
-  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
-  const auto index = ids.to(state.length.device());
-  Rows rows;
-  rows.att_shift = state.tensors[0].index_select(0, index);
-  rows.ffn_shift = state.tensors[2].index_select(0, index);
-  rows.fused = CanFuse(x, state);
-  if (rows.fused) {
-    rows.wkv = state.tensors[1];  // updated in place, row by row
-    rows.ids = ids.data_ptr<int64_t>();
-  } else {
-    rows.wkv = state.tensors[1].index_select(0, index);
-  }
-  torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep, carry);
-  state.tensors[0].index_copy_(0, index, rows.att_shift);
-  state.tensors[2].index_copy_(0, index, rows.ffn_shift);
-  if (!rows.fused) state.tensors[1].index_copy_(0, index, rows.wkv);
-  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
-  return out;
-}
-
-torch::Tensor Rwkv7Impl::step(const torch::Tensor& x, MixerState& state,
-                              const torch::Tensor& slots) {
-  LayerCarry alone;
-  return StepInStack(x, state, slots, alone);
-}
-
-torch::Tensor Rwkv7Impl::StepInStack(const torch::Tensor& x, MixerState& state,
-                                     const torch::Tensor& slots, LayerCarry& carry) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "rwkv7 step expects x [B, ",
-              options_.d_model, "], got ", x.sizes());
-  // A step is a prefill of one token: the recurrence has no positions.
-  LayerCarry chunk;
-  if (carry.first_values.defined()) chunk.first_values = carry.first_values.unsqueeze(1);
-  torch::Tensor y = PrefillWithCarry(x.unsqueeze(1), state, slots, 1, chunk);
-  if (options_.layer == 0) carry.first_values = chunk.first_values.squeeze(1);
-  return y.squeeze(1);
 }
 
 }  // namespace attn

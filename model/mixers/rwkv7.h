@@ -2,9 +2,9 @@
 // attention whose state is a matrix per head, updated by a generalised delta
 // rule with a data-dependent per-channel decay and an in-context learning
 // rate; channel mixing is a squared-ReLU feed-forward. Both see the previous
-// token through a learned token shift. The block is whole (is_whole_block):
-// it maps the residual stream h to the next one, norms and residuals
-// included.
+// token through a learned token shift. The block is whole (a
+// WholeBlockMixer, model/mixers/whole_block.h): it maps the residual stream
+// h to the next one, norms and residuals included.
 //
 // Per token t, with x_t the block's input (layer 0 first normalises it: x_t =
 // ln0(x_t)), C channels in H heads of N = C / H:
@@ -46,44 +46,35 @@
 #include <torch/nn/pimpl.h>
 
 #include "model/layers/norms.h"
-#include "model/mixers/mixer.h"
+#include "model/mixers/whole_block.h"
 
 namespace attn {
 
-class Rwkv7Impl : public SequenceMixer {
+class Rwkv7Impl : public WholeBlockMixer {
  public:
   // options.kind must be kRwkv7; heads divide d_model; options.layer,
   // ff_hidden, rwkv7_ranks and group_norm_eps size the block. Parameters
   // start from the RWKV-7 reference trainer's initialisation scheme.
   explicit Rwkv7Impl(const MixerOptions& options);
 
-  bool is_whole_block() const override { return true; }
-  torch::Tensor forward(const torch::Tensor& x) override;
-  torch::Tensor ForwardInStack(const torch::Tensor& x, LayerCarry& carry) override;
   MixerState initial_state(int64_t rows, torch::Device device) const override;
-  torch::Tensor step(const torch::Tensor& x, MixerState& state,
-                     const torch::Tensor& slots = {}) override;
-  torch::Tensor StepInStack(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                            LayerCarry& carry) override;
   int64_t max_context() const override { return -1; }
   int64_t state_bytes_per_sequence(int64_t context) const override;
 
   int64_t head_size() const { return options_.d_model / options_.heads; }
 
  protected:
-  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
-                        int64_t keep) override;
-  torch::Tensor PrefillWithCarry(const torch::Tensor& x, MixerState& state,
-                                 const torch::Tensor& slots, int64_t keep,
-                                 LayerCarry& carry) override;
+  // The block over x [B, T, C] continuing `rows` (the token shifts and the
+  // matrices, in the state's order), which it updates; the last `keep`
+  // tokens' outputs.
+  torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                    LayerCarry& carry) override;
+  // The matrices (a fused run updates the pool's rows in place).
+  std::vector<bool> InPlaceWhenFused() const override { return {false, true, false}; }
 
  private:
-  struct Rows;   // the rows of a state one call continues
   struct Mixed;  // the time mix's per-token vectors
 
-  // The block over x [B, T, C] continuing `rows`, whose shifts and matrices
-  // it updates; the last `keep` tokens' outputs.
-  torch::Tensor Run(const torch::Tensor& x, Rows& rows, int64_t keep, LayerCarry& carry);
   // The time mix's inputs to the state update, for a [B, T, C] a = ln1(x).
   // r and g only for the last `tail` tokens.
   Mixed TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift, LayerCarry& carry,

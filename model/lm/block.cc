@@ -1,0 +1,106 @@
+#include "model/lm/block.h"
+
+#include <torch/torch.h>
+
+#include "model/layers/feed_forward.h"
+#include "model/layers/norms.h"
+#include "model/lm/row_groups.h"
+
+namespace attn {
+namespace {
+
+class MixerBlock : public Block {
+ public:
+  MixerBlock(const LmConfig& config, const MixerOptions& options) {
+    mix_norm_ = register_module("mix_norm", Norm(config.norm, config.d_model));
+    mixer_ = register_module("mixer", MakeMixer(options));
+    ff_norm_ = register_module("ff_norm", Norm(config.norm, config.d_model));
+    ff_ = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
+  }
+
+  torch::Tensor Forward(const torch::Tensor& h, LayerCarry& /*carry*/) override {
+    return AddMixedAndFeedForward(h, mixer_->forward(mix_norm_->forward(h)));
+  }
+
+  // The mixer sees every position; the residual and the feed-forward run
+  // on the `keep` wanted.
+  torch::Tensor Prefill(const torch::Tensor& h, MixerState& state, const torch::Tensor& rows,
+                        int64_t keep, LayerCarry& /*carry*/) override {
+    torch::Tensor mixed = mixer_->prefill_last(mix_norm_->forward(h), state, rows, keep);
+    if (keep == 0) return mixed;
+    return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
+  }
+
+  torch::Tensor Step(const torch::Tensor& h, MixerState& state, const torch::Tensor& slots,
+                     LayerCarry& /*carry*/) override {
+    return AddMixedAndFeedForward(h, mixer_->step(mix_norm_->forward(h), state, slots));
+  }
+
+  const SequenceMixer& mixer() const override { return *mixer_; }
+
+ private:
+  // h + mixed, then the feed-forward half. Its rows are independent, so a
+  // prefill chunk's run in one parallel region, a group of rows per thread,
+  // instead of a fork for each of its operations. Inside a grouped step
+  // there is no thread to spare for it.
+  torch::Tensor AddMixedAndFeedForward(const torch::Tensor& h, const torch::Tensor& mixed) {
+    const int64_t d = h.size(-1), rows = h.numel() / d;
+    const int64_t groups = RowGroups(rows, h);
+    if (groups == 1) {
+      const torch::Tensor y = h + mixed;
+      return y + ff_->forward(ff_norm_->forward(y));
+    }
+    const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
+    // Each group writes its rows of the result in place: gathering groups'
+    // own tensors afterwards would be a serial copy of the chunk.
+    torch::Tensor out = torch::empty({rows, d}, h.options());
+    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
+      torch::Tensor y = out.narrow(0, first, count);
+      torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
+      y.add_(ff_->forward(ff_norm_->forward(y)));
+    });
+    return out.view(h.sizes());
+  }
+
+  Norm mix_norm_{nullptr};
+  std::shared_ptr<SequenceMixer> mixer_;
+  Norm ff_norm_{nullptr};
+  FeedForward ff_{nullptr};
+};
+
+class WholeBlock : public Block {
+ public:
+  explicit WholeBlock(const MixerOptions& options) {
+    std::shared_ptr<SequenceMixer> made = MakeMixer(options);
+    block_ = std::dynamic_pointer_cast<WholeBlockMixer>(made);
+    TORCH_CHECK(block_ != nullptr, MixerKindName(options.kind), " is not a whole block");
+    register_module("mixer", made);
+  }
+
+  torch::Tensor Forward(const torch::Tensor& h, LayerCarry& carry) override {
+    return block_->ForwardWithCarry(h, carry);
+  }
+  torch::Tensor Prefill(const torch::Tensor& h, MixerState& state, const torch::Tensor& rows,
+                        int64_t keep, LayerCarry& carry) override {
+    return block_->PrefillWithCarry(h, state, rows, keep, carry);
+  }
+  torch::Tensor Step(const torch::Tensor& h, MixerState& state, const torch::Tensor& slots,
+                     LayerCarry& carry) override {
+    return block_->StepWithCarry(h, state, slots, carry);
+  }
+  const SequenceMixer& mixer() const override { return *block_; }
+
+ private:
+  std::shared_ptr<WholeBlockMixer> block_;
+};
+
+}  // namespace
+
+std::shared_ptr<Block> MakeBlock(const LmConfig& config, int64_t index) {
+  MixerOptions options = config.mixer_options();
+  options.layer = index;
+  if (IsWholeBlock(config.mixer)) return std::make_shared<WholeBlock>(options);
+  return std::make_shared<MixerBlock>(config, options);
+}
+
+}  // namespace attn

@@ -1,0 +1,84 @@
+// A mixer that is a whole layer: it maps the residual stream h to the next
+// one with its own norms, residuals and channel mixing (RWKV-7, RWKV-4,
+// Mamba-2), where a plain mixer maps Norm(h) to what a layer adds to h. A
+// language model wraps it in a WholeBlock (model/lm/block.h), a plain mixer
+// in a MixerBlock.
+//
+// Every whole block shares one skeleton, written here once: a chunk
+// continues rows `slots` of a state by gathering their tensors, running the
+// block's equations over them (Run), scattering them back and advancing the
+// rows' lengths; a step is a chunk of one token; forward runs from empty
+// rows. A tensor the fused CPU kernel updates in place (a matrix per head,
+// too large to copy out and back) is passed whole with the rows' ids
+// instead (InPlaceWhenFused). A new kind of whole block is its parameters,
+// its state's tensors and Run: one file of equations.
+//
+// The layers of a stack may hand each other values besides h (RWKV-7's
+// value residual: layer 0's values, which every later layer mixes into its
+// own): a LayerCarry, which the *WithCarry forms take. A block used alone
+// is its own first layer.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/mixers/mixer.h"
+
+namespace attn {
+
+// What a layer hands to the layers above it besides the hidden state.
+// Shaped as the call's x: [B, T, d] for forward and prefill, [B, d] for
+// step. Blocks of kinds that use none neither read nor write it.
+struct LayerCarry {
+  torch::Tensor first_values;  // RWKV-7: layer 0's values
+};
+
+// The rows of a state one call continues, in the state's tensor order.
+struct BlockRows {
+  // Each tensor's rows [B, ...], gathered; or, where the fused kernel
+  // updates it in place, the pool's whole tensor.
+  std::vector<torch::Tensor> tensors;
+  // With a pool's whole tensor: the rows' ids (B of them); null: rows
+  // 0..B-1.
+  const int64_t* ids = nullptr;
+  bool fused = false;  // CanFuse held: Run may take the fused CPU path
+};
+
+class WholeBlockMixer : public SequenceMixer {
+ public:
+  using SequenceMixer::SequenceMixer;
+
+  torch::Tensor forward(const torch::Tensor& x) final;
+  torch::Tensor step(const torch::Tensor& x, MixerState& state,
+                     const torch::Tensor& slots = {}) final;
+
+  // The three forms inside a stack: `carry` holds what the layers below
+  // left and takes what this one leaves.
+  torch::Tensor ForwardWithCarry(const torch::Tensor& x, LayerCarry& carry);
+  // prefill_last() with a carry: x [B, C, d], the last `keep` outputs.
+  torch::Tensor PrefillWithCarry(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& slots, int64_t keep, LayerCarry& carry);
+  torch::Tensor StepWithCarry(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                              LayerCarry& carry);
+
+ protected:
+  // The block's equations over x [B, T, d] continuing `rows`, which it
+  // updates (assigning a gathered tensor anew is fine); the last `keep`
+  // tokens' outputs [B, keep, d].
+  virtual torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                            LayerCarry& carry) = 0;
+  // Which of the state's tensors a fused Run updates in place in the pool
+  // (by BlockRows::ids) rather than in gathered rows. Default: none.
+  virtual std::vector<bool> InPlaceWhenFused() const { return {}; }
+
+ private:
+  torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                        int64_t keep) final;
+  // Prefill without the argument checks.
+  torch::Tensor Continue(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
+                         int64_t keep, LayerCarry& carry);
+};
+
+}  // namespace attn
