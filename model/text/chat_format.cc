@@ -47,10 +47,11 @@ bool ParseChatFormat(const std::string& name, ChatFormat* format) {
   return ParseEnumName(kFormatNames, name, format);
 }
 
-std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages) {
+std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool add_generation_prompt) {
   std::string prompt;
   for (const ChatMessage& message : messages) prompt += Turn(format, message);
-  return prompt + "Assistant:";
+  return add_generation_prompt ? prompt + "Assistant:" : prompt;
 }
 
 std::string ContinueChat(ChatFormat format, const std::vector<ChatMessage>& messages,

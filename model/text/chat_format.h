@@ -32,8 +32,10 @@ struct ChatMessage {
 };
 
 // The prompt for the model's next reply after `messages` (roles other than
-// the three above are the caller's to refuse).
-std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages);
+// the three above are the caller's to refuse); without the cue for that
+// reply when add_generation_prompt is false.
+std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                       bool add_generation_prompt = true);
 
 // The text that continues a conversation whose earlier turns and the
 // model's last reply are already in a state: the end of that reply's turn

@@ -112,7 +112,35 @@ std::vector<int64_t> Tokenizer::Encode(const std::string& text, bool add_special
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
-std::string Tokenizer::Decode(const std::vector<int64_t>& ids) const {
+std::string Tokenizer::Decode(const std::vector<int64_t>& ids, bool keep_special_tokens) const {
+  if (keep_special_tokens && !processor_) {
+    // Special tokens' text in place of their (empty) bytes: the leading
+    // space a decoder drops is then only the first token's.
+    std::string bytes, text;
+    for (int64_t id : ids) {
+      const std::string special = SpecialText(id);
+      bytes += special.empty() ? TokenBytes(id) : special;
+    }
+    if (drops_leading_space() && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+    const size_t whole = TakeCompleteUtf8(bytes, &text);
+    if (whole < bytes.size()) text += kReplacement;
+    return text;
+  }
+  if (keep_special_tokens) {
+    // SentencePiece decodes the runs between control pieces.
+    std::string text;
+    std::vector<int64_t> run;
+    for (int64_t id : ids) {
+      const std::string special = SpecialText(id);
+      if (special.empty()) {
+        run.push_back(id);
+        continue;
+      }
+      text += Decode(run) + special;
+      run.clear();
+    }
+    return text + Decode(run);
+  }
   if (!processor_) {
     std::string bytes, text;
     for (int64_t id : ids) bytes += TokenBytes(id);
@@ -156,6 +184,15 @@ std::string Tokenizer::Serialized() const {
 std::string Tokenizer::kind() const {
   if (json_) return "tokenizer-json";
   return vocabulary_ ? "rwkv-world" : processor_ ? "sentencepiece" : "bytes";
+}
+
+std::string Tokenizer::SpecialText(int64_t id) const {
+  if (id < 0 || id >= text_vocab_size()) return "";
+  if (json_) return json_->SpecialContent(id);
+  if (processor_ && processor_->Kind(static_cast<int>(id)) == spm::kControl) {
+    return processor_->Piece(static_cast<int>(id));
+  }
+  return "";  // byte vocabularies and RWKV World's have no special tokens' text
 }
 
 std::string Tokenizer::TokenBytes(int64_t id) const {

@@ -77,7 +77,10 @@ class Tokenizer {
   // around a text (Llama's BOS), as Hugging Face's encode does by default;
   // the other kinds add none.
   std::vector<int64_t> Encode(const std::string& text, bool add_special_tokens = false) const;
-  std::string Decode(const std::vector<int64_t>& ids) const;
+  // keep_special_tokens: special tokens appear as their text ("<|im_end|>",
+  // SentencePiece's "</s>"), as Hugging Face's decode without
+  // skip_special_tokens; otherwise they decode to nothing.
+  std::string Decode(const std::vector<int64_t>& ids, bool keep_special_tokens = false) const;
 
   // Ids that are valid: the tokenizer's, or the model's embedding rows
   // when PadTo made them more.
@@ -95,6 +98,9 @@ class Tokenizer {
   // as a space, a byte token's byte, nothing for control tokens. (Decode
   // drops the single space that starts a text.)
   std::string TokenBytes(int64_t id) const;
+  // A special token's text (tokenizer.json's special added tokens,
+  // SentencePiece's control pieces); empty for every other id.
+  std::string SpecialText(int64_t id) const;
   bool IsValidId(int64_t id) const { return id >= 0 && id < vocab_size(); }
   // What FromStored reads back: the SentencePiece model, the RWKV World
   // vocabulary file, the tokenizer.json; empty for a bytes tokenizer.

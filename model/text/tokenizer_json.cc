@@ -41,8 +41,9 @@ struct TokenizerJson::Impl {
   std::map<std::string, AddedToken, std::less<>> added;  // content -> token
   bool added_first_byte[256] = {};                       // some added token starts with it
   size_t longest_added = 0;
-  std::vector<std::string> token_bytes;  // by id
-  int64_t byte_tokens[256];              // <0xAB> ids with byte_fallback, else -1
+  std::vector<std::string> token_bytes;      // by id
+  std::vector<std::string> special_content;  // by id: a special added token's content
+  int64_t byte_tokens[256];                  // <0xAB> ids with byte_fallback, else -1
   int64_t unk = -1;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
   int64_t eos = -1;
@@ -263,13 +264,15 @@ void TokenizerJson::Impl::FillTokenBytes(const Json& added_tokens) {
   for (int64_t id : prefix) size = std::max(size, id + 1);
   for (int64_t id : suffix) size = std::max(size, id + 1);
   token_bytes.assign(size, "");
+  special_content.assign(size, "");
   for (const auto& [token, id] : vocab) token_bytes[id] = decoder.TokenBytes(token);
   // An added token decodes through the decoder too, unless special.
   if (!added_tokens.is_array()) return;
   for (const Json& token : added_tokens) {
     const std::string content = token["content"].get<std::string>();
-    token_bytes[token["id"].get<int64_t>()] =
-        token.value("special", false) ? "" : decoder.TokenBytes(content);
+    const bool special = token.value("special", false);
+    token_bytes[token["id"].get<int64_t>()] = special ? "" : decoder.TokenBytes(content);
+    if (special) special_content[token["id"].get<int64_t>()] = content;
   }
 }
 
@@ -414,6 +417,12 @@ const std::string& TokenizerJson::TokenBytes(int64_t id) const {
   static const std::string* const kNone = new std::string;
   if (id < 0 || id >= size()) return *kNone;
   return impl_->token_bytes[id];
+}
+
+const std::string& TokenizerJson::SpecialContent(int64_t id) const {
+  static const std::string* const kNone = new std::string;
+  if (id < 0 || id >= size()) return *kNone;
+  return impl_->special_content[id];
 }
 
 bool TokenizerJson::strips_leading_space() const { return impl_->decoder.strips_leading_space(); }

@@ -60,6 +60,9 @@ class TokenizerJson {
   // The bytes token `id` adds to a decoded text; empty for special tokens
   // and ids without a token.
   const std::string& TokenBytes(int64_t id) const;
+  // A special added token's content ("<|im_start|>"); empty for any other
+  // id.
+  const std::string& SpecialContent(int64_t id) const;
   // Whether decoding drops the space that starts a text.
   bool strips_leading_space() const;
   // One more than the largest id.

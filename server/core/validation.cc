@@ -56,6 +56,33 @@ absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int64_t>> TokenizeFor(const Tokenizer& tokenizer,
+                                                 const std::string& chat_format,
+                                                 const TokenizeInput& input) {
+  const bool chat = !input.messages.empty();
+  if (chat == input.text.has_value()) {
+    return InvalidField(chat ? "messages" : "text",
+                        chat ? "give text or messages, not both" : "missing (or give messages)");
+  }
+  std::string text;
+  if (chat) {
+    for (size_t i = 0; i < input.messages.size(); ++i) {
+      const std::string& role = input.messages[i].role;
+      if (role != "system" && role != "user" && role != "assistant") {
+        return InvalidField(absl::StrCat("messages[", i, "].role"),
+                            absl::StrCat("\"", role, "\" is not system, user or assistant"));
+      }
+    }
+    ChatFormat format = ChatFormat::kPlain;
+    ParseChatFormat(chat_format, &format);
+    text = RenderChat(format, input.messages, input.add_generation_prompt);
+  } else {
+    text = *input.text;
+  }
+  if (!IsValidUtf8(text)) return InvalidField(chat ? "messages" : "text", "is not valid UTF-8");
+  return tokenizer.Encode(text, input.add_special_tokens.value_or(!chat));
+}
+
 absl::StatusOr<std::vector<int64_t>> PromptTokens(const Tokenizer& tokenizer, bool has_text,
                                                   const std::string& text,
                                                   const std::vector<int64_t>& ids,

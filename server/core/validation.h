@@ -10,12 +10,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "attn/v1/text_generation.pb.h"
+#include "model/text/chat_format.h"
 #include "server/engine/engine.h"
 #include "server/state/initial_states.h"
 
@@ -83,6 +85,24 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
 absl::StatusOr<EngineRequest> ToScoreRequest(const attn::v1::ScoreRequest& request,
                                              const Tokenizer& tokenizer,
                                              const RequestLimits& limits, absl::Time deadline);
+
+// What a tokenize request asks, whatever protocol brought it.
+struct TokenizeInput {
+  std::optional<std::string> text;
+  std::vector<ChatMessage> messages;  // instead of text
+  bool add_generation_prompt = true;  // with messages
+  // Default: true for text, false for messages (the rendered chat already
+  // starts as the model expects).
+  std::optional<bool> add_special_tokens;
+};
+
+// The ids of `input` on `model`'s tokenizer and chat format: kInvalidArgument
+// naming "text" or "messages" when both or neither are given, text that is
+// not UTF-8, or a message's role ("messages[2].role") that is not system,
+// user or assistant.
+absl::StatusOr<std::vector<int64_t>> TokenizeFor(const Tokenizer& tokenizer,
+                                                 const std::string& chat_format,
+                                                 const TokenizeInput& input);
 
 // Token ids to detokenize: each must be in the vocabulary.
 absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,

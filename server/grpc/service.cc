@@ -349,12 +349,26 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
   }
   auto model = core_.Resolve(request->model());
   if (!model.ok()) return Done(context, "", "Tokenize", model.status());
-  const std::string& name = (*model)->description.name;
-  if (!IsValidUtf8(request->text())) {
-    return Done(context, name, "Tokenize", InvalidField("text", "is not valid UTF-8"));
+  const HostedModel& hosted = **model;
+  const std::string& name = hosted.description.name;
+  TokenizeInput input;
+  if (request->has_text()) input.text = request->text();
+  for (const auto& message : request->messages()) {
+    input.messages.push_back({message.role(), message.content()});
   }
+  if (request->has_add_generation_prompt()) {
+    input.add_generation_prompt = request->add_generation_prompt();
+  }
+  if (request->has_add_special_tokens()) input.add_special_tokens = request->add_special_tokens();
+  absl::StatusOr<std::vector<int64_t>> ids =
+      TokenizeFor(*hosted.tokenizer, hosted.description.chat_format, input);
+  if (!ids.ok()) return Done(context, name, "Tokenize", ids.status());
   response->set_model(name);
-  for (int64_t id : (*model)->tokenizer->Encode(request->text())) response->add_token_ids(id);
+  for (int64_t id : *ids) response->add_token_ids(id);
+  response->set_count(static_cast<int64_t>(ids->size()));
+  if (hosted.description.max_context > 0) {
+    response->set_max_model_len(hosted.description.max_context);
+  }
   return Done(context, name, "Tokenize", absl::OkStatus());
 }
 
@@ -371,7 +385,7 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
   absl::Status valid = CheckTokenIds(*(*model)->tokenizer, ids, "token_ids");
   if (!valid.ok()) return Done(context, name, "Detokenize", valid);
   response->set_model(name);
-  response->set_text((*model)->tokenizer->Decode(ids));
+  response->set_text((*model)->tokenizer->Decode(ids, /*keep_special_tokens=*/true));
   return Done(context, name, "Detokenize", absl::OkStatus());
 }
 

@@ -311,9 +311,8 @@ absl::Status ParseStreamAndLogprobs(const Fields& f, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view body) {
+// A body's JSON object, every field of it one of `known`.
+absl::StatusOr<Json> ParseBody(absl::string_view body, const std::set<std::string>& known) {
   Json json;
   try {
     json = Json::parse(body);
@@ -323,12 +322,20 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view
     return InvalidField("body", absl::StrCat("invalid JSON: ", e.what()));
   }
   if (!json.is_object()) return InvalidField("body", "must be a JSON object");
-  const std::set<std::string>& known = KnownFields(kind);
   for (const auto& item : json.items()) {
     if (!known.count(item.key())) {
       return InvalidField(item.key(), "is not a field this server implements (docs/openai.md)");
     }
   }
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view body) {
+  absl::StatusOr<Json> parsed = ParseBody(body, KnownFields(kind));
+  if (!parsed.ok()) return parsed.status();
+  const Json& json = *parsed;
   OpenAiRequest r;
   r.kind = kind;
   const Fields f(json);
@@ -413,6 +420,57 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
     choices.back().sampling.seed = r.seed ? *r.seed + static_cast<uint64_t>(i) : RandomSeed();
   }
   return choices;
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
+  static const auto* known = new std::set<std::string>{
+      "model", "prompt", "messages", "add_generation_prompt", "add_special_tokens", "tools"};
+  absl::StatusOr<Json> parsed = ParseBody(body, *known);
+  if (!parsed.ok()) return parsed.status();
+  const Fields f(*parsed);
+  TokenizeRequest r;
+  if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
+  if (f.Has("tools")) {
+    return InvalidField("tools", "tool calling is not implemented yet; tokenize without tools");
+  }
+  if (f.Has("messages") == f.Has("prompt")) {
+    return InvalidField("prompt", f.Has("prompt") ? "give prompt or messages, not both"
+                                                  : "missing (or give messages)");
+  }
+  if (f.Has("prompt")) {
+    if (!f["prompt"].is_string()) return InvalidField("prompt", "must be a string");
+    r.input.text = f["prompt"].get<std::string>();
+  } else {
+    OpenAiRequest chat;
+    if (absl::Status s = ParseMessages(f, &chat); !s.ok()) return s;
+    r.input.messages = std::move(chat.messages);
+    if (absl::Status s = f.Bool("add_generation_prompt", &r.input.add_generation_prompt); !s.ok()) {
+      return s;
+    }
+  }
+  bool special = false;
+  if (absl::Status s = f.Bool("add_special_tokens", &special); !s.ok()) return s;
+  if (f.Has("add_special_tokens")) r.input.add_special_tokens = special;
+  return r;
+}
+
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body) {
+  static const auto* known = new std::set<std::string>{"model", "tokens"};
+  absl::StatusOr<Json> parsed = ParseBody(body, *known);
+  if (!parsed.ok()) return parsed.status();
+  const Fields f(*parsed);
+  DetokenizeRequest r;
+  if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
+  if (!f.Has("tokens") || !f["tokens"].is_array()) {
+    return InvalidField("tokens", "must be a list of token ids");
+  }
+  for (size_t i = 0; i < f["tokens"].size(); ++i) {
+    if (!f["tokens"][i].is_number_integer()) {
+      return InvalidField(absl::StrCat("tokens[", i, "]"), "must be a token id");
+    }
+    r.tokens.push_back(f["tokens"][i].get<int64_t>());
+  }
+  return r;
 }
 
 }  // namespace attn::serving::http

@@ -100,4 +100,21 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
                                                             const RequestTarget& target,
                                                             absl::Time deadline);
 
+// POST /tokenize (as vLLM names it): {"model", "prompt"} or {"model",
+// "messages", "add_generation_prompt"}, each with "add_special_tokens"
+// (default true for a prompt, false for messages). "tools" is refused
+// until tool calling is implemented.
+struct TokenizeRequest {
+  std::string model;
+  TokenizeInput input;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
+
+// POST /detokenize: {"model", "tokens"}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int64_t> tokens;
+};
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body);
+
 }  // namespace attn::serving::http

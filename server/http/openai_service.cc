@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/model_registry.h"
 #include "server/http/chat_page.h"
@@ -219,6 +220,12 @@ void OpenAiService::AddRoutes(HttpServer& server) {
                [this](const HttpRequest& r, std::shared_ptr<Reply> reply) {
                  Generate(ApiKind::kChat, r, std::move(reply));
                });
+  server.Route("POST", "/tokenize", [this](const HttpRequest& r, std::shared_ptr<Reply> reply) {
+    Tokenize(r, std::move(reply));
+  });
+  server.Route("POST", "/detokenize", [this](const HttpRequest& r, std::shared_ptr<Reply> reply) {
+    Detokenize(r, std::move(reply));
+  });
   for (const char* path : {"/health", "/health/"}) {
     server.Route("GET", path, [this](const HttpRequest& r, std::shared_ptr<Reply> reply) {
       Health(r, std::move(reply));
@@ -265,6 +272,48 @@ void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> re
   }
   reply->Send(JsonReply(200, {{"object", "list"}, {"data", data}}));
   core_.Count("", "Models", absl::StatusCode::kOk, Protocol::kHttp);
+}
+
+void OpenAiService::Tokenize(const HttpRequest& request, std::shared_ptr<Reply> reply) {
+  if (absl::Status known = core_.access().Authenticate(request.Header("authorization"));
+      !known.ok()) {
+    return Refuse(reply, "", "Tokenize", known);
+  }
+  absl::StatusOr<TokenizeRequest> parsed = ParseTokenizeRequest(request.body);
+  if (!parsed.ok()) return Refuse(reply, "", "Tokenize", parsed.status());
+  absl::StatusOr<HostedModel*> model = core_.Resolve(parsed->model);
+  if (!model.ok()) return Refuse(reply, "", "Tokenize", model.status());
+  const ModelDescription& d = (*model)->description;
+  absl::StatusOr<std::vector<int64_t>> ids =
+      TokenizeFor(*(*model)->tokenizer, d.chat_format, parsed->input);
+  if (!ids.ok()) return Refuse(reply, d.name, "Tokenize", ids.status());
+  Json body = {{"tokens", *ids},
+               {"count", ids->size()},
+               {"max_model_len", d.max_context > 0 ? Json(d.max_context) : Json(nullptr)}};
+  reply->Send(JsonReply(200, body));
+  core_.Count(d.name, "Tokenize", absl::StatusCode::kOk, Protocol::kHttp);
+}
+
+void OpenAiService::Detokenize(const HttpRequest& request, std::shared_ptr<Reply> reply) {
+  if (absl::Status known = core_.access().Authenticate(request.Header("authorization"));
+      !known.ok()) {
+    return Refuse(reply, "", "Detokenize", known);
+  }
+  absl::StatusOr<DetokenizeRequest> parsed = ParseDetokenizeRequest(request.body);
+  if (!parsed.ok()) return Refuse(reply, "", "Detokenize", parsed.status());
+  absl::StatusOr<HostedModel*> model = core_.Resolve(parsed->model);
+  if (!model.ok()) return Refuse(reply, "", "Detokenize", model.status());
+  const Tokenizer& tokenizer = *(*model)->tokenizer;
+  const std::string& name = (*model)->description.name;
+  if (absl::Status valid = CheckTokenIds(tokenizer, parsed->tokens, "tokens"); !valid.ok()) {
+    return Refuse(reply, name, "Detokenize", valid);
+  }
+  // Special tokens keep their text, as vLLM's /detokenize does. The
+  // package records no clean_up_tokenization_spaces, so spaces stay as
+  // decoded.
+  reply->Send(
+      JsonReply(200, {{"prompt", tokenizer.Decode(parsed->tokens, /*keep_special_tokens=*/true)}}));
+  core_.Count(name, "Detokenize", absl::StatusCode::kOk, Protocol::kHttp);
 }
 
 void OpenAiService::Health(const HttpRequest& request, std::shared_ptr<Reply> reply) {

@@ -6,6 +6,7 @@
 //
 //   GET  /v1/models, /v1/models/{model}
 //   POST /v1/completions, /v1/chat/completions   (stream: server-sent events)
+//   POST /tokenize, /detokenize                   vLLM's tokenize endpoints
 //   GET  /health, /health/{model}                200 serving, 503 not
 //   GET  /metrics, /healthz                        the Prometheus exposition, "ok"
 //   GET  /                                        the chat page
@@ -42,6 +43,8 @@ class OpenAiService {
   void Models(const HttpRequest& request, std::shared_ptr<Reply> reply);
   void Generate(ApiKind kind, const HttpRequest& request, std::shared_ptr<Reply> reply);
   void Health(const HttpRequest& request, std::shared_ptr<Reply> reply);
+  void Tokenize(const HttpRequest& request, std::shared_ptr<Reply> reply);
+  void Detokenize(const HttpRequest& request, std::shared_ptr<Reply> reply);
   // Answers with an error object and counts the call.
   void Refuse(const std::shared_ptr<Reply>& reply, const std::string& model, const char* method,
               const absl::Status& status);

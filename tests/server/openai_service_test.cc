@@ -400,6 +400,64 @@ TEST_F(OpenAiServiceTest, IdleAndSlowClientsDoNotDelayOthers) {
   for (int fd : slow) close(fd);
 }
 
+// vLLM's tokenize endpoints: a prompt's ids as gRPC gives them; a chat's
+// as the chat completion counts its prompt; ids back to text; refusals name
+// their field.
+TEST_F(OpenAiServiceTest, TokenizeAndDetokenize) {
+  HttpReply plain = Post("/tokenize", {{"model", "tiny-aft"}, {"prompt", kPrompt}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json tokens = Body(plain);
+  EXPECT_EQ(tokens["tokens"].get<std::vector<int64_t>>(),
+            Model("tiny-aft").tokenizer->Encode(kPrompt));
+  EXPECT_EQ(tokens["count"], tokens["tokens"].size());
+  const int64_t max_context = Model("tiny-aft").description.max_context;  // 0: unbounded
+  EXPECT_EQ(tokens["max_model_len"], max_context > 0 ? Json(max_context) : Json(nullptr));
+  HttpReply back = Post("/detokenize", {{"model", "tiny-aft"}, {"tokens", tokens["tokens"]}});
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(Body(back)["prompt"], kPrompt);
+
+  const Json messages = {{{"role", "system"}, {"content", "be brief"}},
+                         {{"role", "user"}, {"content", kPrompt}}};
+  HttpReply chat_ids = Post("/tokenize", {{"model", "tiny-linear"}, {"messages", messages}});
+  ASSERT_EQ(chat_ids.status, 200) << chat_ids.body;
+  HttpReply chat = Post("/v1/chat/completions",
+                        {{"model", "tiny-linear"}, {"messages", messages}, {"max_tokens", 2}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(Body(chat_ids)["count"], Body(chat)["usage"]["prompt_tokens"]);
+  HttpReply no_cue =
+      Post("/tokenize",
+           {{"model", "tiny-linear"}, {"messages", messages}, {"add_generation_prompt", false}});
+  ASSERT_EQ(no_cue.status, 200) << no_cue.body;
+  HttpReply no_cue_text =
+      Post("/detokenize", {{"model", "tiny-linear"}, {"tokens", Body(no_cue)["tokens"]}});
+  EXPECT_EQ(Body(no_cue_text)["prompt"],
+            RenderChat(ChatFormat::kPlain, {{"system", "be brief"}, {"user", kPrompt}}, false));
+
+  struct Refusal {
+    const char* path;
+    Json body;
+    int status;
+    const char* param;
+  };
+  const Refusal refusals[] = {
+      {"/tokenize", {{"prompt", "a"}, {"messages", messages}}, 400, "prompt"},
+      {"/tokenize", {{"model", "tiny-aft"}}, 400, "prompt"},
+      {"/tokenize", {{"prompt", "a"}, {"tools", Json::array()}}, 400, "tools"},
+      {"/tokenize", {{"prompt", "a"}, {"add_special_tokens", "yes"}}, 400, "add_special_tokens"},
+      {"/tokenize", {{"prompt", "a"}, {"model", "nope"}}, 404, "model"},
+      {"/detokenize", {{"tokens", {1, -2}}}, 400, "tokens[1]"},
+      {"/detokenize", {{"tokens", "abc"}}, 400, "tokens"},
+  };
+  for (const Refusal& r : refusals) {
+    HttpReply refused = Post(r.path, r.body);
+    EXPECT_EQ(refused.status, r.status) << r.body.dump() << ": " << refused.body;
+    EXPECT_EQ(Body(refused)["error"]["param"], r.param) << r.body.dump();
+  }
+  EXPECT_TRUE(absl::StrContains(Exposition(),
+                                "attn_requests_total{code=\"OK\",method=\"Tokenize\","
+                                "model=\"tiny-aft\",protocol=\"http\"}"));
+}
+
 TEST_F(OpenAiServiceTest, HealthAndTheChatPage) {
   HttpReply health = Request(server_->http_port(), "GET", "/health");
   EXPECT_EQ(health.status, 200);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "model/text/chat_format.h"
 #include "server/metrics/metrics.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
@@ -311,6 +312,28 @@ TEST_F(ServiceTest, TokenizeDetokenizeRoundTrip) {
   detokenize.add_token_ids(-4);
   EXPECT_EQ(stub_->Detokenize(&c3, detokenize, &back).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ids.count(), ids.token_ids_size());
+
+  // A conversation: the model's chat format rendered, then tokenized.
+  attn::v1::TokenizeRequest chat;
+  chat.set_model("tiny-aft");
+  auto* message = chat.add_messages();
+  message->set_role("user");
+  message->set_content("hello");
+  grpc::ClientContext c4;
+  attn::v1::TokenizeResponse chat_ids;
+  ASSERT_TRUE(stub_->Tokenize(&c4, chat, &chat_ids).ok());
+  const std::string rendered = RenderChat(ChatFormat::kPlain, {{"user", "hello"}});
+  grpc::ClientContext c5;
+  attn::v1::DetokenizeRequest chat_back;
+  *chat_back.mutable_token_ids() = chat_ids.token_ids();
+  ASSERT_TRUE(stub_->Detokenize(&c5, chat_back, &back).ok());
+  EXPECT_EQ(back.text(), rendered);
+  chat.set_text("and text");
+  grpc::ClientContext c6;
+  const grpc::Status both = stub_->Tokenize(&c6, chat, &chat_ids);
+  EXPECT_EQ(both.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(both.error_message(), "messages:")) << both.error_message();
 }
 
 double MetricValue(const std::string& exposition, const std::string& series) {

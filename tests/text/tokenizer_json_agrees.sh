@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tokenizer.json encodes and decodes as Hugging Face's tokenizers.js (the
 # tokenizer of transformers.js) does: the same ids with and without the
-# post-processor's special tokens, and the same decoded text, on English,
+# post-processor's special tokens, the same decoded text, and the same text
+# with special tokens kept (what /detokenize returns), on English,
 # code, whitespace runs, CJK, emoji, text that NFC changes, each file's own
 # added tokens, and invalid UTF-8 (each ill-formed sequence becomes U+FFFD in
 # both). The files: the real ones of tests/data/tokenizers/SOURCES.tsv (eight
@@ -123,7 +124,8 @@ for (const hex of readFileSync(casesPath, "utf8").split("\n").slice(0, -1)) {
   const ids = tokenizer.encode(text, { add_special_tokens: false }).ids;
   const with_special = tokenizer.encode(text, { add_special_tokens: true }).ids;
   const decoded = ids.length ? tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }) : "";
-  console.log(JSON.stringify({ ids, text: decoded, with_special }));
+  const kept = with_special.length ? tokenizer.decode(with_special, { skip_special_tokens: false, clean_up_tokenization_spaces: false }) : "";
+  console.log(JSON.stringify({ ids, text: decoded, with_special, kept }));
 }
 JS
 for variant in tokenizer split metaspace-first metaspace-always "${real[@]}"; do

@@ -4,9 +4,10 @@
 //
 //   attn-tokenize-json TOKENIZER_JSON CASES      CASES: one hex-encoded text per line;
 //                                                prints {"ids": [...], "text": "...",
-//                                                "with_special": [...]} per line: the ids,
-//                                                their decoding, and the ids with the
-//                                                post-processor's special tokens
+//                                                "with_special": [...], "kept": "..."} per
+//                                                line: the ids, their decoding, the ids with
+//                                                the post-processor's special tokens, and
+//                                                those decoded keeping special tokens' text
 //   attn-tokenize-json TOKENIZER_JSON --bench FILE [REPEATS]
 //                                                encodes FILE's lines, prints MB/s (median of 5)
 #include <algorithm>
@@ -78,6 +79,8 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"ids", ids}};
     out["text"] = tokenizer->Decode(ids);
     out["with_special"] = tokenizer->Encode(absl::HexStringToBytes(hex), true);
+    // The ids with the special tokens' text kept (what /detokenize returns).
+    out["kept"] = tokenizer->Decode(out["with_special"].get<std::vector<int64_t>>(), true);
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 0;
