@@ -274,18 +274,37 @@ void OpenAiService::Models(const HttpRequest& request, std::shared_ptr<Reply> re
   core_.Count("", "Models", absl::StatusCode::kOk, Protocol::kHttp);
 }
 
-void OpenAiService::Tokenize(const HttpRequest& request, std::shared_ptr<Reply> reply) {
+template <typename Parsed>
+const HostedModel* OpenAiService::Prepare(const HttpRequest& request,
+                                          const std::shared_ptr<Reply>& reply, const char* method,
+                                          absl::StatusOr<Parsed> (*parse)(absl::string_view),
+                                          Parsed* parsed) {
   if (absl::Status known = core_.access().Authenticate(request.Header("authorization"));
       !known.ok()) {
-    return Refuse(reply, "", "Tokenize", known);
+    Refuse(reply, "", method, known);
+    return nullptr;
   }
-  absl::StatusOr<TokenizeRequest> parsed = ParseTokenizeRequest(request.body);
-  if (!parsed.ok()) return Refuse(reply, "", "Tokenize", parsed.status());
+  absl::StatusOr<Parsed> body = parse(request.body);
+  if (!body.ok()) {
+    Refuse(reply, "", method, body.status());
+    return nullptr;
+  }
+  *parsed = *std::move(body);
   absl::StatusOr<HostedModel*> model = core_.Resolve(parsed->model);
-  if (!model.ok()) return Refuse(reply, "", "Tokenize", model.status());
-  const ModelDescription& d = (*model)->description;
+  if (!model.ok()) {
+    Refuse(reply, "", method, model.status());
+    return nullptr;
+  }
+  return *model;
+}
+
+void OpenAiService::Tokenize(const HttpRequest& request, std::shared_ptr<Reply> reply) {
+  TokenizeRequest parsed;
+  const HostedModel* model = Prepare(request, reply, "Tokenize", &ParseTokenizeRequest, &parsed);
+  if (model == nullptr) return;
+  const ModelDescription& d = model->description;
   absl::StatusOr<std::vector<int64_t>> ids =
-      TokenizeFor(*(*model)->tokenizer, d.chat_format, parsed->input);
+      TokenizeFor(*model->tokenizer, d.chat_format, parsed.input);
   if (!ids.ok()) return Refuse(reply, d.name, "Tokenize", ids.status());
   Json body = {{"tokens", *ids},
                {"count", ids->size()},
@@ -295,24 +314,20 @@ void OpenAiService::Tokenize(const HttpRequest& request, std::shared_ptr<Reply> 
 }
 
 void OpenAiService::Detokenize(const HttpRequest& request, std::shared_ptr<Reply> reply) {
-  if (absl::Status known = core_.access().Authenticate(request.Header("authorization"));
-      !known.ok()) {
-    return Refuse(reply, "", "Detokenize", known);
-  }
-  absl::StatusOr<DetokenizeRequest> parsed = ParseDetokenizeRequest(request.body);
-  if (!parsed.ok()) return Refuse(reply, "", "Detokenize", parsed.status());
-  absl::StatusOr<HostedModel*> model = core_.Resolve(parsed->model);
-  if (!model.ok()) return Refuse(reply, "", "Detokenize", model.status());
-  const Tokenizer& tokenizer = *(*model)->tokenizer;
-  const std::string& name = (*model)->description.name;
-  if (absl::Status valid = CheckTokenIds(tokenizer, parsed->tokens, "tokens"); !valid.ok()) {
+  DetokenizeRequest parsed;
+  const HostedModel* model =
+      Prepare(request, reply, "Detokenize", &ParseDetokenizeRequest, &parsed);
+  if (model == nullptr) return;
+  const Tokenizer& tokenizer = *model->tokenizer;
+  const std::string& name = model->description.name;
+  if (absl::Status valid = CheckTokenIds(tokenizer, parsed.tokens, "tokens"); !valid.ok()) {
     return Refuse(reply, name, "Detokenize", valid);
   }
   // Special tokens keep their text, as vLLM's /detokenize does. The
   // package records no clean_up_tokenization_spaces, so spaces stay as
   // decoded.
   reply->Send(
-      JsonReply(200, {{"prompt", tokenizer.Decode(parsed->tokens, /*keep_special_tokens=*/true)}}));
+      JsonReply(200, {{"prompt", tokenizer.Decode(parsed.tokens, /*keep_special_tokens=*/true)}}));
   core_.Count(name, "Detokenize", absl::StatusCode::kOk, Protocol::kHttp);
 }
 

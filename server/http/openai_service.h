@@ -45,6 +45,13 @@ class OpenAiService {
   void Health(const HttpRequest& request, std::shared_ptr<Reply> reply);
   void Tokenize(const HttpRequest& request, std::shared_ptr<Reply> reply);
   void Detokenize(const HttpRequest& request, std::shared_ptr<Reply> reply);
+  // A request that names a model: the caller authenticated, the body
+  // parsed into `*parsed` by `parse`, the model resolved; null after
+  // refusing otherwise.
+  template <typename Parsed>
+  const HostedModel* Prepare(const HttpRequest& request, const std::shared_ptr<Reply>& reply,
+                             const char* method, absl::StatusOr<Parsed> (*parse)(absl::string_view),
+                             Parsed* parsed);
   // Answers with an error object and counts the call.
   void Refuse(const std::shared_ptr<Reply>& reply, const std::string& model, const char* method,
               const absl::Status& status);

@@ -3,7 +3,8 @@
 // into engine requests over a bytes tokenizer, as the HTTP API does. Every
 // body is refused with a status that names a field, or becomes one engine
 // request per choice within the limits; the error object is built for
-// every refusal.
+// every refusal. The same body as a /tokenize and a /detokenize request:
+// refused by field, or tokenized (its ids valid) and detokenized.
 #include <cstdint>
 #include <string>
 
@@ -66,6 +67,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (r.max_tokens < 1 || r.max_tokens > target.limits.max_tokens) __builtin_trap();
     }
+  }
+  if (auto tokenize = ParseTokenizeRequest(body); !tokenize.ok()) {
+    CheckRefusal(tokenize.status());
+  } else if (auto ids = attn::serving::TokenizeFor(Bytes(), "plain", tokenize->input); !ids.ok()) {
+    CheckRefusal(ids.status());
+  } else {
+    for (int64_t id : *ids) {
+      if (!Bytes().IsValidId(id)) __builtin_trap();
+    }
+  }
+  if (auto detokenize = ParseDetokenizeRequest(body); !detokenize.ok()) {
+    CheckRefusal(detokenize.status());
+  } else if (absl::Status valid =
+                 attn::serving::CheckTokenIds(Bytes(), detokenize->tokens, "tokens");
+             !valid.ok()) {
+    CheckRefusal(valid);
+  } else {
+    (void)Bytes().Decode(detokenize->tokens, /*keep_special_tokens=*/true);
   }
   return 0;
 }

@@ -479,12 +479,7 @@ TEST_F(OpenAiServiceTest, HealthAndTheChatPage) {
 TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
   attn::testing::ScopedTempDir dir("openai_shutdown_test");
   attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.http_port = 0;
-  options.metrics_port = -1;
-  options.registry.paths = {dir.path().string()};
+  ServerOptions options = testing::LocalServerOptions(dir.path().string());
   options.registry.engine.limits.max_tokens = 1000000;
   options.shutdown_grace = absl::Seconds(1);
   auto server = InferenceServer::Start(options);
@@ -540,12 +535,7 @@ TEST(OpenAiShutdownTest, DrainingRefusesNewRequestsAndEndsStreamsWithAnError) {
 TEST(OpenAiDeadlineTest, TheServersTimeoutAndTheClientsShorterOneEndRequests) {
   attn::testing::ScopedTempDir dir("openai_deadline_test");
   attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.http_port = 0;
-  options.metrics_port = -1;
-  options.registry.paths = {dir.path().string()};
+  ServerOptions options = testing::LocalServerOptions(dir.path().string());
   options.registry.engine.limits.max_tokens = 1000000;
   options.http_timeout = absl::Seconds(2);
   auto server = InferenceServer::Start(options);

@@ -463,12 +463,7 @@ TEST(ServiceStartTest, ACorruptModelIsNamedAndSkippedOnlyWhenAsked) {
   const std::string bad = dir.path().string() + "/broken.pt";
   std::ofstream(bad, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
 
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.http_port = 0;
-  options.metrics_port = -1;
-  options.registry.paths = {dir.path().string()};
+  ServerOptions options = testing::LocalServerOptions(dir.path().string());
   options.registry.default_model = "broken";
   auto refused = InferenceServer::Start(options);
   ASSERT_FALSE(refused.ok());

@@ -12,17 +12,25 @@
 
 namespace attn::serving::testing {
 
-// A server on 127.0.0.1 (any free gRPC and metrics ports) hosting the
-// packages in `dir`; null, with a test failure, if it does not start.
-inline std::unique_ptr<InferenceServer> StartTestServer(
-    const std::string& dir, EngineOptions engine = {},
-    const std::string& default_model = "tiny-aft") {
+// A server's options on 127.0.0.1, any free gRPC and HTTP ports, no
+// metrics port, hosting the packages in `dir`.
+inline ServerOptions LocalServerOptions(const std::string& dir) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
   options.http_port = 0;
-  options.metrics_port = 0;
+  options.metrics_port = -1;
   options.registry.paths = {dir};
+  return options;
+}
+
+// A server on 127.0.0.1 (any free gRPC, HTTP and metrics ports) hosting the
+// packages in `dir`; null, with a test failure, if it does not start.
+inline std::unique_ptr<InferenceServer> StartTestServer(
+    const std::string& dir, EngineOptions engine = {},
+    const std::string& default_model = "tiny-aft") {
+  ServerOptions options = LocalServerOptions(dir);
+  options.metrics_port = 0;
   options.registry.default_model = default_model;
   options.registry.engine = engine;
   options.shutdown_grace = absl::Seconds(10);
