@@ -168,4 +168,6 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t k
   return x.narrow(1, time - keep, keep) + out;
 }
 
+bool Mamba2Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kSsm; }
+
 }  // namespace attn

@@ -62,7 +62,7 @@ class Mamba2Impl : public WholeBlockMixer {
   torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                     LayerCarry& carry) override;
   // The scan's matrices (a fused run updates the pool's rows in place).
-  std::vector<bool> InPlaceWhenFused() const override { return {false, true}; }
+  bool InPlaceWhenFused(size_t tensor) const override;
 
  private:
   struct Scan;  // the per-token inputs of the state update

@@ -246,4 +246,6 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   return out.narrow(1, out.size(1) - keep, keep);
 }
 
+bool Rwkv7Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kWkv; }
+
 }  // namespace attn

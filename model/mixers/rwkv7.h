@@ -70,7 +70,7 @@ class Rwkv7Impl : public WholeBlockMixer {
   torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                     LayerCarry& carry) override;
   // The matrices (a fused run updates the pool's rows in place).
-  std::vector<bool> InPlaceWhenFused() const override { return {false, true, false}; }
+  bool InPlaceWhenFused(size_t tensor) const override;
 
  private:
   struct Mixed;  // the time mix's per-token vectors

@@ -44,10 +44,9 @@ torch::Tensor WholeBlockMixer::Continue(const torch::Tensor& x, MixerState& stat
   const auto index = ids.to(state.length.device());
   BlockRows rows;
   rows.fused = CanFuse(x, state);
-  std::vector<bool> in_place = InPlaceWhenFused();
-  in_place.resize(state.tensors.size(), false);
+  auto in_place = [&](size_t i) { return rows.fused && InPlaceWhenFused(i); };
   for (size_t i = 0; i < state.tensors.size(); ++i) {
-    if (rows.fused && in_place[i]) {
+    if (in_place(i)) {
       rows.tensors.push_back(state.tensors[i]);  // updated in place, row by row
       rows.ids = ids.data_ptr<int64_t>();
     } else {
@@ -56,7 +55,7 @@ torch::Tensor WholeBlockMixer::Continue(const torch::Tensor& x, MixerState& stat
   }
   torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep, carry);
   for (size_t i = 0; i < state.tensors.size(); ++i) {
-    if (!(rows.fused && in_place[i])) state.tensors[i].index_copy_(0, index, rows.tensors[i]);
+    if (!in_place(i)) state.tensors[i].index_copy_(0, index, rows.tensors[i]);
   }
   state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
   return out;

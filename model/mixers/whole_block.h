@@ -69,9 +69,10 @@ class WholeBlockMixer : public SequenceMixer {
   // tokens' outputs [B, keep, d].
   virtual torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                             LayerCarry& carry) = 0;
-  // Which of the state's tensors a fused Run updates in place in the pool
-  // (by BlockRows::ids) rather than in gathered rows. Default: none.
-  virtual std::vector<bool> InPlaceWhenFused() const { return {}; }
+  // Whether a fused Run updates the state's tensor `tensor` in place in the
+  // pool (by BlockRows::ids) rather than in gathered rows. Default: none.
+  // Asked on every step: it must not allocate.
+  virtual bool InPlaceWhenFused(size_t /*tensor*/) const { return false; }
 
  private:
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
