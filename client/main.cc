@@ -213,16 +213,20 @@ int Models(TextGeneration::Stub& stub) {
     PrintJson(response);
     return 0;
   }
-  std::printf("%-14s %-11s %-11s %-8s %10s %6s %12s %14s %6s %s\n", "NAME", "MIXER", "BACKEND",
-              "WEIGHTS", "PARAMS", "VOCAB", "MAX_CONTEXT", "STATE_BYTES", "DEVICE", "DEFAULT");
+  std::printf("%-14s %-11s %-11s %-8s %10s %6s %12s %14s %6s %-7s %s\n", "NAME", "MIXER", "BACKEND",
+              "WEIGHTS", "PARAMS", "VOCAB", "MAX_CONTEXT", "STATE_BYTES", "DEVICE", "DEFAULT",
+              "CHAT");
   for (const auto& m : response.models()) {
-    std::printf("%-14s %-11s %-11s %-8s %10ld %6ld %12s %14ld %6s %s\n", m.name().c_str(),
+    // The model's own template (and the tool calls it writes), else its format.
+    std::string chat = m.has_chat_template() ? m.chat_template() : m.chat_format();
+    if (m.has_tool_call_format()) chat += " (tools: " + m.tool_call_format() + ")";
+    std::printf("%-14s %-11s %-11s %-8s %10ld %6ld %12s %14ld %6s %-7s %s\n", m.name().c_str(),
                 m.mixer().c_str(), m.backend().c_str(),
                 m.has_weight_dtype() ? m.weight_dtype().c_str() : "-",
                 static_cast<long>(m.parameters()), static_cast<long>(m.vocab_size()),
                 m.max_context() == 0 ? "unbounded" : std::to_string(m.max_context()).c_str(),
                 static_cast<long>(m.state_bytes_per_sequence()), m.device().c_str(),
-                m.is_default() ? "yes" : "");
+                m.is_default() ? "yes" : "", chat.c_str());
   }
   return 0;
 }

@@ -28,6 +28,7 @@
 #include "absl/flags/usage.h"
 #include "model/checkpoints/import.h"
 #include "model/lm/model_package.h"
+#include "model/text/chat_template.h"
 #include "util/flags.h"
 
 ABSL_FLAG(std::string, input, "",
@@ -39,6 +40,9 @@ ABSL_FLAG(std::string, tokenizer, "",
           "the vocabulary of a checkpoint: RWKV-7's RWKV World file "
           "(rwkv_vocab_v20230424.txt), or the tokenizer.json of a Mamba-2 or RWKV-4 model; a "
           "Hugging Face directory's own is used when this is empty");
+ABSL_FLAG(std::string, chat_template, "",
+          "a Jinja chat template file to record instead of the model's own (chat_template.jinja "
+          "or tokenizer_config.json's chat_template beside the tokenizer)");
 ABSL_FLAG(std::string, quantize, "none",
           "none: keep the weights as they are; int8: store the dense weights as int8 with a "
           "float scale per output channel");
@@ -65,6 +69,40 @@ absl::StatusOr<attn::ModelPackage> Read(const std::string& input) {
   return package;
 }
 
+// Records the chat template: --chat_template's file, else the one beside
+// the tokenizer of a checkpoint (model/text/chat_template.h). A package
+// keeps its own unless --chat_template replaces it.
+absl::Status RecordChatTemplate(const std::string& input, attn::ModelPackage* package) {
+  namespace fs = std::filesystem;
+  const std::string override_file = absl::GetFlag(FLAGS_chat_template);
+  const std::string tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  std::error_code error;
+  absl::StatusOr<attn::ChatTemplateConfig> config;
+  if (!attn::IsCheckpoint(input)) {
+    if (override_file.empty()) return absl::OkStatus();
+    attn::ChatTemplateConfig own;
+    if (!package->info.chat_template_json.empty()) {
+      auto parsed = attn::ChatTemplateConfig::FromJson(package->info.chat_template_json);
+      if (parsed.ok()) own = *std::move(parsed);
+    }
+    config = attn::OverrideChatTemplate(std::move(own), override_file);
+  } else {
+    const std::string dir = !tokenizer.empty() ? fs::path(tokenizer).parent_path().string()
+                            : fs::is_directory(input, error) ? input
+                                                             : "";
+    config = attn::ReadChatTemplate(dir, override_file);
+  }
+  if (!config.ok()) return config.status();
+  if (config->empty()) return absl::OkStatus();
+  package->info.chat_template_json = config->ToJson();
+  if (!config->templates.empty()) {
+    const std::string format = attn::DetectToolCallFormat(config->templates.begin()->second);
+    std::cerr << "attn-export: chat template from " << config->source
+              << (format.empty() ? "" : ", tool calls in the " + format + " format") << "\n";
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,6 +123,9 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<attn::ModelPackage> package = Read(input);
   if (!package.ok()) return Fail(std::string(package.status().message()));
+  if (absl::Status chat = RecordChatTemplate(input, &*package); !chat.ok()) {
+    return Fail(std::string(chat.message()));
+  }
   if (quantize == "int8") {
     if (auto bytes = attn::QuantizeInt8(package->model); !bytes.ok()) {
       return Fail(input + ": " + std::string(bytes.status().message()));

@@ -15,7 +15,8 @@ targets=("$@")
                                      fuzz_tokenizer fuzz_generate_request fuzz_config
                                      fuzz_model_package fuzz_package_contents
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
-                                     fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config)
+                                     fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config
+                                     fuzz_chat_template fuzz_tool_calls)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"
@@ -40,6 +41,12 @@ target_options() {
     fuzz_model_package) echo "-malloc_limit_mb=2048 -rss_limit_mb=3072" ;;
   esac
 }
+# Seeds kept elsewhere in the repository, beyond the target's own corpus folder.
+target_seeds() {
+  case $1 in
+    fuzz_chat_template) echo "tests/data/chat_templates" ;;
+  esac
+}
 target_asan_options() {
   case $1 in
     fuzz_model_package) echo "allocator_may_return_null=1:max_allocation_size_mb=1024" ;;
@@ -54,7 +61,8 @@ for target in "${targets[@]}"; do
   echo "== $target: ${seconds}s on $seeds"
   # shellcheck disable=SC2046  # the options are words
   if ! ASAN_OPTIONS=$(target_asan_options "$target")${ASAN_OPTIONS:+:$ASAN_OPTIONS} \
-      "$build/tests/fuzz/$target" "$scratch" "$seeds" -max_total_time="$seconds" \
+      "$build/tests/fuzz/$target" "$scratch" "$seeds" $(target_seeds "$target") \
+      -max_total_time="$seconds" \
       -artifact_prefix="$build/findings/$target-" -print_final_stats=1 \
       $(target_options "$target") > "$build/$target.log" 2>&1; then
     echo "FAIL: $target found a crash; see $build/$target.log and $build/findings/"

@@ -8,7 +8,8 @@
 # test. libboost-dev brings Boost.Beast, the HTTP API's server; libhiredis-dev
 # the shared state tier's Redis client, and redis-server (with redis-tools)
 # the Redis its tests start; libicu-dev the regexes, Unicode classes and
-# normalization forms of tokenizer.json.
+# normalization forms of tokenizer.json; python3-jinja2 renders the real chat
+# templates the template interpreter is checked against.
 set -euo pipefail
 
 PACKAGES=(
@@ -20,7 +21,7 @@ PACKAGES=(
   libsentencepiece-dev nlohmann-json3-dev libssl-dev openssl zlib1g-dev libboost-dev
   libhiredis-dev redis-server redis-tools libicu-dev
   clang-14 clang-format-14
-  python3-torch python3-grpcio python3-grpc-tools
+  python3-torch python3-grpcio python3-grpc-tools python3-jinja2
   prometheus curl chromium
 )
 

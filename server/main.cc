@@ -93,6 +93,9 @@ ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefault
           "Weight-only quantisation at load, native backend: none or int8 (the dense weights as "
           "int8 with a float scale per output channel; decode steps read a quarter of the "
           "bytes); for single models, comma-separated NAME=none|int8 entries (\"none,big=int8\").");
+ABSL_FLAG(std::string, chat_template, "",
+          "A Jinja chat template file every model renders chats with, instead of the one its "
+          "package records (attn-export takes it from the model's files); empty: each package's.");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the CPUs this process may use (cgroup quota).");
 ABSL_FLAG(std::string, engine_cpus, "",
           "CPUs for the engines' threads, as taskset writes them (\"1\", \"2-7\"); the gRPC, "
@@ -179,6 +182,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
   options.registry.device = absl::GetFlag(FLAGS_device);
+  options.registry.chat_template = absl::GetFlag(FLAGS_chat_template);
   if (absl::Status parsed =
           attn::serving::ParseBackendFlag(absl::GetFlag(FLAGS_backend), &options.registry);
       !parsed.ok()) {

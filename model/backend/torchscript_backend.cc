@@ -155,6 +155,12 @@ absl::StatusOr<ScriptModelConfig> ParseScriptModelConfig(const std::string& text
     }
     config.chat_format = json["chat_format"].get<std::string>();
   }
+  if (json.contains("chat_template")) {
+    if (!json["chat_template"].is_object()) {
+      return absl::InvalidArgumentError("config: chat_template: must be an object");
+    }
+    config.chat_template_json = json["chat_template"].dump();
+  }
   if (json.contains("lm") && json["lm"].is_object() && json["lm"].contains("mixer")) {
     config.mixer = json["lm"]["mixer"].get<std::string>();
   }

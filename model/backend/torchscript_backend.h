@@ -33,6 +33,7 @@ struct ScriptModelConfig {
   // or "bytes".
   std::string tokenizer;
   std::string chat_format = "plain";  // model/text/chat_format.h
+  std::string chat_template_json;     // the "chat_template" object (chat_template.h); "" if none
   std::string mixer;  // the "lm" member's mixer for this library's packages; else ""
 };
 

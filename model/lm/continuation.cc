@@ -1,5 +1,6 @@
 #include "model/lm/continuation.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace attn {
@@ -15,7 +16,9 @@ Continuation::Continuation(const Tokenizer& tokenizer, const std::vector<int64_t
 AcceptedToken Continuation::Accept(int64_t id) {
   AcceptedToken accepted;
   ++generated_;
-  const bool is_eos = id == tokenizer_.eos_id();
+  const bool is_eos = id == tokenizer_.eos_id() ||
+                      std::find(options_.stop_token_ids.begin(), options_.stop_token_ids.end(),
+                                id) != options_.stop_token_ids.end();
   if (!is_eos) accepted.text = text_.Push(id);
   const int64_t length = prompt_tokens_ + generated_;
   if (text_.stopped()) {

@@ -32,7 +32,10 @@ struct ContinuationOptions {
   int64_t max_tokens = 0;         // at least 1: every caller sets it
   std::vector<std::string> stop;  // non-empty UTF-8 strings
   bool ignore_eos = false;        // true: eos is an ordinary token
-  int64_t context_limit = -1;     // the model's max_context(); -1: unbounded
+  // Ids that end the sequence as eos does (a chat template's end of turn,
+  // when it is not the tokenizer's eos); ignore_eos covers them too.
+  std::vector<int64_t> stop_token_ids;
+  int64_t context_limit = -1;  // the model's max_context(); -1: unbounded
   SamplingOptions sampling;
 };
 

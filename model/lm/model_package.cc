@@ -13,6 +13,7 @@
 #include "model/layers/dense.h"
 #include "model/lm/torchscript_methods.h"
 #include "model/text/chat_format.h"
+#include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "util/zip_integrity.h"
@@ -73,6 +74,11 @@ absl::StatusOr<std::string> ContractConfig(const CausalLm& model,
     }
     json["source"] = source;
   }
+  if (!info.chat_template_json.empty()) {
+    absl::StatusOr<ChatTemplateConfig> chat = ChatTemplateConfig::FromJson(info.chat_template_json);
+    if (!chat.ok()) return chat.status();
+    json["chat_template"] = nlohmann::json::parse(info.chat_template_json);
+  }
   json["lm"] = nlohmann::json::parse(config.ToJson());
   return json.dump();
 }
@@ -91,6 +97,9 @@ PackageInfo InfoOf(const std::string& config) {
   }
   if (json.contains("source") && json["source"].is_object())
     info.source_json = json["source"].dump();
+  if (json.contains("chat_template") && json["chat_template"].is_object()) {
+    info.chat_template_json = json["chat_template"].dump();
+  }
   return info;
 }
 

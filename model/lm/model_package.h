@@ -51,6 +51,9 @@ struct PackageInfo {
   // Where the weights came from, a JSON object (attn-export writes the
   // format, files and their sha256); empty for a model trained here.
   std::string source_json;
+  // The model's own chat template (model/text/chat_template.h,
+  // ChatTemplateConfig::ToJson); empty: chat_format renders chats.
+  std::string chat_template_json;
 };
 
 struct ModelPackage {
@@ -61,8 +64,9 @@ struct ModelPackage {
 
 // Writes `model` as it is: a model with int8 weights as an int8 package
 // (format 3), any other as format 2. kInvalidArgument when the tokenizer
-// does not load as info.tokenizer_kind, info.chat_format is unknown or
-// info.source_json is not a JSON object.
+// does not load as info.tokenizer_kind, info.chat_format is unknown,
+// info.source_json is not a JSON object or info.chat_template_json's
+// templates do not parse.
 absl::Status SavePackage(const std::string& path, CausalLm& model,
                          const std::string& tokenizer_model, const PackageInfo& info = {});
 

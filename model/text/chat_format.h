@@ -27,8 +27,12 @@ std::string ChatFormatName(ChatFormat format);  // "plain", "rwkv-world"
 bool ParseChatFormat(const std::string& name, ChatFormat* format);
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant" (a chat template's: any)
   std::string content;
+  // The message as the client sent it, a JSON object, for a model's chat
+  // template (chat_template.h): its keys unchanged, tool calls' arguments
+  // parsed into objects. Empty: {"role", "content"}.
+  std::string json = {};
 };
 
 // The prompt for the model's next reply after `messages` (roles other than

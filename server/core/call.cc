@@ -33,6 +33,8 @@ attn::v1::ModelInfo CallCore::Describe(const HostedModel& model) const {
   info.set_state_fingerprint(d.fingerprint);
   info.set_state_cache_bytes(model.engine->options().state_cache_bytes);
   info.set_chat_format(d.chat_format);
+  if (!d.chat_template.empty()) info.set_chat_template(d.chat_template);
+  if (!d.tool_call_format.empty()) info.set_tool_call_format(d.tool_call_format);
   for (const auto& [name, state] : model.initial_states) info.add_initial_states(name);
   if (!d.weight_dtype.empty()) {
     info.set_weight_dtype(d.weight_dtype);

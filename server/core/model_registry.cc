@@ -14,6 +14,7 @@
 #include "model/backend/torchscript_backend.h"
 #include "model/lm/language_model.h"
 #include "model/lm/model_package.h"
+#include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "server/metrics/metrics.h"
 #include "server/state/state_blob.h"
@@ -52,6 +53,7 @@ struct LoadedModel {
   std::unique_ptr<LmBackend> backend;
   std::unique_ptr<Tokenizer> tokenizer;
   ModelDescription description;
+  std::string chat_template_json;  // PackageInfo::chat_template_json
 };
 
 using Quantization = RegistryOptions::Quantization;
@@ -96,6 +98,7 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
   }
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
   loaded.backend = std::make_unique<NativeBackend>(std::move(model));
+  loaded.chat_template_json = package->info.chat_template_json;
   return loaded;
 }
 
@@ -127,6 +130,7 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
   d.state_bytes_per_sequence = (*backend)->bytes_per_row();
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
   loaded.backend = std::move(*backend);
+  loaded.chat_template_json = config.chat_template_json;
   return loaded;
 }
 
@@ -156,6 +160,42 @@ absl::StatusOr<LoadedModel> LoadWithBackend(const std::string& path, const torch
   return absl::InvalidArgumentError(absl::StrCat(
       native.status().message(),
       "; as a TorchScript model (--backend=torchscript): ", script.status().message()));
+}
+
+// The chat template `hosted` renders chats with: the package's (its
+// ChatTemplateConfig JSON, possibly empty), or --chat_template's in its
+// place; none leaves the package's chat_format.
+absl::Status AttachChatTemplate(const std::string& path, const std::string& json,
+                                const RegistryOptions& options, HostedModel* hosted) {
+  ChatTemplateConfig config;
+  if (!json.empty()) {
+    absl::StatusOr<ChatTemplateConfig> own = ChatTemplateConfig::FromJson(json);
+    if (!own.ok())
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", own.status().message()));
+    config = *std::move(own);
+  }
+  if (!options.chat_template.empty()) {
+    absl::StatusOr<ChatTemplateConfig> replaced =
+        OverrideChatTemplate(std::move(config), options.chat_template);
+    if (!replaced.ok()) return replaced.status();
+    config = *std::move(replaced);
+  }
+  ModelDescription& d = hosted->description;
+  d.clean_up_tokenization_spaces = config.clean_up_tokenization_spaces;
+  if (config.templates.empty()) return absl::OkStatus();
+  const std::string eos = config.eos_token;
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> chat =
+      ChatTemplate::Create(std::move(config));
+  if (!chat.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", chat.status().message()));
+  hosted->chat_template = *std::move(chat);
+  d.chat_template = hosted->chat_template->config().source;
+  d.tool_call_format = hosted->chat_template->tool_call_format();
+  if (!eos.empty()) {
+    std::vector<int64_t> ids = hosted->tokenizer->Encode(eos, /*add_special_tokens=*/false);
+    if (ids.size() == 1 && ids[0] != hosted->tokenizer->eos_id()) hosted->chat_stop_ids = ids;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
@@ -189,6 +229,11 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   d.device = device.str();
   d.backend = BackendKindName(loaded->backend->kind());
   hosted->tokenizer = std::move(loaded->tokenizer);
+  if (absl::Status chat =
+          AttachChatTemplate(path, loaded->chat_template_json, options, hosted.get());
+      !chat.ok()) {
+    return chat;
+  }
   // The request limits of this model: the server's, within its context.
   engine_options.limits.max_context = d.max_context;
   // A key/value cache grows with the context: its entries cost megabytes.

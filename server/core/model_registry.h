@@ -14,6 +14,7 @@
 #include "server/state/initial_states.h"
 
 namespace attn {
+class ChatTemplate;
 class Tokenizer;
 }  // namespace attn
 
@@ -41,6 +42,13 @@ struct ModelDescription {
   int64_t weight_bytes = 0;
   std::string fingerprint;            // which states it accepts (server/state/state_blob.h)
   std::string chat_format = "plain";  // the package's prompt format (model/text/chat_format.h)
+  // The model's own chat template (model/text/chat_template.h), which
+  // renders its chats instead of chat_format: where it came from
+  // ("tokenizer_config.json", "chat_template.jinja", --chat_template's file
+  // name; empty: none) and the tool-call format it writes ("" for none).
+  std::string chat_template;
+  std::string tool_call_format;
+  bool clean_up_tokenization_spaces = false;  // how /detokenize decodes (tokenizer_config.json)
 };
 
 struct HostedModel {
@@ -48,6 +56,10 @@ struct HostedModel {
   ~HostedModel();
   ModelDescription description;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const ChatTemplate> chat_template;  // null: description.chat_format
+  // Ids that end a reply rendered by chat_template: its eos_token's, when
+  // that is not the tokenizer's eos (a turn end such as <|im_end|>).
+  std::vector<int64_t> chat_stop_ids;
   InitialStates initial_states;  // by name (--initial_states)
   std::unique_ptr<Engine> engine;
 };
@@ -68,6 +80,9 @@ struct RegistryOptions {
   enum class Quantization { kNone, kInt8 };
   Quantization quantization = Quantization::kNone;
   std::map<std::string, Quantization> model_quantization;
+  // A Jinja chat template file every model renders chats with instead of
+  // its own (--chat_template); empty: each package's.
+  std::string chat_template;
   EngineOptions engine;
   // Which models get a state cache of engine.state_cache_bytes
   // (--state_cache): kRecurrent, those whose state does not grow with the

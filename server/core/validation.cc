@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
+#include "model/text/tool_calls.h"
 #include "server/state/state_blob.h"
 #include "util/field_error.h"
 #include "util/utf8.h"
@@ -56,7 +58,57 @@ absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t
   return absl::OkStatus();
 }
 
+std::string DetokenizeText(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
+                           bool clean_up_tokenization_spaces) {
+  std::string text = tokenizer.Decode(ids, /*keep_special_tokens=*/true);
+  return clean_up_tokenization_spaces ? CleanUpTokenizationSpaces(text) : text;
+}
+
+namespace {
+
+// The turns a built-in format renders: tool turns written Hermes-style,
+// then only system, user and assistant roles.
+absl::StatusOr<std::vector<ChatMessage>> ChatFormatTurns(const std::vector<ChatMessage>& messages,
+                                                         const std::string& tools_json) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return InvalidField(absl::StrCat("messages[", i, "].role"),
+                          absl::StrCat("\"", role, "\" is not system, user, assistant or tool"));
+    }
+  }
+  return HermesToolTurns(messages, tools_json);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ContinueChatFor(ChatFormat format,
+                                            const std::vector<ChatMessage>& messages,
+                                            const std::string& tools_json, bool reply_stopped) {
+  absl::StatusOr<std::vector<ChatMessage>> turns = ChatFormatTurns(messages, tools_json);
+  if (!turns.ok()) return turns.status();
+  return ContinueChat(format, *turns, reply_stopped);
+}
+
+absl::StatusOr<std::string> RenderChatFor(const ChatTemplate* chat_template, ChatFormat format,
+                                          const std::vector<ChatMessage>& messages,
+                                          const std::string& tools_json,
+                                          bool add_generation_prompt) {
+  if (chat_template == nullptr) {
+    absl::StatusOr<std::vector<ChatMessage>> turns = ChatFormatTurns(messages, tools_json);
+    if (!turns.ok()) return turns.status();
+    return RenderChat(format, *turns, add_generation_prompt);
+  }
+  absl::StatusOr<std::string> text =
+      chat_template->Render(messages, add_generation_prompt, tools_json);
+  // The template's refusals (raise_exception) and limits answer the
+  // conversation sent, as vLLM's 400 does.
+  if (!text.ok()) return InvalidField("messages", text.status().message());
+  return text;
+}
+
 absl::StatusOr<std::vector<int64_t>> TokenizeFor(const Tokenizer& tokenizer,
+                                                 const ChatTemplate* chat_template,
                                                  const std::string& chat_format,
                                                  const TokenizeInput& input) {
   const bool chat = !input.messages.empty();
@@ -66,16 +118,12 @@ absl::StatusOr<std::vector<int64_t>> TokenizeFor(const Tokenizer& tokenizer,
   }
   std::string text;
   if (chat) {
-    for (size_t i = 0; i < input.messages.size(); ++i) {
-      const std::string& role = input.messages[i].role;
-      if (role != "system" && role != "user" && role != "assistant") {
-        return InvalidField(absl::StrCat("messages[", i, "].role"),
-                            absl::StrCat("\"", role, "\" is not system, user or assistant"));
-      }
-    }
     ChatFormat format = ChatFormat::kPlain;
     ParseChatFormat(chat_format, &format);
-    text = RenderChat(format, input.messages, input.add_generation_prompt);
+    absl::StatusOr<std::string> rendered = RenderChatFor(
+        chat_template, format, input.messages, input.tools_json, input.add_generation_prompt);
+    if (!rendered.ok()) return rendered.status();
+    text = *std::move(rendered);
   } else {
     text = *input.text;
   }

@@ -22,8 +22,9 @@
 #include "server/state/initial_states.h"
 
 namespace attn {
+class ChatTemplate;
 class Tokenizer;
-}
+}  // namespace attn
 
 namespace attn::serving {
 
@@ -90,19 +91,43 @@ absl::StatusOr<EngineRequest> ToScoreRequest(const attn::v1::ScoreRequest& reque
 struct TokenizeInput {
   std::optional<std::string> text;
   std::vector<ChatMessage> messages;  // instead of text
+  std::string tools_json;             // with messages: a JSON array of function tools, or ""
   bool add_generation_prompt = true;  // with messages
   // Default: true for text, false for messages (the rendered chat already
   // starts as the model expects).
   std::optional<bool> add_special_tokens;
 };
 
-// The ids of `input` on `model`'s tokenizer and chat format: kInvalidArgument
-// naming "text" or "messages" when both or neither are given, text that is
-// not UTF-8, or a message's role ("messages[2].role") that is not system,
-// user or assistant.
+// The prompt text of a chat with `tools_json` (a JSON array of function
+// tools; empty for none): `chat_template`'s rendering when the model has
+// one (its own errors and refusals are kInvalidArgument naming "messages"),
+// else `format`'s, tools and tool turns written Hermes-style
+// (HermesToolTurns in model/text/tool_calls.h).
+absl::StatusOr<std::string> RenderChatFor(const ChatTemplate* chat_template, ChatFormat format,
+                                          const std::vector<ChatMessage>& messages,
+                                          const std::string& tools_json,
+                                          bool add_generation_prompt);
+
+// ContinueChat (chat_format.h) with tool turns written as RenderChatFor
+// writes them for a built-in format.
+absl::StatusOr<std::string> ContinueChatFor(ChatFormat format,
+                                            const std::vector<ChatMessage>& messages,
+                                            const std::string& tools_json, bool reply_stopped);
+
+// The ids of `input` on a model's tokenizer and chat template (null: none)
+// or format: kInvalidArgument naming "text" or "messages" when both or
+// neither are given, text that is not UTF-8, or what RenderChatFor refuses.
 absl::StatusOr<std::vector<int64_t>> TokenizeFor(const Tokenizer& tokenizer,
+                                                 const ChatTemplate* chat_template,
                                                  const std::string& chat_format,
                                                  const TokenizeInput& input);
+
+// The text of token ids as /detokenize gives it (vLLM's): special tokens
+// keep their text, and spaces before punctuation and contractions are
+// cleaned up when the model's tokenizer_config.json asks for it
+// (clean_up_tokenization_spaces).
+std::string DetokenizeText(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,
+                           bool clean_up_tokenization_spaces);
 
 // Token ids to detokenize: each must be in the vocabulary.
 absl::Status CheckTokenIds(const Tokenizer& tokenizer, const std::vector<int64_t>& ids,

@@ -35,6 +35,7 @@ ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t
   options.max_tokens = request.max_tokens;
   options.stop = request.stop;
   options.ignore_eos = request.ignore_eos;
+  options.stop_token_ids = request.stop_token_ids;
   options.context_limit = context_limit;
   options.sampling = request.sampling;
   return options;

@@ -119,6 +119,7 @@ struct EngineRequest {
   int64_t max_tokens = 0;       // generation; 0: limits.default_max_tokens
   SamplingOptions sampling;
   std::vector<std::string> stop;
+  std::vector<int64_t> stop_token_ids;  // end the sequence as eos does (ContinuationOptions)
   bool logprobs = false;
   bool ignore_eos = false;
   absl::Time deadline = absl::InfiniteFuture();

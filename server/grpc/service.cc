@@ -360,8 +360,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Tokenize(grpc::CallbackServerCo
     input.add_generation_prompt = request->add_generation_prompt();
   }
   if (request->has_add_special_tokens()) input.add_special_tokens = request->add_special_tokens();
-  absl::StatusOr<std::vector<int64_t>> ids =
-      TokenizeFor(*hosted.tokenizer, hosted.description.chat_format, input);
+  absl::StatusOr<std::vector<int64_t>> ids = TokenizeFor(
+      *hosted.tokenizer, hosted.chat_template.get(), hosted.description.chat_format, input);
   if (!ids.ok()) return Done(context, name, "Tokenize", ids.status());
   response->set_model(name);
   for (int64_t id : *ids) response->add_token_ids(id);
@@ -385,7 +385,8 @@ grpc::ServerUnaryReactor* TextGenerationService::Detokenize(
   absl::Status valid = CheckTokenIds(*(*model)->tokenizer, ids, "token_ids");
   if (!valid.ok()) return Done(context, name, "Detokenize", valid);
   response->set_model(name);
-  response->set_text((*model)->tokenizer->Decode(ids, /*keep_special_tokens=*/true));
+  response->set_text(DetokenizeText(*(*model)->tokenizer, ids,
+                                    (*model)->description.clean_up_tokenization_spaces));
   return Done(context, name, "Detokenize", absl::OkStatus());
 }
 

@@ -1,5 +1,6 @@
 #include "server/http/openai_request.h"
 
+#include <cctype>
 #include <set>
 
 #include "absl/strings/escaping.h"
@@ -13,7 +14,7 @@
 namespace attn::serving::http {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keys in the order sent: templates see them so
 
 // The fields each API takes; any other is refused by name.
 const std::set<std::string>& KnownFields(ApiKind kind) {
@@ -57,6 +58,9 @@ const std::set<std::string>& KnownFields(ApiKind kind) {
                                                       "frequency_penalty",
                                                       "logit_bias",
                                                       "response_format",
+                                                      "tools",
+                                                      "tool_choice",
+                                                      "parallel_tool_calls",
                                                       "attn_return_state",
                                                       "attn_state",
                                                       "attn_initial_state",
@@ -154,32 +158,88 @@ absl::StatusOr<std::string> Content(const Json& content, const std::string& fiel
   return text;
 }
 
+// An assistant message's tool_calls: [{"id", "type": "function",
+// "function": {"name", "arguments": a JSON string}}], with each call's
+// arguments parsed into the object a chat template expects.
+absl::StatusOr<Json> ToolCalls(const Json& calls, const std::string& field) {
+  if (!calls.is_array()) return InvalidField(field, "must be a list of tool calls");
+  Json out = Json::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const std::string call = absl::StrCat(field, "[", j, "]");
+    Json c = calls[j];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) {
+      return InvalidField(call, "must be an object with a function");
+    }
+    Json& function = c["function"];
+    if (!function.contains("name") || !function["name"].is_string()) {
+      return InvalidField(absl::StrCat(call, ".function.name"), "must be a string");
+    }
+    if (function.contains("arguments") && function["arguments"].is_string()) {
+      Json arguments = Json::parse(function["arguments"].get<std::string>(), nullptr, false);
+      if (arguments.is_discarded()) {
+        return InvalidField(absl::StrCat(call, ".function.arguments"), "is not JSON");
+      }
+      function["arguments"] = std::move(arguments);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// One message, its keys in the order sent; role and content also apart for
+// the built-in chat formats (a missing or null content is empty there).
+absl::StatusOr<ChatMessage> Message(const Json& m, const std::string& field) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    return InvalidField(field, "must be an object with a role");
+  }
+  ChatMessage message;
+  message.role = m["role"].get<std::string>();
+  if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
+  if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+      message.role != "tool") {
+    return InvalidField(absl::StrCat(field, ".role"),
+                        absl::StrCat(message.role, " is not system, user, assistant or tool"));
+  }
+  Json json = Json::object();
+  for (const auto& item : m.items()) {
+    const std::string key = absl::StrCat(field, ".", item.key());
+    if (item.key() == "role") {
+      json["role"] = message.role;
+    } else if (item.key() == "content" && !item.value().is_null()) {
+      absl::StatusOr<std::string> content = Content(item.value(), key);
+      if (!content.ok()) return content.status();
+      message.content = *content;
+      json["content"] = *std::move(content);
+    } else if (item.key() == "tool_calls" && !item.value().is_null()) {
+      if (message.role != "assistant") {
+        return InvalidField(key, "only assistant messages make tool calls");
+      }
+      absl::StatusOr<Json> calls = ToolCalls(item.value(), key);
+      if (!calls.ok()) return calls.status();
+      json["tool_calls"] = *std::move(calls);
+    } else if ((item.key() == "name" || item.key() == "tool_call_id") &&
+               !item.value().is_string()) {
+      return InvalidField(key, "must be a string");
+    } else {
+      json[item.key()] = item.value();  // as sent: null content, a client's own keys
+    }
+  }
+  if (!m.contains("content") && !json.contains("tool_calls")) {
+    return InvalidField(absl::StrCat(field, ".content"), "missing");
+  }
+  message.json = json.dump();
+  return message;
+}
+
 absl::Status ParseMessages(const Fields& f, OpenAiRequest* r) {
   if (!f.Has("messages") || !f["messages"].is_array() || f["messages"].empty()) {
     return InvalidField("messages", "must be a non-empty list of messages");
   }
   const Json& messages = f["messages"];
   for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string field = absl::StrCat("messages[", i, "]");
-    const Json& m = messages[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return InvalidField(field, "must be an object with a role");
-    }
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";  // OpenAI's newer name for it
-    if (role != "system" && role != "user" && role != "assistant") {
-      return InvalidField(absl::StrCat(field, ".role"),
-                          absl::StrCat(role, " is not system, user or assistant"));
-    }
-    for (const auto& item : m.items()) {
-      if (item.key() != "role" && item.key() != "content" && item.key() != "name") {
-        return InvalidField(absl::StrCat(field, ".", item.key()), "is not supported");
-      }
-    }
-    if (!m.contains("content")) return InvalidField(absl::StrCat(field, ".content"), "missing");
-    absl::StatusOr<std::string> content = Content(m["content"], absl::StrCat(field, ".content"));
-    if (!content.ok()) return content.status();
-    r->messages.push_back({role, *std::move(content)});
+    absl::StatusOr<ChatMessage> message = Message(messages[i], absl::StrCat("messages[", i, "]"));
+    if (!message.ok()) return message.status();
+    r->messages.push_back(*std::move(message));
   }
   return absl::OkStatus();
 }
@@ -240,6 +300,73 @@ absl::Status RefuseUnimplemented(const Fields& f, ApiKind kind) {
     }
   }
   return absl::OkStatus();
+}
+
+// OpenAI's rule for function names: 1 to 64 of [a-zA-Z0-9_-].
+bool IsFunctionName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description",
+// "parameters", "strict"}}], kept as JSON text for the chat template.
+absl::StatusOr<std::string> ToolList(const Json& tools) {
+  if (!tools.is_array() || tools.empty() || tools.size() > 128) {
+    return InvalidField("tools", "must be a list of 1 to 128 function tools");
+  }
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string field = absl::StrCat("tools[", i, "]");
+    const Json& tool = tools[i];
+    if (!tool.is_object() || tool.value("type", Json()) != "function") {
+      return InvalidField(absl::StrCat(field, ".type"), "only function tools are supported");
+    }
+    if (!tool.contains("function") || !tool["function"].is_object()) {
+      return InvalidField(absl::StrCat(field, ".function"), "must be an object");
+    }
+    const Json& function = tool["function"];
+    const Json name = function.value("name", Json());
+    if (!name.is_string() || !IsFunctionName(name.get<std::string>())) {
+      return InvalidField(absl::StrCat(field, ".function.name"),
+                          "must be 1 to 64 letters, digits, '_' or '-'");
+    }
+    if (function.contains("description") && !function["description"].is_string()) {
+      return InvalidField(absl::StrCat(field, ".function.description"), "must be a string");
+    }
+    if (function.contains("parameters") && !function["parameters"].is_object()) {
+      return InvalidField(absl::StrCat(field, ".function.parameters"),
+                          "must be a JSON Schema object");
+    }
+  }
+  return tools.dump();
+}
+
+// tools, tool_choice ("none" or "auto"; "required" and a named function
+// wait for constrained decoding) and parallel_tool_calls.
+absl::Status ParseTools(const Fields& f, OpenAiRequest* r) {
+  if (f.Has("tools")) {
+    absl::StatusOr<std::string> tools = ToolList(f["tools"]);
+    if (!tools.ok()) return tools.status();
+    r->tools_json = *std::move(tools);
+  }
+  if (f.Has("tool_choice")) {
+    const Json& choice = f["tool_choice"];
+    if (choice == "required" || choice.is_object()) {
+      return InvalidField("tool_choice",
+                          "\"required\" and a named function need constrained decoding, which "
+                          "this server does not have yet; use \"auto\" or \"none\"");
+    }
+    if (choice != "auto" && choice != "none") {
+      return InvalidField("tool_choice", "must be \"none\", \"auto\", \"required\" or a function");
+    }
+    r->tool_choice_none = choice == "none";
+    if (r->tools_json.empty() && !r->tool_choice_none) {
+      return InvalidField("tool_choice", "is only allowed when tools are given");
+    }
+  }
+  return f.Bool("parallel_tool_calls", &r->parallel_tool_calls);
 }
 
 absl::Status ParseExtensions(const Fields& f, OpenAiRequest* r) {
@@ -341,6 +468,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view
   const Fields f(json);
   if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
   for (absl::Status s : {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r),
+                         kind == ApiKind::kChat ? ParseTools(f, &r) : absl::OkStatus(),
                          ParseStop(f, &r), ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r),
                          RefuseUnimplemented(f, kind), ParseExtensions(f, &r)}) {
     if (!s.ok()) return s;
@@ -361,10 +489,23 @@ absl::StatusOr<std::vector<int64_t>> PromptOf(const OpenAiRequest& r, const Requ
     return PromptTokens(*target.tokenizer, r.prompt_text.has_value(), r.prompt_text.value_or(""),
                         r.prompt_ids, "prompt", "prompt", limit, !r.state);
   }
-  const std::string text = r.state
-                               ? ContinueChat(target.chat_format, r.messages, r.state_reply_stopped)
-                               : RenderChat(target.chat_format, r.messages);
-  return PromptTokens(*target.tokenizer, true, text, {}, "messages", "messages", limit, !r.state);
+  if (target.chat_template != nullptr && r.state) {
+    // A template renders whole conversations; the state cache finds the
+    // stored state of the turns a client sends again.
+    return InvalidField("attn_state",
+                        "this model renders chats with its chat template, which takes the whole "
+                        "conversation; send every message without attn_state (the server's "
+                        "state cache reuses the earlier turns)");
+  }
+  absl::StatusOr<std::string> text =
+      r.state
+          ? ContinueChatFor(target.chat_format, r.messages, r.tools_json, r.state_reply_stopped)
+          : RenderChatFor(target.chat_template, target.chat_format, r.messages, r.tools_json, true);
+  if (!text.ok()) return text.status();
+  // A template writes the special tokens the model expects (BOS) itself.
+  const bool add_special = target.chat_template == nullptr && !r.state;
+  return PromptTokens(*target.tokenizer, true, *text, {}, "messages", "messages", limit,
+                      add_special);
 }
 
 // The extensions' errors name their attn_ field.
@@ -383,7 +524,9 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
   base.prompt = *std::move(prompt);
   base.max_tokens = r.max_tokens.value_or(target.limits.default_max_tokens);
   base.stop = r.stop;
-  if (r.kind == ApiKind::kChat) {
+  if (r.kind == ApiKind::kChat && target.chat_template != nullptr) {
+    base.stop_token_ids = target.chat_stop_ids;
+  } else if (r.kind == ApiKind::kChat) {
     for (const std::string& stop : ChatStops(target.chat_format)) base.stop.push_back(stop);
   }
   base.sampling.temperature = r.temperature;
@@ -431,7 +574,9 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
   TokenizeRequest r;
   if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
   if (f.Has("tools")) {
-    return InvalidField("tools", "tool calling is not implemented yet; tokenize without tools");
+    absl::StatusOr<std::string> tools = ToolList(f["tools"]);
+    if (!tools.ok()) return tools.status();
+    r.input.tools_json = *std::move(tools);
   }
   if (f.Has("messages") == f.Has("prompt")) {
     return InvalidField("prompt", f.Has("prompt") ? "give prompt or messages, not both"

@@ -2,8 +2,9 @@
 // every field): the JSON body parsed and checked field by field, then made
 // into the engine's requests for a model, through the same checks as every
 // protocol (server/core/validation.h). A field the API does not know, or one it
-// knows but this server does not implement (tools, a response_format other
-// than text, echo, suffix, best_of above 1), is refused by name, never
+// knows but this server does not implement (a tool_choice of "required", a
+// response_format other than text, echo, suffix, best_of above 1), is
+// refused by name, never
 // ignored. Errors are kInvalidArgument in util/field_error.h's format,
 // "field: what is wrong", so the HTTP layer can name the field (the error
 // object's `param`).
@@ -35,6 +36,7 @@
 #include "server/state/initial_states.h"
 
 namespace attn {
+class ChatTemplate;
 class Tokenizer;
 }  // namespace attn
 
@@ -68,6 +70,12 @@ struct OpenAiRequest {
   double frequency_penalty = 0.0;
   std::vector<std::pair<int64_t, float>> logit_bias;
   std::string user;
+  // Tool calling (chat): the tools as a JSON array's text ("" for none),
+  // whether tool_choice is "none" (tools shown, calls not read), and
+  // parallel_tool_calls (false: the first call only).
+  std::string tools_json;
+  bool tool_choice_none = false;
+  bool parallel_tool_calls = true;
   // Extensions.
   bool return_state = false;
   std::optional<std::string> state;  // the blob's bytes
@@ -88,6 +96,10 @@ struct RequestTarget {
   const Tokenizer* tokenizer = nullptr;
   RequestLimits limits;
   ChatFormat chat_format = ChatFormat::kPlain;
+  // The model's chat template, which renders chats instead of chat_format
+  // (null: none), and the ids that end its replies (HostedModel).
+  const ChatTemplate* chat_template = nullptr;
+  std::vector<int64_t> chat_stop_ids;
   StateTarget state;                              // which states it accepts
   const InitialStates* initial_states = nullptr;  // by name; may be null
 };
@@ -101,9 +113,8 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
                                                             absl::Time deadline);
 
 // POST /tokenize (as vLLM names it): {"model", "prompt"} or {"model",
-// "messages", "add_generation_prompt"}, each with "add_special_tokens"
-// (default true for a prompt, false for messages). "tools" is refused
-// until tool calling is implemented.
+// "messages", "add_generation_prompt", "tools"}, each with
+// "add_special_tokens" (default true for a prompt, false for messages).
 struct TokenizeRequest {
   std::string model;
   TokenizeInput input;

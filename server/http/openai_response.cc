@@ -280,6 +280,42 @@ Json StateExtension(const ResponseContext& c, const ChoiceLog& choice) {
           {"tokens", choice.last.state_tokens}};
 }
 
+namespace {
+
+// "call_" and 24 random hex digits, as OpenAI's ids look.
+std::string NewToolCallId() {
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  return absl::StrCat("call_", absl::Hex(random(), absl::kZeroPad16),
+                      absl::Hex(random() >> 32, absl::kZeroPad8));
+}
+
+Json ToolCallObject(const ToolCall& call) {
+  return {{"id", NewToolCallId()},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+bool Blank(const std::string& text) {
+  return text.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+// A whole chat reply as OpenAI's message: its tool calls read out when the
+// request's tools ask for them; "tool_calls" then finishes it.
+Json ChatMessage(const ResponseContext& c, const ChoiceLog& choice, Json* finish_reason) {
+  Json message = {{"role", "assistant"}, {"content", choice.text}};
+  if (c.tool_calls == ToolCallFormat::kNone) return message;
+  ToolCallText parsed = ParseToolCalls(c.tool_calls, choice.text);
+  if (parsed.calls.empty()) return message;
+  if (!c.parallel_tool_calls) parsed.calls.resize(1);
+  message["content"] = Blank(parsed.content) ? Json(nullptr) : Json(parsed.content);
+  message["tool_calls"] = Json::array();
+  for (const ToolCall& call : parsed.calls) message["tool_calls"].push_back(ToolCallObject(call));
+  if (choice.last.finish_reason != FinishReason::kLength) *finish_reason = "tool_calls";
+  return message;
+}
+
+}  // namespace
+
 Json CompletionResponse(const ResponseContext& c, const std::vector<ChoiceLog>& choices) {
   Json out = Envelope(c, /*chunk=*/false);
   out["choices"] = Json::array();
@@ -289,7 +325,7 @@ Json CompletionResponse(const ResponseContext& c, const std::vector<ChoiceLog>& 
                   {"logprobs", Logprobs(c, choice.tokens, choice.logprobs, choice.top, 0)},
                   {"finish_reason", FinishName(choice.last.finish_reason)}};
     if (c.kind == ApiKind::kChat) {
-      entry["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      entry["message"] = ChatMessage(c, choice, &entry["finish_reason"]);
     } else {
       entry["text"] = choice.text;
     }
@@ -316,6 +352,46 @@ Json StreamChunk(const ResponseContext& c, int64_t index, const StreamEvent& eve
       Logprobs(c, event.token_ids, event.logprobs, event.top_logprobs, text_offset);
   choice["finish_reason"] = event.last ? Json(FinishName(event.finish_reason)) : Json(nullptr);
   out["choices"] = Json::array({choice});
+  return out;
+}
+
+std::string ToolCallChunks(const ResponseContext& c, int64_t index, const StreamEvent& event,
+                           ChoiceLog* log) {
+  if (log->tool_stream == nullptr)
+    log->tool_stream = std::make_shared<ToolCallStream>(c.tool_calls);
+  ToolCallText part = log->tool_stream->Push(event.text);
+  if (event.last) {
+    ToolCallText rest = log->tool_stream->Finish();
+    part.content += rest.content;
+    part.calls.insert(part.calls.end(), rest.calls.begin(), rest.calls.end());
+  }
+  if (!c.parallel_tool_calls && log->calls_sent + static_cast<int64_t>(part.calls.size()) > 1) {
+    part.calls.resize(log->calls_sent > 0 ? 0 : 1);
+  }
+  StreamEvent shown = event;
+  shown.text = part.content;
+  shown.last = event.last && part.calls.empty() && log->calls_sent == 0;
+  std::string out = ServerSentEvent(StreamChunk(c, index, shown, !log->started, log->text_bytes));
+  log->started = true;
+  for (const ToolCall& call : part.calls) {
+    Json head = ToolCallObject(call);
+    const std::string arguments = head["function"]["arguments"].get<std::string>();
+    head["function"]["arguments"] = "";
+    head["index"] = log->calls_sent++;
+    for (Json delta :
+         {head, Json{{"index", head["index"]}, {"function", {{"arguments", arguments}}}}}) {
+      Json chunk = StreamChunk(c, index, StreamEvent(), false, 0);
+      chunk["choices"][0]["delta"] = {{"tool_calls", Json::array({delta})}};
+      out += ServerSentEvent(chunk);
+    }
+  }
+  if (event.last && !shown.last) {  // the finish after the calls
+    Json chunk = StreamChunk(c, index, StreamEvent(), false, 0);
+    chunk["choices"][0]["delta"] = Json::object();
+    chunk["choices"][0]["finish_reason"] =
+        event.finish_reason == FinishReason::kLength ? "length" : "tool_calls";
+    out += ServerSentEvent(chunk);
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "attn/v1/text_generation.pb.h"
+#include "model/text/tool_calls.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/request_stream.h"
 #include "server/http/http_server.h"
@@ -51,6 +52,9 @@ struct ChoiceLog {
   // Streaming: whether a chunk went out, and the text's bytes so far.
   bool started = false;
   int64_t text_bytes = 0;
+  // Streaming with tool calls: the reply's reader and the calls sent.
+  std::shared_ptr<ToolCallStream> tool_stream;
+  int64_t calls_sent = 0;
   void Add(const StreamEvent& event);
 };
 
@@ -65,6 +69,11 @@ struct ResponseContext {
   const Tokenizer* tokenizer = nullptr;
   bool logprobs = false;
   bool include_usage = false;
+  // A chat with tools whose tool_choice is not "none": the format its
+  // replies' tool calls are read in (kNone: not read), and whether more
+  // than one call per reply goes back (parallel_tool_calls).
+  ToolCallFormat tool_calls = ToolCallFormat::kNone;
+  bool parallel_tool_calls = true;
 };
 ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
                                    const std::string& fingerprint, const Tokenizer& tokenizer,
@@ -79,6 +88,13 @@ nlohmann::ordered_json CompletionResponse(const ResponseContext& context,
 // choice's text stood before it (completions' logprobs).
 nlohmann::ordered_json StreamChunk(const ResponseContext& context, int64_t index,
                                    const StreamEvent& event, bool first, int64_t text_offset);
+
+// The chunks of a streamed chat choice when its tool calls are read: the
+// event's text up to where a call may begin, each completed call as two
+// OpenAI tool-call deltas (its id, type and name, then its arguments), and
+// with the last event the finish reason, "tool_calls" when calls went out.
+std::string ToolCallChunks(const ResponseContext& context, int64_t index, const StreamEvent& event,
+                           ChoiceLog* log);
 // The last chunk when include_usage: no choices, the usage of all of them.
 nlohmann::ordered_json UsageChunk(const ResponseContext& context,
                                   const std::vector<ChoiceLog>& choices);

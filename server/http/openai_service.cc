@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/model_registry.h"
@@ -96,6 +97,15 @@ class StreamingCall : public StreamSource {
  private:
   std::string Chunk(int64_t index, const StreamEvent& event) {
     ChoiceLog& log = logs_[index];
+    if (context_.tool_calls != ToolCallFormat::kNone) {
+      std::string out = ToolCallChunks(context_, index, event, &log);
+      log.text_bytes += static_cast<int64_t>(event.text.size());
+      if (event.last) {
+        log.done = true;
+        log.last = event;
+      }
+      return out;
+    }
     Json chunk = StreamChunk(context_, index, event, !log.started, log.text_bytes);
     log.started = true;
     log.text_bytes += static_cast<int64_t>(event.text.size());
@@ -180,10 +190,21 @@ RequestTarget TargetOf(const HostedModel& model) {
   target.tokenizer = model.tokenizer.get();
   target.limits = model.engine->options().limits;
   ParseChatFormat(model.description.chat_format, &target.chat_format);
+  target.chat_template = model.chat_template.get();
+  target.chat_stop_ids = model.chat_stop_ids;
   target.state = {model.description.name, model.description.fingerprint,
                   model.engine->state_budget_bytes()};
   target.initial_states = &model.initial_states;
   return target;
+}
+
+// The format a model's replies write tool calls in: its template's, or
+// Hermes-style for the built-in chat formats (HermesToolTurns).
+ToolCallFormat ToolCallFormatOf(const HostedModel& model) {
+  if (model.chat_template == nullptr) return ToolCallFormat::kHermes;
+  ToolCallFormat format = ToolCallFormat::kNone;
+  ParseToolCallFormat(model.chat_template->tool_call_format(), &format);
+  return format;
 }
 
 // When a request must be done: `timeout` from now, or sooner when the
@@ -304,7 +325,7 @@ void OpenAiService::Tokenize(const HttpRequest& request, std::shared_ptr<Reply> 
   if (model == nullptr) return;
   const ModelDescription& d = model->description;
   absl::StatusOr<std::vector<int64_t>> ids =
-      TokenizeFor(*model->tokenizer, d.chat_format, parsed.input);
+      TokenizeFor(*model->tokenizer, model->chat_template.get(), d.chat_format, parsed.input);
   if (!ids.ok()) return Refuse(reply, d.name, "Tokenize", ids.status());
   Json body = {{"tokens", *ids},
                {"count", ids->size()},
@@ -323,11 +344,9 @@ void OpenAiService::Detokenize(const HttpRequest& request, std::shared_ptr<Reply
   if (absl::Status valid = CheckTokenIds(tokenizer, parsed.tokens, "tokens"); !valid.ok()) {
     return Refuse(reply, name, "Detokenize", valid);
   }
-  // Special tokens keep their text, as vLLM's /detokenize does. The
-  // package records no clean_up_tokenization_spaces, so spaces stay as
-  // decoded.
-  reply->Send(
-      JsonReply(200, {{"prompt", tokenizer.Decode(parsed.tokens, /*keep_special_tokens=*/true)}}));
+  reply->Send(JsonReply(
+      200, {{"prompt", DetokenizeText(tokenizer, parsed.tokens,
+                                      model->description.clean_up_tokenization_spaces)}}));
   core_.Count(name, "Detokenize", absl::StatusCode::kOk, Protocol::kHttp);
 }
 
@@ -360,6 +379,10 @@ void OpenAiService::Generate(ApiKind kind, const HttpRequest& request,
   auto convert = [&r, kind, deadline](const HostedModel& model, ResponseContext* context) {
     *context = NewResponseContext(kind, model.description.name, model.description.fingerprint,
                                   *model.tokenizer, r.logprobs, r.include_usage);
+    if (!r.tools_json.empty() && !r.tool_choice_none) {
+      context->tool_calls = ToolCallFormatOf(model);
+      context->parallel_tool_calls = r.parallel_tool_calls;
+    }
     return ToEngineRequests(r, TargetOf(model), deadline);
   };
   if (!r.stream) {

@@ -3,12 +3,16 @@
 // into engine requests over a bytes tokenizer, as the HTTP API does. Every
 // body is refused with a status that names a field, or becomes one engine
 // request per choice within the limits; the error object is built for
-// every refusal. The same body as a /tokenize and a /detokenize request:
-// refused by field, or tokenized (its ids valid) and detokenized.
+// every refusal. A chat is made into engine requests twice: in the plain
+// format (tools written Hermes-style) and through a chat template that
+// renders every message key, tools and tool calls. The same body as a
+// /tokenize and a /detokenize request: refused by field, or tokenized (its
+// ids valid) and detokenized.
 #include <cstdint>
 #include <string>
 
 #include "absl/time/clock.h"
+#include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
@@ -18,6 +22,24 @@ namespace {
 const attn::Tokenizer& Bytes() {
   static const auto* tokenizer = new attn::Tokenizer(*attn::Tokenizer::Bytes(300, 256));
   return *tokenizer;
+}
+
+// A template that touches what a request can carry: every key of every
+// message, tool calls' parsed arguments, the tools.
+const attn::ChatTemplate& Template() {
+  static const auto* chat = [] {
+    attn::ChatTemplateConfig config;
+    config.source = "fuzz.jinja";
+    config.templates["default"] =
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content if m.content is string else '' }}"
+        "{% for k, v in m.items() %}{{ k }}={{ v | tojson }};{% endfor %}"
+        "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}"
+        "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% endfor %}"
+        "{% if tools %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% endif %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+    return new std::shared_ptr<const attn::ChatTemplate>(*attn::ChatTemplate::Create(config));
+  }();
+  return **chat;
 }
 
 void CheckRefusal(const absl::Status& status) {
@@ -33,6 +55,23 @@ void CheckRefusal(const absl::Status& status) {
   if (status.message().empty()) __builtin_trap();
   const auto error = attn::serving::http::ErrorObject(status);
   if (!error["error"]["message"].is_string()) __builtin_trap();
+}
+
+// Engine requests from a parsed body on `target`: one per choice, within
+// the limits, or a refusal that names a field.
+void CheckConversion(const attn::serving::http::OpenAiRequest& parsed,
+                     const attn::serving::http::RequestTarget& target) {
+  auto requests = ToEngineRequests(parsed, target, absl::InfiniteFuture());
+  if (!requests.ok()) return CheckRefusal(requests.status());
+  if (static_cast<int64_t>(requests->size()) != parsed.n) __builtin_trap();
+  for (const attn::serving::EngineRequest& r : *requests) {
+    const auto prompt = static_cast<int64_t>(r.prompt.size());
+    if (prompt < 1 || prompt > target.limits.max_prompt_tokens) __builtin_trap();
+    for (int64_t id : r.prompt) {
+      if (!Bytes().IsValidId(id)) __builtin_trap();
+    }
+    if (r.max_tokens < 1 || r.max_tokens > target.limits.max_tokens) __builtin_trap();
+  }
 }
 
 }  // namespace
@@ -53,24 +92,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     if (parsed->n < 1 || parsed->n > kMaxChoices) __builtin_trap();
-    auto requests = ToEngineRequests(*parsed, target, absl::InfiniteFuture());
-    if (!requests.ok()) {
-      CheckRefusal(requests.status());
-      continue;
+    for (const attn::ChatTemplate* chat : {static_cast<const attn::ChatTemplate*>(nullptr),
+                                           kind == ApiKind::kChat ? &Template() : nullptr}) {
+      if (chat == nullptr && target.chat_template != nullptr) continue;
+      target.chat_template = chat;
+      CheckConversion(*parsed, target);
     }
-    if (static_cast<int64_t>(requests->size()) != parsed->n) __builtin_trap();
-    for (const attn::serving::EngineRequest& r : *requests) {
-      const auto prompt = static_cast<int64_t>(r.prompt.size());
-      if (prompt < 1 || prompt > target.limits.max_prompt_tokens) __builtin_trap();
-      for (int64_t id : r.prompt) {
-        if (!Bytes().IsValidId(id)) __builtin_trap();
-      }
-      if (r.max_tokens < 1 || r.max_tokens > target.limits.max_tokens) __builtin_trap();
-    }
+    target.chat_template = nullptr;
   }
   if (auto tokenize = ParseTokenizeRequest(body); !tokenize.ok()) {
     CheckRefusal(tokenize.status());
-  } else if (auto ids = attn::serving::TokenizeFor(Bytes(), "plain", tokenize->input); !ids.ok()) {
+  } else if (auto ids = attn::serving::TokenizeFor(Bytes(), &Template(), "plain", tokenize->input);
+             !ids.ok()) {
     CheckRefusal(ids.status());
   } else {
     for (int64_t id : *ids) {

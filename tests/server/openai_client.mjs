@@ -155,9 +155,14 @@ check("errors carry status, type and param", async () => {
   assert.equal(e.type, "invalid_request_error");
   e = await refusal(client.chat.completions.create({
     model: MODEL, messages, tools: [{ type: "function", function: { name: "f" } }],
+    tool_choice: "required",
   }));
   assert.equal(e.status, 400);
-  assert.equal(e.param, "tools");
+  assert.equal(e.param, "tool_choice");
+  e = await refusal(client.chat.completions.create({
+    model: MODEL, messages, tools: [{ type: "function", function: { name: "no spaces" } }],
+  }));
+  assert.equal(e.param, "tools[0].function.name");
   e = await refusal(client.chat.completions.create({
     model: MODEL, messages, response_format: { type: "json_object" },
   }));
@@ -168,10 +173,10 @@ check("errors carry status, type and param", async () => {
   e = await refusal(client.completions.create({ model: MODEL, prompt: [1, 2, 10 ** 9] }));
   assert.equal(e.param, "prompt[2]");
   e = await refusal(client.chat.completions.create({
-    model: MODEL, messages: [{ role: "tool", content: "x", tool_call_id: "1" }],
+    model: MODEL, messages: [{ role: "function", content: "x", name: "f" }],
   }));
   assert.equal(e.status, 400);
-  assert.ok(e.param.startsWith("messages[0]"), e.param);
+  assert.equal(e.param, "messages[0].role");
 });
 
 check("API keys", async () => {

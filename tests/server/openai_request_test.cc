@@ -103,7 +103,7 @@ TEST(OpenAiRequestTest, WhatIsNotImplementedIsRefusedByName) {
                 R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")),
             "messages[0].content[0].type");
   EXPECT_EQ(ParamOf(ParseOpenAiRequest(ApiKind::kChat,
-                                       R"({"messages": [{"role": "tool", "content": "x"}]})")),
+                                       R"({"messages": [{"role": "function", "content": "x"}]})")),
             "messages[0].role");
   EXPECT_EQ(
       ParamOf(ParseOpenAiRequest(
