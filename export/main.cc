@@ -96,7 +96,10 @@ absl::Status RecordChatTemplate(const std::string& input, attn::ModelPackage* pa
   if (config->empty()) return absl::OkStatus();
   package->info.chat_template_json = config->ToJson();
   if (!config->templates.empty()) {
-    const std::string format = attn::DetectToolCallFormat(config->templates.begin()->second);
+    absl::StatusOr<std::shared_ptr<const attn::ChatTemplate>> chat =
+        attn::ChatTemplate::Create(*config);
+    if (!chat.ok()) return chat.status();
+    const std::string& format = (*chat)->tool_call_format();
     std::cerr << "attn-export: chat template from " << config->source
               << (format.empty() ? "" : ", tool calls in the " + format + " format") << "\n";
   }

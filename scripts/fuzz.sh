@@ -16,7 +16,7 @@ targets=("$@")
                                      fuzz_model_package fuzz_package_contents
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
                                      fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config
-                                     fuzz_chat_template fuzz_tool_calls)
+                                     fuzz_chat_template fuzz_tool_calls fuzz_tokenizer_config)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"
@@ -45,6 +45,7 @@ target_options() {
 target_seeds() {
   case $1 in
     fuzz_chat_template) echo "tests/data/chat_templates" ;;
+    fuzz_tokenizer_config) echo "tests/data/tokenizers/qwen3 tests/data/tokenizers/deepseek-v3" ;;
   esac
 }
 target_asan_options() {

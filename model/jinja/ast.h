@@ -20,7 +20,7 @@ struct Expr {
   enum class Kind {
     kLiteral,    // value
     kName,       // name
-    kList,       // args: the items; negated: a tuple
+    kList,       // args: the items (a tuple when `tuple`)
     kDict,       // args: key, value, key, value ...
     kAttribute,  // args[0].name
     kItem,       // args[0][args[1]]
@@ -37,7 +37,8 @@ struct Expr {
   int line = 0;
   Value value;
   std::string name;
-  bool negated = false;
+  bool negated = false;  // kTest: `is not`
+  bool tuple = false;    // kList: written (a, b)
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   std::vector<std::string> ops;

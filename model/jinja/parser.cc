@@ -62,7 +62,7 @@ class ExprParser {
     ASSIGN_OR_RETURN_EXPR(first, Expression(with_condition));
     if (!IsOp(",")) return first;
     auto list = MakeExpr(Expr::Kind::kList, line);
-    list->negated = true;  // a tuple
+    list->tuple = true;
     list->args.push_back(std::move(first));
     while (IsOp(",")) {
       ++pos_;
@@ -258,7 +258,7 @@ absl::StatusOr<ExprPtr> ExprParser::Primary() {
     if (IsOp(")")) {
       ++pos_;
       auto empty = MakeExpr(Expr::Kind::kList, t.line);
-      empty->negated = true;  // ()
+      empty->tuple = true;
       return empty;
     }
     ASSIGN_OR_RETURN_EXPR(inner, Tuple(true));

@@ -329,10 +329,7 @@ absl::StatusOr<Value> Renderer::CallMacro(const Node& node, CallArgs& args) {
 }
 
 absl::Status UndefinedError(const Expr& e) {
-  if (e.kind == Expr::Kind::kName) {
-    return absl::InvalidArgumentError(absl::StrCat("'", e.name, "' is undefined"));
-  }
-  if (e.kind == Expr::Kind::kAttribute) {
+  if (e.kind == Expr::Kind::kName || e.kind == Expr::Kind::kAttribute) {
     return absl::InvalidArgumentError(absl::StrCat("'", e.name, "' is undefined"));
   }
   return absl::InvalidArgumentError("a value is undefined");
@@ -353,7 +350,7 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e, const Frame& frame) {
         if (!v.ok()) return v;
         items.push_back(std::move(*v));
       }
-      if (e.kind == Expr::Kind::kList) return Value::MakeList(std::move(items), e.negated);
+      if (e.kind == Expr::Kind::kList) return Value::MakeList(std::move(items), e.tuple);
       Dict entries;
       for (size_t i = 0; i + 1 < items.size(); i += 2) {
         if (!items[i].is_string()) return absl::InvalidArgumentError("dict keys must be strings");

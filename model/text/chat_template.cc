@@ -56,6 +56,12 @@ absl::Status ConfigTemplates(const Json& value, const std::string& path,
   return absl::OkStatus();
 }
 
+// clean_up_tokenization_spaces when it is a boolean; false otherwise.
+bool CleanUpFlag(const Json& json) {
+  const auto flag = json.find("clean_up_tokenization_spaces");
+  return flag != json.end() && flag->is_boolean() && flag->get<bool>();
+}
+
 // Every template parses, or the error names `where` and the line.
 absl::Status CheckTemplates(const ChatTemplateConfig& config, const std::string& where) {
   for (const auto& [name, text] : config.templates) {
@@ -100,8 +106,27 @@ absl::StatusOr<ChatTemplateConfig> ChatTemplateConfig::FromJson(const std::strin
   config.source = text_of("source");
   config.bos_token = text_of("bos_token");
   config.eos_token = text_of("eos_token");
-  config.clean_up_tokenization_spaces = json.value("clean_up_tokenization_spaces", false);
+  config.clean_up_tokenization_spaces = CleanUpFlag(json);
   if (absl::Status s = CheckTemplates(config, "chat_template"); !s.ok()) return s;
+  return config;
+}
+
+absl::StatusOr<ChatTemplateConfig> ParseTokenizerConfig(const std::string& text,
+                                                        const std::string& path) {
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  ChatTemplateConfig config;
+  config.bos_token = TokenText(json, "bos_token");
+  config.eos_token = TokenText(json, "eos_token");
+  config.clean_up_tokenization_spaces = CleanUpFlag(json);
+  if (json.contains("chat_template") && !json["chat_template"].is_null()) {
+    if (absl::Status s = ConfigTemplates(json["chat_template"], path, &config.templates); !s.ok()) {
+      return s;
+    }
+    config.source = "tokenizer_config.json";
+  }
   return config;
 }
 
@@ -113,23 +138,9 @@ absl::StatusOr<ChatTemplateConfig> ReadChatTemplate(const std::string& dir,
   if (!dir.empty() && fs::exists(config_path, error)) {
     absl::StatusOr<std::string> text = ReadText(config_path);
     if (!text.ok()) return text.status();
-    Json json = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded() || !json.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a JSON object"));
-    }
-    config.bos_token = TokenText(json, "bos_token");
-    config.eos_token = TokenText(json, "eos_token");
-    if (json.contains("clean_up_tokenization_spaces") &&
-        json["clean_up_tokenization_spaces"].is_boolean()) {
-      config.clean_up_tokenization_spaces = json["clean_up_tokenization_spaces"].get<bool>();
-    }
-    if (json.contains("chat_template") && !json["chat_template"].is_null()) {
-      if (absl::Status s = ConfigTemplates(json["chat_template"], config_path, &config.templates);
-          !s.ok()) {
-        return s;
-      }
-      config.source = "tokenizer_config.json";
-    }
+    absl::StatusOr<ChatTemplateConfig> parsed = ParseTokenizerConfig(*text, config_path);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
   }
   const std::string jinja_path = (fs::path(dir) / "chat_template.jinja").string();
   if (!dir.empty() && override_file.empty() && fs::exists(jinja_path, error)) {

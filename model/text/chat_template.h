@@ -43,6 +43,12 @@ struct ChatTemplateConfig {
   static absl::StatusOr<ChatTemplateConfig> FromJson(const std::string& json);
 };
 
+// What a tokenizer_config.json's `text` says of chats (its template, the
+// special tokens, the clean-up flag); errors name `path`. Its templates are
+// not parsed here.
+absl::StatusOr<ChatTemplateConfig> ParseTokenizerConfig(const std::string& text,
+                                                        const std::string& path);
+
 // The template files of a Hugging Face directory `dir` (tokenizer_config.json,
 // chat_template.jinja; neither is required: an empty config), or of
 // `override_file` when not empty, which then supplies the template and

@@ -301,7 +301,7 @@ bool Blank(const std::string& text) {
 
 // A whole chat reply as OpenAI's message: its tool calls read out when the
 // request's tools ask for them; "tool_calls" then finishes it.
-Json ChatMessage(const ResponseContext& c, const ChoiceLog& choice, Json* finish_reason) {
+Json ReplyMessage(const ResponseContext& c, const ChoiceLog& choice, Json* finish_reason) {
   Json message = {{"role", "assistant"}, {"content", choice.text}};
   if (c.tool_calls == ToolCallFormat::kNone) return message;
   ToolCallText parsed = ParseToolCalls(c.tool_calls, choice.text);
@@ -325,7 +325,7 @@ Json CompletionResponse(const ResponseContext& c, const std::vector<ChoiceLog>& 
                   {"logprobs", Logprobs(c, choice.tokens, choice.logprobs, choice.top, 0)},
                   {"finish_reason", FinishName(choice.last.finish_reason)}};
     if (c.kind == ApiKind::kChat) {
-      entry["message"] = ChatMessage(c, choice, &entry["finish_reason"]);
+      entry["message"] = ReplyMessage(c, choice, &entry["finish_reason"]);
     } else {
       entry["text"] = choice.text;
     }
@@ -355,8 +355,8 @@ Json StreamChunk(const ResponseContext& c, int64_t index, const StreamEvent& eve
   return out;
 }
 
-std::string ToolCallChunks(const ResponseContext& c, int64_t index, const StreamEvent& event,
-                           ChoiceLog* log) {
+std::vector<Json> ToolCallChunks(const ResponseContext& c, int64_t index, const StreamEvent& event,
+                                 ChoiceLog* log) {
   if (log->tool_stream == nullptr)
     log->tool_stream = std::make_shared<ToolCallStream>(c.tool_calls);
   ToolCallText part = log->tool_stream->Push(event.text);
@@ -371,8 +371,7 @@ std::string ToolCallChunks(const ResponseContext& c, int64_t index, const Stream
   StreamEvent shown = event;
   shown.text = part.content;
   shown.last = event.last && part.calls.empty() && log->calls_sent == 0;
-  std::string out = ServerSentEvent(StreamChunk(c, index, shown, !log->started, log->text_bytes));
-  log->started = true;
+  std::vector<Json> out = {StreamChunk(c, index, shown, !log->started, log->text_bytes)};
   for (const ToolCall& call : part.calls) {
     Json head = ToolCallObject(call);
     const std::string arguments = head["function"]["arguments"].get<std::string>();
@@ -382,7 +381,7 @@ std::string ToolCallChunks(const ResponseContext& c, int64_t index, const Stream
          {head, Json{{"index", head["index"]}, {"function", {{"arguments", arguments}}}}}) {
       Json chunk = StreamChunk(c, index, StreamEvent(), false, 0);
       chunk["choices"][0]["delta"] = {{"tool_calls", Json::array({delta})}};
-      out += ServerSentEvent(chunk);
+      out.push_back(std::move(chunk));
     }
   }
   if (event.last && !shown.last) {  // the finish after the calls
@@ -390,7 +389,7 @@ std::string ToolCallChunks(const ResponseContext& c, int64_t index, const Stream
     chunk["choices"][0]["delta"] = Json::object();
     chunk["choices"][0]["finish_reason"] =
         event.finish_reason == FinishReason::kLength ? "length" : "tool_calls";
-    out += ServerSentEvent(chunk);
+    out.push_back(std::move(chunk));
   }
   return out;
 }

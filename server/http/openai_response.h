@@ -92,9 +92,10 @@ nlohmann::ordered_json StreamChunk(const ResponseContext& context, int64_t index
 // The chunks of a streamed chat choice when its tool calls are read: the
 // event's text up to where a call may begin, each completed call as two
 // OpenAI tool-call deltas (its id, type and name, then its arguments), and
-// with the last event the finish reason, "tool_calls" when calls went out.
-std::string ToolCallChunks(const ResponseContext& context, int64_t index, const StreamEvent& event,
-                           ChoiceLog* log);
+// with the last event the finish reason, "tool_calls" when calls went out
+// (on the last chunk).
+std::vector<nlohmann::ordered_json> ToolCallChunks(const ResponseContext& context, int64_t index,
+                                                   const StreamEvent& event, ChoiceLog* log);
 // The last chunk when include_usage: no choices, the usage of all of them.
 nlohmann::ordered_json UsageChunk(const ResponseContext& context,
                                   const std::vector<ChoiceLog>& choices);

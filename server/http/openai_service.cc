@@ -97,26 +97,22 @@ class StreamingCall : public StreamSource {
  private:
   std::string Chunk(int64_t index, const StreamEvent& event) {
     ChoiceLog& log = logs_[index];
-    if (context_.tool_calls != ToolCallFormat::kNone) {
-      std::string out = ToolCallChunks(context_, index, event, &log);
-      log.text_bytes += static_cast<int64_t>(event.text.size());
-      if (event.last) {
-        log.done = true;
-        log.last = event;
-      }
-      return out;
-    }
-    Json chunk = StreamChunk(context_, index, event, !log.started, log.text_bytes);
+    std::vector<Json> chunks =
+        context_.tool_calls != ToolCallFormat::kNone
+            ? ToolCallChunks(context_, index, event, &log)
+            : std::vector<Json>{StreamChunk(context_, index, event, !log.started, log.text_bytes)};
     log.started = true;
     log.text_bytes += static_cast<int64_t>(event.text.size());
     if (event.last) {
       log.done = true;
       log.last = event;
       if (Json state = StateExtension(context_, log); !state.is_null()) {
-        chunk["choices"][0]["attn_state"] = std::move(state);
+        chunks.back()["choices"][0]["attn_state"] = std::move(state);
       }
     }
-    return ServerSentEvent(chunk);
+    std::string out;
+    for (const Json& chunk : chunks) out += ServerSentEvent(chunk);
+    return out;
   }
 
   const std::unique_ptr<Call> call_;
