@@ -16,7 +16,8 @@ targets=("$@")
                                      fuzz_model_package fuzz_package_contents
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
                                      fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config
-                                     fuzz_chat_template fuzz_tool_calls fuzz_tokenizer_config)
+                                     fuzz_chat_template fuzz_tool_calls fuzz_tokenizer_config
+                                     fuzz_responses_request)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"

@@ -67,6 +67,12 @@ ABSL_FLAG(absl::Duration, state_store_ttl, Defaults().state_store.ttl,
           "How long a state stays in the shared tier after it is written.");
 ABSL_FLAG(absl::Duration, state_store_timeout, Defaults().state_store.timeout,
           "A shared-tier lookup's budget; past it the request prefills without it.");
+ABSL_FLAG(absl::Duration, response_ttl, Defaults().responses.ttl,
+          "How long a stored response of /v1/responses (store: true) stays retrievable and "
+          "continuable by previous_response_id.");
+ABSL_FLAG(int64_t, response_store_bytes, Defaults().responses.capacity_bytes,
+          "Memory for stored responses in this process; past it the oldest go first (with "
+          "--state_store they stay in Redis until --response_ttl).");
 ABSL_FLAG(std::string, tls_cert, Defaults().tls.cert,
           "PEM certificate chain: serve gRPC and HTTP over TLS.");
 ABSL_FLAG(std::string, tls_key, Defaults().tls.key, "PEM private key of --tls_cert.");
@@ -169,6 +175,8 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.state_store.url = absl::GetFlag(FLAGS_state_store);
   options.state_store.ttl = absl::GetFlag(FLAGS_state_store_ttl);
   options.state_store.timeout = absl::GetFlag(FLAGS_state_store_timeout);
+  options.responses.ttl = absl::GetFlag(FLAGS_response_ttl);
+  options.responses.capacity_bytes = absl::GetFlag(FLAGS_response_store_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);

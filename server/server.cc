@@ -10,6 +10,7 @@
 #include "server/core/access.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_service.h"
+#include "server/http/responses_service.h"
 #include "server/metrics/metrics.h"
 #include "server/state/redis_state_store.h"
 
@@ -103,16 +104,30 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     health->SetServingStatus(model->description.name, true);
   }
   if (options.http_port >= 0) {
-    server->openai_ = std::make_unique<http::OpenAiService>(*server->core_, server->metrics_.get(),
-                                                            options.http_timeout);
-    server->http_ = std::make_unique<http::HttpServer>();
-    server->openai_->AddRoutes(*server->http_);
-    auto bound = server->http_->Start(HttpOptions(options.host, options.http_port,
-                                                  options.tls.enabled() ? &options.tls : nullptr));
-    if (!bound.ok()) return PortError(bound.status(), "--http_port");
-    server->http_port_ = *bound;
+    if (absl::Status http = server->StartHttp(); !http.ok()) return http;
   }
   return server;
+}
+
+absl::Status InferenceServer::StartHttp() {
+  const ServerOptions& options = options_;
+  openai_ = std::make_unique<http::OpenAiService>(*core_, metrics_.get(), options.http_timeout);
+  http_ = std::make_unique<http::HttpServer>();
+  openai_->AddRoutes(*http_);
+  // Stored responses live in the state tier's Redis, when there is one.
+  ResponseStoreOptions responses = options.responses;
+  responses.redis_url = options.state_store.url;
+  auto store = ResponseStore::Start(responses, metrics_->AddResponseStore());
+  if (!store.ok()) return store.status();
+  responses_ = *std::move(store);
+  responses_api_ =
+      std::make_unique<http::ResponsesService>(*core_, *responses_, options.http_timeout);
+  responses_api_->AddRoutes(*http_);
+  auto bound = http_->Start(
+      HttpOptions(options.host, options.http_port, options.tls.enabled() ? &options.tls : nullptr));
+  if (!bound.ok()) return PortError(bound.status(), "--http_port");
+  http_port_ = *bound;
+  return absl::OkStatus();
 }
 
 void InferenceServer::Shutdown() {

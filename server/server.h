@@ -10,6 +10,7 @@
 #include "server/core/model_registry.h"
 #include "server/core/tls.h"
 #include "server/grpc/service.h"
+#include "server/state/response_store.h"
 #include "server/state/state_store.h"
 
 namespace grpc {
@@ -18,6 +19,7 @@ class Server;
 namespace attn::serving::http {
 class HttpServer;
 class OpenAiService;
+class ResponsesService;
 }  // namespace attn::serving::http
 
 namespace attn::serving {
@@ -41,6 +43,8 @@ struct ServerOptions {
   absl::Duration http_timeout = absl::Seconds(600);
   RegistryOptions registry;       // models, device, engine options and request limits
   StateStoreOptions state_store;  // the shared state tier; no URL: none
+  // The Responses API's stored responses; their Redis is the state tier's.
+  ResponseStoreOptions responses;
   absl::Duration shutdown_grace = absl::Seconds(30);
 };
 
@@ -64,6 +68,8 @@ class InferenceServer {
 
  private:
   InferenceServer() = default;
+  // The HTTP API (OpenAI's endpoints and the Responses API) on --http_port.
+  absl::Status StartHttp();
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<StateStore> state_store_;  // outlives the engines that use it
@@ -75,6 +81,10 @@ class InferenceServer {
   std::unique_ptr<TextGenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::OpenAiService> openai_;
+  std::unique_ptr<http::ResponsesService> responses_api_;
+  // After the service that uses it, so it goes first: its thread's last
+  // callbacks (refusals) still find the service.
+  std::unique_ptr<ResponseStore> responses_;
   // Declared last, destroyed first: their connections hold streams and
   // count in metrics.
   std::unique_ptr<http::HttpServer> metrics_http_;

@@ -1,5 +1,6 @@
 #include "server/http/openai_request.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -9,12 +10,11 @@
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/validation.h"
+#include "server/http/json_fields.h"
 #include "util/field_error.h"
 
 namespace attn::serving::http {
 namespace {
-
-using Json = nlohmann::ordered_json;  // keys in the order sent: templates see them so
 
 // The fields each API takes; any other is refused by name.
 const std::set<std::string>& KnownFields(ApiKind kind) {
@@ -68,51 +68,6 @@ const std::set<std::string>& KnownFields(ApiKind kind) {
   return kind == ApiKind::kChat ? *chat : *completions;
 }
 
-// Reads a present, non-null field with `read`; absent or null leaves the
-// default.
-class Fields {
- public:
-  explicit Fields(const Json& json) : json_(json) {}
-  bool Has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
-  const Json& operator[](const char* key) const { return json_[key]; }
-
-  absl::Status Number(const char* key, double lo, double hi, double* out) const {
-    if (!Has(key)) return absl::OkStatus();
-    if (!json_[key].is_number()) return InvalidField(key, "must be a number");
-    const double value = json_[key].get<double>();
-    if (!(value >= lo && value <= hi)) {
-      return InvalidField(key, absl::StrCat(value, " is outside [", lo, ", ", hi, "]"));
-    }
-    *out = value;
-    return absl::OkStatus();
-  }
-  absl::Status Integer(const char* key, int64_t lo, int64_t hi, int64_t* out) const {
-    if (!Has(key)) return absl::OkStatus();
-    if (!json_[key].is_number_integer()) return InvalidField(key, "must be an integer");
-    const int64_t value = json_[key].get<int64_t>();
-    if (value < lo || value > hi) {
-      return InvalidField(key, absl::StrCat(value, " is outside [", lo, ", ", hi, "]"));
-    }
-    *out = value;
-    return absl::OkStatus();
-  }
-  absl::Status Bool(const char* key, bool* out) const {
-    if (!Has(key)) return absl::OkStatus();
-    if (!json_[key].is_boolean()) return InvalidField(key, "must be true or false");
-    *out = json_[key].get<bool>();
-    return absl::OkStatus();
-  }
-  absl::Status String(const char* key, std::string* out) const {
-    if (!Has(key)) return absl::OkStatus();
-    if (!json_[key].is_string()) return InvalidField(key, "must be a string");
-    *out = json_[key].get<std::string>();
-    return absl::OkStatus();
-  }
-
- private:
-  const Json& json_;
-};
-
 absl::Status ParsePrompt(const Fields& f, OpenAiRequest* r) {
   if (!f.Has("prompt")) return InvalidField("prompt", "missing");
   const Json& prompt = f["prompt"];
@@ -132,30 +87,6 @@ absl::Status ParsePrompt(const Fields& f, OpenAiRequest* r) {
   }
   if (r->prompt_ids.empty()) return InvalidField("prompt", "is empty");
   return absl::OkStatus();
-}
-
-// A message's content: a string, or a list of text parts.
-absl::StatusOr<std::string> Content(const Json& content, const std::string& field) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return InvalidField(field, "must be a string or a list of text parts");
-  std::string text;
-  for (size_t j = 0; j < content.size(); ++j) {
-    const std::string part = absl::StrCat(field, "[", j, "]");
-    const Json& p = content[j];
-    if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
-      return InvalidField(part, "must be an object with a type");
-    }
-    if (p["type"] != "text") {
-      return InvalidField(
-          absl::StrCat(part, ".type"),
-          absl::StrCat(p["type"].get<std::string>(), " parts are not supported; only text"));
-    }
-    if (!p.contains("text") || !p["text"].is_string()) {
-      return InvalidField(absl::StrCat(part, ".text"), "must be a string");
-    }
-    text += p["text"].get<std::string>();
-  }
-  return text;
 }
 
 // An assistant message's tool_calls: [{"id", "type": "function",
@@ -188,7 +119,9 @@ absl::StatusOr<Json> ToolCalls(const Json& calls, const std::string& field) {
 
 // One message, its keys in the order sent; role and content also apart for
 // the built-in chat formats (a missing or null content is empty there).
-absl::StatusOr<ChatMessage> Message(const Json& m, const std::string& field) {
+}  // namespace
+
+absl::StatusOr<ChatMessage> ParseChatMessage(const Json& m, const std::string& field) {
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
     return InvalidField(field, "must be an object with a role");
   }
@@ -206,7 +139,7 @@ absl::StatusOr<ChatMessage> Message(const Json& m, const std::string& field) {
     if (item.key() == "role") {
       json["role"] = message.role;
     } else if (item.key() == "content" && !item.value().is_null()) {
-      absl::StatusOr<std::string> content = Content(item.value(), key);
+      absl::StatusOr<std::string> content = TextContent(item.value(), key, {"text"});
       if (!content.ok()) return content.status();
       message.content = *content;
       json["content"] = *std::move(content);
@@ -231,13 +164,16 @@ absl::StatusOr<ChatMessage> Message(const Json& m, const std::string& field) {
   return message;
 }
 
+namespace {
+
 absl::Status ParseMessages(const Fields& f, OpenAiRequest* r) {
   if (!f.Has("messages") || !f["messages"].is_array() || f["messages"].empty()) {
     return InvalidField("messages", "must be a non-empty list of messages");
   }
   const Json& messages = f["messages"];
   for (size_t i = 0; i < messages.size(); ++i) {
-    absl::StatusOr<ChatMessage> message = Message(messages[i], absl::StrCat("messages[", i, "]"));
+    absl::StatusOr<ChatMessage> message =
+        ParseChatMessage(messages[i], absl::StrCat("messages[", i, "]"));
     if (!message.ok()) return message.status();
     r->messages.push_back(*std::move(message));
   }
@@ -302,15 +238,6 @@ absl::Status RefuseUnimplemented(const Fields& f, ApiKind kind) {
   return absl::OkStatus();
 }
 
-// OpenAI's rule for function names: 1 to 64 of [a-zA-Z0-9_-].
-bool IsFunctionName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
-  }
-  return true;
-}
-
 // tools: [{"type": "function", "function": {"name", "description",
 // "parameters", "strict"}}], kept as JSON text for the chat template.
 absl::StatusOr<std::string> ToolList(const Json& tools) {
@@ -352,16 +279,9 @@ absl::Status ParseTools(const Fields& f, OpenAiRequest* r) {
     r->tools_json = *std::move(tools);
   }
   if (f.Has("tool_choice")) {
-    const Json& choice = f["tool_choice"];
-    if (choice == "required" || choice.is_object()) {
-      return InvalidField("tool_choice",
-                          "\"required\" and a named function need constrained decoding, which "
-                          "this server does not have yet; use \"auto\" or \"none\"");
-    }
-    if (choice != "auto" && choice != "none") {
-      return InvalidField("tool_choice", "must be \"none\", \"auto\", \"required\" or a function");
-    }
-    r->tool_choice_none = choice == "none";
+    absl::StatusOr<bool> none = ToolChoiceIsNone(f["tool_choice"]);
+    if (!none.ok()) return none.status();
+    r->tool_choice_none = *none;
     if (r->tools_json.empty() && !r->tool_choice_none) {
       return InvalidField("tool_choice", "is only allowed when tools are given");
     }
@@ -438,26 +358,43 @@ absl::Status ParseStreamAndLogprobs(const Fields& f, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
-// A body's JSON object, every field of it one of `known`.
-absl::StatusOr<Json> ParseBody(absl::string_view body, const std::set<std::string>& known) {
-  Json json;
-  try {
-    json = Json::parse(body);
-  } catch (const Json::parse_error& e) {
-    return InvalidField("body", absl::StrCat("invalid JSON at byte ", e.byte));
-  } catch (const Json::exception& e) {  // a number out of range, ...
-    return InvalidField("body", absl::StrCat("invalid JSON: ", e.what()));
-  }
-  if (!json.is_object()) return InvalidField("body", "must be a JSON object");
-  for (const auto& item : json.items()) {
-    if (!known.count(item.key())) {
-      return InvalidField(item.key(), "is not a field this server implements (docs/openai.md)");
+}  // namespace
+
+absl::StatusOr<std::string> TextContent(const Json& content, const std::string& field,
+                                        std::initializer_list<const char*> types) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return InvalidField(field, "must be a string or a list of text parts");
+  std::string text;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const std::string part = absl::StrCat(field, "[", j, "]");
+    const Json& p = content[j];
+    if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
+      return InvalidField(part, "must be an object with a type");
     }
+    const std::string type = p["type"].get<std::string>();
+    if (std::none_of(types.begin(), types.end(), [&](const char* t) { return type == t; })) {
+      return InvalidField(absl::StrCat(part, ".type"),
+                          absl::StrCat(type, " parts are not supported; only text"));
+    }
+    if (!p.contains("text") || !p["text"].is_string()) {
+      return InvalidField(absl::StrCat(part, ".text"), "must be a string");
+    }
+    text += p["text"].get<std::string>();
   }
-  return json;
+  return text;
 }
 
-}  // namespace
+absl::StatusOr<bool> ToolChoiceIsNone(const Json& choice) {
+  if (choice == "required" || choice.is_object()) {
+    return InvalidField("tool_choice",
+                        "\"required\" and a named function need constrained decoding, which "
+                        "this server does not have yet; use \"auto\" or \"none\"");
+  }
+  if (choice != "auto" && choice != "none") {
+    return InvalidField("tool_choice", "must be \"none\", \"auto\", \"required\" or a function");
+  }
+  return choice == "none";
+}
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view body) {
   absl::StatusOr<Json> parsed = ParseBody(body, KnownFields(kind));

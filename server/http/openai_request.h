@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,6 +34,7 @@
 #include "model/text/chat_format.h"
 #include "server/core/validation.h"
 #include "server/engine/engine.h"
+#include "server/http/json_fields.h"
 #include "server/state/initial_states.h"
 
 namespace attn {
@@ -111,6 +113,21 @@ struct RequestTarget {
 absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest& request,
                                                             const RequestTarget& target,
                                                             absl::Time deadline);
+
+// One chat message as Chat Completions takes it ({"role", "content": a
+// string or text parts, "tool_calls", "tool_call_id", "name", ...}), its
+// errors naming `field`; the Responses API's items become such messages.
+absl::StatusOr<ChatMessage> ParseChatMessage(const Json& message, const std::string& field);
+
+// A message's content: a string, or a list of text parts whose `type` is
+// one of `types` ({"type": "text", "text"}); other parts are refused by
+// name.
+absl::StatusOr<std::string> TextContent(const Json& content, const std::string& field,
+                                        std::initializer_list<const char*> types);
+
+// Whether a tool_choice is "none" (else "auto"); "required" and a named
+// function are refused until constrained decoding can force them.
+absl::StatusOr<bool> ToolChoiceIsNone(const Json& choice);
 
 // POST /tokenize (as vLLM names it): {"model", "prompt"} or {"model",
 // "messages", "add_generation_prompt", "tools"}, each with

@@ -11,6 +11,7 @@
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/core/model_registry.h"
+#include "server/http/call_adapters.h"
 #include "server/http/chat_page.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
@@ -26,76 +27,14 @@ const char* MethodOf(ApiKind kind) {
   return kind == ApiKind::kChat ? "ChatCompletions" : "Completions";
 }
 
-// Forwards a stream's wake-ups to its connection once the connection has
-// given its waker: a stream may have events before the response starts.
-class WakeRelay {
+// Chat Completions' and Completions' stream: a chunk per event (the tool
+// calls read out of chat replies), a usage chunk when asked, then [DONE].
+class ChunkFormat : public StreamFormat {
  public:
-  void Wake() {
-    Waker waker;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!waker_) {
-        pending_ = true;
-        return;
-      }
-      waker = waker_;
-    }
-    waker();
-  }
-  void Set(Waker waker) {
-    bool pending = false;
-    {
-      absl::MutexLock lock(&mu_);
-      waker_ = waker;
-      pending = pending_;
-    }
-    if (pending) waker();
-  }
+  ChunkFormat(ResponseContext context, int64_t choices)
+      : context_(std::move(context)), logs_(choices) {}
 
- private:
-  absl::Mutex mu_;
-  Waker waker_ ABSL_GUARDED_BY(mu_);
-  bool pending_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// A streamed response: the connection pulls server-sent events whenever
-// its last write is done, so the choices' bounded queues are the only
-// buffer between the engine and a slow client. Its call's wakes only
-// relay to the connection, so they run on the engine's thread.
-class StreamingCall : public StreamSource {
- public:
-  StreamingCall(std::unique_ptr<Call> call, ResponseContext context)
-      : call_(std::move(call)), context_(std::move(context)), logs_(call_->choices()) {}
-  ~StreamingCall() override { call_->Detach(); }
-
-  std::string Pull(bool* done) override {
-    std::string out;
-    if (call_->outcome()) {  // cancelled
-      *done = true;
-      return out;
-    }
-    std::vector<ChoiceEvent> events;
-    absl::Status popped = call_->Pop(&events);
-    for (const ChoiceEvent& e : events) out += Chunk(e.choice, e.event);
-    if (!popped.ok()) {
-      // A choice failed after the response began: the error as an event,
-      // then the end; the other choices stop.
-      out += ServerSentEvent(ErrorObject(popped));
-      out += kStreamDone;
-      call_->Finish(popped);
-    } else if (call_->AllDone()) {
-      if (context_.include_usage) out += ServerSentEvent(UsageChunk(context_, logs_));
-      out += kStreamDone;
-      call_->Finish(absl::OkStatus());
-    }
-    *done = call_->outcome().has_value();
-    return out;
-  }
-
-  void Cancel() override { call_->Cancel(); }
-
- private:
-  std::string Chunk(int64_t index, const StreamEvent& event) {
+  std::string Event(int64_t index, const StreamEvent& event) override {
     ChoiceLog& log = logs_[index];
     std::vector<Json> chunks =
         context_.tool_calls != ToolCallFormat::kNone
@@ -115,104 +54,20 @@ class StreamingCall : public StreamSource {
     return out;
   }
 
-  const std::unique_ptr<Call> call_;
+  std::string Failed(const absl::Status& status) override {
+    return ServerSentEvent(ErrorObject(status)) + kStreamDone;
+  }
+
+  std::string Done() override {
+    std::string out;
+    if (context_.include_usage) out += ServerSentEvent(UsageChunk(context_, logs_));
+    return out + kStreamDone;
+  }
+
+ private:
   const ResponseContext context_;
   std::vector<ChoiceLog> logs_;
 };
-
-// A whole response: gathers every choice's events on the delivery thread
-// and answers once all are done. Its call's wakes hold it until then.
-class CollectingCall : public std::enable_shared_from_this<CollectingCall> {
- public:
-  CollectingCall(const CallCore& core, const char* method, std::shared_ptr<Reply> reply)
-      : call_(core, method, Protocol::kHttp), reply_(std::move(reply)) {}
-
-  // Starts the call; `convert` also sets the response's context (it runs
-  // before any event can come).
-  absl::Status Start(const std::string& authorization, const std::string& model,
-                     const Call::Convert& convert) {
-    // A client that hangs up before the answer frees its choices' slots.
-    reply_->OnHangUp([weak = weak_from_this()] {
-      if (auto call = weak.lock()) call->HangUp();
-    });
-    absl::Status started = call_.Start(authorization, model, convert,
-                                       [self = shared_from_this()] { self->Collect(); });
-    if (!started.ok()) call_.Release();
-    return started;
-  }
-
-  ResponseContext& context() { return context_; }
-
- private:
-  void Collect() {
-    absl::MutexLock lock(&mu_);
-    if (call_.outcome()) return;
-    std::vector<ChoiceEvent> events;
-    absl::Status popped = call_.Pop(&events);
-    if (logs_.size() < static_cast<size_t>(call_.choices())) logs_.resize(call_.choices());
-    for (const ChoiceEvent& e : events) {
-      if (static_cast<size_t>(e.choice) >= logs_.size()) logs_.resize(e.choice + 1);
-      logs_[e.choice].Add(e.event);
-    }
-    if (!popped.ok()) return FinishLocked(popped);
-    if (call_.AllDone()) FinishLocked(absl::OkStatus());
-  }
-
-  void HangUp() {
-    absl::MutexLock lock(&mu_);
-    call_.Cancel();
-    // The wakes hold this call through its streams; let them go.
-    call_.Release();
-  }
-
-  void FinishLocked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool first = call_.Finish(status);
-    call_.Release();
-    if (first)
-      reply_->Send(status.ok() ? JsonReply(200, CompletionResponse(context_, logs_))
-                               : ErrorReply(status));
-  }
-
-  absl::Mutex mu_;
-  Call call_;
-  const std::shared_ptr<Reply> reply_;
-  ResponseContext context_;
-  std::vector<ChoiceLog> logs_ ABSL_GUARDED_BY(mu_);
-};
-
-// What converting a request needs of `model`.
-RequestTarget TargetOf(const HostedModel& model) {
-  RequestTarget target;
-  target.tokenizer = model.tokenizer.get();
-  target.limits = model.engine->options().limits;
-  ParseChatFormat(model.description.chat_format, &target.chat_format);
-  target.chat_template = model.chat_template.get();
-  target.chat_stop_ids = model.chat_stop_ids;
-  target.state = {model.description.name, model.description.fingerprint,
-                  model.engine->state_budget_bytes()};
-  target.initial_states = &model.initial_states;
-  return target;
-}
-
-// The format a model's replies write tool calls in: its template's, or
-// Hermes-style for the built-in chat formats (HermesToolTurns).
-ToolCallFormat ToolCallFormatOf(const HostedModel& model) {
-  if (model.chat_template == nullptr) return ToolCallFormat::kHermes;
-  ToolCallFormat format = ToolCallFormat::kNone;
-  ParseToolCallFormat(model.chat_template->tool_call_format(), &format);
-  return format;
-}
-
-// When a request must be done: `timeout` from now, or sooner when the
-// client says how long it waits (OpenAI's clients send X-Stainless-Timeout,
-// in seconds).
-absl::Time DeadlineOf(const HttpRequest& request, absl::Duration timeout) {
-  int64_t seconds = 0;
-  if (absl::SimpleAtoi(request.Header("x-stainless-timeout"), &seconds) && seconds > 0) {
-    timeout = std::min(timeout, absl::Seconds(seconds));
-  }
-  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
-}
 
 }  // namespace
 
@@ -383,21 +238,26 @@ void OpenAiService::Generate(ApiKind kind, const HttpRequest& request,
   };
   if (!r.stream) {
     auto collector = std::make_shared<CollectingCall>(core_, method, reply);
-    ResponseContext* context = &collector->context();
+    auto context = std::make_shared<ResponseContext>();
     absl::Status started = collector->Start(
-        authorization, r.model, [&](const HostedModel& model) { return convert(model, context); });
+        authorization, r.model,
+        [&](const HostedModel& model) { return convert(model, context.get()); },
+        [context](const std::vector<ChoiceLog>& logs) {
+          return CompletionResponse(*context, logs);
+        });
     if (!started.ok()) reply->Send(ErrorReply(started));
     return;
   }
-  auto call = std::make_unique<Call>(core_, method, Protocol::kHttp);
-  auto relay = std::make_shared<WakeRelay>();
   ResponseContext context;
-  absl::Status started = call->Start(
-      authorization, r.model, [&](const HostedModel& model) { return convert(model, &context); },
-      [relay] { relay->Wake(); }, Call::WakeOn::kEngineThread);
-  if (!started.ok()) return reply->Send(ErrorReply(started));
-  auto source = std::make_shared<StreamingCall>(std::move(call), std::move(context));
-  relay->Set(reply->Stream(200, "text/event-stream", std::move(source)));
+  StreamCall(
+      std::make_unique<Call>(core_, method, Protocol::kHttp), reply,
+      [&](Call& call, std::function<void()> wake) {
+        return call.Start(
+            authorization, r.model,
+            [&](const HostedModel& model) { return convert(model, &context); }, std::move(wake),
+            Call::WakeOn::kEngineThread);
+      },
+      [&] { return std::make_unique<ChunkFormat>(std::move(context), r.n); });
 }
 
 void AddMetricsRoutes(HttpServer& server, const Metrics& metrics) {

@@ -10,6 +10,7 @@
 //   GET  /health, /health/{model}                200 serving, 503 not
 //   GET  /metrics, /healthz                        the Prometheus exposition, "ok"
 //   GET  /                                        the chat page
+// The Responses API is beside it (responses_service.h).
 #pragma once
 
 #include <cstdint>

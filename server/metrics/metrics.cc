@@ -368,6 +368,56 @@ class Metrics::StoreObserver : public StateStoreObserver {
   prometheus::Gauge& connected_;
 };
 
+class Metrics::ResponsesObserver : public ResponseStoreObserver {
+ public:
+  explicit ResponsesObserver(prometheus::Registry& r)
+      : stored_(BuildGauge()
+                    .Name("attn_responses_stored")
+                    .Help("Responses of /v1/responses this process keeps (store: true), until "
+                          "--response_ttl.")
+                    .Register(r)
+                    .Add({})),
+        stored_bytes_(BuildGauge()
+                          .Name("attn_responses_stored_bytes")
+                          .Help("Bytes of the stored responses (--response_store_bytes).")
+                          .Register(r)
+                          .Add({})),
+        removed_(BuildCounter()
+                     .Name("attn_responses_removed_total")
+                     .Help("Stored responses removed: expired (--response_ttl), evicted "
+                           "(--response_store_bytes) or deleted (DELETE /v1/responses/{id}).")
+                     .Register(r)),
+        expired_(removed_.Add({{"reason", "expired"}})),
+        evicted_(removed_.Add({{"reason", "evicted"}})),
+        deleted_(removed_.Add({{"reason", "deleted"}})),
+        redis_errors_(BuildCounter()
+                          .Name("attn_responses_redis_errors_total")
+                          .Help("Failed or dropped Redis operations of the response store.")
+                          .Register(r)
+                          .Add({})) {}
+
+  void OnSize(int64_t records, int64_t bytes) override {
+    stored_.Set(static_cast<double>(records));
+    stored_bytes_.Set(static_cast<double>(bytes));
+  }
+  void OnRemoved(Removal why, int64_t records) override {
+    prometheus::Counter& counter = why == Removal::kExpired   ? expired_
+                                   : why == Removal::kEvicted ? evicted_
+                                                              : deleted_;
+    counter.Increment(static_cast<double>(records));
+  }
+  void OnRedisError() override { redis_errors_.Increment(); }
+
+ private:
+  prometheus::Gauge& stored_;
+  prometheus::Gauge& stored_bytes_;
+  prometheus::Family<prometheus::Counter>& removed_;
+  prometheus::Counter& expired_;
+  prometheus::Counter& evicted_;
+  prometheus::Counter& deleted_;
+  prometheus::Counter& redis_errors_;
+};
+
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       families_(std::make_unique<Families>(*registry_)) {}
@@ -382,6 +432,11 @@ EngineObserver* Metrics::AddModel(const ModelLabels& labels) {
 StateStoreObserver* Metrics::AddStateStore() {
   if (!store_) store_ = std::make_unique<StoreObserver>(*registry_);
   return store_.get();
+}
+
+ResponseStoreObserver* Metrics::AddResponseStore() {
+  if (!responses_) responses_ = std::make_unique<ResponsesObserver>(*registry_);
+  return responses_.get();
 }
 
 void Metrics::CountRequest(const std::string& model, const std::string& method,

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "server/engine/engine.h"
+#include "server/state/response_store.h"
 #include "server/state/state_store.h"
 
 namespace prometheus {
@@ -62,6 +63,8 @@ class Metrics {
   // The shared state tier's observer (its metrics appear from now on);
   // owned by this object.
   StateStoreObserver* AddStateStore();
+  // The Responses API's store's observer; owned by this object.
+  ResponseStoreObserver* AddResponseStore();
   // One finished call; `code` is the gRPC status code name ("OK", ...),
   // also for HTTP (StatusCodeName of the status behind the HTTP answer).
   void CountRequest(const std::string& model, const std::string& method, const std::string& code,
@@ -73,10 +76,12 @@ class Metrics {
   struct Families;
   class ModelObserver;
   class StoreObserver;
+  class ResponsesObserver;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   std::vector<std::unique_ptr<ModelObserver>> observers_;
   std::unique_ptr<StoreObserver> store_;
+  std::unique_ptr<ResponsesObserver> responses_;
 };
 
 // The gRPC name of an absl status code, "OK", "INVALID_ARGUMENT", ...

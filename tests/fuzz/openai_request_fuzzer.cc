@@ -12,35 +12,14 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "model/text/chat_template.h"
-#include "model/text/tokenizer.h"
 #include "server/http/openai_request.h"
 #include "server/http/openai_response.h"
+#include "tests/fuzz/chat_fuzz_target.h"
 
 namespace {
 
-const attn::Tokenizer& Bytes() {
-  static const auto* tokenizer = new attn::Tokenizer(*attn::Tokenizer::Bytes(300, 256));
-  return *tokenizer;
-}
-
-// A template that touches what a request can carry: every key of every
-// message, tool calls' parsed arguments, the tools.
-const attn::ChatTemplate& Template() {
-  static const auto* chat = [] {
-    attn::ChatTemplateConfig config;
-    config.source = "fuzz.jinja";
-    config.templates["default"] =
-        "{% for m in messages %}<|{{ m.role }}|>{{ m.content if m.content is string else '' }}"
-        "{% for k, v in m.items() %}{{ k }}={{ v | tojson }};{% endfor %}"
-        "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}"
-        "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}{% endfor %}"
-        "{% if tools %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% endif %}"
-        "{% if add_generation_prompt %}<|assistant|>{% endif %}";
-    return new std::shared_ptr<const attn::ChatTemplate>(*attn::ChatTemplate::Create(config));
-  }();
-  return **chat;
-}
+const attn::Tokenizer& Bytes() { return attn::fuzzing::BytesTokenizer(); }
+const attn::ChatTemplate& Template() { return attn::fuzzing::EveryKeyTemplate(); }
 
 void CheckRefusal(const absl::Status& status) {
   switch (status.code()) {

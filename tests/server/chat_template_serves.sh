@@ -19,19 +19,16 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/scripts/lib/export_once.sh"
+. "$repo/scripts/lib/node_tools.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-(
-  flock 9
-  if [ ! -d "$node_tools/node_modules/@huggingface/transformers" ]; then
-    # The JavaScript port of transformers, without its ONNX runtime's
-    # install step: only its tokenizers and chat templates run here.
-    npm install --silent --no-audit --no-fund --ignore-scripts --prefix "$node_tools" \
-      @huggingface/transformers@4.3.1 > /dev/null || fail "npm install @huggingface/transformers"
-  fi
-) 9> "$node_tools/.lock"
+# The JavaScript port of transformers, without its ONNX runtime's install
+# step: only its tokenizers and chat templates run here.
+npm_packages "$node_tools" --ignore-scripts @huggingface/transformers@4.3.1 \
+  || fail "npm install @huggingface/transformers"
 . "$repo/tests/text/real_tokenizers.sh"
 real_tokenizers "$work" "$node_tools" || fail "the real tokenizer files"
 
@@ -43,8 +40,11 @@ while IFS=$'\t' read -r name _ sha; do
   $py "$repo/tests/tools/hf_checkpoints.py" write --family mamba2 --d 32 --layers 1 --vocab 151680 \
     --out "$work/$name" --tokenizer "$work/$name.json"
   cp "$config" "$work/$name/tokenizer_config.json"
-  "$export_bin" --input="$work/$name" --output="$work/$name.pt" 2> "$work/$name.export.log" \
+  # As scripts/serve.sh --export=DIR does it; a second call finds it done.
+  export_once "$export_bin" "$work/$name" "$work" > /dev/null 2> "$work/$name.export.log" \
     || fail "export of $name: $(cat "$work/$name.export.log")"
+  [ "$(export_once "$export_bin" "$work/$name" "$work" 2>&1)" = "$work/$name.pt" ] \
+    || fail "$name was exported again"
   grep -q "chat template from tokenizer_config.json" "$work/$name.export.log" \
     || fail "$name: the export did not record the template: $(cat "$work/$name.export.log")"
 done < "$repo/tests/data/tokenizers/CONFIGS.tsv"

@@ -15,20 +15,14 @@ server_bin=$1 ctl_bin=$2 train_bin=$3 node_tools=$4 screenshot_dir=${5:-$PWD}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/scripts/lib/node_tools.sh"
 . "$repo/tests/server/tiny_models.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
 
 echo "== npm packages ($node_tools)"
-mkdir -p "$node_tools"
-(
-  flock 9
-  if [ ! -d "$node_tools/node_modules/openai" ] || [ ! -d "$node_tools/node_modules/puppeteer-core" ]; then
-    npm install --silent --no-audit --no-fund --prefix "$node_tools" openai@4 puppeteer-core@23 \
-      > /dev/null || fail "npm install openai puppeteer-core"
-  fi
-) 9> "$node_tools/.lock"
+npm_packages "$node_tools" openai@4 puppeteer-core@23 || fail "npm install openai puppeteer-core"
 export NODE_PATH="$node_tools/node_modules"
 # Node resolves ES module imports from the script's folder upwards, not
 # NODE_PATH: the scripts run from a copy beside the packages.

@@ -16,17 +16,12 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=/usr/bin/python3
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/scripts/lib/node_tools.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
 
-(
-  flock 9
-  if [ ! -d "$node_tools/node_modules/openai" ]; then
-    npm install --silent --no-audit --no-fund --prefix "$node_tools" openai@4 > /dev/null \
-      || fail "npm install openai"
-  fi
-) 9> "$node_tools/.lock"
+npm_packages "$node_tools" openai@4 || fail "npm install openai"
 cp "$repo/tests/server/tool_calls_client.mjs" "$node_tools/"
 
 echo "== scripted models"
