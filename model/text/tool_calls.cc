@@ -306,6 +306,11 @@ ToolCallText ToolCallStream::Push(const std::string& text) {
 
 ToolCallText ToolCallStream::Finish() { return Release(/*final=*/true); }
 
+ToolCallText ToolCallStream::Push(const std::string& text, bool last) {
+  pending_ += text;
+  return Release(/*final=*/last);
+}
+
 ToolCallText ToolCallStream::Release(bool final) {
   ToolCallText out;
   if (final || format_ == ToolCallFormat::kNone) {

@@ -56,6 +56,8 @@ class ToolCallStream {
   explicit ToolCallStream(ToolCallFormat format) : format_(format) {}
   ToolCallText Push(const std::string& text);
   ToolCallText Finish();
+  // Push, and with the reply's last piece (`last`) Finish too.
+  ToolCallText Push(const std::string& text, bool last);
 
  private:
   ToolCallText Release(bool final);

@@ -254,6 +254,10 @@ void ChoiceLog::Add(const StreamEvent& event) {
   }
 }
 
+bool Blank(const std::string& text) {
+  return text.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
 ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
                                    const std::string& fingerprint, const Tokenizer& tokenizer,
                                    bool logprobs, bool include_usage) {
@@ -293,10 +297,6 @@ Json ToolCallObject(const ToolCall& call) {
   return {{"id", NewToolCallId()},
           {"type", "function"},
           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
-}
-
-bool Blank(const std::string& text) {
-  return text.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
 // A whole chat reply as OpenAI's message: its tool calls read out when the
@@ -359,12 +359,7 @@ std::vector<Json> ToolCallChunks(const ResponseContext& c, int64_t index, const 
                                  ChoiceLog* log) {
   if (log->tool_stream == nullptr)
     log->tool_stream = std::make_shared<ToolCallStream>(c.tool_calls);
-  ToolCallText part = log->tool_stream->Push(event.text);
-  if (event.last) {
-    ToolCallText rest = log->tool_stream->Finish();
-    part.content += rest.content;
-    part.calls.insert(part.calls.end(), rest.calls.begin(), rest.calls.end());
-  }
+  ToolCallText part = log->tool_stream->Push(event.text, event.last);
   if (!c.parallel_tool_calls && log->calls_sent + static_cast<int64_t>(part.calls.size()) > 1) {
     part.calls.resize(log->calls_sent > 0 ? 0 : 1);
   }

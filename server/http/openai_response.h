@@ -79,6 +79,10 @@ ResponseContext NewResponseContext(ApiKind kind, const std::string& model,
                                    const std::string& fingerprint, const Tokenizer& tokenizer,
                                    bool logprobs, bool include_usage);
 
+// Whether a reply's text is only whitespace: no message of its own beside
+// its tool calls.
+bool Blank(const std::string& text);
+
 // The whole response once every choice is done.
 nlohmann::ordered_json CompletionResponse(const ResponseContext& context,
                                           const std::vector<ChoiceLog>& choices);

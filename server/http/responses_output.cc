@@ -10,10 +10,6 @@
 namespace attn::serving::http {
 namespace {
 
-bool Blank(const std::string& text) {
-  return text.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
 Json MessageItem(const std::string& id, const std::string& text, const char* status) {
   Json content = Json::array();
   if (std::string(status) == "completed") {
@@ -215,15 +211,8 @@ void ResponsesEvents::Call(const ToolCall& call, std::string* out) {
 
 std::string ResponsesEvents::Event(int64_t /*choice*/, const StreamEvent& event) {
   std::string out;
-  ToolCallText part{event.text, {}};
-  if (tool_stream_) {
-    part = tool_stream_->Push(event.text);
-    if (event.last) {
-      ToolCallText rest = tool_stream_->Finish();
-      part.content += rest.content;
-      part.calls.insert(part.calls.end(), rest.calls.begin(), rest.calls.end());
-    }
-  }
+  const ToolCallText part =
+      tool_stream_ ? tool_stream_->Push(event.text, event.last) : ToolCallText{event.text, {}};
   // Blank text opens no message (it only separates calls) unless text
   // follows it or the reply has nothing else.
   if (open_message_ < 0 && Blank(part.content)) {
