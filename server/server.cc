@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   std::unique_ptr<InferenceServer> server(new InferenceServer());
   server->options_ = options;
   server->metrics_ = std::make_unique<Metrics>();
+  grammar::GrammarCache::Shared().SetObserver(server->metrics_->grammar_observer());
   // Credentials and keys before the models: a mistake there is cheap to report.
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options.tls.enabled()) {
@@ -148,6 +149,7 @@ void InferenceServer::Shutdown() {
 
 InferenceServer::~InferenceServer() {
   if (server_) Shutdown();
+  grammar::GrammarCache::Shared().ClearObserver(metrics_->grammar_observer());
 }
 
 }  // namespace attn::serving

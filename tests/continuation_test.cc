@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
+#include "model/grammar/constraint.h"
 #include "tests/tiny_tokenizer.h"
 
 namespace attn {
@@ -92,6 +94,42 @@ TEST(Continuation, GreedySamplingTakesTheLargestLogit) {
   Continuation continuation(TinyTokenizer(), {Word("the")}, options);
   const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 2.9f};
   EXPECT_EQ(continuation.Sample(logits.data(), 4).id, 1);
+}
+
+// Structured output: sampled at temperature 1 from random logits, every
+// sequence is a sentence of the grammar, ends when nothing may follow, and
+// samples eos only where the text is whole.
+TEST(Continuation, AGrammarShapesEverySequence) {
+  const Tokenizer& tokenizer = TinyTokenizer();
+  auto grammar = grammar::GrammarCache::Shared().Get(
+      grammar::OutputConstraint::Regex("(the|river|[a-z]{1,3})( (the|river|[a-z]{1,3})){0,3}!?"));
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  auto tokens = GrammarVocabulary(tokenizer);
+  const int64_t vocab = tokenizer.vocab_size();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> noise(0.0f, 3.0f);
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    ContinuationOptions options = WithMaxTokens(64);
+    options.sampling.seed = seed;
+    options.grammar = *grammar;
+    options.grammar_tokens = tokens;
+    Continuation continuation(tokenizer, {Word("the")}, options);
+    std::string text;
+    std::vector<float> logits(vocab);
+    while (!continuation.finished()) {
+      for (auto& l : logits) l = noise(rng);
+      logits[tokenizer.eos_id()] += 4.0f;  // eos is likely wherever it is allowed
+      const SampledToken token = continuation.Sample(logits.data(), vocab);
+      EXPECT_LT(token.logprob, 0.0);
+      const AcceptedToken accepted = continuation.Accept(token.id);
+      text += accepted.text;
+      if (accepted.finish_reason != FinishReason::kUnspecified) {
+        EXPECT_NE(accepted.finish_reason, FinishReason::kLength) << text;
+      }
+    }
+    grammar::GrammarMatcher check(*grammar, tokens);
+    EXPECT_TRUE(check.Accept(text) && check.CanEnd()) << "seed " << seed << ": \"" << text << "\"";
+  }
 }
 
 TEST(FinishReason, Names) {

@@ -138,6 +138,32 @@ TEST(Sampler, ChosenTokensJoinThePenalisedHistory) {
   EXPECT_EQ(sampler.Next(kLogits.data(), 5).id, 4);  // 1 is penalised now
 }
 
+TEST(Sampler, AMaskLeavesOnlyItsTokensAndRenormalises) {
+  const std::vector<float> logits = {4.0f, 1.0f, 0.0f, 2.0f, -1.0f, 3.0f};
+  const std::vector<uint64_t> allowed = {(1u << 1) | (1u << 3)};  // ids 1 and 3
+  SamplingOptions greedy;
+  greedy.temperature = 0.0;
+  greedy.top_logprobs = 3;
+  Sampler g(greedy);
+  const SampledToken best = g.Next(logits.data(), 6, -1, &allowed);
+  EXPECT_EQ(best.id, 3);
+  // log p over the allowed pair alone: 2 - log(e^1 + e^2).
+  EXPECT_NEAR(best.logprob, 2.0 - std::log(std::exp(1.0) + std::exp(2.0)), 1e-6);
+  ASSERT_EQ(best.top.size(), 3u);
+  EXPECT_EQ(best.top[0].first, 3);
+  EXPECT_EQ(best.top[1].first, 1);
+  EXPECT_TRUE(std::isinf(best.top[2].second));  // nothing else has any probability
+  SamplingOptions hot;
+  hot.temperature = 1.0;
+  hot.logit_bias = {{0, 100.0f}, {5, 100.0f}};  // bias cannot bring back a masked token
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    hot.seed = seed;
+    Sampler s(hot);
+    const int64_t id = s.Next(logits.data(), 6, -1, &allowed).id;
+    EXPECT_TRUE(id == 1 || id == 3) << id;
+  }
+}
+
 TEST(SamplingOptions, InvalidValuesNameTheField) {
   SamplingOptions o;
   o.temperature = -1;

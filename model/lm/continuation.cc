@@ -1,7 +1,11 @@
 #include "model/lm/continuation.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace attn {
 
@@ -11,7 +15,31 @@ Continuation::Continuation(const Tokenizer& tokenizer, const std::vector<int64_t
       options_(std::move(options)),
       prompt_tokens_(static_cast<int64_t>(prompt.size())),
       sampler_(options_.sampling, prompt),
-      text_(tokenizer, options_.stop) {}
+      text_(tokenizer, options_.stop) {
+  if (options_.grammar && options_.grammar_tokens) {
+    matcher_ = std::make_unique<grammar::GrammarMatcher>(options_.grammar, options_.grammar_tokens);
+  }
+}
+
+SampledToken Continuation::Sample(const float* logits, int64_t vocab) {
+  if (!matcher_) return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size());
+  const auto start = std::chrono::steady_clock::now();
+  allowed_ = matcher_->Mask();
+  allowed_.resize(std::max<size_t>(allowed_.size(), (vocab + 63) / 64), 0);
+  bool any = false;
+  for (uint64_t word : allowed_) any = any || word != 0;
+  // The end of the sequence where the text is whole; and where no token can
+  // go on (a vocabulary without the bytes the grammar needs), as the way out.
+  if (matcher_->CanEnd() || !any) {
+    std::vector<int64_t> ends = options_.stop_token_ids;
+    ends.push_back(tokenizer_.eos_id());
+    for (int64_t id : ends) {
+      if (id >= 0 && id < vocab) allowed_[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  }
+  mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size(), &allowed_);
+}
 
 AcceptedToken Continuation::Accept(int64_t id) {
   AcceptedToken accepted;
@@ -20,8 +48,15 @@ AcceptedToken Continuation::Accept(int64_t id) {
                       std::find(options_.stop_token_ids.begin(), options_.stop_token_ids.end(),
                                 id) != options_.stop_token_ids.end();
   if (!is_eos) accepted.text = text_.Push(id);
+  // The grammar took a sampled token's bytes (Sample allowed them); it ends
+  // the sequence once it admits nothing more.
+  bool grammar_done = false;
+  if (matcher_ && !is_eos) {
+    matcher_->Accept(tokenizer_.TokenBytes(id));
+    grammar_done = matcher_->CanEnd() && !matcher_->CanContinue();
+  }
   const int64_t length = prompt_tokens_ + generated_;
-  if (text_.stopped()) {
+  if (text_.stopped() || grammar_done) {
     accepted.finish_reason = FinishReason::kStop;
   } else if (is_eos && !options_.ignore_eos) {
     accepted.finish_reason = FinishReason::kEos;
@@ -32,7 +67,10 @@ AcceptedToken Continuation::Accept(int64_t id) {
   if (accepted.finish_reason == FinishReason::kUnspecified) return accepted;
   finished_ = true;
   // A stop string ends the text where it starts: nothing held back follows.
-  if (accepted.finish_reason != FinishReason::kStop) accepted.text += text_.Finish();
+  // A finished grammar ends it after the whole text.
+  if (accepted.finish_reason != FinishReason::kStop || !text_.stopped()) {
+    accepted.text += text_.Finish();
+  }
   return accepted;
 }
 

@@ -48,10 +48,23 @@ double LogSoftmaxAt(const float* logits, int64_t vocab, int64_t id) {
 Sampler::Sampler(const SamplingOptions& options, const std::vector<int64_t>& prompt)
     : options_(options), rng_(options.seed), seen_(prompt.begin(), prompt.end()) {}
 
-SampledToken Sampler::Next(const float* logits, int64_t full_vocab, int64_t choosable) {
+SampledToken Sampler::Next(const float* logits, int64_t full_vocab, int64_t choosable,
+                           const std::vector<uint64_t>* allowed) {
   // Choosing looks at the choosable ids alone; the log-probabilities below
   // are the model's, over its whole vocabulary.
   const int64_t vocab = choosable < 0 ? full_vocab : std::min(choosable, full_vocab);
+  if (allowed != nullptr) {
+    masked_.assign(full_vocab, -std::numeric_limits<float>::infinity());
+    const int64_t words =
+        std::min<int64_t>(static_cast<int64_t>(allowed->size()), (vocab + 63) / 64);
+    for (int64_t w = 0; w < words; ++w) {
+      for (uint64_t bits = (*allowed)[w]; bits != 0; bits &= bits - 1) {
+        const int64_t id = w * 64 + __builtin_ctzll(bits);
+        if (id < vocab) masked_[id] = logits[id];
+      }
+    }
+    logits = masked_.data();
+  }
   work_.assign(logits, logits + vocab);
   for (const auto& [token, bias] : options_.logit_bias) {
     if (token >= 0 && token < vocab) work_[token] += bias;

@@ -69,7 +69,12 @@ class Sampler {
   // logits: the model's [vocab] scores for the next token. Only ids below
   // `choosable` (at most vocab; -1: all) may be chosen or listed among the
   // alternatives; log-probabilities are over the whole vocab all the same.
-  SampledToken Next(const float* logits, int64_t vocab, int64_t choosable = -1);
+  // With `allowed` (bit id % 64 of word id / 64; ids past it are not
+  // allowed), every other id is masked out before anything else, and
+  // log-probabilities are those of the masked distribution (structured
+  // output: what the constrained model chose among).
+  SampledToken Next(const float* logits, int64_t vocab, int64_t choosable = -1,
+                    const std::vector<uint64_t>* allowed = nullptr);
 
  private:
   SamplingOptions options_;
@@ -77,6 +82,7 @@ class Sampler {
   std::unordered_set<int64_t> seen_;                // distinct tokens of the sequence so far
   std::unordered_map<int64_t, int64_t> generated_;  // tokens chosen so far, counted
   std::vector<float> work_;                         // processed logits
+  std::vector<float> masked_;                       // logits with disallowed ids at -inf
   std::vector<int64_t> candidates_;                 // token ids, most likely first
   std::vector<double> probs_;                       // unnormalised probabilities of the candidates
 };

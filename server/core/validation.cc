@@ -10,6 +10,7 @@
 #include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "model/text/tool_calls.h"
+#include "server/core/structured.h"
 #include "server/state/state_blob.h"
 #include "util/field_error.h"
 #include "util/utf8.h"
@@ -238,6 +239,43 @@ absl::Status ApplyInitialState(const std::string& name, const std::string& model
   return absl::OkStatus();
 }
 
+namespace {
+
+// GenerateRequest.structured as a constraint; errors name its field.
+absl::StatusOr<RequestConstraint> ConstraintOf(const attn::v1::OutputConstraint& c) {
+  using Kind = attn::v1::OutputConstraint::KindCase;
+  switch (c.kind_case()) {
+    case Kind::kJsonObject:
+      if (!c.json_object()) break;
+      return RequestConstraint{grammar::OutputConstraint::JsonObject(), "structured.json_object"};
+    case Kind::kJsonSchema: {
+      auto schema = nlohmann::ordered_json::parse(c.json_schema(), nullptr, false);
+      if (schema.is_discarded() || !(schema.is_object() || schema.is_boolean())) {
+        return InvalidField("structured.json_schema", "is not a JSON Schema object");
+      }
+      return RequestConstraint{grammar::OutputConstraint::JsonSchema(std::move(schema)),
+                               "structured.json_schema"};
+    }
+    case Kind::kRegex:
+      return RequestConstraint{grammar::OutputConstraint::Regex(c.regex()), "structured.regex"};
+    case Kind::kChoice:
+      if (c.choice().choices().empty()) {
+        return InvalidField("structured.choice", "needs at least one choice");
+      }
+      return RequestConstraint{grammar::OutputConstraint::Choice(
+                                   {c.choice().choices().begin(), c.choice().choices().end()}),
+                               "structured.choice"};
+    case Kind::kGrammar:
+      return RequestConstraint{grammar::OutputConstraint::Gbnf(c.grammar()), "structured.grammar"};
+    default:
+      break;
+  }
+  return InvalidField("structured",
+                      "set one of json_object (true), json_schema, regex, choice, grammar");
+}
+
+}  // namespace
+
 absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& request,
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits, absl::Time deadline) {
@@ -259,6 +297,13 @@ absl::StatusOr<EngineRequest> ToEngineRequest(const attn::v1::GenerateRequest& r
     return checked;
   }
   out.ignore_eos = request.ignore_eos();
+  if (request.has_structured()) {
+    auto constraint = ConstraintOf(request.structured());
+    if (!constraint.ok()) return constraint.status();
+    auto grammar = CompileConstraint(*constraint);
+    if (!grammar.ok()) return grammar.status();
+    out.grammar = *std::move(grammar);
+  }
   return out;
 }
 

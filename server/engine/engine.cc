@@ -29,8 +29,13 @@ namespace {
 
 // `context_limit`: the model's (-1: unbounded), of which a start state
 // has used its tokens.
-ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit) {
+ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t context_limit,
+                                           std::shared_ptr<const grammar::TokenTrie> tokens) {
   ContinuationOptions options;
+  if (request.grammar) {
+    options.grammar = request.grammar;
+    options.grammar_tokens = std::move(tokens);
+  }
   if (context_limit > 0) context_limit -= request.start_tokens;
   options.max_tokens = request.max_tokens;
   options.stop = request.stop;
@@ -94,6 +99,10 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
   if (rows_ == 0) {  // WithRows could not allocate them: nothing would ever run
     return absl::ResourceExhaustedError(
         "the model has no state rows (they could not be allocated at start-up; see its log)");
+  }
+  if (request.grammar) {
+    absl::call_once(grammar_tokens_once_,
+                    [this] { grammar_tokens_ = GrammarVocabulary(tokenizer_); });
   }
   auto seq = std::make_unique<Sequence>();
   seq->request = std::move(request);
@@ -195,7 +204,7 @@ bool Engine::Impl::Admit(absl::Time now) {
     seq->slot = pool_.Acquire().value();  // the scheduler counted free slots
     seq->continuation = std::make_unique<Continuation>(
         tokenizer_, seq->request.prompt,
-        ContinuationOptionsFor(seq->request, backend_->max_context()));
+        ContinuationOptionsFor(seq->request, backend_->max_context(), grammar_tokens_));
     observer_->OnAdmitted(seq->request.protocol, now - seq->arrival);
     active_.push_back(std::move(seq));
     StartSequence(*active_.back());

@@ -138,6 +138,9 @@ struct EngineRequest {
   // (StateCache::kEmptySequence for the empty sequence).
   std::shared_ptr<const SavedRow> initial_state;
   uint64_t cache_origin = StateCache::kEmptySequence;
+  // Generation only: structured output's grammar (model/grammar/), which
+  // every generated token must keep; null: none.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // EngineOptions::max_state_bytes resolved for a model whose state slot
@@ -163,6 +166,8 @@ class EngineObserver {
   virtual void OnCacheLookup(int64_t /*reused*/, int64_t /*prompt*/) {}
   // The cache's size after it changed.
   virtual void OnCacheSize(int64_t /*entries*/, int64_t /*bytes*/) {}
+  // A constrained sequence's step: the time its grammar's mask took.
+  virtual void OnGrammarMask(absl::Duration /*took*/) {}
 };
 
 struct EngineLoad {

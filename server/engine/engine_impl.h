@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/synchronization/mutex.h"
 #include "model/backend/backend.h"
 #include "model/backend/row_pool.h"
@@ -194,6 +195,10 @@ class Engine::Impl {
 
   std::unique_ptr<LmBackend> backend_;
   const Tokenizer& tokenizer_;
+  // The vocabulary's bytes for grammars, built by the first constrained
+  // request (on its caller's thread), then shared.
+  absl::once_flag grammar_tokens_once_;
+  std::shared_ptr<const grammar::TokenTrie> grammar_tokens_;
   const EngineOptions options_;
   const Clock& clock_;
   EngineObserver no_observer_;

@@ -172,6 +172,9 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   event.token_ids.push_back(token.id);
   if (seq.request.logprobs) event.logprobs.push_back(static_cast<float>(token.logprob));
   if (!token.top.empty()) event.top_logprobs.push_back(token.top);
+  if (seq.request.grammar) {
+    observer_->OnGrammarMask(absl::Seconds(seq.continuation->TakeMaskSeconds()));
+  }
   AcceptedToken accepted = seq.continuation->Accept(token.id);
   event.text += accepted.text;
   event.finish_reason = accepted.finish_reason;

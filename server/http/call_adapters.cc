@@ -99,6 +99,7 @@ RequestTarget TargetOf(const HostedModel& model) {
   target.state = {model.description.name, model.description.fingerprint,
                   model.engine->state_budget_bytes()};
   target.initial_states = &model.initial_states;
+  target.tool_call_format = ToolCallFormatOf(model);
   return target;
 }
 

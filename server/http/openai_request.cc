@@ -39,7 +39,9 @@ const std::set<std::string>& KnownFields(ApiKind kind) {
                                                              "attn_return_state",
                                                              "attn_state",
                                                              "attn_initial_state",
-                                                             "attn_ignore_eos"};
+                                                             "attn_ignore_eos",
+                                                             "attn_response_format",
+                                                             "attn_structured"};
   static const auto* chat = new std::set<std::string>{"model",
                                                       "messages",
                                                       "max_tokens",
@@ -64,7 +66,8 @@ const std::set<std::string>& KnownFields(ApiKind kind) {
                                                       "attn_return_state",
                                                       "attn_state",
                                                       "attn_initial_state",
-                                                      "attn_ignore_eos"};
+                                                      "attn_ignore_eos",
+                                                      "attn_structured"};
   return kind == ApiKind::kChat ? *chat : *completions;
 }
 
@@ -215,15 +218,29 @@ absl::Status ParseLogitBias(const Fields& f, OpenAiRequest* r) {
   return absl::OkStatus();
 }
 
+// response_format (chat), attn_response_format (completions) and
+// attn_structured; one of them at most.
+absl::Status ParseConstraint(const Fields& f, ApiKind kind, OpenAiRequest* r) {
+  const char* format = kind == ApiKind::kChat ? "response_format" : "attn_response_format";
+  if (f.Has(format)) {
+    auto parsed = ParseResponseFormat(f[format], format);
+    if (!parsed.ok()) return parsed.status();
+    r->constraint = *std::move(parsed);
+  }
+  if (f.Has("attn_structured")) {
+    if (r->constraint.active()) {
+      return InvalidField("attn_structured", "give ", format, " or attn_structured, not both");
+    }
+    auto parsed = ParseStructured(f["attn_structured"], "attn_structured");
+    if (!parsed.ok()) return parsed.status();
+    r->constraint = *std::move(parsed);
+  }
+  return absl::OkStatus();
+}
+
 // Fields this server knows but does not implement: refused unless they
 // ask for what it does anyway.
 absl::Status RefuseUnimplemented(const Fields& f, ApiKind kind) {
-  if (kind == ApiKind::kChat && f.Has("response_format")) {
-    const Json& format = f["response_format"];
-    if (!format.is_object() || format.value("type", Json()) != "text" || format.size() != 1) {
-      return InvalidField("response_format", "only {\"type\": \"text\"} is supported");
-    }
-  }
   if (kind == ApiKind::kCompletions) {
     if (f.Has("echo") && !(f["echo"].is_boolean() && !f["echo"].get<bool>())) {
       return InvalidField("echo", "is not supported");
@@ -270,8 +287,7 @@ absl::StatusOr<std::string> ToolList(const Json& tools) {
   return tools.dump();
 }
 
-// tools, tool_choice ("none" or "auto"; "required" and a named function
-// wait for constrained decoding) and parallel_tool_calls.
+// tools, tool_choice and parallel_tool_calls.
 absl::Status ParseTools(const Fields& f, OpenAiRequest* r) {
   if (f.Has("tools")) {
     absl::StatusOr<std::string> tools = ToolList(f["tools"]);
@@ -279,10 +295,10 @@ absl::Status ParseTools(const Fields& f, OpenAiRequest* r) {
     r->tools_json = *std::move(tools);
   }
   if (f.Has("tool_choice")) {
-    absl::StatusOr<bool> none = ToolChoiceIsNone(f["tool_choice"]);
-    if (!none.ok()) return none.status();
-    r->tool_choice_none = *none;
-    if (r->tools_json.empty() && !r->tool_choice_none) {
+    absl::StatusOr<ToolChoice> choice = ParseToolChoice(f["tool_choice"]);
+    if (!choice.ok()) return choice.status();
+    r->tool_choice = *std::move(choice);
+    if (r->tools_json.empty() && !r->tool_choice.none) {
       return InvalidField("tool_choice", "is only allowed when tools are given");
     }
   }
@@ -384,16 +400,34 @@ absl::StatusOr<std::string> TextContent(const Json& content, const std::string& 
   return text;
 }
 
-absl::StatusOr<bool> ToolChoiceIsNone(const Json& choice) {
-  if (choice == "required" || choice.is_object()) {
+absl::StatusOr<ToolChoice> ParseToolChoice(const Json& choice) {
+  ToolChoice out;
+  if (choice == "none" || choice == "auto" || choice == "required") {
+    out.none = choice == "none";
+    out.required = choice == "required";
+    return out;
+  }
+  const Json* name = nullptr;
+  if (choice.is_object() && choice.value("type", Json()) == "function") {
+    if (choice.contains("function") && choice["function"].is_object()) {
+      name = choice["function"].contains("name") ? &choice["function"]["name"] : nullptr;
+    } else if (choice.contains("name")) {
+      name = &choice["name"];
+    }
+  }
+  if (name == nullptr || !name->is_string()) {
     return InvalidField("tool_choice",
-                        "\"required\" and a named function need constrained decoding, which "
-                        "this server does not have yet; use \"auto\" or \"none\"");
+                        "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
   }
-  if (choice != "auto" && choice != "none") {
-    return InvalidField("tool_choice", "must be \"none\", \"auto\", \"required\" or a function");
-  }
-  return choice == "none";
+  out.required = true;
+  out.function = name->get<std::string>();
+  return out;
+}
+
+Json ToolChoice::ToResponsesJson() const {
+  if (!function.empty()) return Json{{"type", "function"}, {"name", function}};
+  return none ? "none" : required ? "required" : "auto";
 }
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view body) {
@@ -404,10 +438,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, absl::string_view
   r.kind = kind;
   const Fields f(json);
   if (absl::Status s = f.String("model", &r.model); !s.ok()) return s;
-  for (absl::Status s : {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r),
-                         kind == ApiKind::kChat ? ParseTools(f, &r) : absl::OkStatus(),
-                         ParseStop(f, &r), ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r),
-                         RefuseUnimplemented(f, kind), ParseExtensions(f, &r)}) {
+  for (absl::Status s :
+       {kind == ApiKind::kChat ? ParseMessages(f, &r) : ParsePrompt(f, &r),
+        kind == ApiKind::kChat ? ParseTools(f, &r) : absl::OkStatus(), ParseStop(f, &r),
+        ParseSampling(f, &r), ParseStreamAndLogprobs(f, &r), RefuseUnimplemented(f, kind),
+        ParseExtensions(f, &r), ParseConstraint(f, kind, &r)}) {
     if (!s.ok()) return s;
   }
   if (r.state && !r.initial_state.empty()) {
@@ -474,6 +509,11 @@ absl::StatusOr<std::vector<EngineRequest>> ToEngineRequests(const OpenAiRequest&
   base.sampling.top_logprobs = r.top_logprobs;
   base.logprobs = r.logprobs;
   base.return_state = r.return_state;
+  const ToolForcing forcing{r.tool_choice.required, r.tool_choice.function, r.tools_json,
+                            r.parallel_tool_calls, target.tool_call_format};
+  auto grammar = OutputGrammar(r.constraint, forcing);
+  if (!grammar.ok()) return grammar.status();
+  base.grammar = *std::move(grammar);
   base.ignore_eos = r.ignore_eos;
   if (absl::Status checked = CheckGeneration(target.limits, *target.tokenizer, base);
       !checked.ok()) {

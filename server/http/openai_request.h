@@ -2,12 +2,10 @@
 // every field): the JSON body parsed and checked field by field, then made
 // into the engine's requests for a model, through the same checks as every
 // protocol (server/core/validation.h). A field the API does not know, or one it
-// knows but this server does not implement (a tool_choice of "required", a
-// response_format other than text, echo, suffix, best_of above 1), is
-// refused by name, never
-// ignored. Errors are kInvalidArgument in util/field_error.h's format,
-// "field: what is wrong", so the HTTP layer can name the field (the error
-// object's `param`).
+// knows but this server does not implement (echo, suffix, best_of above
+// 1), is refused by name, never ignored. Errors are kInvalidArgument in util/field_error.h's
+// format, "field: what is wrong", so the HTTP layer can name the field (the error object's
+// `param`).
 //
 // Extensions, named attn_* so they never clash with OpenAI's:
 //   attn_return_state   bool: each choice's last chunk (or the choice in
@@ -19,7 +17,10 @@
 //                       `prompt` (completions) holds only what is new;
 //   attn_initial_state  the name of one of the model's initial states;
 //   attn_ignore_eos     bool: generate max_tokens tokens whatever the model
-//                       predicts (gRPC's ignore_eos; benchmarks use it).
+//                       predicts (gRPC's ignore_eos; benchmarks use it);
+//   attn_response_format  completions: chat's response_format;
+//   attn_structured     {"regex"}, {"choice"} or {"grammar"} (GBNF): output
+//                       constrained as JSON Schema cannot say.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/text/chat_format.h"
+#include "model/text/tool_calls.h"
+#include "server/core/structured.h"
 #include "server/core/validation.h"
 #include "server/engine/engine.h"
 #include "server/http/json_fields.h"
@@ -45,6 +48,17 @@ class Tokenizer;
 namespace attn::serving::http {
 
 enum class ApiKind { kCompletions, kChat };
+
+// A tool_choice: "none", "auto", "required", or a named function in Chat
+// Completions' form {"type": "function", "function": {"name"}} or the
+// Responses API's {"type": "function", "name"}.
+struct ToolChoice {
+  bool none = false;
+  bool required = false;         // "required", or a named function
+  std::string function;          // the named function
+  Json ToResponsesJson() const;  // as the Responses API echoes it
+};
+absl::StatusOr<ToolChoice> ParseToolChoice(const Json& choice);
 
 // The fields of a request, parsed and range-checked; what needs a model
 // (tokens, context, stop counts) is checked by ToEngineRequests.
@@ -73,11 +87,15 @@ struct OpenAiRequest {
   std::vector<std::pair<int64_t, float>> logit_bias;
   std::string user;
   // Tool calling (chat): the tools as a JSON array's text ("" for none),
-  // whether tool_choice is "none" (tools shown, calls not read), and
-  // parallel_tool_calls (false: the first call only).
+  // tool_choice (none: tools shown, calls not read; required or a named
+  // function: the reply is forced to be calls), and parallel_tool_calls
+  // (false: the first call only).
   std::string tools_json;
-  bool tool_choice_none = false;
+  ToolChoice tool_choice;
   bool parallel_tool_calls = true;
+  // Structured output: response_format (chat), attn_response_format
+  // (completions) or attn_structured; inactive for free text.
+  RequestConstraint constraint;
   // Extensions.
   bool return_state = false;
   std::optional<std::string> state;  // the blob's bytes
@@ -102,8 +120,9 @@ struct RequestTarget {
   // (null: none), and the ids that end its replies (HostedModel).
   const ChatTemplate* chat_template = nullptr;
   std::vector<int64_t> chat_stop_ids;
-  StateTarget state;                              // which states it accepts
-  const InitialStates* initial_states = nullptr;  // by name; may be null
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;  // how its replies call tools
+  StateTarget state;                                          // which states it accepts
+  const InitialStates* initial_states = nullptr;              // by name; may be null
 };
 
 // The engine requests of `request` on `target`, one per choice (`n`), each
@@ -124,10 +143,6 @@ absl::StatusOr<ChatMessage> ParseChatMessage(const Json& message, const std::str
 // name.
 absl::StatusOr<std::string> TextContent(const Json& content, const std::string& field,
                                         std::initializer_list<const char*> types);
-
-// Whether a tool_choice is "none" (else "auto"); "required" and a named
-// function are refused until constrained decoding can force them.
-absl::StatusOr<bool> ToolChoiceIsNone(const Json& choice);
 
 // POST /tokenize (as vLLM names it): {"model", "prompt"} or {"model",
 // "messages", "add_generation_prompt", "tools"}, each with

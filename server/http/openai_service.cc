@@ -230,7 +230,7 @@ void OpenAiService::Generate(ApiKind kind, const HttpRequest& request,
   auto convert = [&r, kind, deadline](const HostedModel& model, ResponseContext* context) {
     *context = NewResponseContext(kind, model.description.name, model.description.fingerprint,
                                   *model.tokenizer, r.logprobs, r.include_usage);
-    if (!r.tools_json.empty() && !r.tool_choice_none) {
+    if (!r.tools_json.empty() && !r.tool_choice.none) {
       context->tool_calls = ToolCallFormatOf(model);
       context->parallel_tool_calls = r.parallel_tool_calls;
     }

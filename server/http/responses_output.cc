@@ -49,7 +49,7 @@ ResponsesContext NewResponsesContext(const ResponsesRequest& r, const std::strin
   c.id = NewItemId("resp_");
   c.created = absl::ToUnixSeconds(absl::Now());
   c.model = model;
-  if (!r.tools_json.empty() && !r.tool_choice_none) c.tool_calls = model_format;
+  if (!r.tools_json.empty() && !r.tool_choice.none) c.tool_calls = model_format;
   c.parallel_tool_calls = r.parallel_tool_calls;
   auto or_null = [](const auto& value) { return value ? Json(*value) : Json(nullptr); };
   c.echo = {{"instructions", or_null(r.instructions)},
@@ -59,8 +59,8 @@ ResponsesContext NewResponsesContext(const ResponsesRequest& r, const std::strin
              r.previous_response_id.empty() ? Json(nullptr) : Json(r.previous_response_id)},
             {"store", r.store},
             {"temperature", r.temperature},
-            {"text", {{"format", {{"type", "text"}}}}},
-            {"tool_choice", r.tool_choice_none ? "none" : "auto"},
+            {"text", {{"format", r.text_format}}},
+            {"tool_choice", r.tool_choice.ToResponsesJson()},
             {"tools", r.tools},
             {"top_p", r.top_p},
             {"truncation", "disabled"},

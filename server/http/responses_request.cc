@@ -175,24 +175,38 @@ absl::Status ParseTools(const Fields& f, ResponsesRequest* r) {
     if (!chat.empty()) r->tools_json = chat.dump();
   }
   if (f.Has("tool_choice")) {
-    absl::StatusOr<bool> none = ToolChoiceIsNone(f["tool_choice"]);
-    if (!none.ok()) return none.status();
-    r->tool_choice_none = *none;
+    absl::StatusOr<ToolChoice> choice = ParseToolChoice(f["tool_choice"]);
+    if (!choice.ok()) return choice.status();
+    r->tool_choice = *std::move(choice);
+    if (r->tools_json.empty() && !r->tool_choice.none) {
+      return InvalidField("tool_choice", "is only allowed when tools are given");
+    }
   }
   return f.Bool("parallel_tool_calls", &r->parallel_tool_calls);
+}
+
+// text: {"format": {"type": "text" | "json_object" | "json_schema", ...}}.
+absl::Status ParseText(const Fields& f, ResponsesRequest* r) {
+  if (!f.Has("text")) return absl::OkStatus();
+  const Json& text = f["text"];
+  if (!text.is_object()) return InvalidField("text", "must be an object with the \"format\"");
+  for (const auto& item : text.items()) {
+    if (item.key() != "format") {
+      return InvalidField(absl::StrCat("text.", item.key()), "is not supported");
+    }
+  }
+  if (!text.contains("format")) return absl::OkStatus();
+  auto parsed = ParseResponseFormat(text["format"], "text.format", /*flat=*/true);
+  if (!parsed.ok()) return parsed.status();
+  r->constraint = *std::move(parsed);
+  r->text_format = text["format"];
+  return absl::OkStatus();
 }
 
 // Fields of the API this server does not implement: refused unless they
 // ask for what it does anyway.
 absl::Status RefuseUnimplemented(const Fields& f) {
   auto refuse = [](const char* field, const char* why) { return InvalidField(field, why); };
-  if (f.Has("text")) {
-    const Json& text = f["text"];
-    const Json format = text.is_object() ? text.value("format", Json()) : Json();
-    if (!text.is_object() || (!format.is_null() && format != Json{{"type", "text"}})) {
-      return refuse("text", "only {\"format\": {\"type\": \"text\"}} is supported");
-    }
-  }
   if (f.Has("truncation") && f["truncation"] != "disabled") {
     return refuse("truncation", "only \"disabled\" is supported");
   }
@@ -269,7 +283,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(absl::string_view body) {
   const Fields f(*parsed);
   ResponsesRequest r;
   for (absl::Status s : {ParseScalars(f, &r), ParseInput(f, &r), ParseTools(f, &r),
-                         ParseMetadata(f, &r), RefuseUnimplemented(f)}) {
+                         ParseMetadata(f, &r), ParseText(f, &r), RefuseUnimplemented(f)}) {
     if (!s.ok()) return s;
   }
   return r;
@@ -382,6 +396,11 @@ absl::StatusOr<ResponsesTurn> ToResponsesTurn(const ResponsesRequest& r,
   e.sampling.top_p = r.top_p;
   e.sampling.seed = RandomSeed();
   e.ignore_eos = r.ignore_eos;
+  const ToolForcing forcing{r.tool_choice.required, r.tool_choice.function, r.tools_json,
+                            r.parallel_tool_calls, target.tool_call_format};
+  auto grammar = OutputGrammar(r.constraint, forcing);
+  if (!grammar.ok()) return grammar.status();
+  e.grammar = *std::move(grammar);
   // The state after the reply (its last token fed) is what the next turn
   // continues: its tokens say which.
   e.return_state = true;

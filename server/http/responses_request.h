@@ -44,8 +44,12 @@ struct ResponsesRequest {
   // empty for none.
   Json tools = Json::array();
   std::string tools_json;
-  bool tool_choice_none = false;
+  ToolChoice tool_choice;
   bool parallel_tool_calls = true;
+  // text.format: structured output, as Chat Completions' response_format
+  // (flat: name and schema beside "type"); inactive for text.
+  RequestConstraint constraint;
+  Json text_format = Json{{"type", "text"}};  // as the response echoes it
   bool stream = false;
   bool store = true;
   Json metadata = Json::object();

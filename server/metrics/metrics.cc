@@ -122,6 +122,11 @@ struct Metrics::Families {
                            .Name("attn_state_cache_capacity_bytes")
                            .Help("Bytes the state cache may hold; 0: off for the model.")
                            .Register(r)),
+        grammar_mask(BuildHistogram()
+                         .Name("attn_grammar_mask_seconds")
+                         .Help("Time a constrained sequence's step spent on its grammar's mask "
+                               "of allowed tokens (structured output).")
+                         .Register(r)),
         info(BuildGauge()
                  .Name("attn_model_info")
                  .Help("A hosted model; the value is always 1.")
@@ -148,8 +153,15 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& cache_entries;
   prometheus::Family<prometheus::Gauge>& cache_bytes;
   prometheus::Family<prometheus::Gauge>& cache_capacity;
+  prometheus::Family<Histogram>& grammar_mask;
   prometheus::Family<prometheus::Gauge>& info;
 };
+
+const Histogram::BucketBoundaries& GrammarBuckets() {
+  static const Histogram::BucketBoundaries buckets{0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                   0.0025,  0.005,   0.01,   0.05,    0.1,    0.5};
+  return buckets;
+}
 
 class Metrics::ModelObserver : public EngineObserver {
  public:
@@ -174,7 +186,8 @@ class Metrics::ModelObserver : public EngineObserver {
         cache_misses_(f.cache_misses.Add({{"model", model_}})),
         cache_tokens_saved_(f.cache_tokens_saved.Add({{"model", model_}})),
         cache_entries_(f.cache_entries.Add({{"model", model_}})),
-        cache_bytes_(f.cache_bytes.Add({{"model", model_}})) {
+        cache_bytes_(f.cache_bytes.Add({{"model", model_}})),
+        grammar_mask_(f.grammar_mask.Add({{"model", model_}}, GrammarBuckets())) {
     f.cache_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_cache_bytes));
     f.state_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_capacity_bytes));
     f.info
@@ -240,6 +253,7 @@ class Metrics::ModelObserver : public EngineObserver {
     cache_entries_.Set(static_cast<double>(entries));
     cache_bytes_.Set(static_cast<double>(bytes));
   }
+  void OnGrammarMask(absl::Duration took) override { grammar_mask_.Observe(Seconds(took)); }
 
  private:
   // The latency histograms of one protocol.
@@ -275,6 +289,41 @@ class Metrics::ModelObserver : public EngineObserver {
   prometheus::Counter& cache_tokens_saved_;
   prometheus::Gauge& cache_entries_;
   prometheus::Gauge& cache_bytes_;
+  Histogram& grammar_mask_;
+};
+
+// Structured output's compiled grammars (model/grammar/constraint.h).
+class Metrics::GrammarObserver : public grammar::GrammarCacheObserver {
+ public:
+  explicit GrammarObserver(prometheus::Registry& r)
+      : gets_(BuildCounter()
+                  .Name("attn_grammar_requests_total")
+                  .Help("Requests with a structured-output constraint, by whether its grammar "
+                        "came from the cache (hit) or was compiled (miss).")
+                  .Register(r)),
+        hit_(gets_.Add({{"cache", "hit"}})),
+        miss_(gets_.Add({{"cache", "miss"}})),
+        compile_(BuildHistogram()
+                     .Name("attn_grammar_compile_seconds")
+                     .Help("Time compiling a constraint (JSON Schema, regex, choice, GBNF) "
+                           "into a grammar took.")
+                     .Register(r)
+                     .Add({}, GrammarBuckets())) {}
+
+  void OnGet(const grammar::CompileInfo& info) override {
+    if (info.cached) {
+      hit_.Increment();
+      return;
+    }
+    miss_.Increment();
+    compile_.Observe(info.seconds);
+  }
+
+ private:
+  prometheus::Family<prometheus::Counter>& gets_;
+  prometheus::Counter& hit_;
+  prometheus::Counter& miss_;
+  Histogram& compile_;
 };
 
 // The shared state tier's metrics (server/state/state_store.h).
@@ -420,7 +469,8 @@ class Metrics::ResponsesObserver : public ResponseStoreObserver {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      families_(std::make_unique<Families>(*registry_)) {}
+      families_(std::make_unique<Families>(*registry_)),
+      grammar_(std::make_unique<GrammarObserver>(*registry_)) {}
 
 Metrics::~Metrics() = default;
 
@@ -433,6 +483,8 @@ StateStoreObserver* Metrics::AddStateStore() {
   if (!store_) store_ = std::make_unique<StoreObserver>(*registry_);
   return store_.get();
 }
+
+grammar::GrammarCacheObserver* Metrics::grammar_observer() { return grammar_.get(); }
 
 ResponseStoreObserver* Metrics::AddResponseStore() {
   if (!responses_) responses_ = std::make_unique<ResponsesObserver>(*registry_);

@@ -18,6 +18,9 @@
 //   attn_state_memory_capacity_bytes{model}          gauge, the most the slots may hold
 //   attn_state_memory_usage_perc{model}              gauge, bytes / capacity (0 to 1)
 //   attn_model_info{model,mixer,architecture,device,backend} gauge, always 1
+//   attn_grammar_mask_seconds{model}                 histogram, a constrained step's mask
+//   attn_grammar_requests_total{cache}               constrained requests: hit or miss
+//   attn_grammar_compile_seconds                     histogram, compiling a constraint
 // and with a shared state tier (--state_store):
 //   attn_state_store_lookups_total{outcome}           hit, miss, timeout, error
 //   attn_state_store_hit_tokens_total                 prompt tokens hits covered
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/grammar/constraint.h"
 #include "server/engine/engine.h"
 #include "server/state/response_store.h"
 #include "server/state/state_store.h"
@@ -65,6 +69,9 @@ class Metrics {
   StateStoreObserver* AddStateStore();
   // The Responses API's store's observer; owned by this object.
   ResponseStoreObserver* AddResponseStore();
+  // Structured output's grammar cache's observer (GrammarCache::SetObserver);
+  // owned by this object.
+  grammar::GrammarCacheObserver* grammar_observer();
   // One finished call; `code` is the gRPC status code name ("OK", ...),
   // also for HTTP (StatusCodeName of the status behind the HTTP answer).
   void CountRequest(const std::string& model, const std::string& method, const std::string& code,
@@ -77,11 +84,13 @@ class Metrics {
   class ModelObserver;
   class StoreObserver;
   class ResponsesObserver;
+  class GrammarObserver;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   std::vector<std::unique_ptr<ModelObserver>> observers_;
   std::unique_ptr<StoreObserver> store_;
   std::unique_ptr<ResponsesObserver> responses_;
+  std::unique_ptr<GrammarObserver> grammar_;
 };
 
 // The gRPC name of an absl status code, "OK", "INVALID_ARGUMENT", ...

@@ -83,11 +83,52 @@ TEST(OpenAiRequestTest, CompletionPromptsAndLogprobs) {
   EXPECT_FALSE(none->logprobs);
 }
 
+TEST(OpenAiRequestTest, StructuredOutputIsReadAndCheckedByField) {
+  auto schema = Chat(R"("response_format": {"type": "json_schema", "json_schema": {
+      "name": "n", "strict": true, "schema": {"type": "object"}}})");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->constraint.constraint.kind, grammar::OutputConstraint::Kind::kJsonSchema);
+  EXPECT_EQ(schema->constraint.field, "response_format.json_schema.schema");
+  auto object = Completion(R"("attn_response_format": {"type": "json_object"})");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ(object->constraint.constraint.kind, grammar::OutputConstraint::Kind::kJsonObject);
+  auto choice = Completion(R"("attn_structured": {"choice": ["a", "b"]})");
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->constraint.constraint.choices, (std::vector<std::string>{"a", "b"}));
+  auto text = Chat(R"("response_format": {"type": "text"})");
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->constraint.active());
+  EXPECT_EQ(ParamOf(Chat(R"("response_format": {"type": "json_schema"})")),
+            "response_format.json_schema");
+  EXPECT_EQ(
+      ParamOf(Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})")),
+      "response_format.json_schema.schema");
+  EXPECT_EQ(
+      ParamOf(Chat(
+          R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "x": 1}})")),
+      "response_format.json_schema.x");
+  EXPECT_EQ(ParamOf(Completion(R"("attn_structured": {"regex": "a", "choice": ["b"]})")),
+            "attn_structured");
+  EXPECT_EQ(ParamOf(Completion(R"("attn_structured": {"choice": []})")), "attn_structured.choice");
+  EXPECT_EQ(ParamOf(Completion(R"("attn_structured": {"lark": "x"})")), "attn_structured.lark");
+  EXPECT_EQ(
+      ParamOf(
+          Chat(R"("response_format": {"type": "json_object"}, "attn_structured": {"regex": "a"})")),
+      "attn_structured");
+  EXPECT_EQ(ParamOf(Completion(R"("response_format": {"type": "json_object"})")),
+            "response_format");
+  auto named = Chat(R"("tools": [{"type": "function", "function": {"name": "f"}}],
+                       "tool_choice": {"type": "function", "function": {"name": "f"}})");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_TRUE(named->tool_choice.required);
+  EXPECT_EQ(named->tool_choice.function, "f");
+}
+
 TEST(OpenAiRequestTest, WhatIsNotImplementedIsRefusedByName) {
   EXPECT_EQ(ParamOf(Chat("\"tools\": []")), "tools");
   EXPECT_EQ(ParamOf(Chat("\"tool_choice\": \"auto\"")), "tool_choice");
   EXPECT_EQ(ParamOf(Chat("\"functions\": []")), "functions");
-  EXPECT_EQ(ParamOf(Chat("\"response_format\": {\"type\": \"json_object\"}")), "response_format");
+  EXPECT_EQ(ParamOf(Chat("\"response_format\": {\"type\": \"yaml\"}")), "response_format.type");
   EXPECT_EQ(ParamOf(Chat("\"stream_options\": {\"include_obfuscation\": true}")),
             "stream_options.include_obfuscation");
   EXPECT_EQ(ParamOf(Chat("\"made_up\": 1")), "made_up");

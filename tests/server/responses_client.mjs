@@ -12,6 +12,7 @@
 //   node responses_client.mjs BASE_URL_A BASE_URL_B
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { check, exitWithFailures } from "./checks.mjs";
 
 const replicas = [process.argv[2], process.argv[3]].map(
   (baseURL) => new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0 }));
@@ -27,16 +28,6 @@ const weather = {
 // The state tier's writes are asynchronous: a reader's pause lets the
 // previous turn's state land before the other replica looks for it.
 const pause = () => new Promise((done) => setTimeout(done, 300));
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`  ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`  FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 async function refused(request, param, status = 400) {
   await assert.rejects(request, (e) => {
     assert.equal(e.status, status, e.message);
@@ -206,17 +197,19 @@ await check("max_output_tokens: an incomplete response", async () => {
 });
 
 await check("refusals name their field", async () => {
-  await refused(a.responses.create({ model, input: "x", tools: [weather], tool_choice: "required" }),
-                "tool_choice");
+  await refused(a.responses.create({ model, input: "x", tool_choice: "required" }), "tool_choice");
+  await refused(a.responses.create({
+    model, input: "x", text: { format: { type: "json_schema", name: "n",
+                                         schema: { type: "object", not: { required: ["a"] } } } },
+  }), "text.format.schema.not");
   await refused(a.responses.create({
     model, input: [{ role: "user", content: [{ type: "input_text", text: "x" },
                                              { type: "input_image", image_url: "http://x/y.png" }] }],
   }), "input[0].content[1].type");
   await refused(a.responses.create({ model, input: "x", tools: [{ type: "web_search" }] }),
                 "tools[0].type");
-  await refused(a.responses.create({
-    model, input: "x", text: { format: { type: "json_schema", name: "x", schema: {} } },
-  }), "text");
+  await refused(a.responses.create({ model, input: "x", text: { format: { type: "yaml" } } }),
+                "text.format.type");
   await refused(a.responses.create({ model, input: "x", reasoning: { effort: "high" } }),
                 "reasoning");
   await refused(a.responses.create({ model, input: [] }), "input");
@@ -227,7 +220,4 @@ await check("refusals name their field", async () => {
   await refused(a.responses.create({ model: "nope", input: "x" }), "model", 404);
 });
 
-if (failures > 0) {
-  console.log(`${failures} check(s) failed`);
-  process.exit(1);
-}
+exitWithFailures();

@@ -26,7 +26,7 @@ fail() {
 }
 
 npm_packages "$node_tools" openai@4 || fail "npm install openai"
-cp "$repo/tests/server/responses_client.mjs" "$node_tools/"
+cp "$repo/tests/server/responses_client.mjs" "$repo/tests/server/checks.mjs" "$node_tools/"
 
 echo "== scripted models"
 qwen=$repo/tests/data/chat_templates/qwen2.5.jinja

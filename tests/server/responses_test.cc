@@ -75,7 +75,12 @@ TEST(ResponsesRequestTest, RefusalsNameTheirField) {
   EXPECT_EQ(ParamOf(Parse(R"("input": "x", "tools": [{"type": "function", "name": "a b"}])")),
             "tools[0].name");
   EXPECT_EQ(ParamOf(Parse(R"("input": "x", "tool_choice": "required")")), "tool_choice");
-  EXPECT_EQ(ParamOf(Parse(R"("input": "x", "text": {"format": {"type": "json_object"}})")), "text");
+  EXPECT_EQ(ParamOf(Parse(R"("input": "x", "text": {"format": {"type": "xml"}})")),
+            "text.format.type");
+  EXPECT_EQ(ParamOf(Parse(R"("input": "x", "text": {"verbosity": "low"})")), "text.verbosity");
+  EXPECT_EQ(
+      ParamOf(Parse(R"("input": "x", "text": {"format": {"type": "json_schema", "name": "n"}})")),
+      "text.format.schema");
   EXPECT_EQ(ParamOf(Parse(R"("input": "x", "truncation": "auto")")), "truncation");
   EXPECT_EQ(ParamOf(Parse(R"("input": "x", "background": true)")), "background");
   EXPECT_EQ(ParamOf(Parse(R"("input": "x", "include": ["file_search_call.results"])")), "include");

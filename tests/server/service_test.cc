@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "model/text/chat_format.h"
+#include "nlohmann/json.hpp"
 #include "server/metrics/metrics.h"
 #include "server/server.h"
 #include "tests/server/requests.h"
@@ -343,6 +344,41 @@ double MetricValue(const std::string& exposition, const std::string& series) {
     }
   }
   return 0.0;
+}
+
+TEST_F(ServiceTest, StructuredOutputFollowsItsConstraint) {
+  // A JSON Schema on every model (random weights at temperature 1): each
+  // finished text parses and keeps the schema; a choice ends with the
+  // choice; an unenforceable keyword is INVALID_ARGUMENT by its path.
+  const char* schema = R"({"type":"object","properties":{"n":{"type":"integer","minimum":1,
+      "maximum":9},"ok":{"type":"boolean"}},"required":["n","ok"],"additionalProperties":false})";
+  for (const char* model : kModels) {
+    GenerateRequest request = Greedy(model, "the river", 200);
+    request.set_temperature(1.0f);
+    request.set_seed(11);
+    request.mutable_structured()->set_json_schema(schema);
+    GenerateResponse merged;
+    ASSERT_TRUE(Stream(request, &merged).ok()) << model;
+    ASSERT_EQ(merged.finish_reason(), attn::v1::FINISH_REASON_STOP) << model << merged.text();
+    const auto value = nlohmann::json::parse(merged.text());
+    EXPECT_EQ(value.size(), 2u) << merged.text();
+    EXPECT_GE(value["n"].get<int>(), 1);
+    EXPECT_LE(value["n"].get<int>(), 9);
+    EXPECT_TRUE(value["ok"].is_boolean());
+  }
+  GenerateRequest choice = Greedy("tiny-aft", "the river", 20);
+  for (const char* c : {"north", "south"})
+    choice.mutable_structured()->mutable_choice()->add_choices(c);
+  GenerateResponse response;
+  ASSERT_TRUE(Unary(choice, &response).ok());
+  EXPECT_TRUE(response.text() == "north" || response.text() == "south") << response.text();
+  EXPECT_EQ(response.finish_reason(), attn::v1::FINISH_REASON_STOP);
+  GenerateRequest bad = Greedy("tiny-aft", "the river", 20);
+  bad.mutable_structured()->set_json_schema(R"({"type":"array","contains":{"type":"string"}})");
+  const grpc::Status refused = Unary(bad, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("structured.json_schema.contains"), std::string::npos)
+      << refused.error_message();
 }
 
 TEST_F(ServiceTest, MetricCountersMove) {

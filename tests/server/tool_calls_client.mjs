@@ -7,6 +7,7 @@
 //   node tool_calls_client.mjs BASE_URL
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { check, exitWithFailures } from "./checks.mjs";
 
 const client = new OpenAI({ baseURL: process.argv[2], apiKey: "unused" });
 const weather = {
@@ -18,16 +19,6 @@ const weather = {
   },
 };
 const ask = [{ role: "user", content: "What is the weather in Paris?" }];
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`  ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`  FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 
 for (const model of ["plain-tools", "qwen-tools", "lfm-tools"]) {
   await check(`${model}: a reply's tool call comes back as message.tool_calls`, async () => {
@@ -134,14 +125,24 @@ await check("parallel_tool_calls false keeps the first call", async () => {
   assert.equal(one.choices[0].message.tool_calls.length, 1);
 });
 
-await check("required and named tool_choice are refused naming tool_choice", async () => {
+await check("required and named tool_choice force a call of the tools", async () => {
+  // The grammar of a call (docs/structured-output.md) lets the scripted
+  // call through unchanged; a function not in tools is refused by name.
+  const lookup = { type: "function", function: { name: "lookup", parameters: { type: "object" } } };
   for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }]) {
-    const e = await client.chat.completions
-      .create({ model: "qwen-tools", messages: ask, tools: [weather], tool_choice })
-      .then(() => null, (err) => err);
-    assert.equal(e?.status, 400);
-    assert.equal(e.param, "tool_choice");
+    const r = await client.chat.completions.create({
+      model: "qwen-tools", messages: ask, tools: [weather, lookup], tool_choice });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, "get_weather");
+    assert.deepEqual(JSON.parse(r.choices[0].message.tool_calls[0].function.arguments),
+                     { city: "Paris" });
   }
+  const e = await client.chat.completions
+    .create({ model: "qwen-tools", messages: ask, tools: [weather],
+              tool_choice: { type: "function", function: { name: "missing" } } })
+    .then(() => null, (err) => err);
+  assert.equal(e?.status, 400);
+  assert.equal(e.param, "tool_choice");
 });
 
-process.exit(failures ? 1 : 0);
+exitWithFailures();

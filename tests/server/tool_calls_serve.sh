@@ -22,7 +22,7 @@ trap 'kill_servers; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; [ -f "$work/server.log" ] && tail -20 "$work/server.log" >&2; exit 1; }
 
 npm_packages "$node_tools" openai@4 || fail "npm install openai"
-cp "$repo/tests/server/tool_calls_client.mjs" "$node_tools/"
+cp "$repo/tests/server/tool_calls_client.mjs" "$repo/tests/server/checks.mjs" "$node_tools/"
 
 echo "== scripted models"
 call=$'<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
