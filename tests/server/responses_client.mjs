@@ -130,6 +130,17 @@ await check("function tools: a call, then the function_call_output turn", async 
   assertContinues(answer, r);
 });
 
+await check("tool_choice required and a named function force the call", async () => {
+  for (const tool_choice of ["required", { type: "function", name: "get_weather" }]) {
+    const r = await a.responses.create({
+      model: tooled, tools: [weather], tool_choice, input: "What is the weather in Paris?" });
+    assert.equal(r.output[0].type, "function_call", JSON.stringify(r.output));
+    assert.equal(r.output[0].name, "get_weather");
+    assert.deepEqual(JSON.parse(r.output[0].arguments), { city: "Paris" });
+    assert.deepEqual(r.tool_choice, tool_choice);
+  }
+});
+
 await check("function tools, streamed: the argument events and the final call", async () => {
   const stream = a.responses.stream({
     model: tooled, tools: [weather], input: "What is the weather in Paris?",
