@@ -155,7 +155,7 @@ check("errors carry status, type and param", async () => {
   assert.equal(e.type, "invalid_request_error");
   e = await refusal(client.chat.completions.create({
     model: MODEL, messages, tools: [{ type: "function", function: { name: "f" } }],
-    tool_choice: "required",
+    tool_choice: { type: "function", function: { name: "g" } },
   }));
   assert.equal(e.status, 400);
   assert.equal(e.param, "tool_choice");
@@ -164,9 +164,10 @@ check("errors carry status, type and param", async () => {
   }));
   assert.equal(e.param, "tools[0].function.name");
   e = await refusal(client.chat.completions.create({
-    model: MODEL, messages, response_format: { type: "json_object" },
+    model: MODEL, messages, response_format: { type: "json_schema", json_schema: {
+      name: "n", schema: { type: "object", properties: { a: { not: {} } } } } },
   }));
-  assert.equal(e.param, "response_format");
+  assert.equal(e.param, "response_format.json_schema.schema.properties.a.not");
   e = await refusal(client.chat.completions.create({ model: "no-such-model", messages }));
   assert.equal(e.status, 404);
   assert.equal(e.code, "model_not_found");
