@@ -315,42 +315,74 @@ absl::Status GrammarBuilder::CheckLeftRecursion(const Grammar& g) const {
       });
     }
   }
-  std::vector<std::vector<uint32_t>> left(n);  // rules reachable before any byte
+  // Rules reachable before any byte; `tail`: the reference ends its
+  // alternative, so the matcher reuses the caller's frame there.
+  struct Edge {
+    uint32_t to;
+    bool tail;
+  };
+  std::vector<std::vector<Edge>> left(n);
   for (uint32_t r = 0; r < n; ++r) {
     alternatives(r, [&](uint32_t begin, uint32_t end) {
       for (uint32_t i = begin; i < end; ++i) {
         const Element& e = g.element(i);
         if (e.kind != Element::Kind::kRef) break;
-        left[r].push_back(e.value);
+        left[r].push_back({e.value, i + 1 == end});
         if (!nullable[e.value]) break;
       }
     });
   }
-  // Depth-first search without recursion: grammars are untrusted input.
-  std::vector<int> mark(n, 0);  // 0 new, 1 on the path, 2 done
+  // A cycle of tail references only (a repetition of something that can
+  // match nothing) keeps one frame: harmless. A cycle through any other
+  // reference grows the stack forever: a non-tail edge inside a strongly
+  // connected component. Tarjan's algorithm, without recursion (grammars
+  // are untrusted input).
+  std::vector<int64_t> index(n, -1), low(n, 0), component(n, -1);
+  std::vector<uint32_t> stack;
+  std::vector<bool> on_stack(n, false);
+  int64_t counter = 0, components = 0;
   for (uint32_t start = 0; start < n; ++start) {
-    if (mark[start] != 0) continue;
-    std::vector<std::pair<uint32_t, size_t>> path{{start, 0}};
-    mark[start] = 1;
-    while (!path.empty()) {
-      auto& [r, next] = path.back();
-      if (next == left[r].size()) {
-        mark[r] = 2;
-        path.pop_back();
+    if (index[start] >= 0) continue;
+    std::vector<std::pair<uint32_t, size_t>> calls{{start, 0}};
+    index[start] = low[start] = counter++;
+    stack.push_back(start);
+    on_stack[start] = true;
+    while (!calls.empty()) {
+      const uint32_t v = calls.back().first;
+      if (calls.back().second < left[v].size()) {
+        const uint32_t w = left[v][calls.back().second++].to;
+        if (index[w] < 0) {
+          index[w] = low[w] = counter++;
+          stack.push_back(w);
+          on_stack[w] = true;
+          calls.emplace_back(w, 0);
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
         continue;
       }
-      const uint32_t child = left[r][next++];
-      if (mark[child] == 1) {
-        std::string name = g.rule_name(child);
-        name = name.substr(0, name.find('~'));
-        return absl::InvalidArgumentError(
-            absl::StrCat("grammar: rule '", name,
-                         "' is left-recursive (it can reach itself before any character)"));
+      if (low[v] == index[v]) {
+        uint32_t x = 0;
+        do {
+          x = stack.back();
+          stack.pop_back();
+          on_stack[x] = false;
+          component[x] = components;
+        } while (x != v);
+        ++components;
       }
-      if (mark[child] == 0) {
-        mark[child] = 1;
-        path.emplace_back(child, 0);
-      }
+      calls.pop_back();
+      if (!calls.empty()) low[calls.back().first] = std::min(low[calls.back().first], low[v]);
+    }
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    for (const Edge& e : left[r]) {
+      if (e.tail || component[e.to] != component[r]) continue;
+      std::string name = g.rule_name(r);
+      name = name.substr(0, name.find('~'));
+      return absl::InvalidArgumentError(
+          absl::StrCat("grammar: rule '", name,
+                       "' is left-recursive (it can reach itself before any character)"));
     }
   }
   return absl::OkStatus();

@@ -304,6 +304,12 @@ class RegexParser {
       if (!digits(min) || (!max.empty() && !digits(max))) {
         return Error("a repetition must be {m}, {m,} or {m,n}");
       }
+      const int low = std::stoi(std::string(min));
+      const int high = max.empty() ? low : std::stoi(std::string(max));
+      if (low > 1000 || high > 1000) return Error("a repetition bound above 1000");
+      if (comma != absl::string_view::npos && !max.empty() && high < low) {
+        return Error("a repetition's maximum is below its minimum");
+      }
       suffix = absl::StrCat("{", inside, "}");
       i_ = close + 1;
     } else {

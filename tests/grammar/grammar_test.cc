@@ -66,7 +66,7 @@ TEST(Gbnf, ErrorsNameTheLineOrRule) {
       {"root ::= x", "rule 'x' is used but never defined"},
       {"a ::= \"a\"", "no rule named 'root'"},
       {"root ::= root \"a\" | \"b\"", "rule 'root' is left-recursive"},
-      {"root ::= a\na ::= \"b\"? a", "rule 'a' is left-recursive"},
+      {"root ::= a\na ::= \"b\"? a \"c\"", "rule 'a' is left-recursive"},
       {"root ::= \"a\"\n\nroot ::= \"b\"", "line 3: rule 'root' is defined twice"},
       {"root ::= \"abc", "line 1: unterminated literal"},
       {"root ::= [b-a]", "below its start"},
@@ -88,6 +88,8 @@ TEST(Gbnf, LimitsBoundUntrustedGrammars) {
   GrammarLimits limits;
   limits.max_elements = 1000;
   EXPECT_FALSE(Grammar::FromGbnf("root ::= [a-z]{600} [0-9]{600}", limits).ok());
+  // A repetition of what may match nothing is no left recursion.
+  EXPECT_TRUE(Grammar::FromGbnf("root ::= (\"a\"?)* \"b\" ( \"\" | \"c\" ){2,}").ok());
   // Repeating a group repeats a reference to it: no blow-up.
   EXPECT_TRUE(Grammar::FromGbnf("root ::= (\"abc\"{100}){100}", limits).ok());
   std::string deep = "root ::= ";
@@ -120,8 +122,8 @@ TEST(Regex, WholeMatchAndSearch) {
 }
 
 TEST(Regex, RefusesWhatItCannotEnforce) {
-  for (const char* pattern :
-       {"(a)\\1", "a(?=b)", "a\\bc", "a^b", "a$b", "[z-a]", "a**", "a{0,,5}", "a{,3}"}) {
+  for (const char* pattern : {"(a)\\1", "a(?=b)", "a\\bc", "a^b", "a$b", "[z-a]", "a**", "a{0,,5}",
+                              "a{,3}", "a{7,5}", "a{2000}"}) {
     EXPECT_FALSE(ConstraintGbnf(OutputConstraint::Regex(pattern)).ok()) << pattern;
   }
 }
