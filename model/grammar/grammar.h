@@ -73,6 +73,10 @@ class Grammar {
   size_t element_count() const { return elements_.size(); }
   size_t rule_count() const { return rule_starts_.size(); }
   const std::string& rule_name(uint32_t rule) const { return rule_names_[rule]; }
+  // Bytes that no byte set tells apart share a class: a matcher's step on
+  // one is its step on all (classes number at most 256).
+  uint8_t byte_class(uint8_t byte) const { return byte_classes_[byte]; }
+  int class_count() const { return class_count_; }
 
  private:
   friend class GrammarBuilder;
@@ -83,6 +87,8 @@ class Grammar {
   std::vector<uint32_t> alternative_offsets_;  // per rule, and one past the last
   std::vector<uint32_t> alternative_starts_;
   uint32_t root_ = 0;
+  uint8_t byte_classes_[256] = {};
+  int class_count_ = 1;
 };
 
 // GBNF literal text for `text` (quoted, with escapes), for generators that

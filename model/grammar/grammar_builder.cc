@@ -282,7 +282,28 @@ absl::StatusOr<Grammar> GrammarBuilder::Build() {
   }
   grammar.alternative_offsets_.push_back(static_cast<uint32_t>(grammar.alternative_starts_.size()));
   if (auto status = CheckLeftRecursion(grammar); !status.ok()) return status;
+  SetByteClasses(&grammar);
   return grammar;
+}
+
+void GrammarBuilder::SetByteClasses(Grammar* g) {
+  // Partition refinement: every set splits the classes it cuts.
+  std::vector<ByteSet> classes{ByteSet().set()};
+  for (const ByteSet& set : g->byte_sets_) {
+    const size_t n = classes.size();
+    for (size_t c = 0; c < n; ++c) {
+      const ByteSet in = classes[c] & set, out = classes[c] & ~set;
+      if (in.none() || out.none()) continue;
+      classes[c] = in;
+      classes.push_back(out);
+    }
+  }
+  for (size_t c = 0; c < classes.size(); ++c) {
+    for (int b = 0; b < 256; ++b) {
+      if (classes[c].test(b)) g->byte_classes_[b] = static_cast<uint8_t>(c);
+    }
+  }
+  g->class_count_ = static_cast<int>(classes.size());
 }
 
 // A rule that can reach itself before matching a byte would make a top-down

@@ -49,6 +49,7 @@ class GrammarBuilder {
 
  private:
   absl::Status CheckLeftRecursion(const Grammar& grammar) const;
+  static void SetByteClasses(Grammar* grammar);
   uint32_t ByteSetIndex(const ByteSet& set, Grammar* grammar);
   absl::Status Lower(const Sequence& sequence, std::vector<Element>* out, Grammar* grammar);
   uint32_t ClassRule(const CodeRanges& chars, Grammar* grammar);

@@ -1,83 +1,24 @@
 #include "model/grammar/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/grammar/grammar.h"
+#include "model/grammar/json_schema_compiler.h"
 #include "model/grammar/json_schema_leaves.h"
 #include "model/grammar/json_schema_merge.h"
 #include "model/grammar/regex.h"
 #include "util/field_error.h"
 
 namespace attn::grammar {
+namespace internal {
 namespace {
-
-using Json = nlohmann::ordered_json;
-
-// Keywords of JSON Schema that assert what no grammar here enforces: refused.
-// Every keyword that is neither these nor a constraint is an annotation (as
-// the specification treats unknown keywords): accepted, without effect.
-const std::set<std::string>& Unsupported() {
-  static const auto* keys = new std::set<std::string>{"not",
-                                                      "if",
-                                                      "then",
-                                                      "else",
-                                                      "dependentRequired",
-                                                      "dependentSchemas",
-                                                      "dependencies",
-                                                      "patternProperties",
-                                                      "propertyNames",
-                                                      "contains",
-                                                      "minContains",
-                                                      "maxContains",
-                                                      "unevaluatedItems",
-                                                      "$dynamicRef",
-                                                      "$recursiveRef",
-                                                      "contentSchema"};
-  return *keys;
-}
-
-const std::set<std::string>& Constraints() {
-  static const auto* keys = new std::set<std::string>{"type",
-                                                      "properties",
-                                                      "required",
-                                                      "additionalProperties",
-                                                      "items",
-                                                      "prefixItems",
-                                                      "additionalItems",
-                                                      "minItems",
-                                                      "maxItems",
-                                                      "enum",
-                                                      "const",
-                                                      "anyOf",
-                                                      "oneOf",
-                                                      "allOf",
-                                                      "$ref",
-                                                      "minLength",
-                                                      "maxLength",
-                                                      "pattern",
-                                                      "format",
-                                                      "minimum",
-                                                      "maximum",
-                                                      "exclusiveMinimum",
-                                                      "exclusiveMaximum",
-                                                      "multipleOf",
-                                                      "minProperties",
-                                                      "maxProperties",
-                                                      "unevaluatedProperties",
-                                                      "uniqueItems"};
-  return *keys;
-}
-
-std::string Join(const std::string& path, absl::string_view key) {
-  return absl::StrCat(path, ".", key);
-}
 
 std::string WhitespaceRule(const JsonSchemaOptions& options) {
   if (options.max_whitespace <= 0) return "ws ::= \"\"\n";
@@ -100,358 +41,334 @@ bool HasType(const Json& value, absl::string_view type) {
   return type == "number" && value.is_number();
 }
 
-class SchemaCompiler {
- public:
-  SchemaCompiler(const Json& root, const JsonSchemaOptions& options)
-      : root_(root), options_(options) {}
+bool IsUnsupported(const std::string& key) {
+  const auto& keys = UnsupportedKeywords();
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
 
-  absl::StatusOr<std::string> Compile() {
-    auto expr = Expr(root_, "", 0);
-    if (!expr.ok()) return expr.status();
-    return absl::StrCat("root ::= ", *expr, "\n", rules_, JsonBaseRules(),
-                        WhitespaceRule(options_));
-  }
+}  // namespace
 
- private:
-  std::string Define(const std::string& body) {
-    std::string name = absl::StrCat("s", ++count_);
-    Define(name, body);
-    return name;
-  }
-  void Define(const std::string& name, const std::string& body) {
-    absl::StrAppend(&rules_, name, " ::= ", body, "\n");
-  }
+// Every keyword that is neither these nor a constraint is an annotation (as
+// the specification treats unknown keywords): accepted, without effect.
+const std::vector<std::string>& UnsupportedKeywords() {
+  static const auto* keys = new std::vector<std::string>{"if",
+                                                         "then",
+                                                         "else",
+                                                         "dependentRequired",
+                                                         "dependentSchemas",
+                                                         "dependencies",
+                                                         "propertyNames",
+                                                         "contains",
+                                                         "minContains",
+                                                         "maxContains",
+                                                         "unevaluatedItems",
+                                                         "$dynamicRef",
+                                                         "$recursiveRef",
+                                                         "contentSchema"};
+  return *keys;
+}
 
-  absl::StatusOr<std::string> Expr(const Json& s, const std::string& path, int depth) {
-    if (s.is_boolean()) {
-      if (s.get<bool>()) return std::string("value");
-      return InvalidField(path, "the schema false matches nothing");
-    }
-    if (!s.is_object()) return InvalidField(path, "must be a schema (an object or a boolean)");
-    if (depth > options_.max_depth) {
-      return InvalidField(path, "schemas nested deeper than ", options_.max_depth);
-    }
-    std::vector<std::string> constraints;
-    for (const auto& item : s.items()) {
-      if (Constraints().count(item.key())) constraints.push_back(item.key());
-      if (Unsupported().count(item.key())) {
-        return InvalidField(Join(path, item.key()), "this keyword is not supported");
-      }
-    }
-    for (const char* combinator : {"$ref", "anyOf", "oneOf", "allOf"}) {
-      if (!s.contains(combinator)) continue;
-      if (constraints.size() == 1 && std::string(combinator) != "allOf") {
-        return Combinator(s, combinator, path, depth);
-      }
-      return Merged(s, path, depth);
-    }
-    if (s.contains("const")) return Literal(s["const"]);
-    if (s.contains("enum")) return Enum(s, path);
-    return Typed(s, path, depth);
-  }
+bool IsConstraint(const std::string& key) {
+  static const auto* keys = new std::set<std::string>{"type",
+                                                      "properties",
+                                                      "required",
+                                                      "additionalProperties",
+                                                      "patternProperties",
+                                                      "items",
+                                                      "prefixItems",
+                                                      "additionalItems",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "enum",
+                                                      "const",
+                                                      "anyOf",
+                                                      "oneOf",
+                                                      "allOf",
+                                                      "not",
+                                                      "$ref",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "pattern",
+                                                      "format",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum",
+                                                      "multipleOf",
+                                                      "minProperties",
+                                                      "maxProperties",
+                                                      "unevaluatedProperties",
+                                                      "uniqueItems"};
+  return keys->count(key) > 0;
+}
 
-  // A schema whose combinators have siblings (or an allOf of several):
-  // its parts merged into one schema (MergeSchemas), and an anyOf/oneOf's
-  // branches each merged with the rest.
-  absl::StatusOr<std::string> Merged(const Json& s, const std::string& path, int depth) {
-    std::vector<Json> parts{Json::object()};
-    for (const auto& item : s.items()) {
-      if (Constraints().count(item.key()) && item.key() != "$ref" && item.key() != "allOf" &&
-          item.key() != "anyOf" && item.key() != "oneOf") {
-        parts[0][item.key()] = item.value();
-      }
-    }
-    std::vector<std::pair<std::string, const Json*>> members;
-    if (s.contains("$ref")) members.emplace_back(Join(path, "$ref"), &s);
-    if (s.contains("allOf")) {
-      if (!s["allOf"].is_array()) return InvalidField(Join(path, "allOf"), "must be an array");
-      for (size_t i = 0; i < s["allOf"].size(); ++i) {
-        members.emplace_back(absl::StrCat(Join(path, "allOf"), "[", i, "]"), &s["allOf"][i]);
-      }
-    }
-    for (const auto& [at, member] : members) {
-      // A reference joins as what it names (one level deep).
-      const Json* ref = member == &s                                      ? &s["$ref"]
-                        : member->is_object() && member->contains("$ref") ? &(*member)["$ref"]
-                                                                          : nullptr;
-      if (ref == nullptr) {
-        parts.push_back(*member);
-        continue;
-      }
-      auto resolved = Resolve(*ref, member == &s ? at : Join(at, "$ref"));
-      if (!resolved.ok()) return resolved.status();
-      parts.push_back(**resolved);
-      if (member != &s) {  // the reference's siblings join too
-        Json rest = *member;
-        rest.erase("$ref");
-        parts.push_back(std::move(rest));
-      }
-    }
-    std::string conflict;
-    auto merged = MergeSchemas(parts, &conflict);
-    if (!merged) {
-      return InvalidField(Join(path, conflict), "cannot be combined with the other parts of ",
-                          "its schema (allOf, $ref siblings)");
-    }
-    for (const char* branches : {"anyOf", "oneOf"}) {
-      if (!s.contains(branches)) continue;
-      const Json& list = s[branches];
-      if (!list.is_array()) return InvalidField(Join(path, branches), "must be an array");
-      Json expanded = Json::array();
-      for (const auto& branch : list) {
-        std::vector<Json> parts{*merged, branch};
-        if (branch.is_object() && branch.contains("$ref")) {  // what it names, and its siblings
-          auto resolved = Resolve(branch["$ref"], Join(path, branches));
-          if (!resolved.ok()) return resolved.status();
-          parts.back().erase("$ref");
-          parts.push_back(**resolved);
-        }
-        auto both = MergeSchemas(parts, &conflict);
-        if (!both) {
-          return InvalidField(Join(path, conflict), "cannot be combined with each branch of ",
-                              branches);
-        }
-        expanded.push_back(*both);
-      }
-      return Combinator(Json{{branches, expanded}}, branches, path, depth);
-    }
-    return Expr(*merged, path, depth + 1);
-  }
+absl::StatusOr<std::string> SchemaCompiler::Compile() {
+  auto expr = Expr(root_, "", 0);
+  if (!expr.ok()) return expr.status();
+  return absl::StrCat("root ::= ", *expr, "\n", rules_, JsonBaseRules(), WhitespaceRule(options_));
+}
 
-  absl::StatusOr<const Json*> Resolve(const Json& ref, const std::string& at) {
-    if (!ref.is_string()) return InvalidField(at, "must be a string");
-    const std::string target = ref.get<std::string>();
-    if (target.empty() || target[0] != '#') {
-      return InvalidField(at, "only references inside the schema (#...) are supported");
-    }
-    try {
-      return &root_.at(Json::json_pointer(target.substr(1)));
-    } catch (const std::exception&) {
-      return InvalidField(at, "'", target, "' does not name a part of the schema");
+std::string SchemaCompiler::Define(const std::string& body) {
+  std::string name = absl::StrCat("s", ++count_);
+  Define(name, body);
+  return name;
+}
+
+void SchemaCompiler::Define(const std::string& name, const std::string& body) {
+  absl::StrAppend(&rules_, name, " ::= ", body, "\n");
+}
+
+absl::StatusOr<std::string> SchemaCompiler::Expr(const Json& s, const std::string& path,
+                                                 int depth) {
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return std::string("value");
+    return InvalidField(path, "the schema false matches nothing");
+  }
+  if (!s.is_object()) return InvalidField(path, "must be a schema (an object or a boolean)");
+  if (depth > options_.max_depth) {
+    return InvalidField(path, "schemas nested deeper than ", options_.max_depth);
+  }
+  std::vector<std::string> constraints;
+  for (const auto& item : s.items()) {
+    if (IsConstraint(item.key())) constraints.push_back(item.key());
+    if (IsUnsupported(item.key())) {
+      return InvalidField(Join(path, item.key()), "this keyword is not supported");
     }
   }
-
-  absl::StatusOr<std::string> Enum(const Json& s, const std::string& path) {
-    const Json& values = s["enum"];
-    if (!values.is_array() || values.empty()) {
-      return InvalidField(Join(path, "enum"), "must be a non-empty array");
+  if (s.contains("not")) return Negated(s, path, depth);
+  for (const char* combinator : {"$ref", "anyOf", "oneOf", "allOf"}) {
+    if (!s.contains(combinator)) continue;
+    if (constraints.size() == 1 && std::string(combinator) != "allOf") {
+      return Combinator(s, combinator, path, depth);
     }
-    std::vector<std::string> types;
-    if (s.contains("type")) {
-      if (s["type"].is_string()) types.push_back(s["type"]);
-      if (s["type"].is_array()) {
-        for (const auto& t : s["type"]) types.push_back(t.is_string() ? t.get<std::string>() : "");
-      }
-    }
-    std::vector<std::string> alternatives;
-    for (const auto& v : values) {
-      bool typed = types.empty();
-      for (const auto& t : types) typed = typed || HasType(v, t);
-      if (typed) alternatives.push_back(Literal(v));
-    }
-    if (alternatives.empty())
-      return InvalidField(Join(path, "enum"), "no value has the schema's type");
-    return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
+    return Merged(s, path, depth);
   }
+  if (s.contains("const") || s.contains("enum")) return Enum(s, path);
+  return Typed(s, path, depth);
+}
 
-  absl::StatusOr<std::string> Combinator(const Json& s, const std::string& kind,
-                                         const std::string& path, int depth) {
-    const std::string at = Join(path, kind);
-    if (kind == "$ref") return Ref(s["$ref"], at, depth);
-    const Json& list = s[kind];
-    if (!list.is_array() || list.empty()) return InvalidField(at, "must be a non-empty array");
-    if (kind == "allOf") {
-      if (list.size() != 1) return InvalidField(at, "only one schema is supported");
-      return Expr(list[0], absl::StrCat(at, "[0]"), depth + 1);
+absl::StatusOr<std::string> SchemaCompiler::Negated(const Json& s, const std::string& path,
+                                                    int depth) {
+  Json rest = s;
+  rest.erase("not");
+  auto narrowed = ApplyNot(std::move(rest), s["not"], path, depth + 1);
+  if (!narrowed.ok()) return narrowed.status();
+  return Expr(*narrowed, path, depth + 1);
+}
+
+absl::StatusOr<std::string> SchemaCompiler::Merged(const Json& s, const std::string& path,
+                                                   int depth) {
+  std::vector<Json> parts{Json::object()};
+  for (const auto& item : s.items()) {
+    if (IsConstraint(item.key()) && item.key() != "$ref" && item.key() != "allOf" &&
+        item.key() != "anyOf" && item.key() != "oneOf") {
+      parts[0][item.key()] = item.value();
     }
-    const auto resolve = [this](const Json& ref) -> const Json* {
-      auto resolved = Resolve(ref, "");
-      return resolved.ok() ? *resolved : nullptr;
-    };
-    if (kind == "oneOf" && !BranchesDisjoint(list, resolve)) {
-      return InvalidField(at, "branches that may overlap are not supported (use anyOf)");
-    }
-    std::vector<std::string> alternatives;
-    for (size_t i = 0; i < list.size(); ++i) {
-      auto e = Expr(list[i], absl::StrCat(at, "[", i, "]"), depth + 1);
-      if (!e.ok()) return e.status();
-      alternatives.push_back(*e);
-    }
-    return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
   }
-
-  absl::StatusOr<std::string> Ref(const Json& ref, const std::string& at, int depth) {
-    if (!ref.is_string()) return InvalidField(at, "must be a string");
-    const std::string target = ref.get<std::string>();
-    if (auto it = refs_.find(target); it != refs_.end()) return it->second;
-    auto resolved = Resolve(ref, at);
+  std::vector<std::pair<std::string, const Json*>> members;
+  if (s.contains("$ref")) members.emplace_back(Join(path, "$ref"), &s);
+  if (s.contains("allOf")) {
+    if (!s["allOf"].is_array()) return InvalidField(Join(path, "allOf"), "must be an array");
+    for (size_t i = 0; i < s["allOf"].size(); ++i) {
+      members.emplace_back(absl::StrCat(Join(path, "allOf"), "[", i, "]"), &s["allOf"][i]);
+    }
+  }
+  for (const auto& [at, member] : members) {
+    // A reference joins as what it names (one level deep).
+    const Json* ref = member == &s                                      ? &s["$ref"]
+                      : member->is_object() && member->contains("$ref") ? &(*member)["$ref"]
+                                                                        : nullptr;
+    if (ref == nullptr) {
+      parts.push_back(*member);
+      continue;
+    }
+    auto resolved = Resolve(*ref, member == &s ? at : Join(at, "$ref"));
     if (!resolved.ok()) return resolved.status();
-    const std::string name = absl::StrCat("s", ++count_);
-    refs_.emplace(target, name);
-    std::string inner_path = target.substr(1);
-    for (auto& c : inner_path) c = c == '/' ? '.' : c;
-    auto body = Expr(**resolved, inner_path, depth + 1);
-    if (!body.ok()) return body.status();
-    Define(name, *body);
-    return name;
+    parts.push_back(**resolved);
+    if (member != &s) {  // the reference's siblings join too
+      Json rest = *member;
+      rest.erase("$ref");
+      parts.push_back(std::move(rest));
+    }
   }
+  std::string conflict;
+  auto merged = MergeSchemas(parts, &conflict);
+  if (!merged) {
+    return InvalidField(Join(path, conflict), "cannot be combined with the other parts of ",
+                        "its schema (allOf, $ref siblings)");
+  }
+  for (const char* branches : {"anyOf", "oneOf"}) {
+    if (!s.contains(branches)) continue;
+    const Json& list = s[branches];
+    if (!list.is_array()) return InvalidField(Join(path, branches), "must be an array");
+    Json expanded = Json::array();
+    for (const auto& branch : list) {
+      std::vector<Json> parts{*merged, branch};
+      if (branch.is_object() && branch.contains("$ref")) {  // what it names, and its siblings
+        auto resolved = Resolve(branch["$ref"], Join(path, branches));
+        if (!resolved.ok()) return resolved.status();
+        parts.back().erase("$ref");
+        parts.push_back(**resolved);
+      }
+      auto both = MergeSchemas(parts, &conflict);
+      if (!both) {
+        return InvalidField(Join(path, conflict), "cannot be combined with each branch of ",
+                            branches);
+      }
+      expanded.push_back(*both);
+    }
+    return Combinator(Json{{branches, expanded}}, branches, path, depth);
+  }
+  return Expr(*merged, path, depth + 1);
+}
 
-  absl::StatusOr<std::vector<std::string>> Types(const Json& s, const std::string& path) {
-    std::vector<std::string> types;
-    if (s.contains("type")) {
-      const Json& t = s["type"];
-      if (t.is_string()) types.push_back(t);
-      if (t.is_array()) {
-        for (const auto& v : t) {
-          if (v.is_string()) types.push_back(v);
-        }
-      }
-      if (types.empty() || (t.is_array() && types.size() != t.size())) {
-        return InvalidField(Join(path, "type"), "must be a type name or a list of them");
-      }
-      return types;
+absl::StatusOr<const Json*> SchemaCompiler::Resolve(const Json& ref, const std::string& at) {
+  if (!ref.is_string()) return InvalidField(at, "must be a string");
+  const std::string target = ref.get<std::string>();
+  if (target.empty() || target[0] != '#') {
+    return InvalidField(at, "only references inside the schema (#...) are supported");
+  }
+  try {
+    return &root_.at(Json::json_pointer(target.substr(1)));
+  } catch (const std::exception&) {
+    return InvalidField(at, "'", target, "' does not name a part of the schema");
+  }
+}
+
+absl::StatusOr<std::string> SchemaCompiler::Enum(const Json& s, const std::string& path) {
+  const std::string key = s.contains("const") ? "const" : "enum";
+  const Json values = key == "const" ? Json::array({s["const"]}) : s["enum"];
+  if (!values.is_array() || values.empty()) {
+    return InvalidField(Join(path, "enum"), "must be a non-empty array");
+  }
+  std::vector<std::string> types;
+  if (s.contains("type")) {
+    if (s["type"].is_string()) types.push_back(s["type"]);
+    if (s["type"].is_array()) {
+      for (const auto& t : s["type"]) types.push_back(t.is_string() ? t.get<std::string>() : "");
     }
-    // No type: the types its keywords describe, or any value.
-    auto any = [&](std::initializer_list<const char*> keys) {
-      for (const char* k : keys) {
-        if (s.contains(k)) return true;
+  }
+  const Json none = Json::array();
+  const Json& excluded = s.contains(kNotStrings) ? s[kNotStrings] : none;
+  std::vector<std::string> alternatives;
+  for (const auto& v : values) {
+    bool typed = types.empty();
+    for (const auto& t : types) typed = typed || HasType(v, t);
+    const bool listed = key == "enum" || !s.contains("enum") ||
+                        std::find(s["enum"].begin(), s["enum"].end(), v) != s["enum"].end();
+    const bool kept = std::find(excluded.begin(), excluded.end(), v) == excluded.end();
+    if (typed && listed && kept) alternatives.push_back(Literal(v));
+  }
+  if (alternatives.empty()) {
+    return InvalidField(Join(path, key), "no value has the schema's type (or passes its not)");
+  }
+  return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
+}
+
+absl::StatusOr<std::string> SchemaCompiler::Combinator(const Json& s, const std::string& kind,
+                                                       const std::string& path, int depth) {
+  const std::string at = Join(path, kind);
+  if (kind == "$ref") return Ref(s["$ref"], at, depth);
+  const Json& list = s[kind];
+  if (!list.is_array() || list.empty()) return InvalidField(at, "must be a non-empty array");
+  if (kind == "allOf") {
+    if (list.size() != 1) return InvalidField(at, "only one schema is supported");
+    return Expr(list[0], absl::StrCat(at, "[0]"), depth + 1);
+  }
+  const auto resolve = [this](const Json& ref) -> const Json* {
+    auto resolved = Resolve(ref, "");
+    return resolved.ok() ? *resolved : nullptr;
+  };
+  if (kind == "oneOf" && !BranchesDisjoint(list, resolve)) {
+    return InvalidField(at, "branches that may overlap are not supported (use anyOf)");
+  }
+  std::vector<std::string> alternatives;
+  for (size_t i = 0; i < list.size(); ++i) {
+    auto e = Expr(list[i], absl::StrCat(at, "[", i, "]"), depth + 1);
+    if (!e.ok()) return e.status();
+    alternatives.push_back(*e);
+  }
+  return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
+}
+
+absl::StatusOr<std::string> SchemaCompiler::Ref(const Json& ref, const std::string& at, int depth) {
+  if (!ref.is_string()) return InvalidField(at, "must be a string");
+  const std::string target = ref.get<std::string>();
+  if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+  auto resolved = Resolve(ref, at);
+  if (!resolved.ok()) return resolved.status();
+  const std::string name = absl::StrCat("s", ++count_);
+  refs_.emplace(target, name);
+  std::string inner_path = target.substr(1);
+  for (auto& c : inner_path) c = c == '/' ? '.' : c;
+  auto body = Expr(**resolved, inner_path, depth + 1);
+  if (!body.ok()) return body.status();
+  Define(name, *body);
+  return name;
+}
+
+absl::StatusOr<std::vector<std::string>> SchemaCompiler::Types(const Json& s,
+                                                               const std::string& path) {
+  std::vector<std::string> types;
+  if (s.contains("type")) {
+    const Json& t = s["type"];
+    if (t.is_string()) types.push_back(t);
+    if (t.is_array()) {
+      for (const auto& v : t) {
+        if (v.is_string()) types.push_back(v);
       }
-      return false;
-    };
-    if (any({"properties", "required", "additionalProperties", "minProperties", "maxProperties",
-             "unevaluatedProperties"})) {
-      types.push_back("object");
     }
-    if (any({"items", "prefixItems", "minItems", "maxItems", "additionalItems", "uniqueItems"})) {
-      types.push_back("array");
-    }
-    if (any({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-    if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) {
-      types.push_back("number");
+    if (types.empty() || (t.is_array() && types.size() != t.size())) {
+      return InvalidField(Join(path, "type"), "must be a type name or a list of them");
     }
     return types;
   }
-
-  absl::StatusOr<std::string> Typed(const Json& s, const std::string& path, int depth) {
-    auto types = Types(s, path);
-    if (!types.ok()) return types.status();
-    if (types->empty()) return std::string("value");
-    std::vector<std::string> alternatives;
-    for (const auto& type : *types) {
-      absl::StatusOr<std::string> e;
-      if (type == "object") {
-        e = Object(s, path, depth);
-      } else if (type == "array") {
-        e = Array(s, path, depth);
-      } else if (type == "string") {
-        e = String(s, path);
-      } else if (type == "number" || type == "integer") {
-        e = Number(s, path, type == "integer");
-      } else if (type == "boolean" || type == "null") {
-        e = type;
-      } else {
-        return InvalidField(Join(path, "type"), "'", type, "' is not a JSON Schema type");
-      }
-      if (!e.ok()) return e.status();
-      alternatives.push_back(*e);
+  // No type: the types its keywords describe, or any value.
+  auto any = [&](std::initializer_list<const char*> keys) {
+    for (const char* k : keys) {
+      if (s.contains(k)) return true;
     }
-    return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
+    return false;
+  };
+  if (any({"properties", "patternProperties", "required", "additionalProperties", "minProperties",
+           "maxProperties", "unevaluatedProperties"})) {
+    types.push_back("object");
   }
+  if (any({"items", "prefixItems", "minItems", "maxItems", "additionalItems", "uniqueItems"})) {
+    types.push_back("array");
+  }
+  if (any({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+  if (any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) {
+    types.push_back("number");
+  }
+  return types;
+}
 
-  absl::StatusOr<std::string> Object(const Json& s, const std::string& path, int depth);
-  absl::StatusOr<std::string> Array(const Json& s, const std::string& path, int depth);
-  absl::StatusOr<std::string> String(const Json& s, const std::string& path);
-  absl::StatusOr<std::string> Number(const Json& s, const std::string& path, bool integer);
-  absl::StatusOr<std::string> Items(const Json& s, const std::string& path, int depth,
-                                    std::vector<std::string> prefix, std::string rest);
-
-  const Json& root_;
-  JsonSchemaOptions options_;
-  std::string rules_;
-  std::unordered_map<std::string, std::string> refs_;
-  int count_ = 0;
-};
-
-absl::StatusOr<std::string> SchemaCompiler::Object(const Json& s, const std::string& path,
-                                                   int depth) {
-  std::vector<std::pair<std::string, const Json*>> properties;
-  static const Json kAny = true;
-  if (s.contains("properties")) {
-    if (!s["properties"].is_object())
-      return InvalidField(Join(path, "properties"), "must be an object");
-    for (const auto& item : s["properties"].items())
-      properties.emplace_back(item.key(), &item.value());
-  }
-  std::set<std::string> required;
-  if (s.contains("required")) {
-    const Json& list = s["required"];
-    if (!list.is_array()) return InvalidField(Join(path, "required"), "must be an array of names");
-    for (const auto& name : list) {
-      if (!name.is_string())
-        return InvalidField(Join(path, "required"), "must be an array of names");
-      required.insert(name.get<std::string>());
+absl::StatusOr<std::string> SchemaCompiler::Typed(const Json& s, const std::string& path,
+                                                  int depth) {
+  auto types = Types(s, path);
+  if (!types.ok()) return types.status();
+  if (types->empty()) return std::string("value");
+  std::vector<std::string> alternatives;
+  for (const auto& type : *types) {
+    absl::StatusOr<std::string> e;
+    if (type == "object") {
+      e = Object(s, path, depth);
+    } else if (type == "array") {
+      e = Array(s, path, depth);
+    } else if (type == "string") {
+      e = String(s, path);
+    } else if (type == "number" || type == "integer") {
+      e = Number(s, path, type == "integer");
+    } else if (type == "boolean" || type == "null") {
+      e = type;
+    } else {
+      return InvalidField(Join(path, "type"), "'", type, "' is not a JSON Schema type");
     }
+    if (!e.ok()) return e.status();
+    alternatives.push_back(*e);
   }
-  for (const auto& name : required) {
-    bool declared = false;
-    for (const auto& p : properties) declared = declared || p.first == name;
-    if (!declared) properties.emplace_back(name, &kAny);
-  }
-  const Json* additional = nullptr;
-  for (const char* key : {"additionalProperties", "unevaluatedProperties"}) {
-    if (!s.contains(key)) continue;
-    if (std::string(key) == "unevaluatedProperties" && s[key] != false) {
-      return InvalidField(Join(path, key), "only false is supported");
-    }
-    if (s[key] != false) additional = &s[key];
-  }
-  if (!s.contains("properties") && !s.contains("required") && !s.contains("additionalProperties") &&
-      !s.contains("unevaluatedProperties")) {
-    additional = &kAny;  // {"type": "object"}: any object
-  }
-  const int64_t min_count = s.value("minProperties", int64_t{0});
-  if (min_count > static_cast<int64_t>(required.size()) && !(properties.empty() && additional)) {
-    return InvalidField(Join(path, "minProperties"),
-                        "above the number of required properties is not supported");
-  }
-  if (s.contains("maxProperties")) {
-    const int64_t max_count =
-        s["maxProperties"].is_number_integer() ? s["maxProperties"].get<int64_t>() : -1;
-    if (max_count < static_cast<int64_t>(properties.size()) || (properties.empty() && additional)) {
-      return InvalidField(Join(path, "maxProperties"),
-                          "below the number of properties is not supported");
-    }
-  }
-  if (properties.empty()) {
-    if (!additional) return std::string("( \"{\" ws \"}\" )");
-    auto value = Expr(*additional, Join(path, "additionalProperties"), depth + 1);
-    if (!value.ok()) return value.status();
-    const std::string member = absl::StrCat("string ws \":\" ws ", *value, " ws");
-    const std::string body = min_count > 0
-                                 ? absl::StrCat(member, " ( \",\" ws ", member, " )*")
-                                 : absl::StrCat("( ", member, " ( \",\" ws ", member, " )* )?");
-    return Define(absl::StrCat("\"{\" ws ", body, " \"}\""));
-  }
-  // head(k): members from k on, none written yet; tail(k): some written.
-  const size_t n = properties.size();
-  std::vector<std::string> members(n);
-  for (size_t k = 0; k < n; ++k) {
-    auto value =
-        Expr(*properties[k].second, Join(Join(path, "properties"), properties[k].first), depth + 1);
-    if (!value.ok()) return value.status();
-    members[k] =
-        absl::StrCat(GbnfLiteral(Json(properties[k].first).dump()), " ws \":\" ws ", *value, " ws");
-  }
-  std::string tail = "\"\"", head = "\"\"";
-  for (size_t k = n; k-- > 0;) {
-    const bool needed = required.count(properties[k].first) > 0;
-    const std::string next_tail = tail;
-    tail = needed ? Define(absl::StrCat("\",\" ws ", members[k], " ", next_tail))
-                  : Define(absl::StrCat("( \",\" ws ", members[k], " )? ", next_tail));
-    head = needed ? Define(absl::StrCat(members[k], " ", next_tail))
-                  : Define(absl::StrCat(members[k], " ", next_tail, " | ", head));
-  }
-  return absl::StrCat("( \"{\" ws ", head, " \"}\" )");
+  return absl::StrCat("(", absl::StrJoin(alternatives, " | "), ")");
 }
 
 absl::StatusOr<std::string> SchemaCompiler::Array(const Json& s, const std::string& path,
@@ -532,6 +449,26 @@ absl::StatusOr<std::string> SchemaCompiler::Items(const Json& s, const std::stri
 }
 
 absl::StatusOr<std::string> SchemaCompiler::String(const Json& s, const std::string& path) {
+  if (s.contains(kNotStrings)) {
+    std::vector<std::string> excluded;
+    for (const auto& v : s[kNotStrings]) {
+      if (!v.is_string()) return InvalidField(Join(path, kNotStrings), "must list strings");
+      excluded.push_back(v.get<std::string>());
+    }
+    for (const char* key : {"format", "pattern", "minLength", "maxLength"}) {
+      if (s.contains(key)) {
+        return InvalidField(Join(path, "not"), "excluding strings is not supported together with ",
+                            key);
+      }
+    }
+    auto except =
+        StringExceptGbnf(excluded, [this](const std::string& body) { return Define(body); });
+    if (!except) {
+      return InvalidField(Join(path, "not"),
+                          "only strings of printable ASCII characters can be excluded");
+    }
+    return *except;
+  }
   // A format this does not know is an annotation; a standard one it cannot
   // enforce is refused.
   std::string format;
@@ -622,15 +559,15 @@ absl::StatusOr<std::string> SchemaCompiler::Number(const Json& s, const std::str
   if (!lo && !hi) return std::string(integer ? "integer" : "number");
   return integer ? IntegerRangeGbnf(lo, hi) : NumberRangeGbnf(lo, hi);
 }
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema,
                                              const JsonSchemaOptions& options) {
-  return SchemaCompiler(schema, options).Compile();
+  return internal::SchemaCompiler(schema, options).Compile();
 }
 
 std::string JsonObjectGbnf(const JsonSchemaOptions& options) {
-  return absl::StrCat("root ::= object\n", JsonBaseRules(), WhitespaceRule(options));
+  return absl::StrCat("root ::= object\n", JsonBaseRules(), internal::WhitespaceRule(options));
 }
 
 }  // namespace attn::grammar

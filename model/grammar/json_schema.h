@@ -2,15 +2,16 @@
 // JSON texts a schema accepts, written compactly or with whitespace.
 //
 // Enforced: type (one or a list), properties (in definition order) with
-// required and additionalProperties, items, prefixItems (draft-07's array
-// `items` and additionalItems), minItems/maxItems, enum/const, anyOf,
-// oneOf whose branches cannot overlap, allOf of one schema, $ref into
+// required, additionalProperties and patternProperties, items, prefixItems
+// (draft-07's array `items` and additionalItems), minItems/maxItems,
+// enum/const, anyOf, oneOf whose branches cannot overlap, allOf and
+// combinator siblings that merge, not (json_schema_not.cc), $ref into
 // $defs/definitions or the root (recursion included), string minLength/
 // maxLength, pattern and the formats date-time, date, time, email, uuid,
-// uri, ipv4 and ipv6, integer minimum/maximum/exclusive* exactly, number
-// bounds that are integers, multipleOf 1 on integers, minProperties and
-// maxProperties that the properties already satisfy. Annotations (title,
-// description, examples, default, $comment, ...) are accepted.
+// uri, ipv4, ipv6 and hostname, integer minimum/maximum/exclusive*
+// exactly, number bounds that are integers, multipleOf 1 on integers,
+// minProperties and maxProperties. Annotations (title, description,
+// examples, default, $comment, ...) are accepted.
 //
 // Anything else is refused with kInvalidArgument whose field
 // (util/field_error.h) is the keyword's path in the schema, such as
@@ -18,9 +19,9 @@
 // the grammar accepts validates.
 //
 // Where the schema allows more than the grammar writes, the grammar writes
-// a valid subset: objects get no properties beyond those declared (unless
-// additionalProperties is given and properties is not; {"type": "object"}
-// alone is any object), and property order is the declared one.
+// a valid subset: declared properties come first, in the declared order,
+// then undeclared ones; `not` of a union takes one member; bounds past
+// 1,000 stop at 1,000 (docs/structured-output.md lists each).
 #pragma once
 
 #include <string>

@@ -1,11 +1,14 @@
 #include "model/grammar/json_schema_leaves.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/grammar/grammar.h"
 
 namespace attn::grammar {
 namespace {
@@ -184,8 +187,12 @@ std::optional<std::string> FormatGbnf(absl::string_view format) {
                      pchar, "+ ", tail, " )? | ", pchar, "+ ", tail, " )? ( \"?\" ( ", pchar,
                      " | [/?] )* )? ( \"#\" ( ", pchar, " | [/?] )* )?");
   } else if (format == "hostname") {
-    // At most four labels of 62: never past 253 characters.
-    const std::string short_label = R"([a-zA-Z0-9] ( [a-zA-Z0-9-]{0,60} [a-zA-Z0-9] )?)";
+    // At most four labels of 61: never past 253 characters. "--" in a
+    // label's third and fourth places marks an IDNA label (RFC 5891), whose
+    // Punycode no grammar here checks: left out.
+    const std::string short_label =
+        R"([a-zA-Z0-9] ( [a-zA-Z0-9] | [a-zA-Z0-9-] [a-zA-Z0-9-]? [a-zA-Z0-9] | )"
+        R"([a-zA-Z0-9-] ( [a-zA-Z0-9] [a-zA-Z0-9-] | "-" [a-zA-Z0-9] ) [a-zA-Z0-9-]{0,56} [a-zA-Z0-9] )?)";
     body = absl::StrCat(short_label, " ( \".\" ", short_label, " ){0,3}");
   } else if (format == "byte") {  // base64
     body = R"(( [A-Za-z0-9+/]{4} )* ( [A-Za-z0-9+/]{2} "==" | [A-Za-z0-9+/]{3} "=" )?)";
@@ -208,6 +215,44 @@ std::optional<std::string> FormatGbnf(absl::string_view format) {
     return std::string();  // float, double, password, binary, vendor names: annotations
   }
   return absl::StrCat("\"\\\"\" ", body, " \"\\\"\"");
+}
+
+std::optional<std::string> StringExceptGbnf(
+    const std::vector<std::string>& excluded,
+    const std::function<std::string(const std::string&)>& define) {
+  for (const auto& name : excluded) {
+    for (char c : name) {
+      if (c < 0x20 || c > 0x7E || c == '"' || c == '\\') return std::nullopt;
+    }
+  }
+  if (excluded.empty()) return std::string("string");
+  std::set<std::string> names(excluded.begin(), excluded.end());
+  const std::string rest = define(R"(char* "\"")");
+  // Past a prefix: any character that leaves every name (escapes decoding
+  // to " \ or a control character do), the end where no name ends, or the
+  // next character of some name. Longest prefixes first.
+  std::map<std::string, std::string> rule_of;
+  std::set<std::string> prefixes;
+  for (const auto& name : names) {
+    for (size_t n = 0; n <= name.size(); ++n) prefixes.insert(name.substr(0, n));
+  }
+  for (auto it = prefixes.rbegin(); it != prefixes.rend(); ++it) {
+    const std::string& prefix = *it;
+    std::string off = R"([^"\\\x00-\x1F)";
+    std::vector<std::string> alternatives;
+    for (auto next = prefixes.upper_bound(prefix);
+         next != prefixes.end() && next->compare(0, prefix.size(), prefix) == 0; ++next) {
+      if (next->size() != prefix.size() + 1) continue;
+      const char c = next->back();
+      absl::StrAppend(&off, absl::StrFormat("\\x%02X", static_cast<int>(c)));
+      alternatives.push_back(absl::StrCat(GbnfLiteral(std::string(1, c)), " ", rule_of[*next]));
+    }
+    alternatives.push_back(absl::StrCat(off, "] ", rest));
+    alternatives.push_back(absl::StrCat(R"("\\" ["\\bfnrt] )", rest));
+    if (!names.count(prefix)) alternatives.push_back(R"("\"")");
+    rule_of[prefix] = define(absl::StrJoin(alternatives, " | "));
+  }
+  return absl::StrCat(R"("\"" )", rule_of[""]);
 }
 
 }  // namespace attn::grammar

@@ -8,12 +8,45 @@ namespace attn::grammar {
 
 using Json = nlohmann::ordered_json;
 
+namespace {
+
+// The types two `type` values both allow ("integer" is a number); nullopt
+// when none, or when one is not a type list.
+std::optional<Json> CommonTypes(const Json& a, const Json& b) {
+  auto list = [](const Json& t) {
+    std::vector<std::string> names;
+    for (const auto& name : t.is_array() ? t : Json::array({t})) {
+      if (!name.is_string()) return std::vector<std::string>{};
+      names.push_back(name.get<std::string>());
+    }
+    return names;
+  };
+  const auto x = list(a), y = list(b);
+  auto has = [](const std::vector<std::string>& names, const std::string& t) {
+    return std::find(names.begin(), names.end(), t) != names.end();
+  };
+  Json out = Json::array();
+  for (const auto& t : x) {
+    if (has(y, t) || (t == "integer" && has(y, "number"))) out.push_back(t);
+  }
+  for (const auto& t : y) {
+    if (t == "integer" && has(x, "number") && !has(x, "integer")) out.push_back(t);
+  }
+  if (out.empty()) return std::nullopt;
+  if (out.size() == 1) return out[0];
+  return out;
+}
+
+}  // namespace
+
 std::optional<Json> MergeSchemas(const std::vector<Json>& parts, std::string* conflict) {
   conflict->clear();
   Json out = Json::object();
-  // additionalProperties judges only its own part's properties: merged
-  // with another part's properties (or additionalProperties) it would not.
-  std::vector<size_t> with_properties, with_additional;
+  // additionalProperties (and unevaluatedProperties, which sees no
+  // annotations across a $ref) judges only its own part's properties, and
+  // items only its own part's prefixItems: merged with another part's they
+  // would judge those too.
+  std::vector<size_t> with_properties, with_additional, with_prefix, with_rest;
   for (const Json& part : parts) {
     if (part.is_boolean() && part.get<bool>()) continue;
     if (!part.is_object()) {
@@ -21,9 +54,18 @@ std::optional<Json> MergeSchemas(const std::vector<Json>& parts, std::string* co
       return std::nullopt;
     }
     const size_t index = static_cast<size_t>(&part - parts.data());
-    if (part.contains("properties")) with_properties.push_back(index);
-    if (part.contains("additionalProperties") && part["additionalProperties"] != true) {
-      with_additional.push_back(index);
+    if (part.contains("properties") || part.contains("patternProperties")) {
+      with_properties.push_back(index);
+    }
+    for (const char* key : {"additionalProperties", "unevaluatedProperties"}) {
+      if (part.contains(key) && part[key] != true) with_additional.push_back(index);
+    }
+    if (part.contains("prefixItems") || (part.contains("items") && part["items"].is_array())) {
+      with_prefix.push_back(index);
+    }
+    if (part.contains("additionalItems") ||
+        (part.contains("items") && !part["items"].is_array() && part["items"] != true)) {
+      with_rest.push_back(index);
     }
     for (const auto& item : part.items()) {
       const std::string& key = item.key();
@@ -33,6 +75,13 @@ std::optional<Json> MergeSchemas(const std::vector<Json>& parts, std::string* co
       }
       if (!out.contains(key) || out[key] == item.value()) {
         out[key] = item.value();
+      } else if (key == "type") {
+        auto both = CommonTypes(out[key], item.value());
+        if (!both) {
+          *conflict = key;
+          return std::nullopt;
+        }
+        out[key] = *both;
       } else if (key == "required" && out[key].is_array() && item.value().is_array()) {
         for (const auto& name : item.value()) {
           if (std::find(out[key].begin(), out[key].end(), name) == out[key].end()) {
@@ -60,6 +109,11 @@ std::optional<Json> MergeSchemas(const std::vector<Json>& parts, std::string* co
       if (other != a) *conflict = "additionalProperties";
     }
     if (with_additional.size() > 1) *conflict = "additionalProperties";
+  }
+  for (size_t r : with_rest) {
+    for (size_t other : with_prefix) {
+      if (other != r) *conflict = "items";
+    }
   }
   if (!conflict->empty()) return std::nullopt;
   return out;

@@ -1,21 +1,18 @@
 #include "model/grammar/matcher.h"
 
 #include <algorithm>
-#include <numeric>
+#include <deque>
+#include <list>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
+#include "model/grammar/automaton.h"
+
 namespace attn::grammar {
-namespace {
+namespace internal {
 
-// Interned entries a matcher may hold before it forgets all but its
-// current state (a long generation through many distinct states).
-constexpr size_t kMaxInterned = size_t{4} << 20;
-
-// RFC 3629's UTF-8 as a decoder: state 0 at a character boundary, 1 to 7
-// inside one (which continuation bytes may follow); -1 for bytes that can
-// never be UTF-8.
 int Utf8Next(int state, uint8_t b) {
   auto continuation = [b](uint8_t lo, uint8_t hi, int then) {
     return b >= lo && b <= hi ? then : -1;
@@ -49,15 +46,102 @@ int Utf8Next(int state, uint8_t b) {
   }
 }
 
-ByteSet Ascii() {
-  ByteSet ascii;
-  for (int b = 0; b < 0x80; ++b) ascii.set(b);
-  return ascii;
-}
+}  // namespace internal
+namespace {
 
-uint64_t NodeKey(uint32_t pos, int32_t parent) {
-  return (uint64_t{pos} << 32) | static_cast<uint32_t>(parent + 1);
-}
+using internal::GrammarAutomaton;
+using internal::Utf8Next;
+
+// Words an automaton may hold (16 MiB) before a matcher moves on with its
+// current state alone (a long generation through many distinct states).
+constexpr size_t kMaxInterned = size_t{2} << 20;
+
+// Automata kept for grammars no matcher uses now (each at most 16 MiB).
+constexpr size_t kKeptAutomata = 16;
+
+// Uniform walks a vocabulary keeps (one per kind of state: inside a string,
+// its last steps before a maxLength, digits, ...).
+constexpr size_t kMaxUniformWalks = 64;
+
+// The automata of the grammars matchers used last, so that the next
+// request with the same schema starts where the last one left off. An
+// automaton holds its grammar, so a key's address is not reused while its
+// entry lives.
+class Automata {
+ public:
+  static Automata& Shared() {
+    static auto* automata = new Automata;
+    return *automata;
+  }
+
+  std::shared_ptr<GrammarAutomaton> Get(std::shared_ptr<const Grammar> grammar,
+                                        std::shared_ptr<const TokenTrie> trie) {
+    absl::MutexLock lock(&mu_);
+    const Key key{grammar.get(), trie.get()};
+    for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+      if (it->first != key) continue;
+      recent_.splice(recent_.begin(), recent_, it);  // most recent first
+      return recent_.front().second;
+    }
+    auto automaton = std::make_shared<GrammarAutomaton>(std::move(grammar), std::move(trie));
+    recent_.emplace_front(key, automaton);
+    if (recent_.size() > kKeptAutomata) recent_.pop_back();
+    return automaton;
+  }
+
+  // New matchers start afresh rather than join `automaton`.
+  void Forget(const GrammarAutomaton* automaton) {
+    absl::MutexLock lock(&mu_);
+    recent_.remove_if([&](const auto& entry) { return entry.second.get() == automaton; });
+  }
+
+ private:
+  using Key = std::pair<const Grammar*, const TokenTrie*>;
+  absl::Mutex mu_;
+  std::list<std::pair<Key, std::shared_ptr<GrammarAutomaton>>> recent_ ABSL_GUARDED_BY(mu_);
+};
+
+// One background thread that computes masks ahead of their use.
+class Prefetcher {
+ public:
+  static Prefetcher& Shared() {
+    static auto* prefetcher = new Prefetcher;  // its thread runs for the process
+    return *prefetcher;
+  }
+
+  void Post(std::shared_ptr<GrammarAutomaton> automaton, int32_t state) {
+    absl::MutexLock lock(&mu_);
+    if (queue_.size() >= kMaxQueued) return;  // Mask() computes it when asked
+    queue_.emplace_back(std::move(automaton), state);
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 4096;
+
+  Prefetcher() : thread_([this] { Run(); }) {}
+
+  void Run() {
+    for (;;) {
+      std::pair<std::shared_ptr<GrammarAutomaton>, int32_t> job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::deque<std::pair<std::shared_ptr<GrammarAutomaton>, int32_t>>* q) {
+              return !q->empty();
+            },
+            &queue_));
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::MutexLock lock(&job.first->mu());
+      job.first->MaskOf(job.second);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::pair<std::shared_ptr<GrammarAutomaton>, int32_t>> queue_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -106,11 +190,14 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens)
     Node& node = nodes_[n];
     node.subtree_end = node.first_token + node.token_count;
     node.utf8_valid = 0xFF;
+    node.height = 0;
     for (uint32_t e = node.first_edge; e < node.first_edge + node.edge_count; ++e) {
       const Edge edge = edges_[e];
       below[n].set(edge.byte);
       below[n] |= below[edge.child];
       node.subtree_end = std::max(node.subtree_end, nodes_[edge.child].subtree_end);
+      node.height = static_cast<uint8_t>(
+          std::max<int>(node.height, std::min(255, nodes_[edge.child].height + 1)));
       for (int u = 0; u < 8; ++u) {
         const int next = Utf8Next(u, edge.byte);
         if (next < 0 || !((nodes_[edge.child].utf8_valid >> next) & 1)) {
@@ -128,215 +215,125 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens)
   }
 }
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
-                               std::shared_ptr<const TokenTrie> trie)
-    : grammar_(std::move(grammar)), trie_(std::move(trie)) {
-  std::vector<int32_t> stacks;
-  bool accepting = false;
-  seen_.clear();
-  const auto [first, last] = grammar_->alternatives(grammar_->root());
-  for (uint32_t a = first; a < last; ++a) {
-    Expand(grammar_->alternative_start(a), -1, &stacks, &accepting);
+std::shared_ptr<const TokenTrie::UniformWalk> TokenTrie::Uniform(const ByteSet& ascii,
+                                                                 bool multibyte, int run) const {
+  const std::string key = absl::StrCat(ascii.to_string(), multibyte ? "m" : "-", run);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = walks_.find(key); it != walks_.end()) return it->second;
   }
-  current_ = InternState(std::move(stacks), accepting);
+  auto walk = WalkUniform(ascii, multibyte, run);
+  absl::MutexLock lock(&mu_);
+  if (walks_.size() >= kMaxUniformWalks) walks_.clear();
+  walks_.emplace(key, walk);
+  return walk;
 }
 
-int32_t GrammarMatcher::Intern(uint32_t pos, int32_t parent) {
-  auto [it, added] = node_ids_.emplace(NodeKey(pos, parent), static_cast<int32_t>(nodes_.size()));
-  if (added) nodes_.push_back({pos, parent});
-  return it->second;
-}
-
-int32_t GrammarMatcher::InternState(std::vector<int32_t> stacks, bool accepting) {
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  std::vector<int32_t> key = stacks;
-  key.push_back(accepting ? 1 : 0);
-  auto [it, added] = state_ids_.emplace(std::move(key), static_cast<int32_t>(states_.size()));
-  if (added) states_.push_back({std::move(stacks), accepting, nullptr, nullptr, -1, {}});
-  return it->second;
-}
-
-void GrammarMatcher::Expand(uint32_t pos, int32_t parent, std::vector<int32_t>* out,
-                            bool* accepting) {
-  work_.clear();
-  work_.emplace_back(pos, parent);
-  while (!work_.empty()) {
-    auto [p, up] = work_.back();
-    work_.pop_back();
-    if (!seen_.insert(NodeKey(p, up)).second) continue;
-    const Element& e = grammar_->element(p);
-    switch (e.kind) {
-      case Element::Kind::kAlt:
-      case Element::Kind::kEnd:
-        if (up < 0) {
-          *accepting = true;
-        } else {
-          work_.emplace_back(nodes_[up].pos, nodes_[up].parent);
-        }
-        break;
-      case Element::Kind::kBytes:
-        out->push_back(Intern(p, up));
-        break;
-      case Element::Kind::kRef: {
-        // A reference that ends its alternative returns straight to the
-        // caller's caller: repetitions (right recursion) stay flat.
-        const Element::Kind after = grammar_->element(p + 1).kind;
-        const int32_t frame =
-            after == Element::Kind::kAlt || after == Element::Kind::kEnd ? up : Intern(p + 1, up);
-        const auto [first, last] = grammar_->alternatives(e.value);
-        for (uint32_t a = first; a < last; ++a) {
-          work_.emplace_back(grammar_->alternative_start(a), frame);
-        }
-        break;
-      }
-    }
-  }
-}
-
-int32_t GrammarMatcher::Step(int32_t state, uint8_t byte) {
-  if (states_[state].next.empty()) states_[state].next.assign(256, kUnknown);
-  if (const int32_t known = states_[state].next[byte]; known != kUnknown) return known;
-  next_.clear();
-  seen_.clear();
-  bool accepting = false;
-  for (int32_t id : states_[state].stacks) {
-    const Node node = nodes_[id];
-    if (grammar_->byte_set(grammar_->element(node.pos).value).test(byte)) {
-      Expand(node.pos + 1, node.parent, &next_, &accepting);
-    }
-  }
-  const int32_t next = next_.empty() && !accepting ? -1 : InternState(next_, accepting);
-  states_[state].next[byte] = next;
-  return next;
-}
-
-std::shared_ptr<const TokenMask> GrammarMatcher::ComputeMask(int32_t state) {
-  auto mask = std::make_shared<TokenMask>((trie_->vocab_size() + 63) / 64, 0);
-  const TokenTrie& trie = *trie_;
+std::shared_ptr<const TokenTrie::UniformWalk> TokenTrie::WalkUniform(const ByteSet& ascii,
+                                                                     bool multibyte,
+                                                                     int run) const {
+  auto walk = std::make_shared<UniformWalk>();
+  walk->allowed.assign((vocab_size_ + 63) / 64, 0);
   struct Pending {
     uint32_t node;
-    int32_t state;
-    int utf8;  // the UTF-8 decoder's state after the node's bytes
+    int chars;
+    int utf8;
+    uint8_t length;
+    uint8_t bytes[4];
   };
-  std::vector<Pending> pending{{0, state, 0}};
+  std::vector<Pending> pending{{0, 0, 0, 0, {}}};
   while (!pending.empty()) {
-    const auto [node_index, at, utf8_at] = pending.back();
+    const Pending p = pending.back();
     pending.pop_back();
-    const TokenTrie::Node& node = trie.nodes_[node_index];
+    const Node& node = nodes_[p.node];
     for (uint32_t e = node.first_edge; e < node.first_edge + node.edge_count; ++e) {
-      const TokenTrie::Edge edge = trie.edges_[e];
-      const int32_t next = Step(at, edge.byte);
-      if (next < 0) continue;
-      const TokenTrie::Node& child = trie.nodes_[edge.child];
-      // Whole subtrees that only loop on `next` are allowed without a walk.
-      const int utf8 = Utf8Next(utf8_at, edge.byte);
-      const bool whole = utf8 == 0 && child.edge_count > 0 && Whole(child, next);
-      const uint32_t end = whole ? child.subtree_end : child.first_token + child.token_count;
-      for (uint32_t t = child.first_token; t < end; ++t) {
-        const uint32_t id = trie.token_ids_[t];
-        (*mask)[id >> 6] |= uint64_t{1} << (id & 63);
+      const Edge edge = edges_[e];
+      const int next_utf8 = Utf8Next(p.utf8, edge.byte);
+      Pending next{edge.child, p.chars, next_utf8, static_cast<uint8_t>(p.length + 1), {}};
+      std::copy(p.bytes, p.bytes + p.length, next.bytes);
+      next.bytes[p.length] = edge.byte;
+      // Uniform: an ASCII byte of the set, or a valid byte of a multi-byte
+      // character, within the run (a character counts where it starts).
+      const bool starts = p.utf8 == 0;
+      const bool uniform = next_utf8 >= 0 && (!starts || p.chars < run) &&
+                           (edge.byte < 0x80 ? ascii.test(edge.byte) : multibyte);
+      if (!uniform) {
+        walk->frontier.push_back({edge.child,
+                                  static_cast<uint8_t>(p.chars),
+                                  static_cast<int8_t>(next_utf8),
+                                  next.length,
+                                  {next.bytes[0], next.bytes[1], next.bytes[2], next.bytes[3]}});
+        continue;
       }
-      if (!whole && child.edge_count > 0 && !states_[next].stacks.empty()) {
-        pending.push_back({edge.child, next, utf8});
+      const Node& child = nodes_[edge.child];
+      for (uint32_t t = child.first_token; t < child.first_token + child.token_count; ++t) {
+        walk->allowed[token_ids_[t] >> 6] |= uint64_t{1} << (token_ids_[t] & 63);
       }
+      if (next_utf8 == 0) {  // a whole character: the next starts afresh
+        next.chars = p.chars + 1;
+        next.length = 0;
+      }
+      if (child.edge_count > 0) pending.push_back(next);
     }
   }
-  return mask;
+  return walk;
 }
 
-const ByteSet& GrammarMatcher::Loops(int32_t state) {
-  if (!states_[state].loops) {
-    auto loops = std::make_shared<ByteSet>();
-    if (!states_[state].stacks.empty()) {
-      for (int b = 0; b < 256; ++b) {
-        if (Step(state, static_cast<uint8_t>(b)) == state) loops->set(b);
-      }
-    }
-    states_[state].loops = std::move(loops);
-  }
-  return *states_[state].loops;
-}
-
-bool GrammarMatcher::MultibyteLoops(int32_t state) {
-  if (states_[state].multibyte_loops >= 0) return states_[state].multibyte_loops > 0;
-  // Every multi-byte character from `state`: the decoder's state and the
-  // matcher's, explored once per pair.
-  bool loops = true;
-  std::vector<std::pair<int, int32_t>> work;
-  absl::flat_hash_set<uint64_t> visited;
-  for (int b = 0xC2; b <= 0xF4 && loops; ++b) {
-    const int32_t next = Step(state, static_cast<uint8_t>(b));
-    loops = next >= 0;
-    work.emplace_back(Utf8Next(0, static_cast<uint8_t>(b)), next);
-  }
-  while (loops && !work.empty()) {
-    const auto [u, at] = work.back();
-    work.pop_back();
-    for (int b = 0x80; b <= 0xBF && loops; ++b) {
-      const int next_u = Utf8Next(u, static_cast<uint8_t>(b));
-      if (next_u < 0) continue;
-      const int32_t next = Step(at, static_cast<uint8_t>(b));
-      loops = next >= 0 && (next_u != 0 || next == state);
-      if (loops && next_u != 0 &&
-          visited.insert((static_cast<uint64_t>(next) << 3) | static_cast<uint64_t>(next_u))
-              .second) {
-        work.emplace_back(next_u, next);
-      }
-    }
-  }
-  states_[state].multibyte_loops = loops ? 1 : 0;
-  return loops;
-}
-
-bool GrammarMatcher::Whole(const TokenTrie::Node& node, int32_t state) {
-  static const ByteSet ascii = Ascii();
-  const ByteSet& bytes = trie_->byte_sets_[node.bytes];
-  if ((bytes & ascii & ~Loops(state)).any()) return false;
-  if ((bytes & ~ascii).none()) return true;
-  return (node.utf8_valid & 1) && MultibyteLoops(state);
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar,
+                               std::shared_ptr<const TokenTrie> trie)
+    : automaton_(Automata::Shared().Get(std::move(grammar), std::move(trie))) {
+  absl::MutexLock lock(&automaton_->mu());
+  current_ = automaton_->start();
+  accepting_ = automaton_->accepting(current_);
+  alive_ = automaton_->alive(current_);
 }
 
 const TokenMask& GrammarMatcher::Mask() {
-  if (!states_[current_].mask) {
-    auto mask = ComputeMask(current_);
-    states_[current_].mask = std::move(mask);
+  if (!mask_) {
+    absl::MutexLock lock(&automaton_->mu());
+    mask_ = automaton_->MaskOf(current_);
   }
-  return *states_[current_].mask;
+  return *mask_;
 }
 
 bool GrammarMatcher::Accept(absl::string_view bytes) {
-  int32_t at = current_;
-  for (char c : bytes) {
-    at = Step(at, static_cast<uint8_t>(c));
-    if (at < 0) return false;
+  bool detach = false;
+  {
+    absl::MutexLock lock(&automaton_->mu());
+    int32_t at = current_;
+    for (char c : bytes) {
+      at = automaton_->Step(at, static_cast<uint8_t>(c));
+      if (at < 0) return false;
+    }
+    if (at != current_) mask_.reset();
+    current_ = at;
+    accepting_ = automaton_->accepting(at);
+    alive_ = automaton_->alive(at);
+    detach = automaton_->interned() > kMaxInterned;
   }
-  current_ = at;
-  if (interned() > kMaxInterned) Compact();
+  if (detach) Detach();
   return true;
 }
 
-void GrammarMatcher::Compact() {
-  // Each stack of the current state as its positions, bottom first.
-  std::vector<std::vector<uint32_t>> stacks;
-  for (int32_t id : states_[current_].stacks) {
-    std::vector<uint32_t> positions;
-    for (int32_t n = id; n >= 0; n = nodes_[n].parent) positions.push_back(nodes_[n].pos);
-    std::reverse(positions.begin(), positions.end());
-    stacks.push_back(std::move(positions));
+void GrammarMatcher::Prefetch() const {
+  if (!mask_ && alive_) Prefetcher::Shared().Post(automaton_, current_);
+}
+
+size_t GrammarMatcher::interned() const {
+  absl::MutexLock lock(&automaton_->mu());
+  return automaton_->interned();
+}
+
+void GrammarMatcher::Detach() {
+  Automata::Shared().Forget(automaton_.get());
+  std::shared_ptr<GrammarAutomaton> own;
+  {
+    absl::MutexLock lock(&automaton_->mu());
+    own = std::make_shared<GrammarAutomaton>(*automaton_, current_);
   }
-  const bool accepting = states_[current_].accepting;
-  nodes_.clear();
-  node_ids_.clear();
-  states_.clear();
-  state_ids_.clear();
-  std::vector<int32_t> ids;
-  for (const auto& positions : stacks) {
-    int32_t parent = -1;
-    for (uint32_t pos : positions) parent = Intern(pos, parent);
-    ids.push_back(parent);
-  }
-  current_ = InternState(std::move(ids), accepting);
+  automaton_ = std::move(own);
+  absl::MutexLock lock(&automaton_->mu());
+  current_ = automaton_->start();
 }
 
 }  // namespace attn::grammar

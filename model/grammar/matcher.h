@@ -1,20 +1,6 @@
 // Which tokens may come next under a grammar: the matcher behind every
-// constrained sequence.
-//
-// A matcher's state is a set of stacks of grammar positions (a pushdown
-// automaton run on all alternatives at once). A token is allowed iff its
-// bytes, fed one by one, leave at least one stack alive or the sentence
-// complete: so tokens that cross rule boundaries, or end inside a UTF-8
-// character, are judged exactly.
-//
-// Speed: stacks are interned (equal stacks share one id, a tail call reuses
-// its caller's frame, so repetitions never deepen a stack), stack sets are
-// interned as states, a state's step on a byte is computed once (a table of
-// 256 per state), and a
-// mask is computed once per state by walking the vocabulary's byte trie
-// (TokenTrie) from that state, pruning every subtree no stack survives. A
-// stream whose grammar returns to a state (inside a string, between array
-// items) reuses that state's mask.
+// constrained sequence, and the vocabulary's byte trie it walks. How masks
+// are found: automaton.h.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +9,20 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "model/grammar/grammar.h"
 
 namespace attn::grammar {
+namespace internal {
+class GrammarAutomaton;
+}  // namespace internal
+
+// Bit i of word i / 64: token i is allowed.
+using TokenMask = std::vector<uint64_t>;
+inline bool MaskAllows(const TokenMask& mask, int64_t id) {
+  return (mask[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1;
+}
 
 // The vocabulary's token byte strings as a trie.
 class TokenTrie {
@@ -40,7 +35,26 @@ class TokenTrie {
   const std::string& token(int64_t id) const { return tokens_[id]; }
 
  private:
-  friend class GrammarMatcher;
+  friend class internal::GrammarAutomaton;
+  // What a state whose characters all step uniformly allows, found once
+  // per kind of state for every matcher on this vocabulary: the tokens
+  // spelled with `ascii` bytes (and multi-byte characters where
+  // `multibyte`) in at most `run` characters, and the frontier: each trie
+  // edge that leaves those, with what the grammar must judge there.
+  struct UniformWalk {
+    struct Frontier {
+      uint32_t child;  // the node the edge reaches
+      uint8_t chars;   // uniform characters before the edge's character
+      int8_t utf8;     // the UTF-8 decoder's state after the edge
+      uint8_t length;  // the edge's character so far, the edge's byte last
+      uint8_t bytes[4];
+    };
+    TokenMask allowed;
+    std::vector<Frontier> frontier;
+  };
+  std::shared_ptr<const UniformWalk> Uniform(const ByteSet& ascii, bool multibyte, int run) const;
+  std::shared_ptr<const UniformWalk> WalkUniform(const ByteSet& ascii, bool multibyte,
+                                                 int run) const;
   struct Node {
     uint32_t first_edge = 0, edge_count = 0;    // into edges_
     uint32_t first_token = 0, token_count = 0;  // into token_ids_: tokens ending here
@@ -49,6 +63,7 @@ class TokenTrie {
     // Bit u: every path below, read from UTF-8 decoder state u
     // (Utf8Next), is valid UTF-8 or a valid start of it.
     uint8_t utf8_valid = 0;
+    uint8_t height = 0;  // the longest path below, in bytes (at most 255)
   };
   struct Edge {
     uint8_t byte;
@@ -60,16 +75,15 @@ class TokenTrie {
   std::vector<Edge> edges_;
   std::vector<uint32_t> token_ids_;
   std::vector<ByteSet> byte_sets_;  // distinct subtree byte sets
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::shared_ptr<const UniformWalk>> walks_
+      ABSL_GUARDED_BY(mu_);
 };
-
-// Bit i of word i / 64: token i is allowed.
-using TokenMask = std::vector<uint64_t>;
-inline bool MaskAllows(const TokenMask& mask, int64_t id) {
-  return (mask[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1;
-}
 
 class GrammarMatcher {
  public:
+  // Shares the automaton of every live matcher of `grammar` on `trie`:
+  // states and masks one stream computed, the next reuses.
   GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
 
   // The tokens whose bytes may come next (end-of-sequence tokens are the
@@ -78,60 +92,27 @@ class GrammarMatcher {
   const TokenMask& Mask();
   // Feeds bytes; false (and nothing changes) when the grammar refuses them.
   bool Accept(absl::string_view bytes);
+  // Starts computing the current state's mask on a background thread (a
+  // decoder calls it before the model's forward pass, so that Mask() after
+  // it finds the work done or under way). Never blocks.
+  void Prefetch() const;
   // The bytes so far are a whole sentence of the grammar.
-  bool CanEnd() const { return states_[current_].accepting; }
+  bool CanEnd() const { return accepting_; }
   // Some byte may still follow.
-  bool CanContinue() const { return !states_[current_].stacks.empty(); }
+  bool CanContinue() const { return alive_; }
 
-  // Interned stacks and states (a measure of the memory it holds).
-  size_t interned() const { return nodes_.size() + states_.size() * 64; }
+  // The automaton's interned stacks and states (a measure of its memory).
+  size_t interned() const;
 
  private:
-  struct Node {
-    uint32_t pos;    // the element to match next
-    int32_t parent;  // the stack below: where to go on at the alternative's end (-1: done)
-  };
-  struct State {
-    std::vector<int32_t> stacks;  // node ids whose pos is a kBytes element, sorted
-    bool accepting = false;
-    std::shared_ptr<const TokenMask> mask;
-    // The bytes that lead back to this state (inside a string, most of
-    // them), and whether every multi-byte character does too: a trie
-    // subtree spelled with these alone is allowed whole.
-    std::shared_ptr<const ByteSet> loops;
-    int8_t multibyte_loops = -1;  // -1: not known yet
-    // The state after each byte (kUnknown until first asked; -1: none).
-    std::vector<int32_t> next;
-  };
-  static constexpr int32_t kUnknown = -2;
+  // Past a size, moves to an automaton of its own that holds only the
+  // current state's stacks (the others keep theirs).
+  void Detach();
 
-  int32_t Intern(uint32_t pos, int32_t parent);
-  int32_t InternState(std::vector<int32_t> stacks, bool accepting);
-  // The state after `byte`, -1 when no stack survives and the sentence is
-  // not complete.
-  int32_t Step(int32_t state, uint8_t byte);
-  // Follows (pos, parent) to the byte elements it can match next.
-  void Expand(uint32_t pos, int32_t parent, std::vector<int32_t>* out, bool* accepting);
-  std::shared_ptr<const TokenMask> ComputeMask(int32_t state);
-  const ByteSet& Loops(int32_t state);
-  bool MultibyteLoops(int32_t state);
-  // Whether every token below trie node `node` (reached at a character
-  // boundary in `state`) is allowed without walking it.
-  bool Whole(const TokenTrie::Node& node, int32_t state);
-  // Past a size, forgets everything but the current state's stacks.
-  void Compact();
-
-  std::shared_ptr<const Grammar> grammar_;
-  std::shared_ptr<const TokenTrie> trie_;
-  std::vector<Node> nodes_;
-  absl::flat_hash_map<uint64_t, int32_t> node_ids_;
-  std::vector<State> states_;
-  absl::flat_hash_map<std::vector<int32_t>, int32_t> state_ids_;  // stacks + accepting bit
+  std::shared_ptr<internal::GrammarAutomaton> automaton_;
   int32_t current_ = 0;
-  // Scratch of Expand and Step.
-  std::vector<std::pair<uint32_t, int32_t>> work_;
-  absl::flat_hash_set<uint64_t> seen_;
-  std::vector<int32_t> next_;
+  bool accepting_ = false, alive_ = false;
+  std::shared_ptr<const TokenMask> mask_;
 };
 
 }  // namespace attn::grammar

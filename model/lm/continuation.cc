@@ -18,6 +18,7 @@ Continuation::Continuation(const Tokenizer& tokenizer, const std::vector<int64_t
       text_(tokenizer, options_.stop) {
   if (options_.grammar && options_.grammar_tokens) {
     matcher_ = std::make_unique<grammar::GrammarMatcher>(options_.grammar, options_.grammar_tokens);
+    matcher_->Prefetch();  // the first mask, during the prompt's prefill
   }
 }
 
@@ -64,7 +65,11 @@ AcceptedToken Continuation::Accept(int64_t id) {
              (options_.context_limit > 0 && length >= options_.context_limit)) {
     accepted.finish_reason = FinishReason::kLength;
   }
-  if (accepted.finish_reason == FinishReason::kUnspecified) return accepted;
+  if (accepted.finish_reason == FinishReason::kUnspecified) {
+    // The next mask, while the model computes the next logits.
+    if (matcher_) matcher_->Prefetch();
+    return accepted;
+  }
   finished_ = true;
   // A stop string ends the text where it starts: nothing held back follows.
   // A finished grammar ends it after the whole text.

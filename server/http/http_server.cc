@@ -1,6 +1,7 @@
 #include "server/http/http_server.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -11,6 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <list>
@@ -279,15 +281,24 @@ class Session : public Connection, public std::enable_shared_from_this<Session<S
   }
 
   // While a request waits for its answer or streams it, the client sends
-  // nothing; the socket turning readable with nothing to read is its
-  // hang-up. (Bytes to read are a pipelined request: the watch ends.)
+  // nothing; the socket reaching its end (or failing) is its hang-up. Bytes
+  // to read are a pipelined request: the watch ends. A wake-up with neither
+  // (the reactor may report a socket ready that the last read emptied) is
+  // waited out again, never taken for a hang-up.
   void WatchForHangUp() {
     Lowest().socket().async_wait(
         tcp::socket::wait_read,
         [self = this->shared_from_this(), generation = generation_](beast::error_code ec) {
           if (generation != self->generation_ || self->closed_) return;
-          beast::error_code ignored;
-          if (!ec && self->Lowest().socket().available(ignored) > 0) return;
+          if (!ec) {
+            char byte;
+            const ssize_t n =
+                ::recv(self->Lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n > 0) return;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+              return self->WatchForHangUp();
+            }
+          }
           if (self->source_ && !self->stream_done_) return self->Fail();
           if (self->hang_up_) {
             std::function<void()> cancel = std::move(self->hang_up_);

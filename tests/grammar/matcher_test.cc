@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/grammar/constraint.h"
@@ -22,45 +23,14 @@ namespace {
 std::vector<std::string> SmallVocabulary() {
   std::vector<std::string> tokens{""};  // id 0: a control token, never allowed
   for (int b = 1; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
-  for (const char* piece : {"{\"",
-                            "\":",
-                            "\",\"",
-                            "\"}",
-                            "true",
-                            "false",
-                            "null",
-                            "12",
-                            "-0",
-                            "0.5",
-                            "e+",
-                            "ab",
-                            "abc",
-                            "ba",
-                            "((",
-                            "))",
-                            "()",
-                            "+1",
-                            "1+",
-                            "\xC3",
-                            "\xA9",
-                            "\xC3\xA9",
-                            "\xE2\x82",
-                            "\xAC",
-                            "\xE2\x82\xAC",
-                            "\xF0\x9F\x98\x80",
-                            " ",
-                            "  ",
-                            "\n",
-                            ", ",
-                            "\":\"",
-                            "[1",
-                            "],",
-                            "]}",
-                            "\"a\"",
-                            "xyz",
-                            "2024-",
-                            "01-",
-                            "T12:"}) {
+  for (const char* piece :
+       {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "12", "-0", "0.5", "e+", "ab", "abc",
+        "ba", "((", "))", "()", "+1", "1+", "\xC3", "\xA9", "\xC3\xA9", "\xE2\x82", "\xAC",
+        "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " ", "  ", "\n", ", ", "\":\"", "[1", "],", "]}",
+        "\"a\"", "xyz", "2024-", "01-", "T12:",
+        // Longer than the steps a mask takes uniformly.
+        "abababababababababab", "                    ", "a\"bcdefghijklmnopqrstuvwxyz", "na",
+        "name\":"}) {
     tokens.emplace_back(piece);
   }
   return tokens;
@@ -139,6 +109,10 @@ TEST(GrammarMatcher, AgreesWithEarleyOnJsonSchemas) {
           "required":["b"],"additionalProperties":false})",
       R"({"type":"string","format":"date-time"})",
       R"({"$defs":{"n":{"type":"object","properties":{"k":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"})",
+      // Bounded strings, undeclared keys, excluded strings.
+      R"({"type":"array","items":{"type":"string","maxLength":22},"maxItems":3})",
+      R"({"type":"object","properties":{"name":{"type":"string"},"nab":{"const":1}}})",
+      R"({"type":"string","not":{"enum":["ab","abc"]}})",
   };
   for (const char* text : schemas) {
     OutputConstraint c = OutputConstraint::JsonSchema(nlohmann::ordered_json::parse(text));
@@ -148,6 +122,42 @@ TEST(GrammarMatcher, AgreesWithEarleyOnJsonSchemas) {
     WalkStats stats;
     for (uint64_t seed = 1; seed <= 6; ++seed) Walk(*grammar, trie, seed, &stats);
     EXPECT_GT(stats.steps, 6) << text;
+  }
+}
+
+// Matchers of one grammar share one automaton, on any thread: walks on
+// eight threads at once see the masks that walks on an automaton of their
+// own (another vocabulary object) see.
+TEST(GrammarMatcher, SharedAutomatonAcrossThreads) {
+  auto trie = std::make_shared<const TokenTrie>(SmallVocabulary());
+  auto other = std::make_shared<const TokenTrie>(SmallVocabulary());
+  auto grammar = GrammarCache::Shared().Get(OutputConstraint::JsonSchema(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":30},"b":{"type":"integer"}}})")));
+  ASSERT_TRUE(grammar.ok());
+  auto walk = [&](uint64_t seed, const std::shared_ptr<const TokenTrie>& vocabulary) {
+    std::vector<TokenMask> masks;
+    GrammarMatcher matcher(*grammar, vocabulary);
+    std::mt19937_64 rng(seed);
+    for (int step = 0; step < 40; ++step) {
+      masks.push_back(matcher.Mask());
+      std::vector<int64_t> allowed;
+      for (int64_t id = 0; id < trie->vocab_size(); ++id) {
+        if (MaskAllows(masks.back(), id)) allowed.push_back(id);
+      }
+      if (allowed.empty()) break;
+      matcher.Accept(trie->token(allowed[rng() % allowed.size()]));
+    }
+    return masks;
+  };
+  std::vector<std::vector<TokenMask>> threaded(8);
+  std::vector<std::thread> threads;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    threads.emplace_back([&, seed] { threaded[seed] = walk(seed, trie); });
+  }
+  for (auto& t : threads) t.join();
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    EXPECT_EQ(threaded[seed], walk(seed, other)) << "seed " << seed;
+    EXPECT_GT(threaded[seed].size(), 3u);
   }
 }
 

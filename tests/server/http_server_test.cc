@@ -257,6 +257,56 @@ TEST_F(HttpServerTest, AnAnswerThatComesLaterArrives) {
   EXPECT_FALSE(hung_up());
 }
 
+// Answers that come a little later, on fresh connections, many at once:
+// every one arrives, and no client is taken to have hung up (the hang-up
+// watch's wake-ups without an end are waited out).
+TEST_F(HttpServerTest, ManyLaterAnswersOnFreshConnectionsAllArrive) {
+  std::deque<std::shared_ptr<Reply>> waiting;
+  std::atomic<int> hang_ups{0};
+  bool stop = false;
+  server_.Route("POST", "/soon", [&](const HttpRequest&, std::shared_ptr<Reply> reply) {
+    reply->OnHangUp([&] { ++hang_ups; });
+    absl::MutexLock lock(&mu_);
+    waiting.push_back(std::move(reply));
+  });
+  Start();
+  std::thread answers([&] {
+    for (;;) {
+      std::shared_ptr<Reply> reply;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop || !waiting.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (waiting.empty()) return;
+        reply = std::move(waiting.front());
+        waiting.pop_front();
+      }
+      absl::SleepFor(absl::Microseconds(200));
+      HttpResponse response;
+      response.body = "ok";
+      reply->Send(std::move(response));
+    }
+  });
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 16; ++c) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < 40; ++i) {
+        const testing::HttpReply reply = Request(port_, "POST", "/soon", R"({"n": 1})");
+        if (reply.status == 200 && reply.body == "ok") ++answered;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  {
+    absl::MutexLock lock(&mu_);
+    stop = true;
+  }
+  answers.join();
+  EXPECT_EQ(answered.load(), 16 * 40);
+  EXPECT_EQ(hang_ups.load(), 0);
+}
+
 TEST(HttpServerStartTest, ATakenPortOrABadAddressIsAnError) {
   HttpServer first;
   HttpServerOptions options;

@@ -165,9 +165,9 @@ check("errors carry status, type and param", async () => {
   assert.equal(e.param, "tools[0].function.name");
   e = await refusal(client.chat.completions.create({
     model: MODEL, messages, response_format: { type: "json_schema", json_schema: {
-      name: "n", schema: { type: "object", properties: { a: { not: {} } } } } },
+      name: "n", schema: { type: "object", properties: { a: { type: "string", not: { pattern: "^x" } } } } } },
   }));
-  assert.equal(e.param, "response_format.json_schema.schema.properties.a.not");
+  assert.equal(e.param, "response_format.json_schema.schema.properties.a.not.pattern");
   e = await refusal(client.chat.completions.create({ model: "no-such-model", messages }));
   assert.equal(e.status, 404);
   assert.equal(e.code, "model_not_found");

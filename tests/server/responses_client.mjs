@@ -211,8 +211,8 @@ await check("refusals name their field", async () => {
   await refused(a.responses.create({ model, input: "x", tool_choice: "required" }), "tool_choice");
   await refused(a.responses.create({
     model, input: "x", text: { format: { type: "json_schema", name: "n",
-                                         schema: { type: "object", not: { required: ["a"] } } } },
-  }), "text.format.schema.not");
+                                         schema: { type: "object", not: { minProperties: 1 } } } },
+  }), "text.format.schema.not.minProperties");
   await refused(a.responses.create({
     model, input: [{ role: "user", content: [{ type: "input_text", text: "x" },
                                              { type: "input_image", image_url: "http://x/y.png" }] }],

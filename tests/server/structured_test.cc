@@ -94,9 +94,9 @@ TEST(ToolCallConstraint, RefusalsNameTheirField) {
   auto bad = ToolCallConstraint(
       ToolCallFormat::kHermes,
       R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
-          "properties": {"x": {"not": {}}}}}}])",
+          "properties": {"x": {"type": "string", "not": {"pattern": "a"}}}}}}])",
       "", true);
-  EXPECT_EQ(FieldOf(bad.status()), "tools[0].function.parameters.properties.x.not");
+  EXPECT_EQ(FieldOf(bad.status()), "tools[0].function.parameters.properties.x.not.pattern");
   ToolForcing forcing;
   forcing.forced = true;
   forcing.tools_json = kTools;
