@@ -25,21 +25,24 @@ Continuation::Continuation(const Tokenizer& tokenizer, const std::vector<int64_t
 SampledToken Continuation::Sample(const float* logits, int64_t vocab) {
   if (!matcher_) return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size());
   const auto start = std::chrono::steady_clock::now();
-  allowed_ = matcher_->Mask();
-  allowed_.resize(std::max<size_t>(allowed_.size(), (vocab + 63) / 64), 0);
-  bool any = false;
-  for (uint64_t word : allowed_) any = any || word != 0;
+  const grammar::TokenMask& mask = matcher_->Mask();
+  const bool any = std::any_of(mask.begin(), mask.end(), [](uint64_t word) { return word != 0; });
+  const std::vector<uint64_t>* allowed = &mask;
   // The end of the sequence where the text is whole; and where no token can
   // go on (a vocabulary without the bytes the grammar needs), as the way out.
+  // Only then is the mask copied (the sampler takes ids past it as refused).
   if (matcher_->CanEnd() || !any) {
+    allowed_ = mask;
+    allowed_.resize(std::max<size_t>(allowed_.size(), (vocab + 63) / 64), 0);
     std::vector<int64_t> ends = options_.stop_token_ids;
     ends.push_back(tokenizer_.eos_id());
     for (int64_t id : ends) {
       if (id >= 0 && id < vocab) allowed_[id >> 6] |= uint64_t{1} << (id & 63);
     }
+    allowed = &allowed_;
   }
   mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size(), &allowed_);
+  return sampler_.Next(logits, vocab, tokenizer_.text_vocab_size(), allowed);
 }
 
 AcceptedToken Continuation::Accept(int64_t id) {

@@ -88,7 +88,7 @@ class Continuation {
   Sampler sampler_;
   TextAssembler text_;
   std::unique_ptr<grammar::GrammarMatcher> matcher_;  // structured output
-  std::vector<uint64_t> allowed_;                     // the matcher's mask plus end ids
+  std::vector<uint64_t> allowed_;  // the matcher's mask plus end ids, where they are allowed
   double mask_seconds_ = 0.0;
   int64_t generated_ = 0;
   bool finished_ = false;
