@@ -310,7 +310,14 @@ absl::StatusOr<Conversation> Conversation::FromJson(const Json& json) {
     c.fingerprint = json.at("fingerprint").get<std::string>();
     if (json.contains("instructions")) c.instructions = json["instructions"].get<std::string>();
     c.tools_json = json.at("tools").get<std::string>();
-    c.tokens = json.at("tokens").get<std::vector<int64_t>>();
+    for (const Json& id : json.at("tokens")) {
+      // A number that is no integer (1e66) would not convert: refused.
+      if (!id.is_number_integer()) {
+        return InvalidField("previous_response_id",
+                            "its stored conversation's tokens are not integers");
+      }
+      c.tokens.push_back(id.get<int64_t>());
+    }
     c.text = json.at("text").get<std::string>();
     const Json& messages = json.at("messages");
     for (size_t i = 0; i < messages.size(); ++i) {
