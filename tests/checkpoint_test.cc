@@ -12,9 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "model/checkpoints/hf_registry.h"
+#include "model/checkpoints/lfm2_checkpoint.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 #include "model/checkpoints/safetensors.h"
 #include "model/checkpoints/torch_checkpoint.h"
@@ -276,6 +279,67 @@ TEST(HfRegistryTest, ModelTypeChoosesTheArchitectureOrIsRefusedByName) {
   }
   EXPECT_FALSE(FindHfArchitecture(R"({"model_type": 7})").ok());
   EXPECT_FALSE(FindHfArchitecture("[1, 2").ok());
+}
+
+// LFM2-350M's published config.json shape: transformers derives its
+// feed-forward width 4,608 from block_ff_dim 6,656 (2/3, then up to a
+// multiple of 256), six attention layers among sixteen, 8 key/value heads.
+TEST(Lfm2ConfigTest, PublishedShapeGivesTransformersSizes) {
+  const std::string config = R"({"model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"],
+    "block_auto_adjust_ff_dim": true, "block_dim": 1024, "block_ff_dim": 6656,
+    "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256, "block_norm_eps": 1e-05,
+    "block_use_swiglu": true, "conv_L_cache": 3, "conv_bias": false, "conv_dim": 1024,
+    "conv_dim_out": 1024, "hidden_size": 1024, "intermediate_size": 6656,
+    "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv",
+                    "conv", "full_attention", "conv", "full_attention", "conv", "full_attention",
+                    "conv", "full_attention", "conv"],
+    "max_position_embeddings": 128000, "norm_eps": 1e-05, "num_attention_heads": 16,
+    "num_heads": 16, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "rope_theta": 1000000.0, "use_pos_enc": true, "vocab_size": 65536})";
+  absl::StatusOr<LmConfig> c = ParseLfm2Config(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ff_hidden, 4608);
+  EXPECT_EQ(c->attention_layers, (std::vector<int64_t>{2, 5, 8, 10, 12, 14}));
+  EXPECT_EQ(c->kv_heads, 8);
+  EXPECT_EQ(c->mixer, MixerKind::kShortConv);
+  EXPECT_EQ(c->conv_kernel, 3);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->max_context, kLfm2MaxContext);
+
+  // LFM2-1.2B: 12,288 -> 8,192; full_attn_idxs in place of layer_types.
+  nlohmann::json wide = nlohmann::json::parse(config);
+  wide.erase("layer_types");
+  wide["full_attn_idxs"] = {2, 5, 8, 10, 12, 14};
+  for (const char* key : {"hidden_size", "block_dim", "conv_dim", "conv_dim_out"}) wide[key] = 2048;
+  wide["block_ff_dim"] = 12288;
+  wide["num_attention_heads"] = wide["num_heads"] = 32;
+  c = ParseLfm2Config(wide.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ff_hidden, 8192);
+  EXPECT_EQ(c->attention_layers.size(), 6u);
+}
+
+TEST(Lfm2ConfigTest, WhatIsNotBuiltIsRefusedByName) {
+  const std::string base = R"({"model_type": "lfm2", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96})";
+  ASSERT_TRUE(ParseLfm2Config(base).ok());
+  for (const auto& [key, value, named] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"conv_bias", true, "conv_bias"},
+           {"block_use_swiglu", false, "block_use_swiglu"},
+           {"rope_scaling", {{"type", "yarn"}}, "rope_scaling"},
+           {"layer_types", {"conv", "mamba"}, "\"mamba\" at 1"},
+           {"num_key_value_heads", 3, "kv_heads"},
+           {"conv_dim", 32, "conv_dim"},
+           {"attention_window", 16, "attention_window: is not an LFM2 option"}}) {
+    nlohmann::json config = nlohmann::json::parse(base);
+    config[key] = value;
+    absl::StatusOr<LmConfig> parsed = ParseLfm2Config(config.dump());
+    if (parsed.ok()) parsed = parsed->Validate().ok() ? parsed : parsed->Validate();
+    ASSERT_FALSE(parsed.ok()) << key;
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), named)) << parsed.status();
+  }
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ inline MixerOptions SmallOptions(MixerKind kind) {
   o.window = 8;
   o.chunk = 16;
   o.mem_len = 64;
+  o.kv_heads = 2;  // gqa: two query heads per key/value head
+  o.qk_norm = true;
   return o;
 }
 

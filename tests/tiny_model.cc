@@ -24,6 +24,18 @@ LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size) {
   if (kind == MixerKind::kRwkv7) c.rwkv7_ranks = {8, 8, 8, 8};  // small low-rank paths
   if (kind == MixerKind::kRwkv4) c.rescale_every = 1;           // every layer halves
   if (kind == MixerKind::kMamba2) c.mamba2 = {8, 4, 2, 2};
+  if (kind == MixerKind::kShortConv || kind == MixerKind::kGqa) {
+    // LFM2's shape: a hybrid whose second layer is grouped-query attention
+    // (two query heads per key/value head, normed queries and keys), SwiGLU
+    // feed-forwards, RMSNorms of another eps.
+    if (kind == MixerKind::kShortConv) c.attention_layers = {1};
+    c.kv_heads = 2;
+    c.qk_norm = true;
+    c.rope_theta = 1e6;
+    c.ff = FeedForwardKind::kSwiGlu;
+    c.norm = NormKind::kRmsNorm;
+    c.norm_eps = 1e-6;
+  }
   return c;
 }
 

@@ -13,7 +13,9 @@ namespace attn::testing {
 
 // The configuration every test model starts from: d_model 32, 2 layers, 4
 // heads, ff_hidden 48, window 4, max_context 64, no positions. A test sets
-// only the fields its case is about.
+// only the fields its case is about. short-conv is LFM2's hybrid (its
+// layer 1 gqa), and both it and gqa take LFM2's options (SwiGLU, RMSNorm,
+// normed queries and keys, grouped key/value heads).
 LmConfig SmallLmConfig(MixerKind kind, int64_t vocab_size);
 
 // SmallLmConfig over TinyTokenizer()'s vocabulary with max_context 512 and

@@ -68,21 +68,29 @@ void Check(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // As the server runs: freed buffers kept for reuse, so a prefill's large
+  // temporaries are not fresh zeroed pages every layer.
+  attn::KeepFreedMemoryForReuse();
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   const std::string path = absl::GetFlag(FLAGS_model);
   auto package = attn::LoadPackage(path);
   Check(package.status());
-  auto script = attn::TorchScriptBackend::Load(path, torch::kCPU);
-  Check(script.status());
+  const std::vector<std::string> backends = absl::GetFlag(FLAGS_backends);
+  const auto timed = [&](const std::string& name) {
+    return std::find(backends.begin(), backends.end(), name) != backends.end();
+  };
+  // A package without TorchScript methods (a hybrid's) runs natively only.
+  const bool scripted = timed("torchscript") || timed("module");
+  absl::StatusOr<std::unique_ptr<attn::TorchScriptBackend>> script;
+  if (scripted) {
+    script = attn::TorchScriptBackend::Load(path, torch::kCPU);
+    Check(script.status());
+  }
   attn::NativeBackend native(package->model);
   auto quantised = attn::LoadPackage(path);
   Check(quantised.status());
   Check(attn::QuantizeInt8(quantised->model).status());
   attn::NativeBackend native_int8(quantised->model);
-  const std::vector<std::string> backends = absl::GetFlag(FLAGS_backends);
-  const auto timed = [&](const std::string& name) {
-    return std::find(backends.begin(), backends.end(), name) != backends.end();
-  };
   std::vector<int64_t> batches;
   for (const auto& b : absl::GetFlag(FLAGS_batch)) batches.push_back(std::stoll(b));
   const int64_t rows = *std::max_element(batches.begin(), batches.end());
@@ -94,23 +102,26 @@ int main(int argc, char** argv) {
   // Both backends' rows hold the same `context` tokens.
   const torch::Tensor prompt = torch::randint(3, vocab, {rows, context}, torch::kLong);
   const torch::Tensor all = torch::arange(rows, torch::kLong);
-  for (attn::LmBackend* backend :
-       {static_cast<attn::LmBackend*>(&native), static_cast<attn::LmBackend*>(&native_int8),
-        static_cast<attn::LmBackend*>(script->get())}) {
+  std::vector<attn::LmBackend*> prefilled = {&native, &native_int8};
+  if (scripted) prefilled.push_back(script->get());
+  for (attn::LmBackend* backend : prefilled) {
     Check(backend->AllocateRows(rows));
     for (int64_t r = 0; r < rows; ++r) Check(backend->ResetRow(r));
     Check(backend->Prefill(prompt, all, attn::PrefillLogits::kNone).status());
   }
   // The module itself on its own state, as a Python caller would run it.
-  torch::jit::Module module = torch::jit::load(path);
+  torch::jit::Module module = scripted ? torch::jit::load(path) : torch::jit::Module();
   std::vector<std::string> json;
   for (int64_t batch : batches) {
     const torch::Tensor ids = torch::arange(batch, torch::kLong);
     const torch::Tensor tokens = torch::randint(3, vocab, {batch}, torch::kLong);
-    c10::IValue state = module.get_method("init_state")({batch});
-    state = module.get_method("prefill")({prompt.narrow(0, 0, batch), state})
-                .toTupleRef()
-                .elements()[1];
+    c10::IValue state;
+    if (scripted) {
+      state = module.get_method("init_state")({batch});
+      state = module.get_method("prefill")({prompt.narrow(0, 0, batch), state})
+                  .toTupleRef()
+                  .elements()[1];
+    }
     std::vector<double> native_ms, int8_ms, script_ms, module_ms;
     const int repeats = absl::GetFlag(FLAGS_repeats);
     std::fprintf(stderr, "batch %ld: %d steps each...\n", static_cast<long>(batch), repeats);

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/checkpoints/hf_checkpoint.h"
+#include "model/checkpoints/lfm2_checkpoint.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 
 namespace attn {
@@ -31,6 +32,7 @@ const std::vector<HfArchitecture>& HfArchitectures() {
       {"rwkv7", "RWKV-7", HfTokenizer::kRwkvWorld, ImportRwkv7Directory},
       {"mamba2", "Mamba-2", HfTokenizer::kTokenizerJson, ImportSpecDirectory},
       {"rwkv", "RWKV-4", HfTokenizer::kTokenizerJson, ImportSpecDirectory},
+      {"lfm2", "LFM2", HfTokenizer::kTokenizerJson, ImportLfm2},
   };
   return *table;
 }

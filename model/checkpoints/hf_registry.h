@@ -11,6 +11,8 @@
 //                        tokenizer.json
 //   model_type "rwkv"    RWKV-4, transformers' layout (hf_checkpoint.h);
 //                        tokenizer.json
+//   model_type "lfm2"    LFM2, transformers' layout (lfm2_checkpoint.h);
+//                        tokenizer.json
 #pragma once
 
 #include <string>

@@ -245,6 +245,12 @@ ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v,
   }
 }
 
+// Where query head h of cache row `slot` finds its keys and values.
+ATTN_INLINE int64_t CacheRow(const CacheHeadsArgs& a, int64_t slot, int64_t h) {
+  const int64_t kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  return (slot * kv + h / (a.heads / kv)) * a.capacity * a.head_dim;
+}
+
 // One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
 // compile time: the dot products unroll, and the weighted sum of values stays
 // in registers instead of going through out[] once per key.
@@ -254,7 +260,7 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
   const int64_t slot = SlotOf(a.slots, b);
   const int64_t length = a.lengths[slot];
-  const int64_t row = (slot * a.heads + h) * a.capacity * dh;
+  const int64_t row = CacheRow(a, slot, h);
   const float* keys = a.k_cache + row;
   const float* values = a.v_cache + row;
   const float* q = a.q + b * a.q_stride + h * dh;
@@ -354,7 +360,7 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   float* kt = scratch.data();                 // [Dh][padded]
   float* scores = kt + dh * padded;           // [kQueryTile][padded]
   float* acc = scores + kQueryTile * padded;  // [kQueryTile][Dh]
-  const int64_t row = (SlotOf(a.slots, b) * a.heads + h) * a.capacity * dh;
+  const int64_t row = CacheRow(a, SlotOf(a.slots, b), h);
   const float* k = a.k_cache + row;
   const float* v = a.v_cache + row;
   TransposeKeys(k, keys, dh, padded, kt);

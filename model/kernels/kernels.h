@@ -17,10 +17,15 @@
 namespace attn::kernels {
 
 // What the cached step and the causal prefill share: the heads, the rows'
-// cache ([N, H, capacity, Dh] each for keys and values), the score scale and
+// cache ([N, H, capacity, Dh] each for keys and values, or fewer heads:
+// kv_heads), the score scale and
 // ALiBi's slopes, which arrive as log m_h (the module's parameter), or null.
 struct CacheHeadsArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, capacity = 0;
+  // Grouped-query attention: the cache holds kv_heads heads ([N, kv_heads,
+  // capacity, Dh]) and query head h reads head h / (heads / kv_heads).
+  // 0: as many as heads.
+  int64_t kv_heads = 0;
   const int64_t* slots = nullptr;
   const float* log_slopes = nullptr;  // [H] log m_h, or null
   const float* k_cache = nullptr;     // [N, H, capacity, Dh]

@@ -1,7 +1,10 @@
-// The position-wise feed-forward network of a Transformer layer (Vaswani
-// et al. 2017, with GELU as in most current models):
+// The position-wise feed-forward network of a Transformer layer, of one of
+// two kinds, x [..., d_model] -> [..., d_model]:
 //
-//   FF(x) = W_2 gelu(W_1 x + b_1) + b_2,   x [..., d_model] -> [..., d_model]
+//   gelu    FF(x) = W_2 gelu(W_1 x + b_1) + b_2        (Vaswani et al. 2017,
+//                                                      with GELU)
+//   swiglu  FF(x) = W_down (silu(W_gate x) * W_up x)   (Shazeer 2020; no
+//                                                      biases: LFM2, Llama)
 //
 // On CPU outside autograd the GELU runs fused in place on the hidden
 // activations (kernels::GeluInPlace); elsewhere it is torch::gelu. Both give
@@ -13,15 +16,19 @@
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
+#include "model/layers/norm_kind.h"
+
 namespace attn {
 
 class FeedForwardImpl : public torch::nn::Module {
  public:
-  FeedForwardImpl(int64_t d_model, int64_t hidden);
+  // Children "up" and "down" (and "gate" for swiglu).
+  FeedForwardImpl(int64_t d_model, int64_t hidden, FeedForwardKind kind = FeedForwardKind::kGelu);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
-  torch::nn::Linear up_{nullptr}, down_{nullptr};
+  FeedForwardKind kind_;
+  torch::nn::Linear up_{nullptr}, down_{nullptr}, gate_{nullptr};
 };
 TORCH_MODULE(FeedForward);
 

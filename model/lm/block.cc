@@ -12,10 +12,10 @@ namespace {
 class MixerBlock : public Block {
  public:
   MixerBlock(const LmConfig& config, const MixerOptions& options) {
-    mix_norm_ = register_module("mix_norm", Norm(config.norm, config.d_model));
+    mix_norm_ = register_module("mix_norm", Norm(config.norm, config.d_model, config.norm_eps));
     mixer_ = register_module("mixer", MakeMixer(options));
-    ff_norm_ = register_module("ff_norm", Norm(config.norm, config.d_model));
-    ff_ = register_module("ff", FeedForward(config.d_model, config.ff_hidden));
+    ff_norm_ = register_module("ff_norm", Norm(config.norm, config.d_model, config.norm_eps));
+    ff_ = register_module("ff", FeedForward(config.d_model, config.ff_hidden, config.ff));
   }
 
   torch::Tensor Forward(const torch::Tensor& h, LayerCarry& /*carry*/) override {
@@ -99,7 +99,8 @@ class WholeBlock : public Block {
 std::shared_ptr<Block> MakeBlock(const LmConfig& config, int64_t index) {
   MixerOptions options = config.mixer_options();
   options.layer = index;
-  if (IsWholeBlock(config.mixer)) return std::make_shared<WholeBlock>(options);
+  options.kind = config.layer_mixer(index);
+  if (IsWholeBlock(options.kind)) return std::make_shared<WholeBlock>(options);
   return std::make_shared<MixerBlock>(config, options);
 }
 

@@ -1,5 +1,6 @@
 #include "model/lm/config.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -67,10 +68,64 @@ absl::Status IntObjectAt(const Json& json, const char* key,
   return absl::OkStatus();
 }
 
+// The number at `key` of `json` into `*value` when present; errors name
+// `path`.
+absl::Status OptionalNumber(const Json& json, const char* key, const std::string& path,
+                            double* value) {
+  auto it = json.find(key);
+  if (it == json.end()) return absl::OkStatus();
+  if (!it->is_number()) return InvalidField(path, "must be a number, got ", it->dump());
+  *value = it->get<double>();
+  return absl::OkStatus();
+}
+
+// The hybrid keys (ToJson): ff, norm_eps, and the objects attention and
+// short_conv. Adds them to `known`.
+absl::Status HybridKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
+  known->insert({"ff", "norm_eps", "attention", "short_conv"});
+  if (json.contains("ff")) {
+    if (auto s = EnumAt(json, "ff", &ParseFeedForwardKind, &config->ff); !s.ok()) return s;
+  }
+  if (auto s = OptionalNumber(json, "norm_eps", "norm_eps", &config->norm_eps); !s.ok()) return s;
+  if (json.contains("short_conv")) {
+    if (auto s = IntObjectAt(json, "short_conv", {{"kernel", &config->conv_kernel}}); !s.ok()) {
+      return s;
+    }
+  }
+  if (!json.contains("attention")) return absl::OkStatus();
+  if (auto s = IntObjectAt(json, "attention", {{"kv_heads", &config->kv_heads}},
+                           {"layers", "rope_theta", "qk_norm"});
+      !s.ok()) {
+    return s;
+  }
+  const Json& attention = json.at("attention");
+  auto layers = attention.find("layers");
+  if (layers == attention.end() || !layers->is_array()) {
+    return InvalidField("attention.layers", "missing or not an array");
+  }
+  for (const Json& layer : *layers) {
+    if (!layer.is_number_integer()) {
+      return InvalidField("attention.layers", "must hold integers, got ", layer.dump());
+    }
+    config->attention_layers.push_back(layer.get<int64_t>());
+  }
+  if (auto s = OptionalNumber(attention, "rope_theta", "attention.rope_theta", &config->rope_theta);
+      !s.ok()) {
+    return s;
+  }
+  auto qk_norm = attention.find("qk_norm");
+  if (qk_norm != attention.end()) {
+    if (!qk_norm->is_boolean()) return InvalidField("attention.qk_norm", "must be true or false");
+    config->qk_norm = qk_norm->get<bool>();
+  }
+  return absl::OkStatus();
+}
+
 // The keys only some models have (ToJson): tie_embeddings, and the objects
 // of rwkv7, rwkv4 and mamba2. Adds them to `known`.
 absl::Status OptionalKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
   known->insert({"tie_embeddings", "rwkv7", "rwkv4", "mamba2"});
+  if (auto s = HybridKeys(json, config, known); !s.ok()) return s;
   if (auto it = json.find("tie_embeddings"); it != json.end()) {
     if (!it->is_boolean()) return InvalidField("tie_embeddings", "must be true or false");
     config->tie_embeddings = it->get<bool>();
@@ -139,7 +194,59 @@ MixerOptions LmConfig::mixer_options() const {
   o.group_norm_eps = group_norm_eps;
   o.rescale_every = rescale_every;
   o.mamba2 = mamba2;
+  o.conv_kernel = conv_kernel;
+  o.kv_heads = kv_heads;
+  o.rope_theta = rope_theta;
+  o.qk_norm = qk_norm;
+  o.norm_eps = norm_eps;
   return o;
+}
+
+MixerKind LmConfig::layer_mixer(int64_t layer) const {
+  const bool attention =
+      std::binary_search(attention_layers.begin(), attention_layers.end(), layer);
+  return attention ? MixerKind::kGqa : mixer;
+}
+
+bool LmConfig::has_attention() const {
+  return mixer == MixerKind::kGqa || !attention_layers.empty();
+}
+
+absl::Status LmConfig::ValidateHybrid() const {
+  if (!(norm_eps > 0 && norm_eps < 1)) {
+    return InvalidField("norm_eps", "must be in (0, 1), got ", norm_eps);
+  }
+  if (IsWholeBlock(mixer) && ff != FeedForwardKind::kGelu) {
+    return InvalidField("ff", MixerKindName(mixer), " blocks bring their own feed-forward");
+  }
+  if (!attention_layers.empty() && (IsWholeBlock(mixer) || mixer == MixerKind::kGqa)) {
+    return InvalidField("attention.layers", "attention layers go among plain mixers, not ",
+                        MixerKindName(mixer), " layers");
+  }
+  for (size_t i = 0; i < attention_layers.size(); ++i) {
+    const int64_t layer = attention_layers[i];
+    if (layer < 0 || layer >= layers || (i > 0 && layer <= attention_layers[i - 1])) {
+      return InvalidField("attention.layers", "must be increasing layer indices below ", layers,
+                          ", got ", layer, " at ", i);
+    }
+  }
+  if (has_attention()) {
+    const int64_t kv = kv_heads > 0 ? kv_heads : heads;
+    if (kv_heads < 0 || heads % kv != 0) {
+      return InvalidField("attention.kv_heads", kv_heads, " must divide heads (", heads, ")");
+    }
+    if ((d_model / heads) % 2 != 0) {
+      return InvalidField("heads", "rotary positions need an even head size, got ",
+                          d_model / heads);
+    }
+    if (!(rope_theta > 1 && rope_theta < 1e12)) {
+      return InvalidField("attention.rope_theta", "must be in (1, 1e12), got ", rope_theta);
+    }
+  }
+  if (mixer == MixerKind::kShortConv && (conv_kernel < 2 || conv_kernel > 1024)) {
+    return InvalidField("short_conv.kernel", "must be in [2, 1024], got ", conv_kernel);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LmConfig::ValidateMamba2() const {
@@ -215,6 +322,7 @@ absl::Status LmConfig::Validate() const {
     return InvalidField("rwkv4.rescale_every", "must be at least 0 (0: never), got ",
                         rescale_every);
   }
+  if (auto status = ValidateHybrid(); !status.ok()) return status;
   if (mixer == MixerKind::kRwkv7) {
     for (auto [name, rank] :
          {std::pair<const char*, int64_t>{"rwkv7.decay_rank", rwkv7_ranks.decay},
@@ -262,6 +370,15 @@ std::string LmConfig::ToJson() const {
                       {"expand", mamba2.expand},
                       {"groups", mamba2.groups}};
   }
+  if (ff != FeedForwardKind::kGelu) full["ff"] = FeedForwardKindName(ff);
+  if (norm_eps != 1e-5) full["norm_eps"] = norm_eps;
+  if (has_attention()) {
+    full["attention"] = {{"layers", attention_layers},
+                         {"kv_heads", kv_heads},
+                         {"rope_theta", rope_theta},
+                         {"qk_norm", qk_norm}};
+  }
+  if (mixer == MixerKind::kShortConv) full["short_conv"] = {{"kernel", conv_kernel}};
   return full.dump(1);
 }
 

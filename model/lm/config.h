@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,10 +51,30 @@ struct LmConfig {
   // number of SSM heads (expand * d_model / heads channels each). Its norms
   // are RMSNorms; ff_hidden is unused.
   Mamba2Sizes mamba2;
+  // The feed-forward of a layer that is not a whole block, and the eps of
+  // every norm the model builds (its layers' and the final one).
+  FeedForwardKind ff = FeedForwardKind::kGelu;
+  double norm_eps = 1e-5;
+  // A hybrid (LFM2): the layers, in increasing order, whose mixer is
+  // grouped-query attention (gqa) among those of `mixer`. A gqa model's
+  // every layer is one.
+  std::vector<int64_t> attention_layers;
+  // gqa layers: key/value heads (0: heads), the rotary base, and whether
+  // each head's queries and keys pass an RMSNorm (of eps norm_eps).
+  int64_t kv_heads = 0;
+  double rope_theta = 10000.0;
+  bool qk_norm = false;
+  // short-conv: the convolution's width.
+  int64_t conv_kernel = 3;
 
   // The options every layer's mixer is built with (MixerOptions::layer 0;
   // the model sets each layer's index).
   MixerOptions mixer_options() const;
+  // The kind of layer `layer`'s mixer: gqa for attention_layers, else mixer.
+  MixerKind layer_mixer(int64_t layer) const;
+  // Whether some layer is gqa.
+  bool has_attention() const;
+  absl::Status ValidateHybrid() const;  // Validate's checks of the fields above
   // kInvalidArgument naming the first field out of range.
   absl::Status Validate() const;
   absl::Status ValidateMamba2() const;  // Validate's checks of the mamba2 sizes

@@ -42,7 +42,7 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
     layers_.push_back(MakeBlock(config, l));
     list->push_back(layers_.back());
   }
-  final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model));
+  final_norm_ = register_module("final_norm", Norm(config.norm, config.d_model, config.norm_eps));
   if (!config.tie_embeddings) {
     head_ = register_parameter("head_weight", torch::randn({config.vocab_size, config.d_model}) /
                                                   std::sqrt(static_cast<double>(config.d_model)));
@@ -292,6 +292,9 @@ double MinimumTensorElements(const LmConfig& config) {
     default:
       break;
   }
+  // Grouped-query attention may project to fewer keys and values: q and
+  // the output alone are 2 d^2.
+  if (config.has_attention()) per_layer = std::min(per_layer, 2 * d * d + 2 * d * ff);
   double total = vocab * d + static_cast<double>(config.layers) * per_layer;
   if (!config.tie_embeddings) total += vocab * d;
   if (config.positions == PositionKind::kLearned) total += context * d;

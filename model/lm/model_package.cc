@@ -201,7 +201,7 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
     archive.register_attribute(
         "format_version", c10::IntType::get(),
         int8_names.empty() ? kFloatPackageFormatVersion : kInt8PackageFormatVersion);
-    if (HasTorchScriptMethods(model->config().mixer)) {
+    if (HasTorchScriptMethods(model->config())) {
       DefineTorchScriptMethods(archive, model->config(), int8_names);
     }
     archive.save(path);

@@ -65,10 +65,12 @@ def _rwkv4_block(self, x: Tensor, p: List[Tensor], first: bool, halve: bool,
 
 // One Mamba-2 block over x [B, T, C] (model/mixers/mamba2.h), continuing
 // state[at] (the convolution's window [B, W - 1, channels]) and state[at +
-// 1] (S [B, H, P, N]) in place; p in the order of Mamba2Weights.
+// 1] (S [B, H, P, N]) in place; p in the order of Mamba2Weights. A chunk
+// of several tokens takes the chunked form (_mamba2_chunked, the one of
+// Mamba2Impl::ScanChunked), a step the recurrence.
 constexpr char kMamba2Helpers[] = R"TS(
 def _mamba2_block(self, x: Tensor, p: List[Tensor], heads: int, groups: int, n: int,
-                  state: List[Tensor], at: int) -> Tensor:
+                  chunk: int, state: List[Tensor], at: int) -> Tensor:
     batch, time = x.size(0), x.size(1)
     inner = p[7].size(0)
     channels = p[3].size(0)
@@ -83,24 +85,60 @@ def _mamba2_block(self, x: Tensor, p: List[Tensor], heads: int, groups: int, n: 
     xs = xbc[:, :, :inner].reshape(batch, time, heads, inner // heads)
     bm = xbc[:, :, inner:inner + groups * n].reshape(batch, time, groups, n)
     cm = xbc[:, :, inner + groups * n:].reshape(batch, time, groups, n)
-    bm = bm.repeat_interleave(heads // groups, 2)
-    cm = cm.repeat_interleave(heads // groups, 2)
     dt = proj[:, :, inner + channels:] + p[4]
     dt = torch.where(dt > 20.0, dt, torch.log1p(torch.exp(dt)))  # softplus
     a = -torch.exp(p[5])
     s = state[at + 1]
-    ys: List[Tensor] = []
-    for t in range(time):
-        dtt = dt[:, t]
-        s = (s * torch.exp(dtt * a).view(batch, heads, 1, 1)
-             + (xs[:, t] * dtt.unsqueeze(-1)).unsqueeze(-1) * bm[:, t].unsqueeze(2))
-        ys.append(torch.matmul(s, cm[:, t].unsqueeze(-1)).squeeze(-1) + xs[:, t] * p[6].view(1, heads, 1))
+    if time > 1:
+        y, s = self._mamba2_chunked(xs, bm, cm, dt, a, s, groups, chunk)
+        y = y + xs * p[6].view(1, 1, heads, 1)
+    else:
+        bm = bm.repeat_interleave(heads // groups, 2)
+        cm = cm.repeat_interleave(heads // groups, 2)
+        s = (s * torch.exp(dt[:, 0] * a).view(batch, heads, 1, 1)
+             + (xs[:, 0] * dt[:, 0].unsqueeze(-1)).unsqueeze(-1) * bm[:, 0].unsqueeze(2))
+        y = torch.matmul(s, cm[:, 0].unsqueeze(-1)).squeeze(-1) + xs[:, 0] * p[6].view(1, heads, 1)
     state[at + 1].copy_(s)
-    y = torch.stack(ys, 1).reshape(batch, time, inner)
+    y = y.reshape(batch, time, inner)
     z = proj[:, :, :inner]
     g = (y * z * torch.sigmoid(z)).view(batch, time, groups, inner // groups)
     g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-05)
     return x + self._rows(g.view(batch, time, inner) * p[7], p[8])
+
+def _mamba2_chunked(self, xs: Tensor, bm: Tensor, cm: Tensor, dt: Tensor, a: Tensor, s: Tensor,
+                    groups: int, chunk: int) -> Tuple[Tensor, Tensor]:
+    batch, time, heads, hp = xs.size(0), xs.size(1), xs.size(2), xs.size(3)
+    n = bm.size(3)
+    r = heads // groups
+    q = min(chunk, time)
+    k = (time + q - 1) // q
+    extra = k * q - time
+    if extra > 0:
+        xs = torch.cat([xs, xs.new_zeros([batch, extra, heads, hp])], 1)
+        bm = torch.cat([bm, bm.new_zeros([batch, extra, groups, n])], 1)
+        cm = torch.cat([cm, cm.new_zeros([batch, extra, groups, n])], 1)
+        dt = torch.cat([dt, dt.new_zeros([batch, extra, heads])], 1)
+    la = (dt * a).view(batch, k, q, groups, r).permute(0, 3, 4, 1, 2)
+    dtx = (xs * dt.unsqueeze(-1)).view(batch, k, q, groups, r, hp).permute(0, 3, 4, 1, 2, 5)
+    b = bm.view(batch, k, q, groups, 1, n).permute(0, 3, 4, 1, 2, 5)
+    c = cm.view(batch, k, q, groups, 1, n).permute(0, 3, 4, 1, 2, 5)
+    ones = torch.ones([q, q], device=xs.device)
+    seg = la.unsqueeze(-1).expand(batch, groups, r, k, q, q)
+    seg = seg.masked_fill(ones.tril(-1) == 0, 0.0).cumsum(-2)
+    within = torch.exp(seg.masked_fill(ones.tril() == 0, float("-inf")))
+    y = torch.matmul(within * torch.matmul(c, b.transpose(-1, -2)), dtx)
+    to_end = within[:, :, :, :, q - 1].unsqueeze(-1)
+    added = torch.matmul((dtx * to_end).transpose(-1, -2), b)
+    from_start = torch.exp(la.cumsum(-1))
+    st = s.view(batch, groups, r, hp, n)
+    entering: List[Tensor] = []
+    for j in range(k):
+        entering.append(st)
+        st = st * from_start[:, :, :, j, q - 1].view(batch, groups, r, 1, 1) + added[:, :, :, j]
+    past = torch.matmul(c, torch.stack(entering, 3).transpose(-1, -2))
+    y = y + past * from_start.unsqueeze(-1)
+    y = y.permute(0, 3, 4, 1, 2, 5).reshape(batch, k * q, heads, hp)
+    return y[:, :time], st.reshape(batch, heads, hp, n)
 )TS";
 
 // "self.layers_L_mixer_NAME": a block parameter's attribute.
@@ -269,7 +307,8 @@ std::string BlockCall(const LmConfig& c, int64_t l, int64_t at) {
     }
     default:
       return absl::StrCat("    h = self._mamba2_block(h, [", absl::StrJoin(Mamba2Weights(l), ", "),
-                          "], ", c.heads, ", ", c.mamba2.groups, ", ", c.mamba2.state_size, state);
+                          "], ", c.heads, ", ", c.mamba2.groups, ", ", c.mamba2.state_size, ", ",
+                          c.mixer_options().chunk, state);
   }
 }
 

@@ -566,7 +566,10 @@ std::string GeneratedMethods(const LmConfig& c) {
 
 }  // namespace
 
-bool HasTorchScriptMethods(MixerKind kind) { return kind != MixerKind::kRelative; }
+bool HasTorchScriptMethods(const LmConfig& config) {
+  return config.mixer != MixerKind::kRelative && config.mixer != MixerKind::kShortConv &&
+         !config.has_attention() && config.ff == FeedForwardKind::kGelu && config.norm_eps == 1e-5;
+}
 
 std::string ScriptTensorName(const std::string& name) {
   return absl::StrReplaceAll(name, {{".", "_"}});

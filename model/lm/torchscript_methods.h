@@ -41,9 +41,12 @@ struct Module;
 
 namespace attn {
 
-// Whether the methods cover `kind`: every kind but relative, whose segment
-// memory has no TorchScript form yet (its packages hold weights only).
-bool HasTorchScriptMethods(MixerKind kind);
+// Whether the methods cover a model of `config`: every kind but relative,
+// whose segment memory has no TorchScript form yet, and none of the hybrid
+// family (short-conv, gqa, a SwiGLU feed-forward, a norm eps other than
+// 1e-5), which are not written yet. Such packages hold weights only: the
+// native backend serves them.
+bool HasTorchScriptMethods(const LmConfig& config);
 
 // The buffer name of the model tensor `name` ("layers.0.ff.up.weight").
 std::string ScriptTensorName(const std::string& name);

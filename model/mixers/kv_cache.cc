@@ -134,19 +134,22 @@ void FillCacheHeadsArgs(int64_t batch, int64_t heads, int64_t head_dim, MixerSta
 }  // namespace
 
 torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
-                                  int64_t heads, const CachedStepTerms& terms) {
-  const int64_t batch = qkv.size(0), d = qkv.size(1) / 3, head_dim = d / heads;
+                                  int64_t heads, const CachedStepTerms& terms, int64_t kv_heads) {
+  kv_heads = kv_heads > 0 ? kv_heads : heads;
+  const int64_t batch = qkv.size(0), head_dim = qkv.size(1) / (heads + 2 * kv_heads);
+  const int64_t d = heads * head_dim, kv = kv_heads * head_dim, stride = d + 2 * kv;
   const float* qkv_data = qkv.data_ptr<float>();
   auto* lengths = state.length.data_ptr<int64_t>();
   auto out = torch::empty({batch, d}, qkv.options());
   kernels::CachedAttentionArgs args;
   FillCacheHeadsArgs(batch, heads, head_dim, state, slots, terms.log_slopes, out, &args);
-  kernels::AppendToCache(batch, heads, head_dim, args.capacity, slots, lengths, qkv_data + d,
-                         qkv_data + 2 * d, 3 * d, state.tensors[0].data_ptr<float>(),
+  args.kv_heads = kv_heads;
+  kernels::AppendToCache(batch, kv_heads, head_dim, args.capacity, slots, lengths, qkv_data + d,
+                         qkv_data + d + kv, stride, state.tensors[0].data_ptr<float>(),
                          state.tensors[1].data_ptr<float>());
   args.lengths = lengths;
   args.q = qkv_data;
-  args.q_stride = 3 * d;
+  args.q_stride = stride;
   args.content_bias = terms.content_bias;
   args.position_bias = terms.position_bias;
   args.r = terms.r;
@@ -157,27 +160,31 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
 
 torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
                                      const int64_t* slots, int64_t start, int64_t heads,
-                                     const float* log_slopes, int64_t first_output) {
-  const int64_t batch = qkv.size(0), time = qkv.size(1), d = qkv.size(2) / 3;
-  const int64_t head_dim = d / heads;
+                                     const float* log_slopes, int64_t first_output,
+                                     int64_t kv_heads) {
+  kv_heads = kv_heads > 0 ? kv_heads : heads;
+  const int64_t batch = qkv.size(0), time = qkv.size(1);
+  const int64_t head_dim = qkv.size(2) / (heads + 2 * kv_heads);
+  const int64_t d = heads * head_dim, kv = kv_heads * head_dim, stride = d + 2 * kv;
   const float* qkv_data = qkv.data_ptr<float>();
   auto* lengths = state.length.data_ptr<int64_t>();
   auto out = torch::empty({batch, time - first_output, d}, qkv.options());
   kernels::CausalPrefillArgs args;
   FillCacheHeadsArgs(batch, heads, head_dim, state, slots, log_slopes, out, &args);
+  args.kv_heads = kv_heads;
   float* k_cache = state.tensors[0].data_ptr<float>();
   float* v_cache = state.tensors[1].data_ptr<float>();
   for (int64_t t = 0; t < time; ++t) {  // each token at its row's length, which then advances
-    const float* token = qkv_data + t * 3 * d;
-    kernels::AppendToCache(batch, heads, head_dim, args.capacity, slots, lengths, token + d,
-                           token + 2 * d, time * 3 * d, k_cache, v_cache);
+    const float* token = qkv_data + t * stride;
+    kernels::AppendToCache(batch, kv_heads, head_dim, args.capacity, slots, lengths, token + d,
+                           token + d + kv, time * stride, k_cache, v_cache);
     kernels::AdvanceLengths(batch, slots, lengths);
   }
   args.time = time;
   args.start = start;
   args.q = qkv_data;
-  args.row_stride = time * 3 * d;
-  args.token_stride = 3 * d;
+  args.row_stride = time * stride;
+  args.token_stride = stride;
   args.first_output = first_output;
   kernels::CausalAttentionPrefill(args);
   return out;

@@ -51,9 +51,12 @@ struct CachedStepTerms {
 // The fused one-token step over the cache: qkv [B, 3 D] (contiguous float,
 // CPU) holds each row's new q, k and v. Appends k and v at each row's length,
 // attends, advances the lengths; returns the heads' output [B, D] before the
-// output projection. slots as in kernels.h (null: rows 0..B-1).
+// output projection. slots as in kernels.h (null: rows 0..B-1). With
+// kv_heads > 0 (grouped-query attention) the cache has kv_heads heads and
+// qkv is [B, (heads + 2 kv_heads) Dh]: q, then k and v of kv_heads heads.
 torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, const int64_t* slots,
-                                  int64_t heads, const CachedStepTerms& terms);
+                                  int64_t heads, const CachedStepTerms& terms,
+                                  int64_t kv_heads = 0);
 
 // The fused causal prefill over the cache: qkv [B, C, 3 D] (contiguous
 // float, CPU) holds a chunk of C tokens' q, k and v for rows `slots` (all at
@@ -61,9 +64,11 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
 // lengths to start + C; returns the heads' output [B, C, D] before the output
 // projection. log_slopes: ALiBi's log m_h [H], or null. With first_output
 // > 0 only tokens first_output.. get an output: [B, C - first_output, D].
+// kv_heads as for CachedAttentionStep.
 torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state,
                                      const int64_t* slots, int64_t start, int64_t heads,
-                                     const float* log_slopes, int64_t first_output = 0);
+                                     const float* log_slopes, int64_t first_output = 0,
+                                     int64_t kv_heads = 0);
 
 // Bytes a sequence's cache holds at `context` tokens.
 int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model);

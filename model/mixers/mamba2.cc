@@ -121,6 +121,77 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
   return torch::stack(outputs, 1).view({batch, keep, inner()});
 }
 
+namespace {
+
+// t [B, T, ...] followed by `extra` zero tokens.
+torch::Tensor PadTime(const torch::Tensor& t, int64_t extra) {
+  if (extra == 0) return t;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[1] = extra;
+  return torch::cat({t, torch::zeros(shape, t.options())}, 1);
+}
+
+// t [B, K * Q, G, R, ...] as [B, G, R, K, Q, ...]: the chunk's tokens
+// innermost but for the per-token vector.
+torch::Tensor ByChunks(const torch::Tensor& t, int64_t chunks, int64_t q) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[1] = q;
+  shape.insert(shape.begin() + 1, chunks);  // [B, K, Q, G, R, ...]
+  std::vector<int64_t> order = {0, 3, 4, 1, 2};
+  for (int64_t d = 5; d < static_cast<int64_t>(shape.size()); ++d) order.push_back(d);
+  return t.reshape(shape).permute(order);
+}
+
+}  // namespace
+
+torch::Tensor Mamba2Impl::ScanChunked(const Scan& scan, torch::Tensor& ssm, int64_t keep) const {
+  const int64_t batch = scan.x.size(0), time = scan.x.size(1), heads = options_.heads;
+  const int64_t p = head_dim(), n = options_.mamba2.state_size, g = options_.mamba2.groups;
+  const int64_t r = heads / g;  // heads per group
+  const int64_t q = std::min(options_.chunk, time), chunks = (time + q - 1) / q;
+  // Padding tokens have dt 0: they neither decay the state nor add to it.
+  const int64_t extra = chunks * q - time;
+  const auto dt = PadTime(scan.dt, extra).view({batch, chunks * q, g, r});
+  const auto a = ByChunks(dt * (-torch::exp(a_log_)).view({g, r}), chunks, q);  // [B,G,R,K,Q]
+  const auto dtx = ByChunks(
+      PadTime(scan.x, extra).view({batch, chunks * q, g, r, p}) * dt.unsqueeze(-1), chunks, q);
+  // B and C shared by a group's heads: [B, G, 1, K, Q, N].
+  const auto b = ByChunks(PadTime(scan.b, extra).unsqueeze(3), chunks, q);
+  const auto c = ByChunks(PadTime(scan.c, extra).unsqueeze(3), chunks, q);
+  // seg[i][j] = a_{j+1} + ... + a_i for j <= i: summed over the segment
+  // itself, not as a difference of prefix sums, which cancels badly once
+  // the prefix is large and the segment is not.
+  const auto opts = torch::TensorOptions().dtype(torch::kBool).device(a.device());
+  const auto below = torch::ones({q, q}, opts).tril(-1), causal = torch::ones({q, q}, opts).tril();
+  const auto seg = a.unsqueeze(-1)
+                       .expand({batch, g, r, chunks, q, q})
+                       .masked_fill(below.logical_not(), 0.0)
+                       .cumsum(-2);
+  const auto within = torch::exp(seg.masked_fill(causal.logical_not(), -INFINITY));
+  // Inside each chunk: y_i = sum_{j <= i} e^{seg[i][j]} (C_i . B_j) dt_j x_j.
+  auto y = torch::matmul(within * torch::matmul(c, b.transpose(-1, -2)), dtx);
+  // What each chunk adds to the state at its end, and the decay over it.
+  const auto to_end = within.select(-2, q - 1).unsqueeze(-1);             // [B,G,R,K,Q,1]
+  const auto added = torch::matmul((dtx * to_end).transpose(-1, -2), b);  // [B,G,R,K,P,N]
+  const auto from_start = torch::exp(a.cumsum(-1));                       // [B,G,R,K,Q]
+  const auto over_chunk = from_start.select(-1, q - 1);                   // [B,G,R,K]
+  // The state entering each chunk, carried chunk to chunk.
+  auto state = ssm.view({batch, g, r, p, n});
+  std::vector<torch::Tensor> entering;
+  for (int64_t k = 0; k < chunks; ++k) {
+    entering.push_back(state);
+    state = state * over_chunk.select(-1, k).unsqueeze(-1).unsqueeze(-1) + added.select(3, k);
+  }
+  ssm = state.reshape({batch, heads, p, n});
+  // From the state before the chunk: y_i += e^{a_0 + ... + a_i} S C_i.
+  const auto past = torch::matmul(c, torch::stack(entering, 3).transpose(-1, -2));
+  y = y + past * from_start.unsqueeze(-1);
+  // [B, G, R, K, Q, P] back to tokens, the skip term, the last `keep`.
+  y = y.permute({0, 3, 4, 1, 2, 5}).reshape({batch, chunks * q, heads, p}).narrow(1, 0, time);
+  y = y + scan.x * skip_.view({1, 1, heads, 1});
+  return y.narrow(1, time - keep, keep).reshape({batch, keep, inner()});
+}
+
 torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                               LayerCarry& /*carry*/) {
   const int64_t batch = x.size(0), time = x.size(1), heads = options_.heads, p = head_dim();
@@ -157,6 +228,8 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t k
     args.s = rows.tensors[kSsm].data_ptr<float>();
     args.out = y.data_ptr<float>();
     kernels::Mamba2Scan(args);
+  } else if (time > 1) {
+    y = ScanChunked(scan, rows.tensors[kSsm], keep);
   } else {
     y = ScanByOps(scan, rows.tensors[kSsm], keep);
   }

@@ -8,12 +8,14 @@
 
 #include "model/mixers/aft.h"
 #include "model/mixers/aft_decay.h"
+#include "model/mixers/grouped_attention.h"
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/mamba2.h"
 #include "model/mixers/multi_head_attention.h"
 #include "model/mixers/relative_attention.h"
 #include "model/mixers/rwkv4.h"
 #include "model/mixers/rwkv7.h"
+#include "model/mixers/short_conv.h"
 
 namespace attn {
 int64_t MixerState::bytes_per_row() const {
@@ -275,6 +277,10 @@ std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
       return std::make_shared<Rwkv4Impl>(options);
     case MixerKind::kMamba2:
       return std::make_shared<Mamba2Impl>(options);
+    case MixerKind::kShortConv:
+      return std::make_shared<ShortConvImpl>(options);
+    case MixerKind::kGqa:
+      return std::make_shared<GroupedAttentionImpl>(options);
   }
   TORCH_CHECK(false, "unknown mixer kind");
 }

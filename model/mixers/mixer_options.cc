@@ -24,6 +24,8 @@ constexpr std::pair<MixerKind, const char*> kKindNames[] = {
     {MixerKind::kRwkv7, "rwkv7"},
     {MixerKind::kRwkv4, "rwkv4"},
     {MixerKind::kMamba2, "mamba2"},
+    {MixerKind::kShortConv, "short-conv"},
+    {MixerKind::kGqa, "gqa"},
 };
 
 // round(x / 32) * 32, at least 32; halves go to even as Python rounds them.

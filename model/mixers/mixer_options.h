@@ -24,6 +24,8 @@ enum class MixerKind {
   kRwkv7,        // an RWKV-7 block: delta-rule linear attention with a data-dependent decay
   kRwkv4,        // an RWKV-4 block: AFT with a per-channel decay and a bonus for the current token
   kMamba2,       // a Mamba-2 block: a state-space recurrence with a per-head scalar decay
+  kShortConv,    // LFM2's double-gated short convolution
+  kGqa,          // grouped-query attention with rotary positions and a key/value cache
 };
 
 // Returns the configuration name of `kind` ("mha", "aft-conv", ...).
@@ -109,6 +111,14 @@ struct MixerOptions {
   // ff_hidden is the channel mix's width.
   int64_t rescale_every = 0;
   Mamba2Sizes mamba2;
+  // short-conv: the convolution's width L.
+  int64_t conv_kernel = 3;
+  // gqa: key/value heads (0: heads), the rotary base, and whether each
+  // head's queries and keys pass an RMSNorm of eps norm_eps.
+  int64_t kv_heads = 0;
+  double rope_theta = 10000.0;
+  bool qk_norm = false;
+  double norm_eps = 1e-5;
 };
 
 // RWKV-4's running exponent p of an empty sequence (model/mixers/rwkv4.h):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Mamba-2 and RWKV-4 at the public shapes of mamba2-130m and rwkv-4-169m
-# (random weights: weights do not change speed), and tokenizer.json
-# throughput against tokenizers.js, for docs/benchmarks-log.md.
+# Mamba-2, RWKV-4 and LFM2 at the public shapes of mamba2-130m, rwkv-4-169m
+# and LFM2-350M (random weights: weights do not change speed), and
+# tokenizer.json throughput against tokenizers.js, for
+# docs/benchmarks-log.md.
 #
 #   scripts/bench/hf_models.sh [WORK_DIR]
 #
@@ -11,6 +12,7 @@
 # state bytes per sequence, then encodes the same ~1 MB of text with
 # attn-tokenize-json and with tokenizers.js (median of five passes each).
 #   BUILD_DIR  (build)   NODE_TOOLS  (BUILD_DIR/node-tools)   REPEATS (40)
+#   SHAPES  (mamba2-130m rwkv4-169m lfm2-350m)   TOKENIZERS (1; 0 skips them)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
@@ -25,7 +27,7 @@ echo "== machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: ... avx512f .../'
 
 $py "$tool" tokenizer --out "$work/tokenizer.json"
-for shape in mamba2-130m rwkv4-169m; do
+for shape in ${SHAPES:-mamba2-130m rwkv4-169m lfm2-350m}; do
   family=${shape%%-*}
   if [ ! -f "$work/$shape.pt" ]; then
     echo "== writing $shape (random weights) and exporting it"
@@ -38,6 +40,7 @@ for shape in mamba2-130m rwkv4-169m; do
     --batch=1,16,64 --repeats="$repeats" --prefill_repeats=3 --prefill_tokens=512
 done
 
+[ "${TOKENIZERS:-1}" = 1 ] || exit 0
 echo "== tokenizer.json throughput (the same text, median of five passes)"
 for i in $(seq 1 12); do cat README.md docs/*.md; done > "$work/text.txt"
 "$build/tests/attn-tokenize-json" "$work/tokenizer.json" --bench "$work/text.txt" 1

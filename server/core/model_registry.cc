@@ -237,7 +237,10 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   // The request limits of this model: the server's, within its context.
   engine_options.limits.max_context = d.max_context;
   // A key/value cache grows with the context: its entries cost megabytes.
-  const bool grows = d.mixer == "mha" || d.mixer == "mha-alibi" || d.mixer == "relative";
+  // A hybrid (short-conv with some gqa layers) is cached: most of its
+  // layers' state is constant, and its prefix is what the cache saves.
+  const bool grows =
+      d.mixer == "mha" || d.mixer == "mha-alibi" || d.mixer == "relative" || d.mixer == "gqa";
   if (options.state_cache == RegistryOptions::StateCache::kOff ||
       (options.state_cache == RegistryOptions::StateCache::kRecurrent && grows)) {
     engine_options.state_cache_bytes = 0;

@@ -86,7 +86,8 @@ struct RegistryOptions {
   EngineOptions engine;
   // Which models get a state cache of engine.state_cache_bytes
   // (--state_cache): kRecurrent, those whose state does not grow with the
-  // context (a cache entry of a key/value cache costs its context).
+  // context (a cache entry of a key/value cache costs its context), and
+  // hybrids (LFM2), whose few attention layers' caches ride along.
   enum class StateCache { kOff, kRecurrent, kAll };
   StateCache state_cache = StateCache::kRecurrent;
   // Named initial states per model (--initial_states): model -> name -> file.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A user's Mamba-2 and RWKV-4 path end to end, with random weights in the
-# public layouts (tests/tools/hf_checkpoints.py writes them, and a
+# A user's Mamba-2, RWKV-4 and LFM2 path end to end, with random weights in
+# the public layouts (tests/tools/hf_checkpoints.py writes them, and a
 # byte-level BPE tokenizer.json in GPT-NeoX's layout): attn-export turns a
 # transformers Mamba-2 directory (bfloat16 safetensors, a config with
 # Python's Infinity), a mamba_ssm one (float16 pytorch_model.bin, tied
 # head stored twice, a padded vocabulary) and a sharded RWKV-4 one
-# (rescale_every 2) into packages; each package's forward, run by PyTorch
-# alone, equals a float64 implementation of the model on the checkpoint;
+# (rescale_every 2), and LFM2 hybrids (bfloat16 tied; float32 untied and
+# sharded) into packages; each package's forward, run by PyTorch alone,
+# equals a float64 implementation of the model on the checkpoint (LFM2's
+# packages carry weights only: the server's Score and greedy tokens stand
+# for it);
 # the real server tokenizes as the package's tokenizer.json does, streams
 # the float64 model's greedy tokens, and its streamed logprobs equal
 # Score's. Options and tensors that do not fit are refused by name.
@@ -31,6 +34,12 @@ $py "$tool" write --family rwkv4 --layers 4 --vocab 530 --format sharded --out "
 grep -q 'Infinity' "$work/mamba2/config.json" || fail "the config lacks Python's Infinity"
 # GPT-NeoX-20B's real tokenizer.json (50,277 ids, 13 bytes without a token)
 # with a vocabulary padded to 50,288 as mamba_ssm pads it.
+# LFM2, a hybrid of short convolutions and grouped-query attention: tied in
+# bfloat16, untied and sharded in float32.
+$py "$tool" write --family lfm2 --layers 4 --dtype bfloat16 --out "$work/lfm2" \
+  --tokenizer "$work/tokenizer.json"
+$py "$tool" write --family lfm2 --layers 5 --untied --format sharded --seed 3 \
+  --out "$work/lfm2-untied" --tokenizer "$work/tokenizer.json"
 neox_tokenizer=$repo/tests/data/tokenizers/gpt-neox-20b/tokenizer.json
 $py "$tool" write --family mamba2-ssm --format bin --vocab 50288 --loud_padding --out "$work/neox"
 
@@ -42,6 +51,9 @@ echo "== attn-export: two commands' worth, one per directory"
   || fail "export of rwkv4"
 "$export_bin" --input="$work/neox" --tokenizer="$neox_tokenizer" --output="$work/neox.pt" \
   || fail "export with GPT-NeoX's real tokenizer.json"
+"$export_bin" --input="$work/lfm2" --output="$work/lfm2.pt" || fail "export of lfm2"
+"$export_bin" --input="$work/lfm2-untied" --output="$work/lfm2-untied.pt" \
+  || fail "export of an untied, sharded lfm2"
 
 expect_refusal() {  # expect_refusal WHAT TEXT DIR EDIT: the edited copy of DIR is refused with TEXT
   local what=$1 text=$2 dir=$3 edit=$4
@@ -70,6 +82,17 @@ expect_refusal "a wider attention" "attention_hidden_size" rwkv4 \
   'config["attention_hidden_size"] = 2 * config["hidden_size"]'
 expect_refusal "one layer too many" "missing tensor rwkv.blocks.4." rwkv4 \
   'config["num_hidden_layers"] = 5'
+expect_refusal "LFM2 convolution biases" "conv_bias" lfm2 'config["conv_bias"] = True'
+expect_refusal "scaled rotary positions" "rope_scaling" lfm2 \
+  'config["rope_scaling"] = {"type": "linear", "factor": 2.0}'
+expect_refusal "an option LFM2 lacks" "sliding_window: is not an LFM2 option" lfm2 \
+  'config["sliding_window"] = 512'
+expect_refusal "a layer type LFM2 lacks" '"mamba" at 0' lfm2 'config["layer_types"][0] = "mamba"'
+expect_refusal "attention where the checkpoint has a convolution" \
+  "missing tensor model.layers.0.self_attn.q_proj.weight" lfm2 \
+  'config["layer_types"][0] = "full_attention"'
+expect_refusal "fewer key/value heads than stored" "self_attn.k_proj.weight has shape" lfm2 \
+  'config["num_key_value_heads"] = 1'
 rm -rf "$work/edited" && cp -r "$work/mamba2" "$work/edited"
 echo '{"model": {"type": "Unigram"}}' > "$work/edited/tokenizer.json"
 "$export_bin" --input="$work/edited" --output="$work/refused.pt" > "$work/refused.log" 2>&1 \
@@ -99,10 +122,11 @@ PY
 
 echo "== served: tokenizer, greedy tokens of the float64 model, streamed logprobs == Score"
 start_server "$work/server.log" \
-  --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt,$work/neox.pt" --metrics_port=-1
+  --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt,$work/neox.pt,$work/lfm2.pt,$work/lfm2-untied.pt" \
+  --metrics_port=-1
 ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
 "${ctl[@]}" models --json > "$work/models.json"
-for kind in mamba2 rwkv4; do
+for kind in mamba2 rwkv4 short-conv; do
   grep -q "\"mixer\":\"$kind\"" "$work/models.json" || fail "ListModels: $(cat "$work/models.json")"
 done
 printf 'the river 日本語 🙂 it'"'"'s\n\ntab\there    four \xc3\xa9t\xc3\xa9 <|endoftext|>' > "$work/text.txt"
@@ -116,7 +140,7 @@ reference = json.loads(open(sys.argv[2]).readline())["ids"]
 assert served == reference and 0 in served, (served, reference)
 print(f"   {len(served)} tokens as tokenizer.json says, <|endoftext|> among them")
 PY
-for name in mamba2 mamba2-ssm rwkv4; do
+for name in mamba2 mamba2-ssm rwkv4 lfm2 lfm2-untied; do
   "${ctl[@]}" stream --model="$name" --ids=5,257,17 --max_tokens=16 --temperature=0 --logprobs \
     --ignore_eos --json > "$work/stream.jsonl"
   ids=$($py -c '
@@ -137,7 +161,11 @@ scored = [float(x) for x in json.load(open(f"{work}/score.json"))["logprobs"]][3
 assert len(streamed) == len(scored) == 16, (len(streamed), len(scored))
 assert max(abs(a - b) for a, b in zip(streamed, scored)) < 1e-4, (streamed, scored)
 logits = hc.reference_logits(f"{work}/{name}", ids[:-1])
-greedy = [int(np.argmax(row)) for row in logits[2:]]
+# Ids past the tokenizer's are never sampled (an untied head's rows there
+# are as strong as any other).
+vocab = json.load(open(f"{work}/tokenizer.json"))
+known = 1 + max(list(vocab["model"]["vocab"].values()) + [t["id"] for t in vocab["added_tokens"]])
+greedy = [int(np.argmax(row[:known])) for row in logits[2:]]
 assert greedy == ids[3:], (greedy, ids[3:])
 shifted = logits - logits.max(-1, keepdims=True)
 logprobs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
@@ -171,6 +199,44 @@ assert out == masked, (out, masked)
 assert unmasked > 0, "no step would have chosen a padded id: the check tests nothing"
 print(f"   {len(served)} tokens as tokenizer.json says; 12 greedy tokens below 50,277 although "
       f"{unmasked} steps' maximum lies in the padding")
+PY
+
+echo "== LFM2's state (convolution windows and key/value caches): cached, held by the client"
+prompt=$(seq -s, 3 60)
+greedy=(--model=lfm2 --max_tokens=8 --temperature=0 --ignore_eos --json)
+"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" --state_out="$work/lfm2.state" \
+  > "$work/first.json"
+"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" > "$work/repeated.json"
+"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended.json"
+first_port=$server_port
+start_server "$work/server_nocache.log" --models="$work/lfm2.pt" --state_cache=off \
+  --metrics_port=-1
+other=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+server_port=$first_port
+"${other[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended_nocache.json"
+"${other[@]}" generate "${greedy[@]}" --ids=64,65 --state_in="$work/lfm2.state" \
+  > "$work/resumed.json"
+whole=$($py -c '
+import json, sys
+print(",".join(str(i) for i in json.load(open(sys.argv[1]))["state_token_ids"] + [64, 65]))' \
+  "$work/first.json")
+"${other[@]}" generate "${greedy[@]}" --ids="$whole" > "$work/whole.json"
+$py - "$work" <<'PY' || fail "LFM2 state reuse"
+import json, sys
+work = sys.argv[1]
+load = lambda name: json.load(open(f"{work}/{name}.json"))
+first, repeated, extended = load("first"), load("repeated"), load("extended")
+assert repeated["token_ids"] == first["token_ids"], (repeated, first)
+assert int(repeated["usage"]["cached_tokens"]) >= 57, repeated["usage"]
+assert int(extended["usage"]["cached_tokens"]) >= 57, extended["usage"]
+assert extended["token_ids"] == load("extended_nocache")["token_ids"]
+assert int(load("extended_nocache")["usage"].get("cached_tokens", 0)) == 0
+resumed, whole = load("resumed"), load("whole")
+assert resumed["token_ids"] == whole["token_ids"], (resumed, whole)
+assert int(resumed["usage"]["cached_tokens"]) >= 58, resumed["usage"]
+print(f"   repeated and extended prompts reuse {repeated['usage']['cached_tokens']} and "
+      f"{extended['usage']['cached_tokens']} tokens, greedy as without a cache; a state held "
+      f"by the client resumes on another server as the whole prompt there")
 PY
 
 echo "== the TorchScript backend serves the same package to the same greedy tokens"

@@ -1,8 +1,9 @@
-"""Mamba-2 and RWKV-4 checkpoints in Hugging Face's public layouts, with random
-weights, a byte-level BPE tokenizer.json in GPT-NeoX's layout, and float64
-references of both models written from their papers' equations.
+"""Mamba-2, RWKV-4 and LFM2 checkpoints in Hugging Face's public layouts, with
+random weights, a byte-level BPE tokenizer.json in GPT-NeoX's layout, and
+float64 references of the models written from their papers' equations (LFM2:
+lfm2_checkpoints.py, from transformers' modeling code).
 
-    hf_checkpoints.py write --family mamba2|mamba2-ssm|rwkv4 --out DIR
+    hf_checkpoints.py write --family mamba2|mamba2-ssm|rwkv4|lfm2 --out DIR
         [--format safetensors|sharded|bin --dtype float32|float16|bfloat16 --seed 1
          --d 48 --layers 2 --vocab 544 --tokenizer FILE --shape mamba2-130m|rwkv4-169m]
     hf_checkpoints.py tokenizer --out FILE      a BPE trained here on a small corpus
@@ -34,6 +35,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("rwkv7_checkpoints", os.path.join(HERE, "rwkv7_checkpoints.py"))
 rwkv7_tool = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rwkv7_tool)
+_spec = importlib.util.spec_from_file_location("lfm2_checkpoints", os.path.join(HERE, "lfm2_checkpoints.py"))
+lfm2_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lfm2_tool)
 
 SHAPES = {
     "mamba2-130m": dict(d=768, layers=24, vocab=50288, state=128, groups=1, head_dim=64, conv=4),
@@ -119,7 +123,9 @@ def write(args):
     size = dict(d=args.d, layers=args.layers, vocab=args.vocab, state=16, groups=2, head_dim=16,
                 conv=4, ffn=2 * args.d)
     size.update(SHAPES.get(args.shape, {}))
-    if args.family == "rwkv4":
+    if args.family == "lfm2":
+        sd, config = lfm2_tool.write(args, size)
+    elif args.family == "rwkv4":
         sd = rwkv4_state_dict(size["d"], size["layers"], size["vocab"], size["ffn"], args.seed)
         config = {"model_type": "rwkv", "architectures": ["RwkvForCausalLM"], "vocab_size": size["vocab"],
                   "context_length": 1024, "hidden_size": size["d"], "num_hidden_layers": size["layers"],
@@ -373,6 +379,8 @@ def reference_logits(directory, tokens):
     w = read_weights(directory)
     if config.get("model_type") == "rwkv":
         return rwkv4_logits(w, config, tokens)
+    if config.get("model_type") == "lfm2":
+        return lfm2_tool.logits(w, config, tokens)
     return mamba2_logits(w, config, tokens)
 
 
@@ -380,7 +388,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write")
-    w.add_argument("--family", choices=["mamba2", "mamba2-ssm", "rwkv4"], required=True)
+    w.add_argument("--family", choices=["mamba2", "mamba2-ssm", "rwkv4", "lfm2"], required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--format", choices=["safetensors", "sharded", "bin"], default="safetensors")
     w.add_argument("--dtype", default="float32")
@@ -388,7 +396,8 @@ def main():
     w.add_argument("--d", type=int, default=48)
     w.add_argument("--layers", type=int, default=2)
     w.add_argument("--vocab", type=int, default=544)
-    w.add_argument("--shape", choices=sorted(SHAPES), default="")
+    w.add_argument("--shape", choices=sorted(SHAPES) + sorted(lfm2_tool.SHAPES), default="")
+    w.add_argument("--untied", action="store_true", help="lfm2: an lm_head of its own")
     w.add_argument("--tokenizer", default="")
     w.add_argument("--loud_padding", action="store_true")
     t = sub.add_parser("tokenizer")
