@@ -332,6 +332,7 @@ TEST(Lfm2ConfigTest, WhatIsNotBuiltIsRefusedByName) {
            {"layer_types", {"conv", "mamba"}, "\"mamba\" at 1"},
            {"num_key_value_heads", 3, "kv_heads"},
            {"conv_dim", 32, "conv_dim"},
+           {"block_ffn_dim_multiplier", 1e300, "block_ffn_dim_multiplier"},
            {"attention_window", 16, "attention_window: is not an LFM2 option"}}) {
     nlohmann::json config = nlohmann::json::parse(base);
     config[key] = value;

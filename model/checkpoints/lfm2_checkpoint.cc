@@ -124,6 +124,9 @@ absl::StatusOr<int64_t> FeedForwardWidth(const Json& c) {
   if (multiplier == c.end() || !multiplier->is_null()) {
     absl::StatusOr<double> factor = Number(c, "block_ffn_dim_multiplier", 1.0);
     if (!factor.ok()) return factor.status();
+    if (!(*factor > 0 && *factor <= 64)) {
+      return Refuse("block_ffn_dim_multiplier", absl::StrCat("must be in (0, 64], got ", *factor));
+    }
     hidden = static_cast<int64_t>(*factor * static_cast<double>(hidden));
     hidden = *multiple * ((hidden + *multiple - 1) / *multiple);
   }
