@@ -495,7 +495,9 @@ std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
     security.api_key = key;
   }
   grpc::ChannelArguments arguments;
-  arguments.SetMaxReceiveMessageSize(64 << 20);
+  // A returned state is as large as the server allows
+  // (--max_exported_state_bytes, 64 MiB by default) plus the reply.
+  arguments.SetMaxReceiveMessageSize(256 << 20);
   auto channel = attn::client::OpenChannel(address, security, arguments);
   if (!channel.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());

@@ -115,6 +115,11 @@ ABSL_FLAG(int64_t, max_state_bytes, EngineDefaults().max_state_bytes,
           "State memory per model that running requests may hold; each reserves its state at "
           "its longest context (prompt plus max_tokens) and waits for room. 0: --max_active "
           "rows at the model's longest context.");
+ABSL_FLAG(int64_t, max_exported_state_bytes, EngineDefaults().max_exported_state_bytes,
+          "Largest state that leaves the process: returned to a client (return_state) or "
+          "written to --state_store. A hybrid's state holds its attention layers' key/value "
+          "prefix, which grows with the context: a return_state request whose state could "
+          "exceed it is refused, and larger states stay local. 0: no bound.");
 ABSL_FLAG(int64_t, max_prompt_tokens, LimitDefaults().max_prompt_tokens,
           "Longest prompt (and scored text) in tokens.");
 ABSL_FLAG(int64_t, max_tokens, LimitDefaults().max_tokens,
@@ -207,6 +212,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.max_active = absl::GetFlag(FLAGS_max_active);
   engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   engine.max_state_bytes = absl::GetFlag(FLAGS_max_state_bytes);
+  engine.max_exported_state_bytes = absl::GetFlag(FLAGS_max_exported_state_bytes);
   engine.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   engine.limits.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   engine.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);

@@ -4,7 +4,9 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/access.h"
@@ -28,6 +30,17 @@ http::HttpServerOptions HttpOptions(const std::string& host, int port, const Tls
     options.tls_reload_seconds = tls->reload_seconds;
   }
   return options;
+}
+
+// The largest gRPC request a client may send: a state this server returned
+// (--max_exported_state_bytes; a mamba2-130m state is 19 MB, a hybrid's
+// more) with its prompt beside it; at least 16 MiB. (HTTP bodies keep
+// their 4 MiB: large states travel over gRPC.)
+int ReceiveLimit(const ServerOptions& options) {
+  const int64_t exported = options.registry.engine.max_exported_state_bytes;
+  if (exported <= 0) return std::numeric_limits<int>::max();  // no bound asked for
+  const int64_t wanted = std::min<int64_t>(exported + (1 << 20), std::numeric_limits<int>::max());
+  return static_cast<int>(std::max<int64_t>(16 << 20, wanted));
 }
 
 // A port's error names the flag that chose it.
@@ -92,7 +105,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(ReceiveLimit(options));
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", address,

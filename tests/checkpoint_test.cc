@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "model/checkpoints/granite_checkpoint.h"
 #include "model/checkpoints/hf_registry.h"
 #include "model/checkpoints/lfm2_checkpoint.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
@@ -338,6 +339,89 @@ TEST(Lfm2ConfigTest, WhatIsNotBuiltIsRefusedByName) {
     config[key] = value;
     absl::StatusOr<LmConfig> parsed = ParseLfm2Config(config.dump());
     if (parsed.ok()) parsed = parsed->Validate().ok() ? parsed : parsed->Validate();
+    ASSERT_FALSE(parsed.ok()) << key;
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), named)) << parsed.status();
+  }
+}
+
+// granite-4.0-h-350m's config.json, as published.
+TEST(GraniteConfigTest, PublishedShapeGivesTheHybrid) {
+  const std::string config = R"({"architectures": ["GraniteMoeHybridForCausalLM"],
+    "attention_bias": false, "attention_dropout": 0.0, "attention_multiplier": 0.015625,
+    "bos_token_id": 100257, "embedding_multiplier": 12, "eos_token_id": 100257,
+    "hidden_act": "silu", "hidden_size": 768, "initializer_range": 0.1,
+    "intermediate_size": 2048, "logits_scaling": 3,
+    "layer_types": ["mamba", "mamba", "mamba", "mamba", "mamba", "mamba", "mamba", "mamba",
+      "mamba", "mamba", "attention", "mamba", "mamba", "attention", "mamba", "mamba", "mamba",
+      "attention", "mamba", "mamba", "mamba", "mamba", "mamba", "mamba", "mamba", "mamba",
+      "mamba", "attention", "mamba", "mamba", "mamba", "mamba"],
+    "mamba_chunk_size": 256, "mamba_conv_bias": true, "mamba_d_conv": 4, "mamba_d_head": 32,
+    "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 48,
+    "mamba_proj_bias": false, "max_position_embeddings": 32768, "model_type": "granitemoehybrid",
+    "num_attention_heads": 12, "num_experts_per_tok": 0, "num_hidden_layers": 32,
+    "num_key_value_heads": 4, "num_local_experts": 0, "output_router_logits": false,
+    "pad_token_id": 100256, "position_embedding_type": "nope", "residual_multiplier": 0.246,
+    "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000,
+    "router_aux_loss_coef": 0.01, "shared_intermediate_size": 2048, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.56.0", "use_cache": true,
+    "vocab_size": 100352})";
+  absl::StatusOr<LmConfig> c = ParseGraniteConfig(config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mixer, MixerKind::kMamba2);
+  EXPECT_TRUE(c->whole_block_ff);
+  EXPECT_EQ(c->heads, 48);
+  EXPECT_EQ(c->attention_heads, 12);
+  EXPECT_EQ(c->kv_heads, 4);
+  EXPECT_FALSE(c->rope);
+  EXPECT_EQ(c->attention_layers, (std::vector<int64_t>{10, 13, 17, 27}));
+  EXPECT_EQ(c->ff_hidden, 2048);
+  EXPECT_EQ(c->mamba2.state_size, 128);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->max_context, kGraniteMaxContext);
+  c->vocab_size = 100352;
+  EXPECT_TRUE(c->Validate().ok()) << c->Validate();
+  EXPECT_EQ(c->moe.experts, 0);
+
+  // granite-4.0-h-tiny's experts: 64 of width 512, six per token.
+  nlohmann::json tiny = nlohmann::json::parse(config);
+  tiny["num_local_experts"] = 64;
+  tiny["num_experts_per_tok"] = 6;
+  tiny["intermediate_size"] = 512;
+  c = ParseGraniteConfig(tiny.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.experts, 64);
+  EXPECT_EQ(c->moe.top_k, 6);
+  EXPECT_EQ(c->moe.hidden, 512);
+}
+
+TEST(GraniteConfigTest, WhatIsNotBuiltIsRefusedByName) {
+  const std::string base = R"({"model_type": "granitemoehybrid", "hidden_size": 64,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "shared_intermediate_size": 96,
+    "num_local_experts": 0, "mamba_n_heads": 8, "mamba_d_state": 16,
+    "layer_types": ["mamba", "attention"]})";
+  ASSERT_TRUE(ParseGraniteConfig(base).ok()) << ParseGraniteConfig(base).status();
+  for (const auto& [key, value, named] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"num_local_experts", 64, "num_experts_per_tok: missing"},
+           {"mamba_n_groups", 2, "mamba_n_groups"},
+           {"mamba_proj_bias", true, "mamba_proj_bias"},
+           {"attention_bias", true, "attention_bias"},
+           {"hidden_act", "gelu", "hidden_act"},
+           {"position_embedding_type", "alibi", "position_embedding_type"},
+           {"rope_scaling", {{"type", "yarn"}}, "rope_scaling"},
+           {"layer_types", {"mamba", "moe"}, "\"moe\" at 1"},
+           {"mamba_d_head", 5, "mamba_d_head"},
+           {"num_key_value_heads", 3, "kv_heads"},
+           {"time_step_limit", {0.0, 5.0}, "time_step_limit"},
+           {"logits_scaling", 0, "logits_scaling"},
+           {"sliding_window", 16, "sliding_window: is not a Granite 4.0-H option"}}) {
+    nlohmann::json config = nlohmann::json::parse(base);
+    config[key] = value;
+    absl::StatusOr<LmConfig> parsed = ParseGraniteConfig(config.dump());
+    if (parsed.ok()) parsed = parsed->Validate().ok() ? parsed : parsed->Validate();
+    if (parsed.ok() && key == "logits_scaling") {  // the multipliers are read at import
+      parsed = ImportGranite(config.dump(), {}, nullptr).status();
+    }
     ASSERT_FALSE(parsed.ok()) << key;
     EXPECT_TRUE(absl::StrContains(parsed.status().message(), named)) << parsed.status();
   }

@@ -6,76 +6,29 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "model/checkpoints/tensor_mapping.h"
-#include "nlohmann/json.hpp"
+#include "model/checkpoints/config_fields.h"
 
 namespace attn {
 namespace {
 
 using Json = nlohmann::json;
 
-absl::Status Refuse(absl::string_view key, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("config.json: ", key, ": ", what));
-}
-
-// A number, or one of Python's literals as ParsePythonJson keeps them.
-absl::StatusOr<double> NumberIn(const Json& value, absl::string_view key) {
-  if (value.is_number()) return value.get<double>();
-  if (value.is_string()) {
-    const std::string s = value.get<std::string>();
-    if (s == "Infinity") return std::numeric_limits<double>::infinity();
-    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
-  }
-  return Refuse(key, absl::StrCat("must be a number, got ", value.dump()));
-}
-
-// The integer at `key`, `fallback` when absent or null.
-absl::StatusOr<int64_t> IntOr(const Json& object, const char* key, int64_t fallback) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 24)) {
-    return Refuse(key, absl::StrCat("must be a positive integer, got ", it->dump()));
-  }
-  return it->get<int64_t>();
-}
-
-absl::StatusOr<bool> BoolOr(const Json& object, const char* key, bool fallback) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_boolean())
-    return Refuse(key, absl::StrCat("must be true or false, got ", it->dump()));
-  return it->get<bool>();
-}
-
 // Refuses `key` unless absent, null or equal to `supported`.
 absl::Status Only(const Json& object, const char* key, const Json& supported) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null() || *it == supported) return absl::OkStatus();
-  return Refuse(key, absl::StrCat(it->dump(), " is not supported (only ", supported.dump(), ")"));
+  return RefuseKey(key,
+                   absl::StrCat(it->dump(), " is not supported (only ", supported.dump(), ")"));
 }
 
 absl::Status EpsIs1e5(const Json& object, const char* key) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return absl::OkStatus();
-  absl::StatusOr<double> eps = NumberIn(*it, key);
+  absl::StatusOr<double> eps = PythonNumber(*it, key);
   if (!eps.ok()) return eps.status();
   if (std::abs(*eps - 1e-5) > 1e-12)
-    return Refuse(key, absl::StrCat(*eps, " (only 1e-5 is supported)"));
+    return RefuseKey(key, absl::StrCat(*eps, " (only 1e-5 is supported)"));
   return absl::OkStatus();
-}
-
-// A time-step limit must be the default (0, inf): the blocks do not clamp.
-absl::Status NoTimeStepLimit(const Json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return absl::OkStatus();
-  if (it->is_array() && it->size() == 2) {
-    absl::StatusOr<double> low = NumberIn((*it)[0], key), high = NumberIn((*it)[1], key);
-    if (low.ok() && high.ok() && *low == 0.0 && std::isinf(*high) && *high > 0) {
-      return absl::OkStatus();
-    }
-  }
-  return Refuse(key, absl::StrCat(it->dump(), ": only [0, Infinity] (no limit) is supported"));
 }
 
 // Sets the Mamba-2 fields of `c` from its sizes.
@@ -96,16 +49,19 @@ absl::StatusOr<HfModelSpec> TransformersMamba2(const Json& j) {
   spec.prefix = "backbone.";
   spec.embedding = "backbone.embeddings.weight";
   // Defaults as transformers' Mamba2Config has them.
-  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096),
-                          layers = IntOr(j, "num_hidden_layers", 64),
-                          heads = IntOr(j, "num_heads", 128), head_dim = IntOr(j, "head_dim", 64),
-                          state = IntOr(j, "state_size", 128), groups = IntOr(j, "n_groups", 8),
-                          expand = IntOr(j, "expand", 2), conv = IntOr(j, "conv_kernel", 4);
+  absl::StatusOr<int64_t> d = PositiveIntAt(j, "hidden_size", 4096),
+                          layers = PositiveIntAt(j, "num_hidden_layers", 64),
+                          heads = PositiveIntAt(j, "num_heads", 128),
+                          head_dim = PositiveIntAt(j, "head_dim", 64),
+                          state = PositiveIntAt(j, "state_size", 128),
+                          groups = PositiveIntAt(j, "n_groups", 8),
+                          expand = PositiveIntAt(j, "expand", 2),
+                          conv = PositiveIntAt(j, "conv_kernel", 4);
   for (const auto* v : {&d, &layers, &heads, &head_dim, &state, &groups, &expand, &conv}) {
     if (!v->ok()) return v->status();
   }
-  absl::StatusOr<bool> tie = BoolOr(j, "tie_word_embeddings", false),
-                       conv_bias = BoolOr(j, "use_conv_bias", true);
+  absl::StatusOr<bool> tie = BoolAt(j, "tie_word_embeddings", false),
+                       conv_bias = BoolAt(j, "use_conv_bias", true);
   if (!tie.ok()) return tie.status();
   if (!conv_bias.ok()) return conv_bias.status();
   for (const absl::Status& s :
@@ -115,9 +71,9 @@ absl::StatusOr<HfModelSpec> TransformersMamba2(const Json& j) {
     if (!s.ok()) return s;
   }
   if (*heads * *head_dim != *expand * *d) {
-    return Refuse("num_heads",
-                  absl::StrCat(*heads, " heads of head_dim ", *head_dim,
-                               " are not expand * hidden_size (", *expand * *d, ") channels"));
+    return RefuseKey("num_heads",
+                     absl::StrCat(*heads, " heads of head_dim ", *head_dim,
+                                  " are not expand * hidden_size (", *expand * *d, ") channels"));
   }
   SetMamba2(spec.config, *d, *layers, *heads, *expand, {*state, *conv, *expand, *groups});
   spec.config.tie_embeddings = *tie;
@@ -130,32 +86,35 @@ absl::StatusOr<HfModelSpec> MambaSsmMamba2(const Json& j) {
   spec.layout = "mamba_ssm-mamba2";
   spec.prefix = "backbone.";
   spec.embedding = "backbone.embedding.weight";
-  absl::StatusOr<int64_t> d = IntOr(j, "d_model", 0), layers = IntOr(j, "n_layer", 0);
+  absl::StatusOr<int64_t> d = PositiveIntAt(j, "d_model", 0),
+                          layers = PositiveIntAt(j, "n_layer", 0);
   if (!d.ok()) return d.status();
   if (!layers.ok()) return layers.status();
-  if (*d == 0 || *layers == 0) return Refuse("d_model", "d_model and n_layer are required");
+  if (*d == 0 || *layers == 0) return RefuseKey("d_model", "d_model and n_layer are required");
   const Json& ssm = j.at("ssm_cfg");
-  if (!ssm.is_object()) return Refuse("ssm_cfg", "must be an object");
+  if (!ssm.is_object()) return RefuseKey("ssm_cfg", "must be an object");
   auto layer = ssm.find("layer");
   if (layer == ssm.end() || *layer != "Mamba2") {
-    return Refuse("ssm_cfg.layer",
-                  absl::StrCat(layer != ssm.end() ? layer->dump() : "Mamba1 (the default)",
-                               ": only Mamba2 is supported"));
+    return RefuseKey("ssm_cfg.layer",
+                     absl::StrCat(layer != ssm.end() ? layer->dump() : "Mamba1 (the default)",
+                                  ": only Mamba2 is supported"));
   }
   if (auto it = j.find("d_intermediate"); it != j.end() && !(it->is_number() && *it == 0)) {
-    return Refuse("d_intermediate", "an MLP after the mixer is not supported (only 0)");
+    return RefuseKey("d_intermediate", "an MLP after the mixer is not supported (only 0)");
   }
   if (auto it = j.find("attn_layer_idx"); it != j.end() && !(it->is_array() && it->empty())) {
-    return Refuse("attn_layer_idx", "hybrid attention layers are not supported");
+    return RefuseKey("attn_layer_idx", "hybrid attention layers are not supported");
   }
-  absl::StatusOr<int64_t> state = IntOr(ssm, "d_state", 128), conv = IntOr(ssm, "d_conv", 4),
-                          expand = IntOr(ssm, "expand", 2), head_dim = IntOr(ssm, "headdim", 64),
-                          groups = IntOr(ssm, "ngroups", 1);
+  absl::StatusOr<int64_t> state = PositiveIntAt(ssm, "d_state", 128),
+                          conv = PositiveIntAt(ssm, "d_conv", 4),
+                          expand = PositiveIntAt(ssm, "expand", 2),
+                          head_dim = PositiveIntAt(ssm, "headdim", 64),
+                          groups = PositiveIntAt(ssm, "ngroups", 1);
   for (const auto* v : {&state, &conv, &expand, &head_dim, &groups}) {
     if (!v->ok()) return v->status();
   }
-  absl::StatusOr<bool> tie = BoolOr(j, "tie_embeddings", true),
-                       conv_bias = BoolOr(ssm, "conv_bias", true);
+  absl::StatusOr<bool> tie = BoolAt(j, "tie_embeddings", true),
+                       conv_bias = BoolAt(ssm, "conv_bias", true);
   if (!tie.ok()) return tie.status();
   if (!conv_bias.ok()) return conv_bias.status();
   for (const absl::Status& s :
@@ -166,11 +125,12 @@ absl::StatusOr<HfModelSpec> MambaSsmMamba2(const Json& j) {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("ssm_cfg: ", s.message()));
   }
   if (auto it = ssm.find("activation"); it != ssm.end() && *it != "silu" && *it != "swish") {
-    return Refuse("ssm_cfg.activation", absl::StrCat(it->dump(), " is not supported (silu)"));
+    return RefuseKey("ssm_cfg.activation", absl::StrCat(it->dump(), " is not supported (silu)"));
   }
   if ((*expand * *d) % *head_dim != 0) {
-    return Refuse("ssm_cfg.headdim", absl::StrCat(*head_dim, " does not divide expand * d_model (",
-                                                  *expand * *d, ")"));
+    return RefuseKey(
+        "ssm_cfg.headdim",
+        absl::StrCat(*head_dim, " does not divide expand * d_model (", *expand * *d, ")"));
   }
   SetMamba2(spec.config, *d, *layers, *expand * *d / *head_dim, *expand,
             {*state, *conv, *expand, *groups});
@@ -184,24 +144,24 @@ absl::StatusOr<HfModelSpec> TransformersRwkv4(const Json& j) {
   spec.layout = "transformers-rwkv4";
   spec.prefix = "rwkv.";
   spec.embedding = "rwkv.embeddings.weight";
-  absl::StatusOr<int64_t> d = IntOr(j, "hidden_size", 4096),
-                          layers = IntOr(j, "num_hidden_layers", 32);
+  absl::StatusOr<int64_t> d = PositiveIntAt(j, "hidden_size", 4096),
+                          layers = PositiveIntAt(j, "num_hidden_layers", 32);
   if (!d.ok()) return d.status();
   if (!layers.ok()) return layers.status();
-  absl::StatusOr<int64_t> attention = IntOr(j, "attention_hidden_size", *d),
-                          ff = IntOr(j, "intermediate_size", 4 * *d);
+  absl::StatusOr<int64_t> attention = PositiveIntAt(j, "attention_hidden_size", *d),
+                          ff = PositiveIntAt(j, "intermediate_size", 4 * *d);
   if (!attention.ok()) return attention.status();
   if (!ff.ok()) return ff.status();
-  if (*attention != *d) return Refuse("attention_hidden_size", "must equal hidden_size");
+  if (*attention != *d) return RefuseKey("attention_hidden_size", "must equal hidden_size");
   if (auto s = EpsIs1e5(j, "layer_norm_epsilon"); !s.ok()) return s;
   int64_t rescale = 6;
   if (auto it = j.find("rescale_every"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return Refuse("rescale_every", "must be an integer at least 0");
+      return RefuseKey("rescale_every", "must be an integer at least 0");
     }
     rescale = it->get<int64_t>();
   }
-  absl::StatusOr<bool> tie = BoolOr(j, "tie_word_embeddings", false);
+  absl::StatusOr<bool> tie = BoolAt(j, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
   LmConfig& c = spec.config;
   c.mixer = MixerKind::kRwkv4;
@@ -283,56 +243,14 @@ Mapping Rwkv4Mapping(const HfModelSpec& spec) {
   return m;
 }
 
-// JSON as Python writes it: also accepts the literals Infinity, -Infinity
-// and NaN outside strings (json.dumps emits them), as strings "Infinity",
-// "-Infinity" and "NaN" in the result; NumberIn reads both.
-absl::StatusOr<Json> ParsePythonJson(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 16);
-  bool in_string = false;
-  for (size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    if (in_string) {
-      out += c;
-      if (c == '\\' && i + 1 < text.size()) {
-        out += text[i + 1];
-        i += 2;
-        continue;
-      }
-      in_string = c != '"';
-      ++i;
-      continue;
-    }
-    bool literal = false;
-    for (const char* word : {"-Infinity", "Infinity", "NaN"}) {
-      const size_t n = std::char_traits<char>::length(word);
-      if (text.compare(i, n, word) == 0) {
-        absl::StrAppend(&out, "\"", word, "\"");
-        i += n;
-        literal = true;
-        break;
-      }
-    }
-    if (literal) continue;
-    in_string = c == '"';
-    out += c;
-    ++i;
-  }
-  Json json = Json::parse(out, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError("config.json: not a JSON object");
-  }
-  return json;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> HfModelType(const std::string& config_json) {
-  absl::StatusOr<Json> config = ParsePythonJson(config_json);
+  absl::StatusOr<Json> config = ParseConfigObject(config_json);
   if (!config.ok()) return config.status();
   auto type = config->find("model_type");
   if (type != config->end()) {
-    if (!type->is_string()) return Refuse("model_type", "must be a string, got " + type->dump());
+    if (!type->is_string()) return RefuseKey("model_type", "must be a string, got " + type->dump());
     return type->get<std::string>();
   }
   if (config->contains("ssm_cfg") && config->contains("d_model")) return std::string("mamba2");
@@ -340,7 +258,7 @@ absl::StatusOr<std::string> HfModelType(const std::string& config_json) {
 }
 
 absl::StatusOr<HfModelSpec> ParseHfModelSpec(const std::string& config_json) {
-  absl::StatusOr<Json> parsed = ParsePythonJson(config_json);
+  absl::StatusOr<Json> parsed = ParseConfigObject(config_json);
   if (!parsed.ok()) return parsed.status();
   const Json& config = *parsed;
   absl::StatusOr<HfModelSpec> spec;
@@ -352,8 +270,8 @@ absl::StatusOr<HfModelSpec> ParseHfModelSpec(const std::string& config_json) {
   } else if (type == config.end() && config.contains("ssm_cfg") && config.contains("d_model")) {
     spec = MambaSsmMamba2(config);
   } else {
-    return Refuse("model_type", absl::StrCat(type == config.end() ? "missing" : type->dump(),
-                                             " is not Mamba-2's or RWKV-4's"));
+    return RefuseKey("model_type", absl::StrCat(type == config.end() ? "missing" : type->dump(),
+                                                " is not Mamba-2's or RWKV-4's"));
   }
   if (!spec.ok()) return spec.status();
   if (auto eos = config.find("eos_token_id"); eos != config.end() && eos->is_number_integer()) {

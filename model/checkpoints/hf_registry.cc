@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/checkpoints/granite_checkpoint.h"
 #include "model/checkpoints/hf_checkpoint.h"
 #include "model/checkpoints/lfm2_checkpoint.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
@@ -33,6 +34,7 @@ const std::vector<HfArchitecture>& HfArchitectures() {
       {"mamba2", "Mamba-2", HfTokenizer::kTokenizerJson, ImportSpecDirectory},
       {"rwkv", "RWKV-4", HfTokenizer::kTokenizerJson, ImportSpecDirectory},
       {"lfm2", "LFM2", HfTokenizer::kTokenizerJson, ImportLfm2},
+      {"granitemoehybrid", "Granite 4.0-H", HfTokenizer::kTokenizerJson, ImportGranite},
   };
   return *table;
 }

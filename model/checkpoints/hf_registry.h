@@ -13,6 +13,9 @@
 //                        tokenizer.json
 //   model_type "lfm2"    LFM2, transformers' layout (lfm2_checkpoint.h);
 //                        tokenizer.json
+//   model_type "granitemoehybrid"
+//                        Granite 4.0-H, transformers' layout
+//                        (granite_checkpoint.h); tokenizer.json
 #pragma once
 
 #include <string>

@@ -35,6 +35,34 @@ std::string ShapeText(const torch::Tensor& t) {
   return out.str();
 }
 
+absl::Status FuseQkvProjections(const LmConfig& config, double query_scale, TensorMap& tensors) {
+  const int64_t heads = config.gqa_heads(), head = config.d_model / heads;
+  const int64_t kv = (config.kv_heads > 0 ? config.kv_heads : heads) * head;
+  for (int64_t l = 0; l < config.layers; ++l) {
+    if (config.layer_mixer(l) != MixerKind::kGqa) continue;
+    const std::string at = absl::StrCat("model.layers.", l, ".self_attn.");
+    std::vector<torch::Tensor> parts;
+    for (auto [name, rows] : {std::pair<const char*, int64_t>{"q_proj", config.d_model},
+                              {"k_proj", kv},
+                              {"v_proj", kv}}) {
+      const std::string key = absl::StrCat(at, name, ".weight");
+      const torch::Tensor* t = FindTensor(tensors, key);
+      if (t == nullptr) return absl::InvalidArgumentError("missing tensor " + key);
+      if (t->dim() != 2 || t->size(0) != rows || t->size(1) != config.d_model) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", key, " has shape ", ShapeText(*t),
+                                                       "; expected [", rows, ", ", config.d_model,
+                                                       "]"));
+      }
+      parts.push_back(parts.empty() && query_scale != 1.0
+                          ? (t->to(torch::kDouble) * query_scale).to(torch::kFloat)
+                          : t->to(torch::kFloat));
+      tensors.erase(key);
+    }
+    tensors[at + "qkv_proj.weight"] = torch::cat(parts, 0);
+  }
+  return absl::OkStatus();
+}
+
 const torch::Tensor* FindTensor(const TensorMap& tensors, const std::string& name) {
   auto it = tensors.find(name);
   return it == tensors.end() ? nullptr : &it->second;

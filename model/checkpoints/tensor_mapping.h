@@ -44,6 +44,12 @@ struct Mapping {
   std::string model_name;  // "an RWKV-7 model", for the leftover message
 };
 
+// Fuses each gqa layer's q_proj, k_proj and v_proj (transformers' names,
+// "model.layers.N.self_attn.*.weight") into the one qkv_proj.weight the gqa
+// mixer holds, under a name of their own there; the query rows times
+// `query_scale`. kInvalidArgument naming a missing or misshaped tensor.
+absl::Status FuseQkvProjections(const LmConfig& config, double query_scale, TensorMap& tensors);
+
 // A model of `config` with every parameter taken from `tensors` (eval
 // mode); kInvalidArgument naming the missing, misshaped or leftover tensor.
 absl::StatusOr<CausalLm> BuildModel(const LmConfig& config, const Mapping& mapping,

@@ -2,20 +2,48 @@
 
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "model/layers/feed_forward.h"
+#include "model/layers/mixture_of_experts.h"
 #include "model/layers/norms.h"
 #include "model/lm/row_groups.h"
 
 namespace attn {
 namespace {
 
+// What a layer adds after its mixer: FF(Norm(y)), plus the experts' output
+// where the model has them. Children "ff_norm", "ff" and "moe".
+class FeedForwardHalf {
+ public:
+  FeedForwardHalf(torch::nn::Module& block, const LmConfig& config) {
+    norm_ = block.register_module("ff_norm", Norm(config.norm, config.d_model, config.norm_eps));
+    ff_ = block.register_module("ff", FeedForward(config.d_model, config.ff_hidden, config.ff));
+    if (config.moe.experts > 0) {
+      moe_ = block.register_module("moe", MixtureOfExperts(config.d_model, config.moe.hidden,
+                                                           config.moe.experts, config.moe.top_k));
+    }
+  }
+
+  torch::Tensor operator()(const torch::Tensor& y) {
+    const torch::Tensor normed = norm_->forward(y);
+    torch::Tensor out = ff_->forward(normed);
+    if (!moe_.is_empty()) out.add_(moe_->forward(normed));
+    return out;
+  }
+
+ private:
+  Norm norm_{nullptr};
+  FeedForward ff_{nullptr};
+  MixtureOfExperts moe_{nullptr};
+};
+
 class MixerBlock : public Block {
  public:
   MixerBlock(const LmConfig& config, const MixerOptions& options) {
     mix_norm_ = register_module("mix_norm", Norm(config.norm, config.d_model, config.norm_eps));
     mixer_ = register_module("mixer", MakeMixer(options));
-    ff_norm_ = register_module("ff_norm", Norm(config.norm, config.d_model, config.norm_eps));
-    ff_ = register_module("ff", FeedForward(config.d_model, config.ff_hidden, config.ff));
+    ff_.emplace(*this, config);
   }
 
   torch::Tensor Forward(const torch::Tensor& h, LayerCarry& /*carry*/) override {
@@ -48,7 +76,7 @@ class MixerBlock : public Block {
     const int64_t groups = RowGroups(rows, h);
     if (groups == 1) {
       const torch::Tensor y = h + mixed;
-      return y + ff_->forward(ff_norm_->forward(y));
+      return y + (*ff_)(y);
     }
     const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
     // Each group writes its rows of the result in place: gathering groups'
@@ -57,41 +85,49 @@ class MixerBlock : public Block {
     ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
       torch::Tensor y = out.narrow(0, first, count);
       torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
-      y.add_(ff_->forward(ff_norm_->forward(y)));
+      y.add_((*ff_)(y));
     });
     return out.view(h.sizes());
   }
 
   Norm mix_norm_{nullptr};
   std::shared_ptr<SequenceMixer> mixer_;
-  Norm ff_norm_{nullptr};
-  FeedForward ff_{nullptr};
+  std::optional<FeedForwardHalf> ff_;
 };
 
+// A whole block, and with config.whole_block_ff a feed-forward after it:
+// y = B(h), then y + FF(Norm(y)).
 class WholeBlock : public Block {
  public:
-  explicit WholeBlock(const MixerOptions& options) {
+  WholeBlock(const LmConfig& config, const MixerOptions& options) {
     std::shared_ptr<SequenceMixer> made = MakeMixer(options);
     block_ = std::dynamic_pointer_cast<WholeBlockMixer>(made);
     TORCH_CHECK(block_ != nullptr, MixerKindName(options.kind), " is not a whole block");
     register_module("mixer", made);
+    if (config.whole_block_ff) ff_.emplace(*this, config);
   }
 
   torch::Tensor Forward(const torch::Tensor& h, LayerCarry& carry) override {
-    return block_->ForwardWithCarry(h, carry);
+    return AddFeedForward(block_->ForwardWithCarry(h, carry));
   }
   torch::Tensor Prefill(const torch::Tensor& h, MixerState& state, const torch::Tensor& rows,
                         int64_t keep, LayerCarry& carry) override {
-    return block_->PrefillWithCarry(h, state, rows, keep, carry);
+    return AddFeedForward(block_->PrefillWithCarry(h, state, rows, keep, carry));
   }
   torch::Tensor Step(const torch::Tensor& h, MixerState& state, const torch::Tensor& slots,
                      LayerCarry& carry) override {
-    return block_->StepWithCarry(h, state, slots, carry);
+    return AddFeedForward(block_->StepWithCarry(h, state, slots, carry));
   }
   const SequenceMixer& mixer() const override { return *block_; }
 
  private:
+  torch::Tensor AddFeedForward(const torch::Tensor& y) {
+    if (!ff_ || y.numel() == 0) return y;
+    return y + (*ff_)(y);
+  }
+
   std::shared_ptr<WholeBlockMixer> block_;
+  std::optional<FeedForwardHalf> ff_;
 };
 
 }  // namespace
@@ -100,7 +136,8 @@ std::shared_ptr<Block> MakeBlock(const LmConfig& config, int64_t index) {
   MixerOptions options = config.mixer_options();
   options.layer = index;
   options.kind = config.layer_mixer(index);
-  if (IsWholeBlock(options.kind)) return std::make_shared<WholeBlock>(options);
+  if (options.kind == MixerKind::kGqa) options.heads = config.gqa_heads();
+  if (IsWholeBlock(options.kind)) return std::make_shared<WholeBlock>(config, options);
   return std::make_shared<MixerBlock>(config, options);
 }
 

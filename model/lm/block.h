@@ -6,7 +6,8 @@
 //               (AFT, linear, attention, ...) with a feed-forward;
 //   WholeBlock  a WholeBlockMixer (model/mixers/whole_block.h: RWKV-7,
 //               RWKV-4, Mamba-2) is the layer, norms and residuals
-//               included.
+//               included; with LmConfig::whole_block_ff a feed-forward
+//               half follows it (Granite 4.0-H's Mamba layers).
 //
 // The model runs every layer through this interface alone, so a new kind of
 // layer (a hybrid's convolution or attention layer) is a mixer or a whole
@@ -46,9 +47,10 @@ class Block : public torch::nn::Module {
 };
 
 // Layer `index` of a model of `config`: a WholeBlock for a whole-block kind
-// (IsWholeBlock), else a MixerBlock. Its children are named as the model's
-// packages and checkpoints name them: "mixer" (and "mix_norm", "ff_norm",
-// "ff" for a MixerBlock).
+// (IsWholeBlock), else a MixerBlock; a gqa layer has config.gqa_heads()
+// heads. Its children are named as the model's packages and checkpoints
+// name them: "mixer" (and "mix_norm", "ff_norm", "ff" for a MixerBlock;
+// "ff_norm", "ff" for a WholeBlock with whole_block_ff).
 std::shared_ptr<Block> MakeBlock(const LmConfig& config, int64_t index);
 
 }  // namespace attn

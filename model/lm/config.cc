@@ -79,10 +79,49 @@ absl::Status OptionalNumber(const Json& json, const char* key, const std::string
   return absl::OkStatus();
 }
 
-// The hybrid keys (ToJson): ff, norm_eps, and the objects attention and
-// short_conv. Adds them to `known`.
+// The boolean at `key` of `json` into `*value` when present; errors name
+// `path`.
+absl::Status OptionalBool(const Json& json, const char* key, const std::string& path, bool* value) {
+  auto it = json.find(key);
+  if (it == json.end()) return absl::OkStatus();
+  if (!it->is_boolean()) return InvalidField(path, "must be true or false, got ", it->dump());
+  *value = it->get<bool>();
+  return absl::OkStatus();
+}
+
+// The object attention's optional keys besides kv_heads and layers.
+absl::Status AttentionOptions(const Json& attention, LmConfig* config) {
+  if (auto heads = attention.find("heads"); heads != attention.end()) {
+    if (!heads->is_number_integer()) {
+      return InvalidField("attention.heads", "must be an integer, got ", heads->dump());
+    }
+    config->attention_heads = heads->get<int64_t>();
+  }
+  if (auto s = OptionalNumber(attention, "rope_theta", "attention.rope_theta", &config->rope_theta);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = OptionalBool(attention, "rope", "attention.rope", &config->rope); !s.ok()) return s;
+  return OptionalBool(attention, "qk_norm", "attention.qk_norm", &config->qk_norm);
+}
+
+// The hybrid keys (ToJson): ff, norm_eps, whole_block_ff, and the objects
+// attention and short_conv. Adds them to `known`.
 absl::Status HybridKeys(const Json& json, LmConfig* config, std::set<std::string>* known) {
-  known->insert({"ff", "norm_eps", "attention", "short_conv"});
+  known->insert({"ff", "norm_eps", "attention", "short_conv", "whole_block_ff", "moe"});
+  if (json.contains("moe")) {
+    if (auto s = IntObjectAt(json, "moe",
+                             {{"experts", &config->moe.experts},
+                              {"top_k", &config->moe.top_k},
+                              {"hidden", &config->moe.hidden}});
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (auto s = OptionalBool(json, "whole_block_ff", "whole_block_ff", &config->whole_block_ff);
+      !s.ok()) {
+    return s;
+  }
   if (json.contains("ff")) {
     if (auto s = EnumAt(json, "ff", &ParseFeedForwardKind, &config->ff); !s.ok()) return s;
   }
@@ -94,7 +133,7 @@ absl::Status HybridKeys(const Json& json, LmConfig* config, std::set<std::string
   }
   if (!json.contains("attention")) return absl::OkStatus();
   if (auto s = IntObjectAt(json, "attention", {{"kv_heads", &config->kv_heads}},
-                           {"layers", "rope_theta", "qk_norm"});
+                           {"layers", "rope_theta", "qk_norm", "heads", "rope"});
       !s.ok()) {
     return s;
   }
@@ -109,16 +148,7 @@ absl::Status HybridKeys(const Json& json, LmConfig* config, std::set<std::string
     }
     config->attention_layers.push_back(layer.get<int64_t>());
   }
-  if (auto s = OptionalNumber(attention, "rope_theta", "attention.rope_theta", &config->rope_theta);
-      !s.ok()) {
-    return s;
-  }
-  auto qk_norm = attention.find("qk_norm");
-  if (qk_norm != attention.end()) {
-    if (!qk_norm->is_boolean()) return InvalidField("attention.qk_norm", "must be true or false");
-    config->qk_norm = qk_norm->get<bool>();
-  }
-  return absl::OkStatus();
+  return AttentionOptions(attention, config);
 }
 
 // The keys only some models have (ToJson): tie_embeddings, and the objects
@@ -196,6 +226,7 @@ MixerOptions LmConfig::mixer_options() const {
   o.mamba2 = mamba2;
   o.conv_kernel = conv_kernel;
   o.kv_heads = kv_heads;
+  o.rope = rope;
   o.rope_theta = rope_theta;
   o.qk_norm = qk_norm;
   o.norm_eps = norm_eps;
@@ -216,12 +247,17 @@ absl::Status LmConfig::ValidateHybrid() const {
   if (!(norm_eps > 0 && norm_eps < 1)) {
     return InvalidField("norm_eps", "must be in (0, 1), got ", norm_eps);
   }
-  if (IsWholeBlock(mixer) && ff != FeedForwardKind::kGelu) {
+  if (whole_block_ff && mixer != MixerKind::kMamba2) {
+    return InvalidField("whole_block_ff", "only mamba2 blocks take a feed-forward after them, not ",
+                        MixerKindName(mixer));
+  }
+  if (IsWholeBlock(mixer) && !whole_block_ff && ff != FeedForwardKind::kGelu) {
     return InvalidField("ff", MixerKindName(mixer), " blocks bring their own feed-forward");
   }
-  if (!attention_layers.empty() && (IsWholeBlock(mixer) || mixer == MixerKind::kGqa)) {
-    return InvalidField("attention.layers", "attention layers go among plain mixers, not ",
-                        MixerKindName(mixer), " layers");
+  const bool among = !IsWholeBlock(mixer) || whole_block_ff;
+  if (!attention_layers.empty() && (!among || mixer == MixerKind::kGqa)) {
+    return InvalidField("attention.layers", "attention layers go among plain mixers or mamba2 ",
+                        "blocks with whole_block_ff, not ", MixerKindName(mixer), " layers");
   }
   for (size_t i = 0; i < attention_layers.size(); ++i) {
     const int64_t layer = attention_layers[i];
@@ -230,17 +266,38 @@ absl::Status LmConfig::ValidateHybrid() const {
                           ", got ", layer, " at ", i);
     }
   }
+  if (attention_heads < 0) {
+    return InvalidField("attention.heads", "must be at least 0 (0: heads), got ", attention_heads);
+  }
   if (has_attention()) {
-    const int64_t kv = kv_heads > 0 ? kv_heads : heads;
-    if (kv_heads < 0 || heads % kv != 0) {
-      return InvalidField("attention.kv_heads", kv_heads, " must divide heads (", heads, ")");
+    if (gqa_heads() <= 0 || d_model % gqa_heads() != 0) {
+      return InvalidField("attention.heads", gqa_heads(), " must divide d_model (", d_model, ")");
     }
-    if ((d_model / heads) % 2 != 0) {
+    const int64_t kv = kv_heads > 0 ? kv_heads : gqa_heads();
+    if (kv_heads < 0 || gqa_heads() % kv != 0) {
+      return InvalidField("attention.kv_heads", kv_heads, " must divide the query heads (",
+                          gqa_heads(), ")");
+    }
+    if (rope && (d_model / gqa_heads()) % 2 != 0) {
       return InvalidField("heads", "rotary positions need an even head size, got ",
-                          d_model / heads);
+                          d_model / gqa_heads());
     }
-    if (!(rope_theta > 1 && rope_theta < 1e12)) {
+    if (rope && !(rope_theta > 1 && rope_theta < 1e12)) {
       return InvalidField("attention.rope_theta", "must be in (1, 1e12), got ", rope_theta);
+    }
+  }
+  if (moe.experts != 0) {
+    if (moe.experts < 0 || moe.experts > 4096) {
+      return InvalidField("moe.experts", "must be in [0, 4096], got ", moe.experts);
+    }
+    if (moe.top_k < 1 || moe.top_k > moe.experts) {
+      return InvalidField("moe.top_k", "must be in [1, experts], got ", moe.top_k);
+    }
+    if (moe.hidden < 1 || moe.hidden > (1 << 20)) {
+      return InvalidField("moe.hidden", "must be in [1, 2^20], got ", moe.hidden);
+    }
+    if (ff != FeedForwardKind::kSwiGlu || (IsWholeBlock(mixer) && !whole_block_ff)) {
+      return InvalidField("moe", "experts go beside a SwiGLU feed-forward (ff swiglu)");
     }
   }
   if (mixer == MixerKind::kShortConv && (conv_kernel < 2 || conv_kernel > 1024)) {
@@ -372,11 +429,17 @@ std::string LmConfig::ToJson() const {
   }
   if (ff != FeedForwardKind::kGelu) full["ff"] = FeedForwardKindName(ff);
   if (norm_eps != 1e-5) full["norm_eps"] = norm_eps;
+  if (whole_block_ff) full["whole_block_ff"] = true;
+  if (moe.experts > 0) {
+    full["moe"] = {{"experts", moe.experts}, {"top_k", moe.top_k}, {"hidden", moe.hidden}};
+  }
   if (has_attention()) {
     full["attention"] = {{"layers", attention_layers},
                          {"kv_heads", kv_heads},
                          {"rope_theta", rope_theta},
                          {"qk_norm", qk_norm}};
+    if (attention_heads > 0) full["attention"]["heads"] = attention_heads;
+    if (!rope) full["attention"]["rope"] = false;
   }
   if (mixer == MixerKind::kShortConv) full["short_conv"] = {{"kernel", conv_kernel}};
   return full.dump(1);

@@ -55,15 +55,33 @@ struct LmConfig {
   // every norm the model builds (its layers' and the final one).
   FeedForwardKind ff = FeedForwardKind::kGelu;
   double norm_eps = 1e-5;
-  // A hybrid (LFM2): the layers, in increasing order, whose mixer is
-  // grouped-query attention (gqa) among those of `mixer`. A gqa model's
-  // every layer is one.
+  // A hybrid (LFM2, Granite 4.0-H): the layers, in increasing order, whose
+  // mixer is grouped-query attention (gqa) among those of `mixer`
+  // (short-conv, or mamba2 with whole_block_ff). A gqa model's every layer
+  // is one.
   std::vector<int64_t> attention_layers;
-  // gqa layers: key/value heads (0: heads), the rotary base, and whether
-  // each head's queries and keys pass an RMSNorm (of eps norm_eps).
+  // gqa layers: query heads (0: heads; a mamba2 hybrid's heads are its SSM
+  // heads), key/value heads (0: the query heads), whether queries and keys
+  // are rotated (false: no positions), the rotary base, and whether each
+  // head's queries and keys pass an RMSNorm (of eps norm_eps).
+  int64_t attention_heads = 0;
   int64_t kv_heads = 0;
+  bool rope = true;
   double rope_theta = 10000.0;
   bool qk_norm = false;
+  // mamba2 only: each block is followed by a norm and a feed-forward of
+  // kind ff and width ff_hidden, as a MixerBlock's second half (Granite
+  // 4.0-H's Mamba layers and their shared MLP).
+  bool whole_block_ff = false;
+  // A sparse mixture of SwiGLU experts (model/layers/mixture_of_experts.h)
+  // beside every layer's feed-forward, which then reads the sum of both
+  // (Granite 4.0-H Tiny and Small: the feed-forward is their shared
+  // expert). experts 0: none.
+  struct Moe {
+    int64_t experts = 0;
+    int64_t top_k = 0;
+    int64_t hidden = 0;  // each expert's width
+  } moe;
   // short-conv: the convolution's width.
   int64_t conv_kernel = 3;
 
@@ -74,6 +92,8 @@ struct LmConfig {
   MixerKind layer_mixer(int64_t layer) const;
   // Whether some layer is gqa.
   bool has_attention() const;
+  // The query heads of a gqa layer: attention_heads, else heads.
+  int64_t gqa_heads() const { return attention_heads > 0 ? attention_heads : heads; }
   absl::Status ValidateHybrid() const;  // Validate's checks of the fields above
   // kInvalidArgument naming the first field out of range.
   absl::Status Validate() const;

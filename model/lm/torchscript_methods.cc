@@ -568,7 +568,8 @@ std::string GeneratedMethods(const LmConfig& c) {
 
 bool HasTorchScriptMethods(const LmConfig& config) {
   return config.mixer != MixerKind::kRelative && config.mixer != MixerKind::kShortConv &&
-         !config.has_attention() && config.ff == FeedForwardKind::kGelu && config.norm_eps == 1e-5;
+         !config.has_attention() && !config.whole_block_ff && config.moe.experts == 0 &&
+         config.ff == FeedForwardKind::kGelu && config.norm_eps == 1e-5;
 }
 
 std::string ScriptTensorName(const std::string& name) {

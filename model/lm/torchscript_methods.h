@@ -43,8 +43,8 @@ namespace attn {
 
 // Whether the methods cover a model of `config`: every kind but relative,
 // whose segment memory has no TorchScript form yet, and none of the hybrid
-// family (short-conv, gqa, a SwiGLU feed-forward, a norm eps other than
-// 1e-5), which are not written yet. Such packages hold weights only: the
+// family (short-conv, gqa, a SwiGLU feed-forward, whole_block_ff, a norm
+// eps other than 1e-5), which are not written yet. Such packages hold weights only: the
 // native backend serves them.
 bool HasTorchScriptMethods(const LmConfig& config);
 

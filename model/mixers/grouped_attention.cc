@@ -27,8 +27,10 @@ GroupedAttentionImpl::GroupedAttentionImpl(const MixerOptions& options) : Sequen
   TORCH_CHECK(options.heads % kv_heads_ == 0, "gqa: kv_heads (", kv_heads_, ") must divide heads (",
               options.heads, ")");
   head_dim_ = options.d_model / options.heads;
-  TORCH_CHECK(head_dim_ % 2 == 0, "gqa: rotary positions need an even head size, got ", head_dim_);
-  TORCH_CHECK(options.rope_theta > 1.0, "gqa: rope_theta must exceed 1, got ", options.rope_theta);
+  TORCH_CHECK(!options.rope || head_dim_ % 2 == 0,
+              "gqa: rotary positions need an even head size, got ", head_dim_);
+  TORCH_CHECK(!options.rope || options.rope_theta > 1.0, "gqa: rope_theta must exceed 1, got ",
+              options.rope_theta);
   const int64_t d = options.d_model, width = (options.heads + 2 * kv_heads_) * head_dim_;
   qkv_proj_ = register_module("qkv_proj",
                               torch::nn::Linear(torch::nn::LinearOptions(d, width).bias(false)));
@@ -38,14 +40,17 @@ GroupedAttentionImpl::GroupedAttentionImpl(const MixerOptions& options) : Sequen
     q_norm_ = register_module("q_norm", Norm(NormKind::kRmsNorm, head_dim_, options.norm_eps));
     k_norm_ = register_module("k_norm", Norm(NormKind::kRmsNorm, head_dim_, options.norm_eps));
   }
-  inv_freq_ =
-      torch::pow(options.rope_theta, -torch::arange(0, head_dim_, 2, torch::kDouble) / head_dim_);
+  if (options.rope) {
+    inv_freq_ =
+        torch::pow(options.rope_theta, -torch::arange(0, head_dim_, 2, torch::kDouble) / head_dim_);
+  }
 }
 
 torch::Tensor GroupedAttentionImpl::Project(const torch::Tensor& x,
                                             const torch::Tensor& positions) {
   const int64_t heads = options_.heads, dq = heads * head_dim_, dkv = kv_heads_ * head_dim_;
   const auto qkv = Dense(x, qkv_proj_);
+  if (!options_.rope && !options_.qk_norm) return qkv;
   auto lead = x.sizes().vec();
   lead.pop_back();
   auto shaped = [&](int64_t first, int64_t count, int64_t n) {
@@ -58,6 +63,9 @@ torch::Tensor GroupedAttentionImpl::Project(const torch::Tensor& x,
   if (options_.qk_norm) {
     q = q_norm_->forward(q);
     k = k_norm_->forward(k);
+  }
+  if (!options_.rope) {
+    return torch::cat({q.flatten(-2), k.flatten(-2), qkv.narrow(-1, dq + dkv, dkv)}, -1);
   }
   // Angles in float64 from the exact positions: [.., 1, Dh / 2].
   const auto angles =

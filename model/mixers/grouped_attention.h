@@ -1,6 +1,8 @@
 // Grouped-query attention (Ainslie et al. 2023) with rotary positions (Su et
-// al. 2021) and, optionally, an RMSNorm of each head's queries and keys
-// (LFM2's attention layers). H query heads of Dh = d_model / H channels
+// al. 2021) or none (options.rope false: Granite 4.0-H's attention layers,
+// which take their order from the recurrent layers around them) and,
+// optionally, an RMSNorm of each head's queries and keys (LFM2's attention
+// layers). H query heads of Dh = d_model / H channels
 // share KV = kv_heads key/value heads; per token x_t at position p:
 //
 //   [q, k, v] = W_qkv x_t             q: H heads, k and v: KV heads of Dh
@@ -32,7 +34,7 @@ namespace attn {
 class GroupedAttentionImpl : public SequenceMixer {
  public:
   // options.kind must be kGqa; options.kv_heads (0: heads) must divide
-  // heads, and d_model / heads must be even.
+  // heads, and d_model / heads must be even when options.rope.
   explicit GroupedAttentionImpl(const MixerOptions& options);
 
   torch::Tensor forward(const torch::Tensor& x) override;

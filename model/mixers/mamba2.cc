@@ -10,12 +10,6 @@
 
 namespace attn {
 
-namespace {
-
-constexpr double kGatedNormEps = 1e-5;
-
-}  // namespace
-
 // The tensors one call continues: a copy of the rows' convolution windows,
 // and their S, in place in the pool (the fused update, rows by `ids`) or as
 // this call's copy.
@@ -60,7 +54,7 @@ Mamba2Impl::Mamba2Impl(const MixerOptions& options) : WholeBlockMixer(options) {
   a_log_ = register_parameter("a_log", torch::log(torch::empty({heads}).uniform_(1.0, 16.0)));
   skip_ = register_parameter("skip", torch::ones({heads}));
   out_norm_weight_ = register_parameter("out_norm_weight", torch::ones({inner()}));
-  norm_ = register_module("norm", Norm(NormKind::kRmsNorm, d));
+  norm_ = register_module("norm", Norm(NormKind::kRmsNorm, d, options.norm_eps));
   torch::NoGradGuard no_grad;
   out_proj_->weight.zero_();  // a new block passes its input through
 }
@@ -236,7 +230,7 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t k
   // The gate, then an RMS norm over each group's channels.
   const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
   const auto gated = (y * torch::silu(z)).view({batch, keep, groups, inner() / groups});
-  const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + kGatedNormEps);
+  const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + options_.norm_eps);
   const auto out = Project(normed.view({batch, keep, inner()}) * out_norm_weight_, out_proj_);
   return x.narrow(1, time - keep, keep) + out;
 }

@@ -18,6 +18,8 @@
 //     S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T          S [P, N]
 //     y_t = S_t C_t + D_h x_t
 //   y = groupnorm_rms(y * silu(z)) * norm_w    (RMS over each group's I / G)
+//
+// Both norms take options.norm_eps (1e-5 in the released models).
 //   out_t = h_t + W_out y
 //
 // Recurrent state per sequence, constant in context:

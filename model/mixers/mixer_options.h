@@ -113,9 +113,11 @@ struct MixerOptions {
   Mamba2Sizes mamba2;
   // short-conv: the convolution's width L.
   int64_t conv_kernel = 3;
-  // gqa: key/value heads (0: heads), the rotary base, and whether each
-  // head's queries and keys pass an RMSNorm of eps norm_eps.
+  // gqa: key/value heads (0: heads), whether queries and keys are rotated
+  // (false: no positions at all, Granite's "nope"), the rotary base, and
+  // whether each head's queries and keys pass an RMSNorm of eps norm_eps.
   int64_t kv_heads = 0;
+  bool rope = true;
   double rope_theta = 10000.0;
   bool qk_norm = false;
   double norm_eps = 1e-5;

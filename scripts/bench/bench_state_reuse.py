@@ -11,7 +11,9 @@
    the server's RSS for the default model and, with --state_cache=all, for
    mha-alibi; then the same prompts again: hit rate and TTFT.
 
-Usage: scripts/bench/bench_state_reuse.py [--build=build] [--skip_entries]
+Usage: scripts/bench/bench_state_reuse.py [--build=build] [--skip_entries] [--model=PACKAGE]
+With --model, only the 20-turn conversation, on that package (a hybrid such
+as granite-4.0-h-350m written by scripts/bench/hf_models.sh).
 Runs the real attn-server and attnctl on 127.0.0.1; prints progress on stderr
 and a Markdown report on stdout.
 """
@@ -98,8 +100,8 @@ def pct(values, q):
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def tokens_per_word(build, models, words):
-    server = Server(build, models, "--default_model=aft-decay")
+def tokens_per_word(build, models, words, model):
+    server = Server(build, models, f"--default_model={model}")
     try:
         out = subprocess.run(ctl(build, server.address, "tokenize", "--json",
                                  "--text=" + " ".join(words[:2000])),
@@ -109,7 +111,7 @@ def tokens_per_word(build, models, words):
     return len(json.loads(out.stdout)["token_ids"]) / 2000
 
 
-def conversation(build, models, words, per_word):
+def conversation(build, models, words, per_word, model):
     turns = lines_of(words, 0, 20, round(40 / per_word))  # about 40 tokens each
     rows = {}
     for name, flags, chat_flags in [
@@ -118,13 +120,13 @@ def conversation(build, models, words, per_word):
         ("neither (text each turn)", ["--state_cache=off"], ["--hold_state=false"]),
     ]:
         progress(f"conversation: {name}")
-        server = Server(build, models, "--default_model=aft-decay", *flags)
+        server = Server(build, models, f"--default_model={model}", *flags)
         try:
             chat(build, [server.address], ["warm up the server"], "--max_tokens=4")
             rows[name] = chat(build, [server.address], turns, "--max_tokens=40", *chat_flags)
         finally:
             server.stop()
-    print("### 20-turn conversation (aft-decay, 40 new tokens and 40 generated per turn)\n")
+    print(f"### 20-turn conversation ({model}, 40 new tokens and 40 generated per turn)\n")
     print("| reuse | TTFT turns 1-3 | TTFT turns 18-20 | ratio | prefilled turn 1 | "
           "prefilled turn 20 | context at turn 20 |")
     print("|---|---|---|---|---|---|---|")
@@ -209,13 +211,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(REPO, "build"))
     parser.add_argument("--skip_entries", action="store_true")
+    parser.add_argument("--model", default="", help="only the conversation, on this package")
     args = parser.parse_args()
-    models = ",".join(f"{REPO}/models/{m}.pt" for m in ("aft-decay",))
+    models = args.model or f"{REPO}/models/aft-decay.pt"
+    model = os.path.basename(models)[:-len(".pt")]
     words = corpus()
     print(f"Run {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, "
           f"`scripts/bench/bench_state_reuse.py`\n")
-    per_word = tokens_per_word(args.build, models, words)
-    conversation(args.build, models, words, per_word)
+    per_word = tokens_per_word(args.build, models, words, model)
+    conversation(args.build, models, words, per_word, model)
+    if args.model:
+        return
     shared_prefix(args.build, models, words, per_word)
     if not args.skip_entries:
         entries(args.build)

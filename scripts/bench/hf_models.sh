@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Mamba-2, RWKV-4 and LFM2 at the public shapes of mamba2-130m, rwkv-4-169m
-# and LFM2-350M (random weights: weights do not change speed), and
+# Mamba-2, RWKV-4, LFM2 and Granite 4.0-H at the public shapes of
+# mamba2-130m, rwkv-4-169m, LFM2-350M and granite-4.0-h-350m (random
+# weights: weights do not change speed; any shape hf_checkpoints.py knows
+# runs through SHAPES), and
 # tokenizer.json throughput against tokenizers.js, for
 # docs/benchmarks-log.md.
 #

@@ -237,8 +237,9 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   // The request limits of this model: the server's, within its context.
   engine_options.limits.max_context = d.max_context;
   // A key/value cache grows with the context: its entries cost megabytes.
-  // A hybrid (short-conv with some gqa layers) is cached: most of its
-  // layers' state is constant, and its prefix is what the cache saves.
+  // A hybrid (short-conv or mamba2 with some gqa layers) is cached: most
+  // of its layers' state is constant, and its prefix is what the cache
+  // saves; --max_exported_state_bytes bounds what of it leaves the process.
   const bool grows =
       d.mixer == "mha" || d.mixer == "mha-alibi" || d.mixer == "relative" || d.mixer == "gqa";
   if (options.state_cache == RegistryOptions::StateCache::kOff ||

@@ -62,6 +62,7 @@ absl::Status EngineOptions::Validate() const {
                 {"max_tokens", limits.max_tokens, 1},
                 {"default_max_tokens", limits.default_max_tokens, 1},
                 {"max_state_bytes", max_state_bytes, 0},
+                {"max_exported_state_bytes", max_exported_state_bytes, 0},
                 {"max_stop_strings", limits.max_stop_strings, 0},
                 {"max_context", limits.max_context, 0},
                 {"state_cache_bytes", state_cache_bytes, 0},
@@ -113,6 +114,16 @@ absl::Status Engine::Impl::Submit(EngineRequest request, std::shared_ptr<Request
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request may hold ", seq->reservation, " bytes of state (its prompt plus max_tokens), ",
         "more than the model's budget of ", budget_, " (--max_state_bytes); ask for fewer tokens"));
+  }
+  const int64_t exported = options_.max_exported_state_bytes;
+  if (seq->request.return_state && exported > 0 && seq->reservation > exported) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "return_state: the state at the request's longest context (prompt plus max_tokens) "
+        "would be ",
+        seq->reservation, " bytes, more than the ", exported,
+        " a server returns (--max_exported_state_bytes); the model's key/value prefix grows "
+        "with the context and its recurrent part alone cannot resume. Ask for fewer tokens, "
+        "or leave return_state off"));
   }
   {
     absl::MutexLock lock(&mu_);

@@ -85,6 +85,15 @@ struct EngineOptions {
   // one that could never fit is refused with RESOURCE_EXHAUSTED. 0:
   // max_active rows at the model's longest context, the most the pool holds.
   int64_t max_state_bytes = 0;
+  // The largest state that leaves the process: returned to a client
+  // (return_state) or written to the shared tier (state_store). A hybrid's
+  // state holds its attention layers' key/value prefix, which grows with
+  // the context, and the recurrent part alone cannot resume; so a
+  // return_state request whose state at its longest context would exceed
+  // this is refused with INVALID_ARGUMENT, and larger states are not
+  // written to the tier (attn-server's --max_exported_state_bytes). 0: no
+  // bound.
+  int64_t max_exported_state_bytes = int64_t{64} << 20;
   RequestLimits limits;
   // The state cache (server/state/state_cache.h): the bytes it may hold, 0 for
   // none (attn-server's --state_cache_bytes; the registry turns it off for
@@ -129,8 +138,11 @@ struct EngineRequest {
   std::shared_ptr<const SavedRow> start_state;
   int64_t start_tokens = 0;
   // Generation only: the last event of a success carries the state after
-  // every token of the sequence (StreamEvent::state).
+  // every token of the sequence (StreamEvent::state) and its tokens
+  // (state_token_ids); with return_state_tokens alone, the tokens only (the
+  // responses API renders the next turn from them; the state stays here).
   bool return_state = false;
+  bool return_state_tokens = false;
   // Generation only, not with start_state: a named initial state of the
   // model (--initial_states) the sequence starts from instead of the empty
   // one. Its tokens are none of the request's (start_tokens stays 0), so its

@@ -106,6 +106,10 @@ bool Engine::Impl::ApplyFetches(absl::Time now) {
 void Engine::Impl::WriteToStore(const Sequence& seq, std::vector<int64_t> tokens,
                                 const SavedRow& row) {
   if (options_.state_store == nullptr) return;
+  // Past the bound a state stays local: the tier's copies cost their size
+  // in every replica's reads, and a hybrid's grows with the context.
+  const int64_t bound = options_.max_exported_state_bytes;
+  if (bound > 0 && row.bytes() > bound) return;
   options_.state_store->Write(options_.state_fingerprint, seq.request.cache_origin,
                               std::move(tokens), std::make_shared<const SavedRow>(row));
 }
@@ -148,7 +152,10 @@ std::vector<int64_t> Engine::Impl::StateTokens(const Sequence& seq) const {
 absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
   const bool for_cache =
       (cache_ || options_.state_store != nullptr) && Cacheable(seq) && seq.generated > 0;
-  if (!for_cache && !seq.request.return_state) return absl::OkStatus();
+  if (!for_cache && !seq.request.return_state) {
+    if (seq.request.return_state_tokens) last.state_token_ids = StateTokens(seq);
+    return absl::OkStatus();
+  }
   absl::StatusOr<SavedRow> row = backend_->SaveRow(seq.slot);
   if (!row.ok()) {
     if (!seq.request.return_state) return absl::OkStatus();
@@ -170,6 +177,8 @@ absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
   if (seq.request.return_state) {
     last.state = std::move(saved);
     last.state_tokens = seq.request.start_tokens + static_cast<int64_t>(tokens.size());
+  }
+  if (seq.request.return_state || seq.request.return_state_tokens) {
     last.state_token_ids = std::move(tokens);
   }
   return absl::OkStatus();

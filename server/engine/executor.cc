@@ -188,9 +188,10 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
     }
     return;
   }
-  if (seq.request.return_state && CanFeedLast(seq)) {
+  if ((seq.request.return_state || seq.request.return_state_tokens) && CanFeedLast(seq)) {
     // One more decode step puts the last token into the state that goes
-    // back to the client; it samples nothing.
+    // back to the client (or that the next turn continues from the cache);
+    // it samples nothing.
     seq.next_token = token.id;
     seq.finishing = true;
     return;

@@ -410,7 +410,7 @@ absl::StatusOr<ResponsesTurn> ToResponsesTurn(const ResponsesRequest& r,
   e.grammar = *std::move(grammar);
   // The state after the reply (its last token fed) is what the next turn
   // continues: its tokens say which.
-  e.return_state = true;
+  e.return_state_tokens = true;
   absl::Status checked = CheckGeneration(target.limits, *target.tokenizer, e);
   if (!checked.ok()) return Renamed(checked, "max_tokens", "max_output_tokens");
   return turn;

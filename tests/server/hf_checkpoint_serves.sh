@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# A user's Mamba-2, RWKV-4 and LFM2 path end to end, with random weights in
+# A user's Mamba-2, RWKV-4, LFM2 and Granite 4.0-H path end to end, with
+# random weights in
 # the public layouts (tests/tools/hf_checkpoints.py writes them, and a
 # byte-level BPE tokenizer.json in GPT-NeoX's layout): attn-export turns a
 # transformers Mamba-2 directory (bfloat16 safetensors, a config with
 # Python's Infinity), a mamba_ssm one (float16 pytorch_model.bin, tied
 # head stored twice, a padded vocabulary) and a sharded RWKV-4 one
-# (rescale_every 2), and LFM2 hybrids (bfloat16 tied; float32 untied and
-# sharded) into packages; each package's forward, run by PyTorch alone,
-# equals a float64 implementation of the model on the checkpoint (LFM2's
+# (rescale_every 2), and LFM2 and Granite 4.0-H hybrids (bfloat16 tied;
+# float32 untied and sharded; Granite without positions and with rotary
+# ones, and with a mixture of experts) into packages; each package's forward, run by PyTorch alone, equals
+# a float64 implementation of the model on the checkpoint (the hybrids'
 # packages carry weights only: the server's Score and greedy tokens stand
-# for it);
+# for it); the hybrids' states are cached and resume on another server,
+# through the client and through Redis, within --max_exported_state_bytes;
 # the real server tokenizes as the package's tokenizer.json does, streams
 # the float64 model's greedy tokens, and its streamed logprobs equal
 # Score's. Options and tensors that do not fit are refused by name.
@@ -21,8 +24,9 @@ py=/usr/bin/python3
 tool="$repo/tests/tools/hf_checkpoints.py"
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
+. "$repo/scripts/lib/local_redis.sh"
 use_binaries "$server_bin" "$ctl_bin"
-trap 'kill_servers; rm -rf "$work"' EXIT
+trap 'kill_servers; kill_redis; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 echo "== checkpoints in the public layouts, random weights"
@@ -40,6 +44,15 @@ $py "$tool" write --family lfm2 --layers 4 --dtype bfloat16 --out "$work/lfm2" \
   --tokenizer "$work/tokenizer.json"
 $py "$tool" write --family lfm2 --layers 5 --untied --format sharded --seed 3 \
   --out "$work/lfm2-untied" --tokenizer "$work/tokenizer.json"
+# Granite 4.0-H, Mamba-2 layers with attention among them: tied in bfloat16
+# without positions, untied and sharded in float32 with rotary ones.
+$py "$tool" write --family granite --layers 5 --dtype bfloat16 --out "$work/granite" \
+  --tokenizer "$work/tokenizer.json"
+$py "$tool" write --family granite --layers 4 --untied --rope --format sharded --seed 3 \
+  --out "$work/granite-untied" --tokenizer "$work/tokenizer.json"
+# Granite 4.0-H Tiny's kind: eight experts beside every layer's MLP, two per token.
+$py "$tool" write --family granite --layers 4 --experts 8 --seed 4 --out "$work/granite-moe" \
+  --tokenizer "$work/tokenizer.json"
 neox_tokenizer=$repo/tests/data/tokenizers/gpt-neox-20b/tokenizer.json
 $py "$tool" write --family mamba2-ssm --format bin --vocab 50288 --loud_padding --out "$work/neox"
 
@@ -54,6 +67,11 @@ echo "== attn-export: two commands' worth, one per directory"
 "$export_bin" --input="$work/lfm2" --output="$work/lfm2.pt" || fail "export of lfm2"
 "$export_bin" --input="$work/lfm2-untied" --output="$work/lfm2-untied.pt" \
   || fail "export of an untied, sharded lfm2"
+"$export_bin" --input="$work/granite" --output="$work/granite.pt" || fail "export of granite"
+"$export_bin" --input="$work/granite-untied" --output="$work/granite-untied.pt" \
+  || fail "export of an untied, sharded granite with rotary positions"
+"$export_bin" --input="$work/granite-moe" --output="$work/granite-moe.pt" \
+  || fail "export of a granite with experts"
 
 expect_refusal() {  # expect_refusal WHAT TEXT DIR EDIT: the edited copy of DIR is refused with TEXT
   local what=$1 text=$2 dir=$3 edit=$4
@@ -93,6 +111,17 @@ expect_refusal "attention where the checkpoint has a convolution" \
   'config["layer_types"][0] = "full_attention"'
 expect_refusal "fewer key/value heads than stored" "self_attn.k_proj.weight has shape" lfm2 \
   'config["num_key_value_heads"] = 1'
+expect_refusal "experts the checkpoint lacks" \
+  "missing tensor model.layers.0.block_sparse_moe.input_linear.weight" granite \
+  'config["num_local_experts"] = 4; config["num_experts_per_tok"] = 2'
+expect_refusal "more experts than stored" "block_sparse_moe.input_linear.weight has shape" \
+  granite-moe 'config["num_local_experts"] = 5'
+expect_refusal "B and C in groups" "mamba_n_groups" granite 'config["mamba_n_groups"] = 2'
+expect_refusal "an attention layer where the checkpoint has Mamba" \
+  "missing tensor model.layers.0.self_attn.q_proj.weight" granite \
+  'config["layer_types"][0] = "attention"'
+expect_refusal "a narrower shared MLP" "shared_mlp.input_linear.weight has shape" granite \
+  'config["shared_intermediate_size"] = 64'
 rm -rf "$work/edited" && cp -r "$work/mamba2" "$work/edited"
 echo '{"model": {"type": "Unigram"}}' > "$work/edited/tokenizer.json"
 "$export_bin" --input="$work/edited" --output="$work/refused.pt" > "$work/refused.log" 2>&1 \
@@ -122,7 +151,7 @@ PY
 
 echo "== served: tokenizer, greedy tokens of the float64 model, streamed logprobs == Score"
 start_server "$work/server.log" \
-  --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt,$work/neox.pt,$work/lfm2.pt,$work/lfm2-untied.pt" \
+  --models="$work/mamba2.pt,$work/mamba2-ssm.pt,$work/rwkv4.pt,$work/neox.pt,$work/lfm2.pt,$work/lfm2-untied.pt,$work/granite.pt,$work/granite-untied.pt,$work/granite-moe.pt" \
   --metrics_port=-1
 ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
 "${ctl[@]}" models --json > "$work/models.json"
@@ -140,7 +169,7 @@ reference = json.loads(open(sys.argv[2]).readline())["ids"]
 assert served == reference and 0 in served, (served, reference)
 print(f"   {len(served)} tokens as tokenizer.json says, <|endoftext|> among them")
 PY
-for name in mamba2 mamba2-ssm rwkv4 lfm2 lfm2-untied; do
+for name in mamba2 mamba2-ssm rwkv4 lfm2 lfm2-untied granite granite-untied granite-moe; do
   "${ctl[@]}" stream --model="$name" --ids=5,257,17 --max_tokens=16 --temperature=0 --logprobs \
     --ignore_eos --json > "$work/stream.jsonl"
   ids=$($py -c '
@@ -201,29 +230,33 @@ print(f"   {len(served)} tokens as tokenizer.json says; 12 greedy tokens below 5
       f"{unmasked} steps' maximum lies in the padding")
 PY
 
-echo "== LFM2's state (convolution windows and key/value caches): cached, held by the client"
-prompt=$(seq -s, 3 60)
-greedy=(--model=lfm2 --max_tokens=8 --temperature=0 --ignore_eos --json)
-"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" --state_out="$work/lfm2.state" \
-  > "$work/first.json"
-"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" > "$work/repeated.json"
-"${ctl[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended.json"
-first_port=$server_port
-start_server "$work/server_nocache.log" --models="$work/lfm2.pt" --state_cache=off \
-  --metrics_port=-1
-other=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
-server_port=$first_port
-"${other[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended_nocache.json"
-"${other[@]}" generate "${greedy[@]}" --ids=64,65 --state_in="$work/lfm2.state" \
-  > "$work/resumed.json"
-whole=$($py -c '
+# state_reuse NAME: a hybrid's state (recurrent and convolution states, the
+# attention layers' key/value caches) is cached at token granularity and,
+# held by the client, resumes on a server without a cache.
+state_reuse() {
+  local name=$1 first_port=$server_port
+  local prompt greedy whole
+  prompt=$(seq -s, 3 60)
+  greedy=(--model="$name" --max_tokens=8 --temperature=0 --ignore_eos --json)
+  "${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" --state_out="$work/$name.state" \
+    > "$work/first.json"
+  "${ctl[@]}" generate "${greedy[@]}" --ids="$prompt" > "$work/repeated.json"
+  "${ctl[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended.json"
+  start_server "$work/server_nocache_$name.log" --models="$work/$name.pt" --state_cache=off \
+    --metrics_port=-1
+  local other=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+  server_port=$first_port
+  "${other[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/extended_nocache.json"
+  "${other[@]}" generate "${greedy[@]}" --ids=64,65 --state_in="$work/$name.state" \
+    > "$work/resumed.json"
+  whole=$($py -c '
 import json, sys
 print(",".join(str(i) for i in json.load(open(sys.argv[1]))["state_token_ids"] + [64, 65]))' \
-  "$work/first.json")
-"${other[@]}" generate "${greedy[@]}" --ids="$whole" > "$work/whole.json"
-$py - "$work" <<'PY' || fail "LFM2 state reuse"
+    "$work/first.json")
+  "${other[@]}" generate "${greedy[@]}" --ids="$whole" > "$work/whole.json"
+  $py - "$work" "$name" <<'PY' || fail "$name state reuse"
 import json, sys
-work = sys.argv[1]
+work, name = sys.argv[1:]
 load = lambda name: json.load(open(f"{work}/{name}.json"))
 first, repeated, extended = load("first"), load("repeated"), load("extended")
 assert repeated["token_ids"] == first["token_ids"], (repeated, first)
@@ -234,9 +267,56 @@ assert int(load("extended_nocache")["usage"].get("cached_tokens", 0)) == 0
 resumed, whole = load("resumed"), load("whole")
 assert resumed["token_ids"] == whole["token_ids"], (resumed, whole)
 assert int(resumed["usage"]["cached_tokens"]) >= 58, resumed["usage"]
-print(f"   repeated and extended prompts reuse {repeated['usage']['cached_tokens']} and "
+print(f"   {name}: repeated and extended prompts reuse {repeated['usage']['cached_tokens']} and "
       f"{extended['usage']['cached_tokens']} tokens, greedy as without a cache; a state held "
       f"by the client resumes on another server as the whole prompt there")
+PY
+}
+echo "== the hybrids' states: cached at token granularity, held by the client"
+state_reuse lfm2
+state_reuse granite
+
+echo "== a Granite conversation resumes through Redis; --max_exported_state_bytes bounds it"
+start_redis "$work/redis"
+tier=(--models="$work/granite.pt" --state_cache_bytes=0 --state_store="$redis_url"
+  --state_store_timeout=200ms --metrics_port=-1)
+first_port=$server_port
+start_server "$work/tier_a.log" "${tier[@]}"
+tier_a=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+start_server "$work/tier_b.log" "${tier[@]}"
+tier_b=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+# A state of 58 tokens is about 46 KB here: past a 30,000-byte bound.
+start_server "$work/tier_small.log" "${tier[@]}" --max_exported_state_bytes=30000
+small=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+server_port=$first_port
+greedy=(--model=granite --max_tokens=8 --temperature=0 --ignore_eos --json)
+prompt=$(seq -s, 3 60)
+"${tier_a[@]}" generate "${greedy[@]}" --ids="$prompt" > /dev/null
+sleep 0.3  # the tier's write lands
+"${tier_b[@]}" generate "${greedy[@]}" --ids="$prompt,61,62,63" > "$work/tier_b.json"
+other=$(seq -s, 100 157)
+"${small[@]}" generate "${greedy[@]}" --ids="$other" > /dev/null
+sleep 0.3
+"${tier_b[@]}" generate "${greedy[@]}" --ids="$other,61" > "$work/tier_other.json"
+if "${small[@]}" generate "${greedy[@]}" --ids="$prompt" --state_out="$work/too_big.state" \
+    > "$work/too_big.log" 2>&1; then
+  fail "a state past --max_exported_state_bytes was returned"
+fi
+grep -q "INVALID_ARGUMENT" "$work/too_big.log" && grep -q "return_state" "$work/too_big.log" &&
+  grep -q -- "--max_exported_state_bytes" "$work/too_big.log" ||
+  fail "the refusal does not say why: $(cat "$work/too_big.log")"
+"${small[@]}" generate "${greedy[@]}" --ids=5,6 --state_out="$work/small.state" > /dev/null ||
+  fail "a state within the bound was refused"
+$py - "$work" <<'PY' || fail "Granite through Redis"
+import json, sys
+work = sys.argv[1]
+load = lambda name: json.load(open(f"{work}/{name}.json"))
+b, reference, other = load("tier_b"), load("extended_nocache"), load("tier_other")
+assert int(b["usage"]["cached_tokens"]) >= 58, b["usage"]
+assert b["token_ids"] == reference["token_ids"], (b, reference)
+assert int(other["usage"].get("cached_tokens", 0)) == 0, other["usage"]
+print(f"   another replica reuses {b['usage']['cached_tokens']} tokens from Redis, greedy as "
+      f"without it; a state past the bound is neither stored nor returned (INVALID_ARGUMENT)")
 PY
 
 echo "== the TorchScript backend serves the same package to the same greedy tokens"

@@ -132,7 +132,10 @@ TEST_F(ResponsesTurnTest, ATurnContinuesThePreviousRepliesState) {
   const std::string prompt = Render({{"system", "Be brief."}, {"user", "Hi"}});
   EXPECT_EQ(first.request.prompt, tokenizer_->Encode(prompt));
   EXPECT_EQ(first.request.stop_token_ids, std::vector<int64_t>{256});
-  EXPECT_TRUE(first.request.return_state);
+  // The next turn continues from the cache: the engine names the state's
+  // tokens, and the state itself never leaves it.
+  EXPECT_TRUE(first.request.return_state_tokens);
+  EXPECT_FALSE(first.request.return_state);
 
   // The engine's state after the reply and its end token.
   std::vector<int64_t> state = first.request.prompt;

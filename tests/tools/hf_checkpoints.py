@@ -1,9 +1,10 @@
-"""Mamba-2, RWKV-4 and LFM2 checkpoints in Hugging Face's public layouts, with
-random weights, a byte-level BPE tokenizer.json in GPT-NeoX's layout, and
-float64 references of the models written from their papers' equations (LFM2:
-lfm2_checkpoints.py, from transformers' modeling code).
+"""Mamba-2, RWKV-4, LFM2 and Granite 4.0-H checkpoints in Hugging Face's public
+layouts, with random weights, a byte-level BPE tokenizer.json in GPT-NeoX's
+layout, and float64 references of the models written from their papers'
+equations (LFM2 and Granite: lfm2_checkpoints.py and granite_checkpoints.py,
+from transformers' modeling code).
 
-    hf_checkpoints.py write --family mamba2|mamba2-ssm|rwkv4|lfm2 --out DIR
+    hf_checkpoints.py write --family mamba2|mamba2-ssm|rwkv4|lfm2|granite --out DIR
         [--format safetensors|sharded|bin --dtype float32|float16|bfloat16 --seed 1
          --d 48 --layers 2 --vocab 544 --tokenizer FILE --shape mamba2-130m|rwkv4-169m]
     hf_checkpoints.py tokenizer --out FILE      a BPE trained here on a small corpus
@@ -38,6 +39,10 @@ _spec.loader.exec_module(rwkv7_tool)
 _spec = importlib.util.spec_from_file_location("lfm2_checkpoints", os.path.join(HERE, "lfm2_checkpoints.py"))
 lfm2_tool = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lfm2_tool)
+_spec = importlib.util.spec_from_file_location("granite_checkpoints",
+                                               os.path.join(HERE, "granite_checkpoints.py"))
+granite_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(granite_tool)
 
 SHAPES = {
     "mamba2-130m": dict(d=768, layers=24, vocab=50288, state=128, groups=1, head_dim=64, conv=4),
@@ -125,6 +130,8 @@ def write(args):
     size.update(SHAPES.get(args.shape, {}))
     if args.family == "lfm2":
         sd, config = lfm2_tool.write(args, size)
+    elif args.family == "granite":
+        sd, config = granite_tool.write(args, size)
     elif args.family == "rwkv4":
         sd = rwkv4_state_dict(size["d"], size["layers"], size["vocab"], size["ffn"], args.seed)
         config = {"model_type": "rwkv", "architectures": ["RwkvForCausalLM"], "vocab_size": size["vocab"],
@@ -381,6 +388,8 @@ def reference_logits(directory, tokens):
         return rwkv4_logits(w, config, tokens)
     if config.get("model_type") == "lfm2":
         return lfm2_tool.logits(w, config, tokens)
+    if config.get("model_type") == "granitemoehybrid":
+        return granite_tool.logits(w, config, tokens)
     return mamba2_logits(w, config, tokens)
 
 
@@ -388,7 +397,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write")
-    w.add_argument("--family", choices=["mamba2", "mamba2-ssm", "rwkv4", "lfm2"], required=True)
+    w.add_argument("--family", choices=["mamba2", "mamba2-ssm", "rwkv4", "lfm2", "granite"], required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--format", choices=["safetensors", "sharded", "bin"], default="safetensors")
     w.add_argument("--dtype", default="float32")
@@ -396,8 +405,10 @@ def main():
     w.add_argument("--d", type=int, default=48)
     w.add_argument("--layers", type=int, default=2)
     w.add_argument("--vocab", type=int, default=544)
-    w.add_argument("--shape", choices=sorted(SHAPES) + sorted(lfm2_tool.SHAPES), default="")
-    w.add_argument("--untied", action="store_true", help="lfm2: an lm_head of its own")
+    w.add_argument("--shape", choices=sorted(SHAPES) + sorted(lfm2_tool.SHAPES) + sorted(granite_tool.SHAPES), default="")
+    w.add_argument("--untied", action="store_true", help="lfm2, granite: an lm_head of its own")
+    w.add_argument("--rope", action="store_true", help="granite: rotary positions, not \"nope\"")
+    w.add_argument("--experts", type=int, default=0, help="granite: a mixture of this many experts")
     w.add_argument("--tokenizer", default="")
     w.add_argument("--loud_padding", action="store_true")
     t = sub.add_parser("tokenizer")

@@ -1,0 +1,148 @@
+// A Granite 4.0-H-shaped hybrid (model/checkpoints/granite_checkpoint.h):
+// Mamba-2 blocks each followed by a SwiGLU feed-forward
+// (LmConfig::whole_block_ff), and grouped-query attention layers without
+// positions and with heads of their own among them. Its three forms agree:
+// the parallel forward, prefill in chunks that cut the Mamba-2 blocks'
+// SSD blocks anywhere, and steps, on the fused float32 path and, in float64
+// past 8,192 tokens, on the op-by-op path a GPU runs.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/lm/language_model.h"
+#include "model/lm/torchscript_methods.h"
+#include "tests/test_util.h"
+
+namespace attn {
+namespace {
+
+using testing::RelativeError;
+
+LmConfig GraniteShaped() {
+  LmConfig c;
+  c.vocab_size = 53;
+  c.d_model = 32;
+  c.layers = 4;
+  c.heads = 8;  // SSM heads: 64 inner channels, 8 each
+  c.mixer = MixerKind::kMamba2;
+  c.norm = NormKind::kRmsNorm;
+  c.mamba2 = {16, 4, 2, 1};
+  c.whole_block_ff = true;
+  c.ff = FeedForwardKind::kSwiGlu;
+  c.ff_hidden = 40;
+  c.attention_layers = {1, 3};
+  c.attention_heads = 2;
+  c.kv_heads = 1;
+  c.rope = false;
+  c.max_context = 8400;
+  return c;
+}
+
+CausalLm RandomModel(const LmConfig& config, uint64_t seed) {
+  torch::manual_seed(seed);
+  CausalLm model(config);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    torch::Tensor& t = p.value();
+    if (t.dim() == 2) t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(t.size(1))));
+    if (p.key().find("gain") != std::string::npos) t.normal_(1.0, 0.2);
+  }
+  model->eval();
+  return model;
+}
+
+// Logits of `tokens` [B, T] by prefill chunks of `first`, then `chunk`,
+// up to `steps_from`, then one step per token.
+torch::Tensor ChunksThenSteps(CausalLm& model, const torch::Tensor& tokens, int64_t first,
+                              int64_t chunk, int64_t steps_from, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  LmState state = model->initial_state(tokens.size(0), torch::kCPU);
+  for (MixerState& layer : state.layers) {
+    for (torch::Tensor& t : layer.tensors) t = t.to(dtype);
+  }
+  std::vector<torch::Tensor> out;
+  for (int64_t t = 0, n = first; t < steps_from; t += n, n = chunk) {
+    out.push_back(model->prefill(tokens.narrow(1, t, std::min(n, steps_from - t)), state));
+  }
+  for (int64_t t = steps_from; t < tokens.size(1); ++t) {
+    out.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
+  }
+  return torch::cat(out, 1);
+}
+
+TEST(HybridModelTest, ConfigRoundTripsAndHasNoTorchScriptMethods) {
+  const LmConfig c = GraniteShaped();
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  absl::StatusOr<LmConfig> back = LmConfig::FromJson(c.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), c.ToJson());
+  EXPECT_TRUE(back->whole_block_ff);
+  EXPECT_FALSE(back->rope);
+  EXPECT_EQ(back->attention_heads, 2);
+  EXPECT_FALSE(HasTorchScriptMethods(c));
+  LmConfig rwkv = c;
+  rwkv.mixer = MixerKind::kRwkv4;
+  rwkv.norm = NormKind::kLayerNorm;
+  EXPECT_NE(rwkv.Validate().message().find("whole_block_ff"), std::string::npos);
+  LmConfig odd = c;
+  odd.attention_heads = 3;
+  EXPECT_NE(odd.Validate().message().find("attention.heads"), std::string::npos);
+}
+
+TEST(HybridModelTest, ChunkedPrefillAndStepsEqualForward) {
+  CausalLm model = RandomModel(GraniteShaped(), 5);
+  const auto tokens = torch::randint(0, 53, {3, 90}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto expected = model->forward(tokens);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 17, 23, 70, torch::kFloat), expected),
+            1e-5);
+  // The layers' names are the checkpoint mapping's.
+  const auto params = model->named_parameters();
+  EXPECT_TRUE(params.contains("layers.0.ff.gate.weight"));
+  EXPECT_TRUE(params.contains("layers.0.mixer.out_proj.weight"));
+  EXPECT_TRUE(params.contains("layers.1.mix_norm.gain"));
+  EXPECT_EQ(params["layers.1.mixer.qkv_proj.weight"].size(0), 32 + 2 * 16);
+}
+
+// Granite 4.0-H Tiny's shape: experts beside every layer's feed-forward.
+// Rows of one decode step choose different experts; each row's output is
+// the one it has alone.
+TEST(HybridModelTest, ExpertsKeepTheFormsEqualAndRowsIndependent) {
+  LmConfig config = GraniteShaped();
+  config.moe = {6, 2, 12};
+  ASSERT_TRUE(config.Validate().ok()) << config.Validate();
+  CausalLm model = RandomModel(config, 8);
+  EXPECT_TRUE(model->named_parameters().contains("layers.1.moe.experts.5.down.weight"));
+  const auto tokens = torch::randint(0, 53, {4, 40}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto expected = model->forward(tokens);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 9, 13, 30, torch::kFloat), expected),
+            1e-5);
+  const auto alone = model->forward(tokens.narrow(0, 2, 1));
+  EXPECT_LT(RelativeError(alone, expected.narrow(0, 2, 1)), 1e-5);
+  // int8 weights, the experts' too: steps read the int8 copies, the
+  // parallel forward the dequantised floats; they agree as Score and a
+  // stream must.
+  EXPECT_GT(model->QuantizeInt8(), 0);
+  const auto int8_forward = model->forward(tokens);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 9, 13, 30, torch::kFloat), int8_forward),
+            1e-4);
+  LmConfig gelu = config;
+  gelu.ff = FeedForwardKind::kGelu;
+  EXPECT_NE(gelu.Validate().message().find("moe"), std::string::npos);
+}
+
+TEST(HybridModelTest, FormsAgreeInFloat64PastEightThousandTokens) {
+  CausalLm model = RandomModel(GraniteShaped(), 6);
+  model->to(torch::kDouble);
+  torch::manual_seed(7);
+  const int64_t time = 8300;
+  const auto tokens = torch::randint(0, 53, {1, time}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto expected = model->forward(tokens);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 1000, 1237, time - 12, torch::kDouble),
+                          expected),
+            1e-10);
+}
+
+}  // namespace
+}  // namespace attn
