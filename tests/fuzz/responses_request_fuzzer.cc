@@ -36,7 +36,8 @@ void CheckRequest(const attn::serving::EngineRequest& r,
     if (!Bytes().IsValidId(id)) __builtin_trap();
   }
   if (r.max_tokens < 1 || r.max_tokens > target.limits.max_tokens) __builtin_trap();
-  if (!r.return_state) __builtin_trap();
+  // The next turn continues from the tokens; the state stays in the server.
+  if (!r.return_state_tokens || r.return_state) __builtin_trap();
 }
 
 // Two turns of `parsed`: the second after the first's reply.
