@@ -25,6 +25,35 @@ class FeedForwardHalf {
     }
   }
 
+  // y + FF(Norm(y)) with y = h + mixed (y = h when `mixed` is undefined).
+  // Its rows are independent, so a prefill chunk's run in one parallel
+  // region, a group of rows per thread, instead of a fork for each of its
+  // operations. Inside a grouped step there is no thread to spare for it.
+  torch::Tensor AddTo(const torch::Tensor& h, const torch::Tensor& mixed) {
+    const int64_t d = h.size(-1), rows = h.numel() / d;
+    const int64_t groups = RowGroups(rows, h);
+    if (groups == 1) {
+      const torch::Tensor y = mixed.defined() ? h + mixed : h;
+      return y + (*this)(y);
+    }
+    const torch::Tensor h_rows = h.reshape({rows, d});
+    const torch::Tensor mixed_rows = mixed.defined() ? mixed.reshape({rows, d}) : mixed;
+    // Each group writes its rows of the result in place: gathering groups'
+    // own tensors afterwards would be a serial copy of the chunk.
+    torch::Tensor out = torch::empty({rows, d}, h.options());
+    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
+      torch::Tensor y = out.narrow(0, first, count);
+      if (mixed_rows.defined()) {
+        torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
+      } else {
+        y.copy_(h_rows.narrow(0, first, count));
+      }
+      y.add_((*this)(y));
+    });
+    return out.view(h.sizes());
+  }
+
+ private:
   torch::Tensor operator()(const torch::Tensor& y) {
     const torch::Tensor normed = norm_->forward(y);
     torch::Tensor out = ff_->forward(normed);
@@ -32,7 +61,6 @@ class FeedForwardHalf {
     return out;
   }
 
- private:
   Norm norm_{nullptr};
   FeedForward ff_{nullptr};
   MixtureOfExperts moe_{nullptr};
@@ -47,7 +75,7 @@ class MixerBlock : public Block {
   }
 
   torch::Tensor Forward(const torch::Tensor& h, LayerCarry& /*carry*/) override {
-    return AddMixedAndFeedForward(h, mixer_->forward(mix_norm_->forward(h)));
+    return ff_->AddTo(h, mixer_->forward(mix_norm_->forward(h)));
   }
 
   // The mixer sees every position; the residual and the feed-forward run
@@ -56,40 +84,17 @@ class MixerBlock : public Block {
                         int64_t keep, LayerCarry& /*carry*/) override {
     torch::Tensor mixed = mixer_->prefill_last(mix_norm_->forward(h), state, rows, keep);
     if (keep == 0) return mixed;
-    return AddMixedAndFeedForward(h.narrow(1, h.size(1) - keep, keep), mixed);
+    return ff_->AddTo(h.narrow(1, h.size(1) - keep, keep), mixed);
   }
 
   torch::Tensor Step(const torch::Tensor& h, MixerState& state, const torch::Tensor& slots,
                      LayerCarry& /*carry*/) override {
-    return AddMixedAndFeedForward(h, mixer_->step(mix_norm_->forward(h), state, slots));
+    return ff_->AddTo(h, mixer_->step(mix_norm_->forward(h), state, slots));
   }
 
   const SequenceMixer& mixer() const override { return *mixer_; }
 
  private:
-  // h + mixed, then the feed-forward half. Its rows are independent, so a
-  // prefill chunk's run in one parallel region, a group of rows per thread,
-  // instead of a fork for each of its operations. Inside a grouped step
-  // there is no thread to spare for it.
-  torch::Tensor AddMixedAndFeedForward(const torch::Tensor& h, const torch::Tensor& mixed) {
-    const int64_t d = h.size(-1), rows = h.numel() / d;
-    const int64_t groups = RowGroups(rows, h);
-    if (groups == 1) {
-      const torch::Tensor y = h + mixed;
-      return y + (*ff_)(y);
-    }
-    const torch::Tensor h_rows = h.reshape({rows, d}), mixed_rows = mixed.reshape({rows, d});
-    // Each group writes its rows of the result in place: gathering groups'
-    // own tensors afterwards would be a serial copy of the chunk.
-    torch::Tensor out = torch::empty({rows, d}, h.options());
-    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
-      torch::Tensor y = out.narrow(0, first, count);
-      torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
-      y.add_((*ff_)(y));
-    });
-    return out.view(h.sizes());
-  }
-
   Norm mix_norm_{nullptr};
   std::shared_ptr<SequenceMixer> mixer_;
   std::optional<FeedForwardHalf> ff_;
@@ -123,7 +128,7 @@ class WholeBlock : public Block {
  private:
   torch::Tensor AddFeedForward(const torch::Tensor& y) {
     if (!ff_ || y.numel() == 0) return y;
-    return y + (*ff_)(y);
+    return ff_->AddTo(y, torch::Tensor());
   }
 
   std::shared_ptr<WholeBlockMixer> block_;

@@ -21,6 +21,7 @@ void RequestStream::ClearListener() {
 
 std::vector<StreamEvent> RequestStream::PopReady() {
   WakeFn wake;
+  bool deliver_again = false;
   std::vector<StreamEvent> taken;
   {
     absl::MutexLock lock(&mu_);
@@ -32,8 +33,17 @@ std::vector<StreamEvent> RequestStream::PopReady() {
       if (taken.back().last) break;
     }
     if (was_full && !taken.empty()) wake = wake_;
+    // A failure left queued behind the events taken may have been pushed
+    // while this listener call was already due, so no call is coming for
+    // it: schedule one, or a reader that pops once per call (a whole
+    // response's) would wait for it for ever.
+    if (!taken.empty() && !events_.empty() && delivery_ != nullptr && !delivery_scheduled_) {
+      delivery_scheduled_ = true;
+      deliver_again = true;
+    }
   }
   if (wake) wake();  // the engine may resume this sequence
+  if (deliver_again) delivery_->Schedule(shared_from_this());
   return taken;
 }
 

@@ -72,7 +72,8 @@ class RequestStream : public std::enable_shared_from_this<RequestStream> {
   void ClearListener();
   // Every queued event up to and including the first failure or last event,
   // except that a failure behind successful events stays queued for the next
-  // call: so a writer can send the successes as one message, then fail.
+  // call: so a writer can send the successes as one message, then fail. With
+  // a delivery thread, the listener is called again for what stays queued.
   std::vector<StreamEvent> PopReady();
   // The reader is gone (cancelled, disconnected): the engine frees the slot
   // at its next step and pushes nothing more.

@@ -141,6 +141,38 @@ TEST(DeliveryThread, RunsListenersOffThePushingThreadAndLosesNothing) {
   for (auto& stream : streams) stream->ClearListener();
 }
 
+// A failure pushed behind tokens while their listener call was already due
+// (PopReady leaves it queued) gets a call of its own: a reader that pops once
+// per call, as a whole response does, sees it instead of waiting for ever.
+TEST(DeliveryThread, AFailureLeftBehindTokensGetsItsOwnListenerCall) {
+  DeliveryThread delivery;
+  // The delivery thread is kept busy so that both events queue before the
+  // stream's call runs.
+  auto blocker = std::make_shared<RequestStream>(4, &delivery);
+  absl::Notification running, go;
+  blocker->SetListener([&] {
+    running.Notify();
+    go.WaitForNotification();
+  });
+  blocker->Push(Token(0));
+  running.WaitForNotification();
+  auto stream = std::make_shared<RequestStream>(8, &delivery);
+  Received received;
+  Listen(*stream, &received);
+  stream->Push(Token(1));
+  stream->Push(Failure());
+  go.Notify();
+  ASSERT_TRUE(received.last.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "the failure was never delivered";
+  {
+    std::lock_guard<std::mutex> lock(received.mu);
+    EXPECT_EQ(received.ids, std::vector<int64_t>({1}));
+    EXPECT_EQ(received.calls, 2);
+  }
+  blocker->ClearListener();
+  stream->ClearListener();
+}
+
 TEST(DeliveryThread, KeepsAStreamAliveUntilItsListenerRanAndDrainsWhenDestroyed) {
   Received received;
   {

@@ -20,7 +20,7 @@ const weather = {
 };
 const ask = [{ role: "user", content: "What is the weather in Paris?" }];
 
-for (const model of ["plain-tools", "qwen-tools", "lfm-tools"]) {
+for (const model of ["plain-tools", "qwen-tools", "lfm-tools", "granite-tools"]) {
   await check(`${model}: a reply's tool call comes back as message.tool_calls`, async () => {
     const r = await client.chat.completions.create({ model, messages: ask, tools: [weather] });
     const choice = r.choices[0];

@@ -7,7 +7,9 @@
 #   plain-tools  the built-in plain format: tools in the system turn,
 #                Hermes-style <tool_call> replies with text before them;
 #   qwen-tools   Qwen 2.5's real chat template (hermes);
-#   lfm-tools    LFM2.5's real chat template: Pythonic calls, two at once.
+#   lfm-tools    LFM2.5's real chat template: Pythonic calls, two at once;
+#   granite-tools Granite 4.0's real chat template (hermes; tool results
+#                come back inside a user turn).
 #   tool_calls_serve.sh ATTN_SERVER ATTNCTL NODE_TOOLS
 set -euo pipefail
 server_bin=$1 ctl_bin=$2
@@ -35,19 +37,23 @@ make "$work/qwen-tools.pt" --cue $'<|im_start|>assistant\n' --first "$call" --af
 make "$work/lfm-tools.pt" --cue $'<|im_start|>assistant\n' --after "$answer" \
   --first '<|tool_call_start|>[get_weather(city="Paris"), get_weather(city="Zürich")]<|tool_call_end|>' \
   --trigger $'<|im_start|>tool\n' --chat_template "$repo/tests/data/chat_templates/lfm2.5.jinja"
+make "$work/granite-tools.pt" --cue "<|start_of_role|>assistant<|end_of_role|>" --first "$call" \
+  --after "$answer" --trigger "<tool_response>" \
+  --chat_template "$repo/tests/data/chat_templates/granite-4.0.jinja"
 
 start_server "$work/server.log" --metrics_port=-1 --default_max_tokens=256 \
-  --models="$work/plain-tools.pt,$work/qwen-tools.pt,$work/lfm-tools.pt"
+  --models="$work/plain-tools.pt,$work/qwen-tools.pt,$work/lfm-tools.pt,$work/granite-tools.pt"
 curl -sf "http://127.0.0.1:$http_port/v1/models" > "$work/models.json"
 $py - "$work/models.json" <<'PY' || fail "tool-call formats in /v1/models"
 import json, sys
 models = {m["id"]: m["attn"] for m in json.load(open(sys.argv[1]))["data"]}
 assert models["qwen-tools"]["tool_call_format"] == "hermes", models["qwen-tools"]
 assert models["lfm-tools"]["tool_call_format"] == "lfm2", models["lfm-tools"]
+assert models["granite-tools"]["tool_call_format"] == "hermes", models["granite-tools"]
 assert "chat_template" not in models["plain-tools"], models["plain-tools"]
 PY
 
 echo "== the openai client"
 node "$node_tools/tool_calls_client.mjs" "http://127.0.0.1:$http_port/v1" || fail "tool calls"
 stop_server "$server_pid" || fail "the server did not stop cleanly"
-echo "PASS: tool calls in three formats through the openai client, streamed and in runTools"
+echo "PASS: tool calls in three formats and four templates through the openai client, streamed and in runTools"

@@ -11,9 +11,14 @@ hf_checkpoints.py calls it for --family granite and for directories whose
 model_type is "granitemoehybrid".
 """
 import collections
+import os
+import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hybrid_reference import causal_attention, rms_norm, rotary, silu  # noqa: E402
 
 SHAPES = {
     # ibm-granite/granite-4.0-h-350m and granite-4.0-h-1b: Mamba-2 layers with
@@ -99,14 +104,6 @@ def write(args, size):
     return sd, config
 
 
-def rms_norm(x, w, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-
-def silu(x):
-    return x / (1 + np.exp(-x))
-
-
 def attention(w, p, x, config):
     steps, d = x.shape
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
@@ -115,20 +112,9 @@ def attention(w, p, x, config):
     k = (x @ w[p + "k_proj.weight"].T).reshape(steps, kv, head)
     v = (x @ w[p + "v_proj.weight"].T).reshape(steps, kv, head)
     if config.get("position_embedding_type") == "rope":
-        inv = 1.0 / config["rope_theta"] ** (np.arange(0, head, 2) / head)
-        angles = np.arange(steps)[:, None] * inv[None, :]
-        cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :]
-        sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :]
-        rotate = lambda a: np.concatenate([-a[..., head // 2:], a[..., :head // 2]], -1)
-        q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
-    out = np.zeros((steps, heads, head))
-    for h in range(heads):
-        g = h // (heads // kv)
-        scores = q[:, h] @ k[:, g].T * config["attention_multiplier"]
-        scores[np.triu_indices(steps, 1)] = -np.inf
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        out[:, h] = (weights / weights.sum(-1, keepdims=True)) @ v[:, g]
-    return out.reshape(steps, d) @ w[p + "o_proj.weight"].T
+        q, k = rotary(q, k, config["rope_theta"])
+    out = causal_attention(q, k, v, config["attention_multiplier"])
+    return out @ w[p + "o_proj.weight"].T
 
 
 def mamba(w, p, x, config):

@@ -6,9 +6,14 @@ keys and rotary positions, the SwiGLU feed-forward. hf_checkpoints.py calls
 it for --family lfm2 and for directories whose model_type is "lfm2".
 """
 import collections
+import os
+import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hybrid_reference import causal_attention, rms_norm, rotary, silu  # noqa: E402
 
 SHAPES = {
     # LiquidAI/LFM2-350M and LFM2-1.2B: 16 layers, six of them attention.
@@ -82,14 +87,6 @@ def write(args, size):
     return sd, config
 
 
-def rms_norm(x, w, eps):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
-
-
-def silu(x):
-    return x / (1 + np.exp(-x))
-
-
 def attention(w, p, x, config):
     steps, d = x.shape
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
@@ -97,20 +94,8 @@ def attention(w, p, x, config):
     q = rms_norm((x @ w[p + "q_proj.weight"].T).reshape(steps, heads, head), w[p + "q_layernorm.weight"], eps)
     k = rms_norm((x @ w[p + "k_proj.weight"].T).reshape(steps, kv, head), w[p + "k_layernorm.weight"], eps)
     v = (x @ w[p + "v_proj.weight"].T).reshape(steps, kv, head)
-    inv = 1.0 / config["rope_theta"] ** (np.arange(0, head, 2) / head)
-    angles = np.arange(steps)[:, None] * inv[None, :]
-    cos = np.concatenate([np.cos(angles)] * 2, -1)[:, None, :]
-    sin = np.concatenate([np.sin(angles)] * 2, -1)[:, None, :]
-    rotate = lambda a: np.concatenate([-a[..., head // 2:], a[..., :head // 2]], -1)
-    q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
-    out = np.zeros((steps, heads, head))
-    for h in range(heads):
-        g = h // (heads // kv)
-        scores = q[:, h] @ k[:, g].T / np.sqrt(head)
-        scores[np.triu_indices(steps, 1)] = -np.inf
-        weights = np.exp(scores - scores.max(-1, keepdims=True))
-        out[:, h] = (weights / weights.sum(-1, keepdims=True)) @ v[:, g]
-    return out.reshape(steps, d) @ w[p + "out_proj.weight"].T
+    q, k = rotary(q, k, config["rope_theta"])
+    return causal_attention(q, k, v, 1.0 / np.sqrt(head)) @ w[p + "out_proj.weight"].T
 
 
 def short_conv(w, p, x):
