@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "tests/server/fake_clock.h"
 #include "tests/server/requests.h"
 #include "tests/tiny_model.h"
@@ -552,6 +553,19 @@ std::set<std::string> Minus(const std::set<std::string>& a, const std::set<std::
   return difference;
 }
 
+// Those of `running` that have ended, once any has or `wait` passed: a
+// released team's workers leave after the release returns, later still on
+// a loaded machine.
+std::set<std::string> EndedThreads(const std::set<std::string>& running, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  std::set<std::string> ended = Minus(running, EngineNamedThreads());
+  while (ended.empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ended = Minus(running, EngineNamedThreads());
+  }
+  return ended;
+}
+
 // An engine that has nothing to do hands its OpenMP workers back, so that
 // with several models hosted the idle engines do not slow the busy one; the
 // next request builds a new team and gives the same output.
@@ -587,8 +601,9 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
     EXPECT_TRUE(outputs[i].last.status.ok()) << outputs[i].last.status;
     // The engine hands its team back after about 20 ms without work.
     ASSERT_TRUE(engine->AwaitLoad([&](const EngineLoad& l) { return l.teams_released > released; },
-                                  absl::Now() + absl::Seconds(5)));
-    const std::set<std::string> ended = Minus(running[i], EngineNamedThreads());
+                                  absl::Now() + absl::Seconds(5)))
+        << "request " << i << ": the engine did not release its team within 5 s of idling";
+    const std::set<std::string> ended = EndedThreads(running[i], absl::Seconds(5));
     EXPECT_FALSE(ended.empty()) << "request " << i << ": the idle engine kept all "
                                 << running[i].size() << " of its threads";
   }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# This server against llama.cpp on the same weights, side by side in one run
+# (docs/benchmarks-log.md, "LFM2 and Granite 4.0-H against llama.cpp"):
+#
+#   scripts/bench/llama_peer.sh PACKAGE F32_GGUF Q8_0_GGUF
+#
+# PACKAGE is attn-export's output for a checkpoint directory; the GGUF files
+# are llama.cpp's convert_hf_to_gguf.py output for the same directory
+# (--outtype f32 and q8_0). LLAMA_BIN names the folder with llama.cpp's
+# llama-bench and llama-server (built from its source, CPU, Release).
+# Runs, in turn, with nothing else on the machine:
+#   1. attn-backend-bench: batch 1, 16 and 64 and a 512-token prefill,
+#      float32 and int8 weights; llama-bench -p 512 -n 128 on F32 and Q8_0.
+#   2. Serving: this server at 64 closed-loop clients (float32, then int8)
+#      and llama-server with 16 slots under 16 (F32, then Q8_0), every client
+#      a prompt of its own and 128 new tokens (scripts/bench/openai_peer.py).
+#   3. A 20-turn chat whose transcript is resent every turn: this server with
+#      its default state cache, llama-server with one slot and its prompt cache.
+#   THREADS (2)   SECONDS_EACH (60)   BUILD_DIR (build)   LLAMA_BIN (required)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -eq 3 ] || { sed -n 2,20p "$0"; exit 2; }
+package=$1 f32=$2 q8=$3
+build=${BUILD_DIR:-build}
+llama_bin=${LLAMA_BIN:?the folder holding llama.cpp llama-bench and llama-server}
+threads=${THREADS:-2} seconds=${SECONDS_EACH:-60}
+py=/usr/bin/python3
+peer="$py scripts/bench/openai_peer.py"
+log=/tmp/llama_peer_$$
+mkdir -p "$log"
+# shellcheck source=scripts/lib/local_server.sh
+. scripts/lib/local_server.sh
+use_binaries "$build/server/attn-server" "$build/client/attnctl"
+llama_pid=
+trap 'kill_servers; [ -z "$llama_pid" ] || kill "$llama_pid" 2>/dev/null || true' EXIT
+
+echo "== machine"
+lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: ... avx512f .../'
+date -u
+
+echo "== this server's engine: attn-backend-bench"
+"$build/bench/backend/attn-backend-bench" --model="$package" --backends=native,int8 \
+  --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
+echo "== llama.cpp: llama-bench"
+"$llama_bin/llama-bench" -t "$threads" -m "$f32" -m "$q8" -p 512 -n 128 -r 3 -o md
+
+# ours NAME WORKLOAD [SERVER FLAGS...]: starts this server, runs it, stops.
+ours() {
+  local name=$1 workload=$2; shift 2
+  start_server "$log/$name.log" --models="$package" --threads="$threads" "$@"
+  echo "-- this server, $name: $workload"
+  # shellcheck disable=SC2086
+  $peer --url="http://127.0.0.1:$http_port" --extra='{"attn_ignore_eos": true}' $workload
+  stop_server "$server_pid" || true
+}
+
+# llama NAME GGUF SLOTS workload: starts llama-server, waits for health, runs it, stops.
+llama() {
+  local name=$1 gguf=$2 slots=$3 workload=$4 port
+  port=$(free_port)
+  "$llama_bin/llama-server" -m "$gguf" -t "$threads" -np "$slots" -c $((slots > 4 ? 2048 * slots : 8192)) \
+    --host 127.0.0.1 --port "$port" > "$log/llama-$name.log" 2>&1 &
+  llama_pid=$!
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+    kill -0 "$llama_pid" 2> /dev/null || { tail -20 "$log/llama-$name.log"; return 1; }
+    sleep 0.5
+  done
+  echo "-- llama-server, $name: $workload"
+  # shellcheck disable=SC2086
+  $peer --url="http://127.0.0.1:$port" --extra='{"ignore_eos": true}' $workload
+  kill "$llama_pid"; wait "$llama_pid" 2> /dev/null || true; llama_pid=
+}
+
+echo "== serving: 64 clients here, 16 slots there, $seconds s each"
+ours float32 "load --concurrency=64 --seconds=$seconds"
+ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
+llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
+llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
+
+echo "== a 20-turn chat, the transcript resent every turn"
+ours chat "chat --turns=20"
+llama chat "$f32" 1 "chat --turns=20"
