@@ -6,8 +6,8 @@
 //   unchanged: the result loads to the same logits), or
 //   a public RWKV-7 checkpoint: BlinkDL's .pth or a Hugging Face directory
 //   (model/checkpoints/import.h), with its RWKV World vocabulary, or
-//   a Hugging Face Mamba-2 or RWKV-4 directory with its tokenizer.json
-//   (model/checkpoints/hf_checkpoint.h).
+//   a Hugging Face Mamba-2, RWKV-4, LFM2 or Granite 4.0-H directory with its
+//   tokenizer.json (model/checkpoints/hf_checkpoint.h).
 //
 //   attn-export --input=models/aft-conv.pt --output=/tmp/aft-conv.pt
 //   attn-export --input=rwkv7-g1-0.1b.pth --tokenizer=rwkv_vocab_v20230424.txt --output=g1.pt
@@ -33,12 +33,12 @@
 
 ABSL_FLAG(std::string, input, "",
           "a model package (*.pt, any readable format), an RWKV-7 .pth, or a Hugging Face "
-          "directory (config.json and model.safetensors or pytorch_model.bin) of an RWKV-7, "
-          "RWKV-4 or Mamba-2 model");
+          "directory (config.json and model.safetensors, sharded or not, or pytorch_model.bin) "
+          "of an RWKV-7, RWKV-4, Mamba-2, LFM2 or Granite 4.0-H model");
 ABSL_FLAG(std::string, output, "", "where to write the package (may be --input)");
 ABSL_FLAG(std::string, tokenizer, "",
           "the vocabulary of a checkpoint: RWKV-7's RWKV World file "
-          "(rwkv_vocab_v20230424.txt), or the tokenizer.json of a Mamba-2 or RWKV-4 model; a "
+          "(rwkv_vocab_v20230424.txt), or the tokenizer.json of a Hugging Face model; a "
           "Hugging Face directory's own is used when this is empty");
 ABSL_FLAG(std::string, chat_template, "",
           "a Jinja chat template file to record instead of the model's own (chat_template.jinja "

@@ -112,23 +112,26 @@ TEST_P(MhaReferenceTest, FusedStepsMatchNestedLoops) {
 // 16-key score vectors' and 64-key groups' edges (so that the causal mask
 // falls inside later groups, and a tile's two halves straddle a group), with
 // whole and partial tiles of eight queries, each chunk continuing the cache
-// the one before left, then stepped through cache lengths of every
-// remainder modulo the step's four-key groups.
+// the one before left (the last over 103 cached keys, so that its queries
+// fold two whole key groups into their running softmax before the diagonal),
+// then stepped through cache lengths of every remainder modulo the step's
+// four-key groups.
 TEST_P(MhaReferenceTest, FusedPrefillAndStepsMatchNestedLoopsAtEveryHeadSize) {
   for (int64_t head_dim : {8, 32, 40, 64}) {
     torch::manual_seed(4);
     auto options = SmallOptions(GetParam());
     options.heads = 2;
+    options.max_context = 512;
     options.d_model = 2 * head_dim;
     MultiHeadAttention mha(options);
     torch::NoGradGuard no_grad;
-    auto x = torch::randn({2, 110, options.d_model});
+    auto x = torch::randn({2, 300, options.d_model});
     auto state = mha->initial_state(3, torch::kCPU);
     const auto slots = torch::tensor({2, 0});
-    const auto outputs = PrefillChunksThenStep(*mha, x, state, slots, {17, 1, 15, 70});
+    const auto outputs = PrefillChunksThenStep(*mha, x, state, slots, {17, 1, 15, 70, 150});
     EXPECT_LT(MaxAbsDiff(outputs, CausalByNestedLoops(mha, x, options.heads)), 1e-5)
         << "head size " << head_dim;
-    EXPECT_TRUE(state.length.equal(torch::tensor({110, 0, 110}, torch::kLong)))
+    EXPECT_TRUE(state.length.equal(torch::tensor({300, 0, 300}, torch::kLong)))
         << "head size " << head_dim;
   }
 }

@@ -24,6 +24,14 @@
 // float32 (whose weights come from the read bandwidth), and the float32
 // matrix product's rate on large matrices, the bound for many rows, where
 // every weight serves all rows and bytes no longer matter.
+//
+//   attn-kernel-bench --attention=121x2800,512x0 [--reps=N]
+//
+// times the fused causal prefill attention instead (kernels.h,
+// CausalAttentionPrefill) on LFM2-350M's attention shape (16 query heads,
+// 8 key/value heads of 64): CHUNKxCACHED is a chunk of CHUNK new tokens over
+// CACHED cached ones, as in a chat turn whose earlier turns the state cache
+// holds. Prints the median time and the rate of its multiply-adds.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -40,6 +48,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "model/kernels/int8_gemm.h"
+#include "model/kernels/kernels.h"
 #include "util/cpus.h"
 
 ABSL_FLAG(int, reps, 400, "Alternating repetitions per row count (medians are reported).");
@@ -49,6 +58,8 @@ ABSL_FLAG(int64_t, ff_hidden, 640, "Feed-forward width (the bundled models': 640
 ABSL_FLAG(int64_t, layers, 4, "Layers (the bundled models': 4).");
 ABSL_FLAG(int64_t, vocab, 4096, "Rows of the tied head (the bundled models': 4096).");
 ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,48,64", "Row counts to time.");
+ABSL_FLAG(std::string, attention, "",
+          "CHUNKxCACHED,...: time the causal prefill attention at these shapes instead.");
 
 namespace attn {
 namespace {
@@ -177,6 +188,45 @@ double GemmRate(int reps) {
   return 2.0 * 512 * 512 * 512 / Median(times);
 }
 
+// Median seconds of CausalAttentionPrefill for `chunk` new tokens over
+// `cached` ones, one row, LFM2-350M's heads; prints it with its rate.
+void TimePrefillAttention(int64_t chunk, int64_t cached, int reps) {
+  constexpr int64_t kHeads = 16, kKvHeads = 8, kHeadDim = 64;
+  const int64_t keys = cached + chunk;
+  const torch::Tensor k = torch::randn({kKvHeads, keys, kHeadDim});
+  const torch::Tensor v = torch::randn({kKvHeads, keys, kHeadDim});
+  const torch::Tensor q = torch::randn({chunk, kHeads, kHeadDim});
+  torch::Tensor out = torch::empty({chunk, kHeads, kHeadDim});
+  const int64_t slot = 0;
+  kernels::CausalPrefillArgs a;
+  a.batch = 1;
+  a.heads = kHeads;
+  a.kv_heads = kKvHeads;
+  a.head_dim = kHeadDim;
+  a.capacity = keys;
+  a.slots = &slot;
+  a.k_cache = k.data_ptr<float>();
+  a.v_cache = v.data_ptr<float>();
+  a.scale = 0.125f;
+  a.out = out.data_ptr<float>();
+  a.time = chunk;
+  a.start = cached;
+  a.q = q.data_ptr<float>();
+  a.row_stride = chunk * kHeads * kHeadDim;
+  a.token_stride = kHeads * kHeadDim;
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 3; ++rep) {  // the first 3 warm up
+    const auto start = std::chrono::steady_clock::now();
+    kernels::CausalAttentionPrefill(a);
+    if (rep >= 3) times.push_back(Seconds(start));
+  }
+  // Query t attends to cached + t + 1 keys: scores and weighted sums.
+  const double flop = 4.0 * kHeads * kHeadDim * chunk * (cached + (chunk + 1) / 2.0);
+  const double median = Median(times);
+  std::printf("%6ld new over %6ld cached: %9.3f ms %8.1f GFLOP/s\n", static_cast<long>(chunk),
+              static_cast<long>(cached), median * 1e3, flop / median / 1e9);
+}
+
 }  // namespace
 }  // namespace attn
 
@@ -185,6 +235,21 @@ int main(int argc, char** argv) {
   const int reps = absl::GetFlag(FLAGS_reps);
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   torch::NoGradGuard no_grad;
+  if (const std::string shapes = absl::GetFlag(FLAGS_attention); !shapes.empty()) {
+    std::printf("causal prefill attention, threads %d, median of %d\n", threads, reps);
+    for (const absl::string_view shape : absl::StrSplit(shapes, ',')) {
+      const std::vector<std::string> parts = absl::StrSplit(shape, 'x');
+      int64_t chunk = 0, cached = -1;
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &chunk) ||
+          !absl::SimpleAtoi(parts[1], &cached) || chunk < 1 || cached < 0) {
+        std::fprintf(stderr, "--attention: '%s' is not CHUNKxCACHED (e.g. 121x2800)\n",
+                     std::string(shape).c_str());
+        return 2;
+      }
+      attn::TimePrefillAttention(chunk, cached, reps);
+    }
+    return 0;
+  }
   auto matrices = attn::ModelMatrices();
   int64_t weights = 0, widest = 0;
   for (const auto& m : matrices) {

@@ -62,11 +62,11 @@ ATTN_INLINE void DotsOfFour(const float* q, const float* k, float* out) {
   std::memcpy(out, &sums, sizeof(sums));
 }
 
-// The causal prefill works on tiles of kQueryTile queries. Its score loop
-// takes kScoreTile of them by kKeyGroup keys at a time: 16 vector
-// accumulators, each key vector loaded once for the four queries, each
-// query's q[r] broadcast once for all the keys. (Six queries, 24
-// accumulators, ran slower.)
+// The causal prefill works on tiles of kQueryTile queries against groups of
+// kKeyGroup keys. Its score loop takes kScoreTile queries by a key group at a
+// time: 16 vector accumulators, each key vector loaded once for the four
+// queries, each query's q[r] broadcast once for all the keys. (Six queries,
+// 24 accumulators, ran slower.)
 constexpr int64_t kQueryTile = 8;
 constexpr int64_t kScoreTile = 4;
 constexpr int64_t kKeyGroup = 4 * kScoreLanes;
@@ -84,18 +84,18 @@ ATTN_INLINE float LargestLane(const Vec16& x) {
   return largest;
 }
 
-// scores[i][j0 + l] = q_i . key_{j0 + l} * scale - slope * (position_i -
-// j0 - l) for the tile's queries i and l < kKeyGroup, and -inf for keys after
+// scores[i][l] = q_i . key_{j0 + l} * scale - slope * (position_i - j0 - l)
+// for the tile's queries i and l < kKeyGroup, and -inf for keys after
 // position_i: the causal mask, which the softmax's exponent turns into 0.
-// Keys stored transposed in kt ([dh][padded]), score rows `padded` apart.
-// Each query's lanes of running maxima, max[i], take in its scores (NaN
-// never wins), so that the softmax needs no pass of its own for the maximum.
+// The group's keys are stored transposed in kt ([dh][kKeyGroup]); score rows
+// are kKeyGroup apart. max[i] gets the largest of query i's scores (-inf when
+// all are masked; NaN never wins).
 ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const float* kt,
-                           int64_t padded, int64_t dh, int64_t j0, float scale, float slope,
-                           float* scores, Vec16* max) {
+                           int64_t dh, int64_t j0, float scale, float slope, float* scores,
+                           float* max) {
   Vec16 sum[kScoreTile][4] = {};
   for (int64_t r = 0; r < dh; ++r) {
-    const float* column = kt + r * padded + j0;
+    const float* column = kt + r * kKeyGroup;
     Vec16 keys[4];  // loaded one by one: copied whole, the array went through the stack
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) std::memcpy(&keys[g], column + g * kScoreLanes, sizeof(keys[g]));
@@ -110,15 +110,17 @@ ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const
   for (int l = 0; l < kScoreLanes; ++l) lane[l] = static_cast<float>(l);
   const Vec16 masked = Vec16{} - std::numeric_limits<float>::infinity();
   for (int i = 0; i < kScoreTile; ++i) {
+    Vec16 lanes_max = masked;
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const float first = static_cast<float>(position[i] - j0 - g * kScoreLanes);
       const Vec16 distance = first - lane;
       Vec16 biased = sum[i][g] * scale - slope * distance;
       biased = distance < 0.0f ? masked : biased;
-      max[i] = biased > max[i] ? biased : max[i];
-      std::memcpy(scores + i * padded + j0 + g * kScoreLanes, &biased, sizeof(biased));
+      lanes_max = biased > lanes_max ? biased : lanes_max;
+      std::memcpy(scores + i * kKeyGroup + g * kScoreLanes, &biased, sizeof(biased));
     }
+    max[i] = LargestLane(lanes_max);
   }
 }
 
@@ -210,10 +212,10 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, con
 template <int64_t kDh>
 constexpr int64_t kWeightedRows = kDh <= 48 ? 8 : 4;
 
-// acc[i][0..kDh) = sum_j p[i * stride + j] v_j for kRows queries i of a
+// acc[i][0..kDh) += sum_j p[i * stride + j] v_j for kRows queries i of a
 // prefill tile, j = 0..count-1. Each row of v is loaded once for all of
 // them: one query at a time (WeightedSumOfRows) the sum made one vector
-// load per multiply-add and read the whole value cache once per query.
+// load per multiply-add and read the values once per query.
 template <int64_t kDh, int64_t kRows>
 ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
                                  float* acc) {
@@ -222,6 +224,12 @@ ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v,
   constexpr bool kHalf = kDh % 16 != 0;
   Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
   Vec8 half[kRows] = {};
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(&full[i][f], acc + i * kDh + 16 * f, sizeof(Vec16));
+    if (kHalf) std::memcpy(&half[i], acc + i * kDh + 16 * kFull, sizeof(half[i]));
+  }
   for (int64_t j = 0; j < count; ++j) {
     const float* row = v + j * kDh;
     Vec16 x[kFull > 0 ? kFull : 1];
@@ -298,106 +306,146 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
                           a.out + (b * a.heads + h) * dh);
 }
 
-// kt[r * padded + j] = k[j * dh + r] for the first `keys` rows of k, a
-// block of kScoreLanes keys at a time: key by key, each of the dh stores went
-// to its own cache line `padded` floats away (perf: a tenth of the prefill
-// kernel); per block the loads stay in one small patch of k and each run of
-// stores fills whole lines.
-ATTN_INLINE void TransposeKeys(const float* k, int64_t keys, int64_t dh, int64_t padded,
-                               float* kt) {
+// kt[r * kKeyGroup + l] = k[l * dh + r] for the first `keys` (at most
+// kKeyGroup) rows of k, and zero beyond: one key group, transposed so that
+// its scores accumulate along the keys in vector lanes (ScoreTile). A block
+// of kScoreLanes keys at a time, so that each run of stores fills a line.
+ATTN_INLINE void TransposeKeyGroup(const float* k, int64_t keys, int64_t dh, float* kt) {
+  if (keys < kKeyGroup) std::fill(kt, kt + dh * kKeyGroup, 0.0f);
   int64_t j0 = 0;
   for (; j0 + kScoreLanes <= keys; j0 += kScoreLanes) {
     for (int64_t r = 0; r < dh; ++r) {
-      float* column = kt + r * padded + j0;
+      float* column = kt + r * kKeyGroup + j0;
 #pragma GCC unroll 16
       for (int64_t l = 0; l < kScoreLanes; ++l) column[l] = k[(j0 + l) * dh + r];
     }
   }
   for (int64_t j = j0; j < keys; ++j) {
-    for (int64_t r = 0; r < dh; ++r) kt[r * padded + j] = k[j * dh + r];
+    for (int64_t r = 0; r < dh; ++r) kt[r * kKeyGroup + j] = k[j * dh + r];
   }
 }
 
-// The softmax-weighted sums of a full tile of prefill queries: each query's
-// scores (rows `stride` apart, masked by ScoreTile past its position)
-// become exp(score - max[i]) up to the tile's last position, so that the
-// tile shares one pass over the values (TileWeightedSum). Query i's output
-// goes to out + i * out_stride; acc is kQueryTile * kDh floats of scratch.
+// The softmax of a head's queries over the key groups seen so far, in its
+// online form (Milakov & Gimelshein, "Online normalizer calculation for
+// softmax", 2018): per query the largest score m, and the sum of
+// exp(score - m) and the weighted sum of values, both relative to m.
+struct RunningSoftmax {
+  float* max;    // [queries], -inf before the first group
+  float* total;  // [queries]
+  float* acc;    // [queries][dh]
+};
+
+// Takes one key group's scores of query i (kKeyGroup of them, the largest
+// group_max) into its running softmax: m becomes the larger of the two, the
+// sums so far are rescaled to it, and the scores become exp(score - m),
+// the weights of the group's values, whose sum is added to the total.
+ATTN_INLINE void FoldScores(float* scores, float group_max, int64_t dh, int64_t i,
+                            const RunningSoftmax& s) {
+  const float old = s.max[i];
+  if (group_max > old) {  // from -inf the rescale is exp(-inf) = 0, over sums of 0
+    const float rescale = FastExp(old - group_max);
+    s.total[i] *= rescale;
+    for (int64_t d = 0; d < dh; ++d) s.acc[i * dh + d] *= rescale;
+    s.max[i] = group_max;
+  }
+  s.total[i] += ExpShifted(scores, kKeyGroup, s.max[i]);
+}
+
+// One tile of queries (`count` real ones, the rest repeats of the last)
+// through one key group: kt the group's transposed keys (TransposeKeyGroup),
+// v its `keys` values, j0 its first key's position. `run` is the tile's.
 template <int64_t kDh>
-ATTN_INLINE void SoftmaxTile(float* scores, int64_t stride, const int64_t* position,
-                             const float* max, const float* v, float* acc, float* out,
-                             int64_t out_stride) {
-  constexpr int64_t kRows = kWeightedRows<kDh>;
-  float inv_total[kQueryTile];
-  for (int64_t i0 = 0; i0 < kQueryTile; i0 += kRows) {
-    const int64_t count = position[i0 + kRows - 1] + 1;
-    for (int64_t i = i0; i < i0 + kRows; ++i) {
-      inv_total[i] = 1.0f / ExpShifted(scores + i * stride, count, max[i]);
-    }
-    TileWeightedSum<kDh, kRows>(scores + i0 * stride, stride, v, count, acc + i0 * kDh);
+ATTN_INLINE void FoldTile(const float* const* q, const int64_t* position, int64_t count,
+                          const float* kt, const float* v, int64_t keys, int64_t j0, int64_t dh,
+                          float scale, float slope, float* scores, const RunningSoftmax& run) {
+  // The rows a pass over the values takes (kRows at a time), or only the
+  // real ones: repeats past them are neither folded nor summed. A tile of
+  // fewer than kRows queries (a prompt's last few tokens) sums row by row.
+  constexpr bool kFast = kDh > 0 && kDh % 8 == 0;
+  constexpr int64_t kRows = kFast ? kWeightedRows<kDh> : 1;
+  const int64_t used = count < kRows ? count : (count + kRows - 1) / kRows * kRows;
+  float group_max[kQueryTile];
+  for (int64_t i0 = 0; i0 < used; i0 += kScoreTile) {
+    ScoreTile(q + i0, position + i0, kt, dh, j0, scale, slope, scores + i0 * kKeyGroup,
+              group_max + i0);
   }
-  for (int i = 0; i < kQueryTile; ++i) {
-    for (int64_t d = 0; d < kDh; ++d) out[i * out_stride + d] = acc[i * kDh + d] * inv_total[i];
+  for (int64_t i = 0; i < used; ++i) FoldScores(scores + i * kKeyGroup, group_max[i], dh, i, run);
+  // Keys past the tile's last query weigh 0: leave them out.
+  const int64_t reach = std::min(keys, position[kQueryTile - 1] + 1 - j0);
+  if constexpr (kFast) {
+    if (used < kRows) {
+      for (int64_t i = 0; i < used; ++i) {
+        TileWeightedSum<kDh, 1>(scores + i * kKeyGroup, kKeyGroup, v, reach, run.acc + i * kDh);
+      }
+      return;
+    }
+    for (int64_t i0 = 0; i0 < used; i0 += kRows) {
+      TileWeightedSum<kDh, kRows>(scores + i0 * kKeyGroup, kKeyGroup, v, reach, run.acc + i0 * kDh);
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t j = 0; j < reach; ++j) {
+        AddScaled(scores[i * kKeyGroup + j], v + j * dh, dh, run.acc + i * dh);
+      }
+    }
   }
 }
 
-// One head of one row through a.time queries (CausalAttentionPrefill). The
-// row's keys are first copied transposed, [Dh][keys], so that scores
-// accumulate along the keys in vector lanes (ScoreTile); kDh > 0 fixes the
-// head size so that the weighted sum of values stays in registers. Scores
-// are computed up to the tile's last position only.
+// One head of one row through a.time queries (CausalAttentionPrefill), key
+// group by key group: each group's keys are transposed once, and every
+// query tile that reaches the group takes its scores and values in turn while
+// both sit in the first-level cache; the softmax runs online across groups
+// (RunningSoftmax). Why keys outside: tile by tile, every tile of 8 queries
+// read all of the row's keys and values, which at a few thousand cached
+// tokens no longer fit in the second-level cache (1.5 MB for 3,000 keys of 64
+// floats), and the scratch grew with the context. This order was 1.24x
+// faster for 121 tokens over 8,000 and 1.44x for 512 over 3,584
+// (docs/benchmarks-log.md, "The chat's growth on LFM2"), and its scratch is
+// the chunk's. kDh > 0 fixes the head size so that the weighted sum of values
+// stays in registers.
 template <int64_t kDh>
 ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_t h,
                                    std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
-  // Queries that share one pass over the values (SoftmaxTile), or one
-  // score tile's when each query takes its own pass.
-  constexpr int64_t kSharedRows = kDh > 0 && kDh % 8 == 0 ? kWeightedRows<kDh> : kScoreTile;
   const int64_t keys = a.start + a.time;
-  // Padded to whole key groups: the score loop reads and writes them whole.
-  const int64_t padded = (keys + kKeyGroup - 1) / kKeyGroup * kKeyGroup;
-  scratch.assign(dh * padded + kQueryTile * padded + kQueryTile * dh, 0.0f);
-  float* kt = scratch.data();                 // [Dh][padded]
-  float* scores = kt + dh * padded;           // [kQueryTile][padded]
-  float* acc = scores + kQueryTile * padded;  // [kQueryTile][Dh]
+  const int64_t tiles = (a.time - a.first_output + kQueryTile - 1) / kQueryTile;
+  const int64_t rows = tiles * kQueryTile;
+  scratch.resize(dh * kKeyGroup + kQueryTile * kKeyGroup + rows * (dh + 2));
+  float* kt = scratch.data();                    // [Dh][kKeyGroup]
+  float* scores = kt + dh * kKeyGroup;           // [kQueryTile][kKeyGroup]
+  float* max = scores + kQueryTile * kKeyGroup;  // [rows]
+  float* total = max + rows;                     // [rows]
+  float* acc = total + rows;                     // [rows][Dh]
+  std::fill(max, max + rows, -std::numeric_limits<float>::infinity());
+  std::fill(total, acc + rows * dh, 0.0f);
   const int64_t row = CacheRow(a, SlotOf(a.slots, b), h);
   const float* k = a.k_cache + row;
   const float* v = a.v_cache + row;
-  TransposeKeys(k, keys, dh, padded, kt);
   const float slope = a.log_slopes ? std::exp(a.log_slopes[h]) : 0.0f;
-  for (int64_t t0 = a.first_output; t0 < a.time; t0 += kQueryTile) {
-    const int64_t count = std::min(kQueryTile, a.time - t0);
-    const float* q[kQueryTile];
-    int64_t position[kQueryTile];
-    for (int64_t i = 0; i < kQueryTile; ++i) {  // a short tile repeats its last query
-      const int64_t t = t0 + std::min(i, count - 1);
-      q[i] = a.q + b * a.row_stride + t * a.token_stride + h * dh;
-      position[i] = a.start + t;
-    }
-    Vec16 lanes_max[kQueryTile];
-    for (Vec16& lanes : lanes_max) lanes = Vec16{} - std::numeric_limits<float>::infinity();
-    for (int64_t i0 = 0; i0 < kQueryTile; i0 += kScoreTile) {
-      // Up to the last key any query of this pass over the values reads.
-      const int64_t last = position[(i0 / kSharedRows + 1) * kSharedRows - 1];
-      for (int64_t j0 = 0; j0 <= last; j0 += kKeyGroup) {
-        ScoreTile(q + i0, position + i0, kt, padded, dh, j0, a.scale, slope, scores + i0 * padded,
-                  lanes_max + i0);
+  const float* q[kQueryTile];
+  int64_t position[kQueryTile];
+  for (int64_t j0 = 0; j0 < keys; j0 += kKeyGroup) {
+    const int64_t group = std::min(kKeyGroup, keys - j0);
+    TransposeKeyGroup(k + j0 * dh, group, dh, kt);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t t0 = a.first_output + tile * kQueryTile;
+      const int64_t count = std::min(kQueryTile, a.time - t0);
+      if (a.start + t0 + count - 1 < j0) continue;  // the whole tile comes before the group
+      for (int64_t i = 0; i < kQueryTile; ++i) {    // a short tile repeats its last query
+        const int64_t t = t0 + std::min(i, count - 1);
+        q[i] = a.q + b * a.row_stride + t * a.token_stride + h * dh;
+        position[i] = a.start + t;
       }
+      const int64_t first = tile * kQueryTile;
+      FoldTile<kDh>(q, position, count, kt, v + j0 * dh, group, j0, dh, a.scale, slope, scores,
+                    {max + first, total + first, acc + first * dh});
     }
-    float* out = a.out + (OutputToken(b, t0, a.time, a.first_output) * a.heads + h) * dh;
-    const int64_t out_stride = a.heads * dh;  // between consecutive queries
-    float max[kQueryTile];
-    for (int64_t i = 0; i < kQueryTile; ++i) max[i] = LargestLane(lanes_max[i]);
-    if constexpr (kDh > 0 && kDh % 8 == 0) {
-      if (count == kQueryTile) {
-        SoftmaxTile<kDh>(scores, padded, position, max, v, acc, out, out_stride);
-        continue;
-      }
-    }
-    for (int64_t i = 0; i < count; ++i) {
-      SoftmaxWeightedSum<kDh>(scores + i * padded, position[i] + 1, max[i], v, dh, acc,
-                              out + i * out_stride);
-    }
+  }
+  for (int64_t t = a.first_output; t < a.time; ++t) {
+    const int64_t i = t - a.first_output;
+    const float inv_total = 1.0f / total[i];
+    float* out = a.out + (OutputToken(b, t, a.time, a.first_output) * a.heads + h) * dh;
+    for (int64_t d = 0; d < dh; ++d) out[d] = acc[i * dh + d] * inv_total;
   }
 }
 

@@ -69,8 +69,9 @@ void CachedAttentionStep(const CachedAttentionArgs& a);
 // Keys and values 0..start+C-1 must already be in the cache (AppendToCache).
 // Why a kernel: op by op the prefill built the full [C, start + C] score
 // matrix, half of it masked, plus its mask and bias, and took several passes
-// over it; here each query's scores are computed only up to its own position
-// and live in a scratch row of the cache's length. out: [B, C, H, Dh].
+// over it; here each query's scores are computed only up to its own position,
+// 64 keys at a time with an online softmax, so the scratch is the chunk's
+// (about Dh floats a query), whatever the context. out: [B, C, H, Dh].
 // Only queries t >= first_output are attended: out is [B, C - first_output,
 // H, Dh] (first_output above). With no query left the kernel returns at
 // once: the keys and values are in the cache already.

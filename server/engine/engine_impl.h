@@ -183,6 +183,9 @@ class Engine::Impl {
   // After a prefill chunk: caches the state at a checkpoint or the prompt's
   // end (with the logits after it).
   void SaveCheckpoint(Sequence& seq);
+  // The prompt-end checkpoint PrefillChunk put off (Sequence::
+  // end_checkpoint_due), if the sequence still holds its row.
+  void TakeDueCheckpoint(Sequence& seq);
   // Whether a finished sequence's last token can still enter its state
   // (return_state), which the context may not have room for.
   bool CanFeedLast(const Sequence& seq) const;

@@ -55,6 +55,10 @@ struct Sequence {
   // be fed to the state (by a decode step that samples nothing) before End.
   bool finishing = false;
   bool last_fed = false;  // that step has run
+  // The prompt's end is in the state but not yet in the state cache: its
+  // checkpoint waits until the first token has gone out (PrefillChunk), or
+  // is taken at End should the sequence end with that token.
+  bool end_checkpoint_due = false;
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
   bool fetching() const { return fetch != nullptr; }

@@ -140,6 +140,16 @@ TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
   EXPECT_EQ(log.reused_, (std::vector<int64_t>{0, 21, 30, 16}));
   EXPECT_GT(cached->load().cache_entries, 0);
   EXPECT_EQ(plain->load().cache_entries, 0);
+
+  // The prompt's end is cached after its first token goes out, or as the
+  // sequence ends when that token is its last.
+  const EngineRequest one = GreedyRun(Tokens(13, 50), 1);
+  const Result d = Run(*cached, one);
+  ExpectSame(d, Run(*plain, one), "one token");
+  const Result d_again = Run(*cached, one);
+  ExpectSame(d_again, d, "one token again");
+  EXPECT_EQ(d_again.last.cached_tokens, 13);
+  EXPECT_EQ(d_again.last.prefilled_tokens, 0);
 }
 
 // The shared tier (in memory here; Redis in state_store_test.cc and
