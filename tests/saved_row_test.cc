@@ -82,6 +82,76 @@ TEST_P(SavedRowTest, ACopyThatDoesNotFitIsRefusedBeforeWriting) {
   EXPECT_TRUE(backend.LoadRow(1, *saved).ok());
 }
 
+// Every tensor of `row` equals the same tensor of `plain`, a plain copy.
+void ExpectSameRow(const SavedRow& row, const SavedRow& plain) {
+  ASSERT_EQ(row.tensors.size(), plain.tensors.size());
+  for (size_t i = 0; i < row.tensors.size(); ++i) {
+    ASSERT_EQ(row.tensors[i].sizes(), plain.tensors[i].sizes()) << "tensor " << i;
+    EXPECT_TRUE(torch::equal(row.tensors[i], plain.tensors[i])) << "tensor " << i;
+  }
+}
+
+// How many of `a`'s tensors view memory of `b`'s.
+int SharedTensors(const SavedRow& a, const SavedRow& b) {
+  int shared = 0;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    shared += a.tensors[i].storage().is_alias_of(b.tensors[i].storage()) ? 1 : 0;
+  }
+  return shared;
+}
+
+TEST_P(SavedRowTest, ASaveOntoAnEarlierCopyWritesOnlyWhatIsNew) {
+  torch::NoGradGuard no_grad;
+  CausalLm model = testing::TinyModel(GetParam());
+  NativeBackend backend(model);
+  ASSERT_TRUE(backend.AllocateRows(2).ok());
+  const torch::Tensor row0 = torch::tensor({int64_t{0}});
+  const torch::Tensor row1 = torch::tensor({int64_t{1}});
+  ASSERT_TRUE(backend.Prefill(Ids(3, 0), row0, PrefillLogits::kNone).ok());
+  absl::StatusOr<SavedRow> first = backend.SaveRowOnto(0, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->length, 3);
+  SavedRow first_values;  // what the first copy holds, kept apart
+  for (const auto& t : first->tensors) first_values.tensors.push_back(t.clone());
+  // A key/value cache (short-conv's is its attention layer's) shares the
+  // memory of its keys and values; AFT's entries change as the sequence
+  // goes on, so its copies, like every recurrent state, are whole.
+  const MixerKind kind = GetParam();
+  const bool grows = kind == MixerKind::kMha || kind == MixerKind::kMhaAlibi ||
+                     kind == MixerKind::kRelative || kind == MixerKind::kGqa ||
+                     kind == MixerKind::kShortConv;
+
+  ASSERT_TRUE(backend.Step(torch::tensor({int64_t{9}}), row0).ok());
+  absl::StatusOr<SavedRow> second = backend.SaveRowOnto(0, &*first);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ExpectSameRow(*second, *backend.SaveRow(0));
+  ExpectSameRow(*first, first_values);  // the earlier copy reads as before
+  EXPECT_EQ(SharedTensors(*second, *first) > 0, grows);
+
+  // Another continuation of the first copy must not write into the room
+  // the second took: it gets memory of its own.
+  ASSERT_TRUE(backend.LoadRow(1, *first).ok());
+  ASSERT_TRUE(backend.Step(torch::tensor({int64_t{17}}), row1).ok());
+  absl::StatusOr<SavedRow> branch = backend.SaveRowOnto(1, &*first);
+  ASSERT_TRUE(branch.ok()) << branch.status();
+  ExpectSameRow(*branch, *backend.SaveRow(1));
+  EXPECT_EQ(SharedTensors(*branch, *first), 0);
+  ExpectSameRow(*second, *backend.SaveRow(0));
+
+  // The shared copy continues exactly as the row it came from.
+  ASSERT_TRUE(backend.LoadRow(1, *second).ok());
+  const torch::Tensor chunk = Ids(5, 40);
+  absl::StatusOr<torch::Tensor> a = backend.Prefill(chunk, row0, PrefillLogits::kLast);
+  absl::StatusOr<torch::Tensor> b = backend.Prefill(chunk, row1, PrefillLogits::kLast);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LE(MaxAbsDiff(*a, *b), 1e-6);
+  // A third save onto the second: shared again where the second was.
+  absl::StatusOr<SavedRow> third = backend.SaveRowOnto(0, &*second);
+  ASSERT_TRUE(third.ok()) << third.status();
+  ExpectSameRow(*third, *backend.SaveRow(0));
+  EXPECT_EQ(SharedTensors(*third, *first) > 0, grows);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryKind, SavedRowTest, ::testing::ValuesIn(AllMixerKinds()),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
 

@@ -20,6 +20,10 @@ int64_t SavedRow::bytes() const {
   return bytes;
 }
 
+absl::StatusOr<SavedRow> LmBackend::SaveRowOnto(int64_t row, const SavedRow* /*base*/) {
+  return SaveRow(row);
+}
+
 absl::StatusOr<SavedRow> LmBackend::ReadInitialState(const std::string& /*path*/) const {
   return absl::FailedPreconditionError(
       "only rwkv7 models on the native backend take initial states");

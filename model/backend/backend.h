@@ -17,7 +17,9 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,13 @@ namespace attn {
 // continuing it in any row of a backend of the same model needs.
 struct SavedRow {
   std::vector<torch::Tensor> tensors;  // on the backend's device
+  // Set by SaveRowOnto: the tensors of positions (a key/value cache's) view
+  // memory with room behind them, and this is shared by every row saved
+  // into that memory; it holds the length of the newest. A save extends a
+  // row in place only while this equals the row's `length`, so two
+  // sequences that continue one saved row never write the same room.
+  std::shared_ptr<std::atomic<int64_t>> written;
+  int64_t length = 0;
   // Bytes the tensors hold.
   int64_t bytes() const;
 };
@@ -62,6 +71,13 @@ class LmBackend {
 
   // Copies row `row` out: a cache's rows only as far as they are written.
   virtual absl::StatusOr<SavedRow> SaveRow(int64_t row) = 0;
+  // SaveRow for a row that continues `base` (loaded from it or saved as it,
+  // and only extended since; null: none): where `base` has room and no other
+  // save has extended it, only the positions past base's are copied, into
+  // that room, and the two share the memory of their common prefix (a
+  // conversation's cached turns hold its key/value prefix once). Otherwise a
+  // copy with room for a quarter more. The default is SaveRow(row).
+  virtual absl::StatusOr<SavedRow> SaveRowOnto(int64_t row, const SavedRow* base);
   // Makes `row` continue `saved` exactly as the saved row would have.
   // kInvalidArgument naming what does not fit when `saved` is not a row of
   // this model's state (the row must then be reset before reuse).

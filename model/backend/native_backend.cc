@@ -2,6 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
 #include "model/backend/guarded.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
 
@@ -28,7 +32,29 @@ absl::Status NativeBackend::ReleaseRow(int64_t row) {
 }
 
 absl::StatusOr<SavedRow> NativeBackend::SaveRow(int64_t row) {
-  return Guarded("saving a state row", [&] { return SavedRow{model_->SaveRow(state_, row)}; });
+  return Guarded("saving a state row", [&] {
+    return SavedRow{model_->SaveRow(state_, row), nullptr, 0};
+  });
+}
+
+absl::StatusOr<SavedRow> NativeBackend::SaveRowOnto(int64_t row, const SavedRow* base) {
+  return Guarded("saving a state row", [&] {
+    TORCH_CHECK(row >= 0 && row < state_.rows(), "SaveRow: row ", row, " of ", state_.rows());
+    const int64_t length = state_.length()[row].item<int64_t>();
+    if (base != nullptr && base->written != nullptr &&
+        model_->FitsInto(state_, row, base->tensors)) {
+      int64_t expected = base->length;
+      if (base->written->compare_exchange_strong(expected, length)) {
+        return SavedRow{model_->SaveRowInto(state_, row, base->tensors), base->written, length};
+      }
+    }
+    // Room for the next turns of a conversation: a quarter more, at least
+    // kMinRoom positions, so that copies happen once every few turns.
+    constexpr int64_t kMinRoom = 256;
+    const int64_t room = std::max(kMinRoom, length / 4);
+    return SavedRow{model_->SaveRow(state_, row, room),
+                    std::make_shared<std::atomic<int64_t>>(length), length};
+  });
 }
 
 absl::Status NativeBackend::LoadRow(int64_t row, const SavedRow& saved) {

@@ -26,6 +26,7 @@ class NativeBackend : public LmBackend {
   absl::Status ReleaseRow(int64_t row) override;
 
   absl::StatusOr<SavedRow> SaveRow(int64_t row) override;
+  absl::StatusOr<SavedRow> SaveRowOnto(int64_t row, const SavedRow* base) override;
   absl::Status LoadRow(int64_t row, const SavedRow& saved) override;
 
   absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,

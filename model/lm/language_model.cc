@@ -105,20 +105,29 @@ void CausalLmImpl::ReleaseSlots(LmState& state, const torch::Tensor& slots) cons
   }
 }
 
-std::vector<torch::Tensor> CausalLmImpl::SaveRow(const LmState& state, int64_t row) const {
+namespace {
+
+// Appends a layer's copy to the flat list SaveRow returns.
+void AppendLayer(const MixerState& layer, std::vector<torch::Tensor>& saved) {
+  saved.push_back(layer.length);
+  saved.insert(saved.end(), layer.tensors.begin(), layer.tensors.end());
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> CausalLmImpl::SaveRow(const LmState& state, int64_t row,
+                                                 int64_t room) const {
   std::vector<torch::Tensor> saved;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    MixerState layer = layers_[l]->mixer().SaveRow(state.layers[l], row);
-    saved.push_back(layer.length);
-    saved.insert(saved.end(), layer.tensors.begin(), layer.tensors.end());
+    AppendLayer(layers_[l]->mixer().SaveRow(state.layers[l], row, room), saved);
   }
   return saved;
 }
 
-void CausalLmImpl::LoadRow(LmState& state, int64_t row,
-                           const std::vector<torch::Tensor>& saved) const {
+std::vector<MixerState> CausalLmImpl::SplitSaved(const LmState& state,
+                                                 const std::vector<torch::Tensor>& saved) const {
   // Split the list by the layers' tensor counts, then check that every
-  // layer holds the same length before writing any.
+  // layer holds the same length.
   std::vector<MixerState> layers(layers_.size());
   size_t next = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -136,9 +145,34 @@ void CausalLmImpl::LoadRow(LmState& state, int64_t row,
   }
   TORCH_CHECK(next == saved.size(), "saved state: ", saved.size(), " tensors, this model holds ",
               next);
+  return layers;
+}
+
+void CausalLmImpl::LoadRow(LmState& state, int64_t row,
+                           const std::vector<torch::Tensor>& saved) const {
+  const std::vector<MixerState> layers = SplitSaved(state, saved);
   for (size_t l = 0; l < layers_.size(); ++l) {
     layers_[l]->mixer().LoadRow(state.layers[l], row, layers[l]);
   }
+}
+
+bool CausalLmImpl::FitsInto(const LmState& state, int64_t row,
+                            const std::vector<torch::Tensor>& base) const {
+  const std::vector<MixerState> layers = SplitSaved(state, base);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l]->mixer().FitsInto(state.layers[l], row, layers[l])) return false;
+  }
+  return true;
+}
+
+std::vector<torch::Tensor> CausalLmImpl::SaveRowInto(const LmState& state, int64_t row,
+                                                     const std::vector<torch::Tensor>& base) const {
+  const std::vector<MixerState> layers = SplitSaved(state, base);
+  std::vector<torch::Tensor> saved;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    AppendLayer(layers_[l]->mixer().SaveRowInto(state.layers[l], row, layers[l]), saved);
+  }
+  return saved;
 }
 
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,

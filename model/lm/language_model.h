@@ -86,8 +86,17 @@ class CausalLmImpl : public torch::nn::Module {
   // tensors, copied as SequenceMixer::SaveRow does. LoadRow writes such a
   // list into row `row`; it throws c10::Error when the list does not fit
   // this model, and may then have written part of the row (reset it).
-  std::vector<torch::Tensor> SaveRow(const LmState& state, int64_t row) const;
+  // With `room` > 0 a key/value cache's copy has room for that many more
+  // positions behind it (SequenceMixer::SaveRow).
+  std::vector<torch::Tensor> SaveRow(const LmState& state, int64_t row, int64_t room = 0) const;
   void LoadRow(LmState& state, int64_t row, const std::vector<torch::Tensor>& saved) const;
+  // SequenceMixer::FitsInto and SaveRowInto for every layer: a copy of row
+  // `row` that shares the memory of `base`, an earlier copy of it, writing
+  // only the positions past base's. Throws c10::Error when `base` does not
+  // fit this model.
+  bool FitsInto(const LmState& state, int64_t row, const std::vector<torch::Tensor>& base) const;
+  std::vector<torch::Tensor> SaveRowInto(const LmState& state, int64_t row,
+                                         const std::vector<torch::Tensor>& base) const;
 
   const LmConfig& config() const { return config_; }
   // Longest sequence the model can process; -1 when unbounded.
@@ -120,6 +129,9 @@ class CausalLmImpl : public torch::nn::Module {
   // before the head.
   torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   void CheckTokens(const torch::Tensor& tokens) const;
+  // A SaveRow list split into its layers' states, checked to fit this model.
+  std::vector<MixerState> SplitSaved(const LmState& state,
+                                     const std::vector<torch::Tensor>& saved) const;
 
   LmConfig config_;
   torch::nn::Embedding embedding_{nullptr};

@@ -81,7 +81,7 @@ void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) co
   ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
 }
 
-MixerState SequenceMixer::SaveRow(const MixerState& state, int64_t row) const {
+MixerState SequenceMixer::SaveRow(const MixerState& state, int64_t row, int64_t room) const {
   TORCH_CHECK(row >= 0 && row < state.rows(), "SaveRow: row ", row, " of ", state.rows());
   const HeldPositions held = held_positions();
   MixerState saved;
@@ -89,8 +89,82 @@ MixerState SequenceMixer::SaveRow(const MixerState& state, int64_t row) const {
   const int64_t count = held.Count(saved.length.item<int64_t>());
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     torch::Tensor t = state.tensors[i].narrow(0, row, 1);
-    if (held.dim >= 0 && i >= held.first) t = t.narrow(held.dim, 0, count);
-    saved.tensors.push_back(t.clone());
+    if (held.dim < 0 || i < held.first) {
+      saved.tensors.push_back(t.clone());
+      continue;
+    }
+    const int64_t capacity = std::min(count + std::max<int64_t>(room, 0), t.size(held.dim));
+    t = t.narrow(held.dim, 0, count);
+    if (capacity == count) {
+      saved.tensors.push_back(t.clone());
+      continue;
+    }
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[held.dim] = capacity;
+    torch::Tensor copy = torch::empty(sizes, t.options()).narrow(held.dim, 0, count);
+    saved.tensors.push_back(copy.copy_(t));
+  }
+  return saved;
+}
+
+namespace {
+
+// Whether the view `t` can grow to `count` entries along `dim` inside its
+// memory: the grown entries stay clear of the next index of every outer dim
+// and of the storage's end.
+bool HasRoom(const torch::Tensor& t, int64_t dim, int64_t count) {
+  const int64_t step = t.stride(dim);
+  if (step <= 0 || t.size(dim) > count) return false;
+  int64_t last = t.storage_offset() + (count - 1) * step;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d == dim || t.size(d) < 1) continue;
+    last += (t.size(d) - 1) * t.stride(d);
+    if (d < dim && t.size(d) > 1 && count * step > t.stride(d)) return false;
+    if (d > dim && (t.size(d) - 1) * t.stride(d) >= step) return false;
+  }
+  return last < static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+}
+
+}  // namespace
+
+bool SequenceMixer::FitsInto(const MixerState& state, int64_t row, const MixerState& base) const {
+  const HeldPositions held = held_positions();
+  if (held.dim < 0) return true;  // nothing grows: every tensor is copied
+  if (base.tensors.size() != state.tensors.size() || !base.length.defined()) return false;
+  const int64_t length = state.length[row].item<int64_t>();
+  const int64_t from = base.length.item<int64_t>();
+  // Only a key/value cache's entries never change once written: it holds
+  // positions from its first tensor on, without a window. AFT's (from its
+  // fourth tensor) are rescaled as the sequence goes on.
+  const bool append_only = held.first == 0 && held.window < 0;
+  if (!append_only || from > length) return false;
+  for (size_t i = held.first; i < base.tensors.size(); ++i) {
+    if (!HasRoom(base.tensors[i], held.dim, length)) return false;
+  }
+  return true;
+}
+
+MixerState SequenceMixer::SaveRowInto(const MixerState& state, int64_t row,
+                                      const MixerState& base) const {
+  TORCH_CHECK(row >= 0 && row < state.rows(), "SaveRowInto: row ", row, " of ", state.rows());
+  TORCH_CHECK(FitsInto(state, row, base), "SaveRowInto: no room behind the saved row");
+  const HeldPositions held = held_positions();
+  MixerState saved;
+  saved.length = state.length.narrow(0, row, 1).clone();
+  const int64_t length = saved.length.item<int64_t>();
+  const int64_t from = base.length.item<int64_t>();
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    const torch::Tensor t = state.tensors[i].narrow(0, row, 1);
+    if (held.dim < 0 || i < held.first) {
+      saved.tensors.push_back(t.clone());
+      continue;
+    }
+    const torch::Tensor& b = base.tensors[i];
+    std::vector<int64_t> sizes = b.sizes().vec();
+    sizes[held.dim] = length;
+    torch::Tensor grown = b.as_strided(sizes, b.strides(), b.storage_offset());
+    grown.narrow(held.dim, from, length - from).copy_(t.narrow(held.dim, from, length - from));
+    saved.tensors.push_back(grown);
   }
   return saved;
 }

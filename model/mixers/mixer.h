@@ -141,8 +141,24 @@ class SequenceMixer : public torch::nn::Module {
   // copy exactly as the saved row would. It throws c10::Error when `saved`
   // does not fit this mixer (the tensors' count, dtypes or shapes, a length
   // past max_context), before writing anything.
-  MixerState SaveRow(const MixerState& state, int64_t row) const;
+  // With `room` > 0 the copies of the held positions get capacity for that
+  // many more behind them (within the state's own), so that a later save of
+  // the same sequence can extend them in place (SaveRowInto).
+  MixerState SaveRow(const MixerState& state, int64_t row, int64_t room = 0) const;
   void LoadRow(MixerState& state, int64_t row, const MixerState& saved) const;
+  // Whether SaveRowInto(state, row, base) can write row `row`'s held
+  // positions into the room behind `base`'s: the row is no shorter, its held
+  // positions are a key/value cache's (entries never change once written;
+  // AFT's are rescaled as its sequence goes on), and base's memory has room
+  // for them.
+  bool FitsInto(const MixerState& state, int64_t row, const MixerState& base) const;
+  // SaveRow that shares `base`'s memory. `base` is a copy of this row at an
+  // earlier length (the row was loaded from it or saved as it, and has only
+  // been extended since), FitsInto holds, and the caller owns base's room
+  // (nothing else writes there; LmBackend::SaveRowOnto). Writes the held
+  // positions past base's into that room and returns views of the memory;
+  // the other tensors are copied.
+  MixerState SaveRowInto(const MixerState& state, int64_t row, const MixerState& base) const;
 
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.

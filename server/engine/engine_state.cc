@@ -17,7 +17,9 @@ void Engine::Impl::StartSequence(Sequence& seq) {
     if (absl::Status loaded = backend_->LoadRow(seq.slot, *seq.request.start_state); !loaded.ok()) {
       EndWithError(seq,
                    InvalidField("state", "does not fit this model's state: ", loaded.message()));
+      return;
     }
+    seq.saved_base = seq.request.start_state;
     return;
   }
   const std::vector<int64_t>& prompt = seq.request.prompt;
@@ -44,6 +46,7 @@ void Engine::Impl::StartSequence(Sequence& seq) {
     return;
   }
   seq.prefilled = seq.cache_hit = hit.tokens;
+  seq.saved_base = std::shared_ptr<const SavedRow>(hit.state, &hit.state->row);
   if (!seq.prefilling()) {  // the whole prompt: its logits came with it
     seq.last_logits = hit.state->logits;
     const auto vocab = static_cast<int64_t>(seq.last_logits.size());
@@ -90,11 +93,13 @@ bool Engine::Impl::ApplyFetches(absl::Time now) {
     applied = true;
     if (hit.tokens > seq->prefilled && backend_->LoadRow(seq->slot, *hit.row).ok()) {
       seq->prefilled = seq->cache_hit = hit.tokens;
+      seq->saved_base = hit.row;
     } else if (hit.tokens > 0) {
       // A verified entry whose tensors do not fit: the row may be half
       // written, so start over from the prompt's beginning.
       backend_->ResetRow(seq->slot).IgnoreError();
       seq->prefilled = seq->cache_hit = 0;
+      seq->saved_base.reset();
       if (seq->request.initial_state) {
         backend_->LoadRow(seq->slot, *seq->request.initial_state).IgnoreError();
       }
@@ -124,13 +129,17 @@ void Engine::Impl::SaveCheckpoint(Sequence& seq) {
   // A prompt's end is worth keeping with its logits even when a checkpoint
   // without them is there.
   if (!at_end && cache_->Contains(tokens, seq.request.cache_origin)) return;
-  absl::StatusOr<SavedRow> row = backend_->SaveRow(seq.slot);
+  absl::StatusOr<SavedRow> row = backend_->SaveRowOnto(seq.slot, seq.saved_base.get());
   if (!row.ok()) return;  // the cache is an optimisation: go on without it
   if (at_end) WriteToStore(seq, {tokens.begin(), tokens.end()}, *row);
-  if (!cache_) return;
+  if (!cache_) {
+    seq.saved_base = std::make_shared<const SavedRow>(*std::move(row));
+    return;
+  }
   auto state = std::make_shared<CachedState>();
   state->row = *std::move(row);
   if (at_end) state->logits = seq.last_logits;
+  seq.saved_base = std::shared_ptr<const SavedRow>(state, &state->row);
   cache_->Insert(tokens, std::move(state), seq.request.cache_origin);
   PublishCacheSize();
 }
@@ -156,7 +165,7 @@ absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
     if (seq.request.return_state_tokens) last.state_token_ids = StateTokens(seq);
     return absl::OkStatus();
   }
-  absl::StatusOr<SavedRow> row = backend_->SaveRow(seq.slot);
+  absl::StatusOr<SavedRow> row = backend_->SaveRowOnto(seq.slot, seq.saved_base.get());
   if (!row.ok()) {
     if (!seq.request.return_state) return absl::OkStatus();
     return absl::InternalError(

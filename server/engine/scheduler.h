@@ -48,6 +48,10 @@ struct Sequence {
   StreamEvent pending;        // tokens not yet pushed (EngineOptions::stream_interval)
   std::vector<int64_t> generated_ids;
   int64_t cache_hit = 0;  // prompt tokens the state cache (or the tier) supplied
+  // The saved row the state continues (loaded from it or saved as it): the
+  // next save copies only what is new when it has room
+  // (LmBackend::SaveRowOnto).
+  std::shared_ptr<const SavedRow> saved_base;
   // Set while the shared tier looks for a longer prefix: the sequence
   // holds its slot and waits before prefilling.
   std::shared_ptr<StoreFetch> fetch;

@@ -1,5 +1,6 @@
 #include "server/state/state_cache.h"
 
+#include <unordered_set>
 #include <utility>
 
 namespace attn::serving {
@@ -14,12 +15,30 @@ uint64_t Mix(uint64_t key, int64_t token) {
   return x ^ (x >> 31);
 }
 
-int64_t EntryBytes(const CachedState& state, size_t tokens) {
-  return state.row.bytes() + static_cast<int64_t>(state.logits.size() * sizeof(float)) +
+// An entry's own bytes: all but its tensors' memory.
+int64_t OwnBytes(const CachedState& state, size_t tokens) {
+  return static_cast<int64_t>(state.logits.size() * sizeof(float)) +
          static_cast<int64_t>(tokens * sizeof(int32_t));
 }
 
+const void* MemoryOf(const torch::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
 }  // namespace
+
+int64_t StateCache::MemoryBytes(const CachedState& state,
+                                const std::unordered_map<const void*, Memory>* held) {
+  int64_t bytes = 0;
+  std::unordered_set<const void*> counted;
+  for (const torch::Tensor& t : state.row.tensors) {
+    const void* memory = MemoryOf(t);
+    if ((held == nullptr || held->count(memory) == 0) && counted.insert(memory).second) {
+      bytes += static_cast<int64_t>(t.storage().nbytes());
+    }
+  }
+  return bytes;
+}
+
+namespace {}  // namespace
 
 StateCache::StateCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
 
@@ -69,13 +88,14 @@ bool StateCache::Contains(absl::Span<const int64_t> tokens, uint64_t origin) con
 void StateCache::Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state,
                         uint64_t origin) {
   if (tokens.empty() || !state) return;
-  const int64_t bytes = EntryBytes(*state, tokens.size());
-  if (bytes > capacity_bytes_) return;
+  const int64_t bytes = OwnBytes(*state, tokens.size());
+  if (bytes + MemoryBytes(*state, nullptr) > capacity_bytes_) return;
   const uint64_t key = Key(tokens, origin);
   if (auto it = entries_.find(key); it != entries_.end()) Erase(it);
-  while (bytes_ + bytes > capacity_bytes_ && !recency_.empty()) {
+  while (bytes_ + bytes + MemoryBytes(*state, &memory_) > capacity_bytes_ && !recency_.empty()) {
     Erase(entries_.find(recency_.back()));
   }
+  HoldMemory(*state, +1);
   recency_.push_front(key);
   Entry& entry = entries_[key];
   entry.origin = origin;
@@ -88,8 +108,24 @@ void StateCache::Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const 
 
 void StateCache::Erase(std::unordered_map<uint64_t, Entry>::iterator it) {
   bytes_ -= it->second.bytes;
+  HoldMemory(*it->second.state, -1);
   recency_.erase(it->second.recency);
   entries_.erase(it);
+}
+
+void StateCache::HoldMemory(const CachedState& state, int change) {
+  for (const torch::Tensor& t : state.row.tensors) {
+    Memory& memory = memory_[MemoryOf(t)];
+    if (memory.holders == 0) {
+      memory.bytes = static_cast<int64_t>(t.storage().nbytes());
+      bytes_ += memory.bytes;
+    }
+    memory.holders += change;
+    if (memory.holders == 0) {
+      bytes_ -= memory.bytes;
+      memory_.erase(MemoryOf(t));
+    }
+  }
 }
 
 }  // namespace attn::serving

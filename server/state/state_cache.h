@@ -8,9 +8,11 @@
 // that matches is verified against the tokens the entry stores before it is
 // used, so a hash collision costs a miss, never a wrong state.
 //
-// Entries are bounded by bytes, least recently used out first. An entry's
-// bytes are what it really holds: its state (a key/value cache's rows only
-// as far as they are written), its logits if any, and its tokens.
+// Entries are bounded by bytes, least recently used out first. The bytes
+// are what the entries really hold: their logits, tokens and the memory of
+// their states' tensors, each block of memory once however many entries
+// view it (the cached turns of one conversation share their key/value
+// prefix, LmBackend::SaveRowOnto).
 //
 // Not thread-safe: the engine thread owns it.
 #pragma once
@@ -82,11 +84,22 @@ class StateCache {
   static bool Holds(const Entry& entry, absl::Span<const int64_t> tokens, size_t count,
                     uint64_t origin);
   void Erase(std::unordered_map<uint64_t, Entry>::iterator it);
+  struct Memory {
+    int64_t holders = 0;  // entries' tensors that view it
+    int64_t bytes = 0;
+  };
+  // The bytes of the memory behind `state`'s tensors, each block once,
+  // leaving out those in `held` (null: none).
+  static int64_t MemoryBytes(const CachedState& state,
+                             const std::unordered_map<const void*, Memory>* held);
+  // Counts `state`'s memory as held by one more entry (+1) or one fewer (-1).
+  void HoldMemory(const CachedState& state, int change);
 
   const int64_t capacity_bytes_;
   int64_t bytes_ = 0;
   std::unordered_map<uint64_t, Entry> entries_;
-  std::list<uint64_t> recency_;  // keys, most recently used first
+  std::list<uint64_t> recency_;                     // keys, most recently used first
+  std::unordered_map<const void*, Memory> memory_;  // by storage
 };
 
 }  // namespace attn::serving

@@ -152,6 +152,36 @@ TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
   EXPECT_EQ(d_again.last.prefilled_tokens, 0);
 }
 
+// A chat whose history is resent every turn, on a model whose state grows
+// (a key/value cache, or a hybrid's attention layers): each save continues
+// the entry the turn started from, so the turns and the checkpoints every 8
+// tokens view one block of keys and values instead of a copy each.
+TEST_P(StateReuseTest, AConversationHoldsItsKeysAndValuesOnce) {
+  const MixerKind kind = GetParam();
+  if (kind != MixerKind::kMha && kind != MixerKind::kMhaAlibi && kind != MixerKind::kRelative &&
+      kind != MixerKind::kGqa && kind != MixerKind::kShortConv) {
+    GTEST_SKIP() << "no key/value cache";
+  }
+  model_ = TinyModel(kind);
+  auto cached = NewEngine(64 << 20);
+  auto plain = NewEngine(0);
+  std::vector<int64_t> prompt = Tokens(300, 3);
+  int64_t cached_turn = 0;  // the tokens of the last turn's finished state
+  for (int turn = 0; turn < 3; ++turn) {
+    const EngineRequest request = GreedyRun(prompt, 6);
+    const Result got = Run(*cached, request);
+    ExpectSame(got, Run(*plain, request), "turn " + std::to_string(turn));
+    EXPECT_EQ(got.last.cached_tokens, cached_turn) << "turn " << turn;
+    cached_turn = static_cast<int64_t>(prompt.size() + got.ids.size()) - 1;
+    prompt = Concat(Concat(prompt, got.ids), Tokens(7, 40 + turn));
+  }
+  // About 25 entries of 16 to 330 tokens (a checkpoint per 16-token chunk,
+  // each turn's end and finish): copies would hold about nine times the
+  // keys and values of one sequence at 512 tokens.
+  EXPECT_GT(cached->load().cache_entries, 20);
+  EXPECT_LT(cached->load().cache_bytes, 3 * model_->state_bytes_per_sequence(512));
+}
+
 // The shared tier (in memory here; Redis in state_store_test.cc and
 // state_store_redis.sh): an engine with no local cache stores the state at
 // its prompt's end, another (a replica) continues a longer prompt from it
@@ -290,6 +320,28 @@ TEST(StateCacheTest, EvictsTheLeastRecentlyUsedToStayWithinItsBytes) {
   cache.Insert({5, 5}, StateOf(5, 1000));  // larger than the whole cache: not kept
   EXPECT_EQ(cache.entries(), 3);
   EXPECT_LE(cache.bytes(), cache.capacity_bytes());
+}
+
+TEST(StateCacheTest, EntriesThatViewOneMemoryCountItOnce) {
+  // Two turns of a conversation: the later entry views the earlier one's
+  // memory of 64 floats (256 bytes), 48 of them where the earlier sees 32.
+  const torch::Tensor memory = torch::zeros({64});
+  auto first = std::make_shared<CachedState>();
+  first->row.tensors.push_back(memory.narrow(0, 0, 32));
+  auto second = std::make_shared<CachedState>();
+  second->row.tensors.push_back(memory.narrow(0, 0, 48));
+  StateCache cache(576);
+  cache.Insert({1, 2}, first);
+  EXPECT_EQ(cache.bytes(), 256 + 8);
+  cache.Insert({1, 2, 3}, second);
+  EXPECT_EQ(cache.bytes(), 256 + 8 + 12);  // the memory once, the tokens of both
+  cache.Insert({7}, StateOf(7, 64));
+  EXPECT_EQ(cache.entries(), 3);
+  // Dropping one viewer frees only its tokens: the next entry takes both.
+  cache.Insert({8}, StateOf(8, 64));
+  EXPECT_EQ(cache.entries(), 2);
+  EXPECT_EQ(cache.Lookup({1, 2, 3, 4}).tokens, 0);
+  EXPECT_EQ(cache.bytes(), 2 * 260);
 }
 
 }  // namespace state_reuse_test
