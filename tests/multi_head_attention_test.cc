@@ -218,5 +218,34 @@ TEST(KvCache, RowsHoldMemoryAsWrittenAndGiveItBack) {
   EXPECT_EQ(state.tensors[1][3].abs().max().item<float>(), 0.0f);
 }
 
+// A row loaded into a released row (the state cache's hit) backs only the
+// pages its positions need, however the copy prepares them, and continues
+// as the saved row would.
+TEST(KvCache, ALoadedRowHoldsOnlyItsPositionsPages) {
+  torch::manual_seed(10);
+  MixerOptions o = SmallOptions(MixerKind::kMha);
+  o.max_context = 8192;
+  MultiHeadAttention mha(o);
+  mha->eval();
+  torch::NoGradGuard no_grad;
+  MixerState state = mha->initial_state(4, torch::kCPU);
+  const torch::Tensor& keys = state.tensors[0];
+  const torch::Tensor from = torch::tensor({1}, torch::kLong);
+  const torch::Tensor to = torch::tensor({2}, torch::kLong);
+  // 1,500 positions of 8 floats: 48,000 bytes a head, runs long enough to be
+  // prepared in one call each.
+  mha->prefill(torch::randn({1, 1500, o.d_model}), state, from);
+  const MixerState saved = mha->SaveRow(state, 1);
+  const torch::Tensor next = torch::randn({1, o.d_model});
+  const torch::Tensor want = mha->step(next, state, from);
+  mha->ReleaseSlots(state, torch::tensor({1, 2}, torch::kLong));
+  ASSERT_LE(ResidentBytes(keys), 4 * 4096);
+
+  mha->LoadRow(state, 2, saved);
+  // Each head's 48,000 bytes span at most 13 pages; the row's capacity is 64.
+  EXPECT_LE(ResidentBytes(keys), o.heads * 13 * 4096 + 4 * 4096);
+  EXPECT_TRUE(torch::equal(mha->step(next, state, to), want));
+}
+
 }  // namespace
 }  // namespace attn

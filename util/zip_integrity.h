@@ -37,8 +37,9 @@ absl::StatusOr<std::map<std::string, absl::string_view>> StoredZipEntries(
 
 // The bytes of the file at `path`, once CheckZipIntegrity passed on them:
 // what a loader hands to LibTorch (from memory, so the bytes checked are the
-// bytes read). kDataLoss for an unreadable or corrupt file; messages start
-// with `path`.
+// bytes read; loaders hand them over through caffe2::serialize::MemoryReadAdapter,
+// without another copy). kDataLoss
+// for an unreadable or corrupt file; messages start with `path`.
 absl::StatusOr<std::string> ReadIntactZip(const std::string& path);
 
 }  // namespace attn

@@ -1,11 +1,11 @@
 #include "model/backend/torchscript_backend.h"
 
+#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -183,12 +183,14 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   absl::StatusOr<std::string> bytes = ReadIntactZip(path);
   if (!bytes.ok()) return absl::DataLossError(absl::StrCat("model ", bytes.status().message()));
   auto module = std::make_unique<torch::jit::Module>();
-  std::istringstream stream(*std::move(bytes));
-  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(stream, device); });
+  auto reader =
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes->data(), bytes->size());
+  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(reader, device); });
       !loaded.ok()) {
     return absl::DataLossError(
         absl::StrCat("model ", path, " is not a readable TorchScript archive: ", loaded.message()));
   }
+  std::string().swap(*bytes);  // LibTorch holds the tensors now
   auto invalid = [&](const auto&... problem) {
     return absl::InvalidArgumentError(absl::StrCat("model ", path, ": ", problem...));
   };

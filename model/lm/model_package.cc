@@ -1,12 +1,12 @@
 #include "model/lm/model_package.h"
 
+#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <exception>
 #include <filesystem>
 #include <map>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -224,8 +224,12 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
   }
   torch::jit::Module archive;
   try {
-    std::istringstream stream(*std::move(file));
-    archive = torch::jit::load(stream, torch::kCPU);
+    // From the checked bytes in place; they are freed once LibTorch holds
+    // the tensors, before the model copies them (a 1B-shape package is 6 GB).
+    archive = torch::jit::load(
+        std::make_shared<caffe2::serialize::MemoryReadAdapter>(file->data(), file->size()),
+        torch::kCPU);
+    std::string().swap(*file);
   } catch (const std::exception& e) {
     // Not only c10::Error: the archive's TorchScript source is parsed on
     // load, and a syntax error there is a std::runtime_error.
