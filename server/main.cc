@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
+  attn::ReturnFreedMemory();
   for (const auto& model : (*server)->registry().models()) {
     const auto& d = model->description;
     const std::string weights = d.weight_dtype == "int8" ? "int8 weights, " : "";

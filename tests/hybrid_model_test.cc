@@ -10,6 +10,7 @@
 
 #include "model/lm/language_model.h"
 #include "model/lm/torchscript_methods.h"
+#include "model/mixers/kv_cache.h"
 #include "tests/test_util.h"
 
 namespace attn {
@@ -129,6 +130,40 @@ TEST(HybridModelTest, ExpertsKeepTheFormsEqualAndRowsIndependent) {
   LmConfig gelu = config;
   gelu.ff = FeedForwardKind::kGelu;
   EXPECT_NE(gelu.Validate().message().find("moe"), std::string::npos);
+}
+
+// A pool of rows costs memory as its rows are written: the Mamba-2 layers'
+// states are mapped zero pages, a released row gives its pages back, and a
+// reused row continues exactly as a fresh one. (granite-4.0-h-1b holds
+// 57 MB of state per sequence: a pool of 256 rows, allocated eagerly, would
+// need 14.6 GB before the first request.)
+TEST(HybridModelTest, StatePoolHoldsMemoryAsRowsAreWritten) {
+  LmConfig config = GraniteShaped();
+  config.mamba2.state_size = 128;  // 32 KiB of SSM state per row and layer
+  CausalLm model = RandomModel(config, 11);
+  torch::NoGradGuard no_grad;
+  LmState pool = model->initial_state(64, torch::kCPU);
+  const torch::Tensor& ssm = pool.layers[0].tensors[1];
+  const int64_t row_bytes = ssm.nbytes() / 64;
+  ASSERT_GE(row_bytes, 8 * 4096);
+  EXPECT_EQ(ResidentBytes(ssm), 0) << "a new pool holds no memory";
+
+  const auto row = torch::tensor({5}, torch::kLong);
+  const auto first = torch::randint(0, 53, {1, 30}, torch::kLong);
+  model->prefill(first, pool, row, PrefillLogits::kNone);
+  EXPECT_GE(ResidentBytes(ssm), row_bytes - 2 * 4096);
+  EXPECT_LE(ResidentBytes(ssm), row_bytes + 2 * 4096) << "only the written row is backed";
+
+  model->ReleaseSlots(pool, row);
+  EXPECT_LE(ResidentBytes(ssm), 2 * 4096) << "the row's whole pages went back";
+  EXPECT_EQ(pool.layers[0].length[5].item<int64_t>(), 0);
+  EXPECT_EQ(ssm[5].abs().max().item<float>(), 0.0f);
+
+  const auto second = torch::randint(0, 53, {1, 20}, torch::kLong);
+  const auto expected = model->forward(second);
+  model->ResetSlots(pool, row);
+  const auto reused = model->prefill(second, pool, row, PrefillLogits::kAll);
+  EXPECT_LT(RelativeError(reused, expected), 1e-5);
 }
 
 TEST(HybridModelTest, FormsAgreeInFloat64PastEightThousandTokens) {

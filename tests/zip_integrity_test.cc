@@ -1,11 +1,17 @@
 #include "util/zip_integrity.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "util/files.h"
 
 namespace attn {
 namespace {
@@ -184,6 +190,31 @@ TEST(ZipIntegrity, ReadIntactZipNamesAnUnreadableFile) {
   auto read = ReadIntactZip("/nonexistent/model.pt");
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(std::string(read.status().message()).find("/nonexistent/model.pt"), std::string::npos);
+}
+
+// ReadFileBytes reads a file in one buffer of its size, an empty file as
+// empty, a pipe (which has no size) as a stream, and names what it cannot.
+TEST(ReadFileBytes, ReadsFilesEmptyFilesAndPipes) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/read_file_bytes_test.bin";
+  std::string bytes(100000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_EQ(ReadFileBytes(path).value(), bytes);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).flush();
+  EXPECT_EQ(ReadFileBytes(path).value(), "");
+  std::remove(path.c_str());
+
+  const std::string fifo = dir + "/read_file_bytes_test.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << bytes; });
+  EXPECT_EQ(ReadFileBytes(fifo).value(), bytes);
+  writer.join();
+  std::remove(fifo.c_str());
+
+  absl::StatusOr<std::string> missing = ReadFileBytes(dir + "/absent", "--text_file=");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "--text_file=" + dir + "/absent: cannot read it");
 }
 
 }  // namespace

@@ -130,4 +130,6 @@ bool KeepFreedMemoryForReuse() {
          mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
 }
 
+void ReturnFreedMemory() { malloc_trim(0); }
+
 }  // namespace attn

@@ -76,4 +76,11 @@ void ReleaseThreadTeam();
 // memory per malloc arena) rather than shrinking.
 bool KeepFreedMemoryForReuse();
 
+// Hands the C heap's free memory back to the system (malloc_trim): what
+// loading left behind, which KeepFreedMemoryForReuse would otherwise keep.
+// Loading a model frees as much as it keeps (the package's bytes, LibTorch's
+// copy of every tensor); gigabytes at the public 1B shapes. Call once the
+// models are loaded.
+void ReturnFreedMemory();
+
 }  // namespace attn

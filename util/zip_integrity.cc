@@ -3,10 +3,10 @@
 #include <zlib.h>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/files.h"
 
 namespace attn {
 namespace {
@@ -252,29 +252,9 @@ absl::StatusOr<std::map<std::string, absl::string_view>> StoredZipEntries(
   return entries;
 }
 
-namespace {
-
-// The file's bytes in one buffer of its size. A package is gigabytes at the
-// public 1B shapes: reading it through a growing string stream held up to
-// three copies at once, and LibTorch then read it through another.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  const std::streamoff size = file ? static_cast<std::streamoff>(file.tellg()) : -1;
-  if (size < 0) return absl::DataLossError(absl::StrCat(path, ": cannot read it"));
-  std::string bytes(static_cast<size_t>(size), '\0');
-  file.seekg(0);
-  file.read(bytes.data(), size);
-  if (!file || file.gcount() != size) {
-    return absl::DataLossError(absl::StrCat(path, ": cannot read it"));
-  }
-  return bytes;
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> ReadIntactZip(const std::string& path) {
-  absl::StatusOr<std::string> archive = ReadWholeFile(path);
-  if (!archive.ok()) return archive.status();
+  absl::StatusOr<std::string> archive = ReadFileBytes(path);
+  if (!archive.ok()) return absl::DataLossError(archive.status().message());
   if (auto status = CheckZipIntegrity(*archive); !status.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", status.message()));
   }

@@ -1,20 +1,18 @@
 #include "model/backend/torchscript_backend.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/backend/guarded.h"
+#include "model/lm/checked_archive.h"
 #include "model/lm/row_groups.h"
 #include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "util/zip_integrity.h"
 
 namespace attn {
 namespace {
@@ -175,22 +173,9 @@ TorchScriptBackend::~TorchScriptBackend() = default;
 
 absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
     const std::string& path, torch::Device device) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return absl::NotFoundError(absl::StrCat("model ", path, " does not exist"));
-  }
-  // LibTorch checks no CRC; a damaged file must not load as other weights.
-  absl::StatusOr<std::string> bytes = ReadIntactZip(path);
-  if (!bytes.ok()) return absl::DataLossError(absl::StrCat("model ", bytes.status().message()));
-  auto module = std::make_unique<torch::jit::Module>();
-  auto reader =
-      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes->data(), bytes->size());
-  if (auto loaded = GuardedCall("loading", [&] { *module = torch::jit::load(reader, device); });
-      !loaded.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("model ", path, " is not a readable TorchScript archive: ", loaded.message()));
-  }
-  std::string().swap(*bytes);  // LibTorch holds the tensors now
+  absl::StatusOr<torch::jit::Module> loaded = LoadCheckedArchive(path, device, "model");
+  if (!loaded.ok()) return loaded.status();
+  auto module = std::make_unique<torch::jit::Module>(*std::move(loaded));
   auto invalid = [&](const auto&... problem) {
     return absl::InvalidArgumentError(absl::StrCat("model ", path, ": ", problem...));
   };

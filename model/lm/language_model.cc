@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "model/layers/dense.h"
 #include "model/lm/row_groups.h"
+#include "model/mixers/kv_cache.h"
 
 namespace attn {
 
@@ -90,7 +91,7 @@ torch::Tensor CausalLmImpl::forward(const torch::Tensor& tokens) {
 LmState CausalLmImpl::initial_state(int64_t rows, torch::Device device) const {
   LmState state;
   for (const auto& layer : layers_)
-    state.layers.push_back(layer->mixer().initial_state(rows, device));
+    state.layers.push_back(MakeStatePool(layer->mixer(), rows, device));
   return state;
 }
 

@@ -1,22 +1,20 @@
 #include "model/lm/model_package.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <exception>
-#include <filesystem>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/layers/dense.h"
+#include "model/lm/checked_archive.h"
 #include "model/lm/torchscript_methods.h"
 #include "model/text/chat_format.h"
 #include "model/text/chat_template.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "util/zip_integrity.h"
 
 namespace attn {
 namespace {
@@ -213,30 +211,10 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
 }
 
 absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device device) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return absl::NotFoundError(absl::StrCat("model package ", path, " does not exist"));
-  }
-  // LibTorch checks no CRC; a damaged file must not load as other weights.
-  absl::StatusOr<std::string> file = ReadIntactZip(path);
-  if (!file.ok()) {
-    return absl::DataLossError(absl::StrCat("model package ", file.status().message()));
-  }
-  torch::jit::Module archive;
-  try {
-    // From the checked bytes in place; they are freed once LibTorch holds
-    // the tensors, before the model copies them (a 1B-shape package is 6 GB).
-    archive = torch::jit::load(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(file->data(), file->size()),
-        torch::kCPU);
-    std::string().swap(*file);
-  } catch (const std::exception& e) {
-    // Not only c10::Error: the archive's TorchScript source is parsed on
-    // load, and a syntax error there is a std::runtime_error.
-    return absl::DataLossError(
-        absl::StrCat("model package ", path,
-                     " is not a readable archive (truncated or corrupt): ", FirstLine(e.what())));
-  }
+  absl::StatusOr<torch::jit::Module> loaded =
+      LoadCheckedArchive(path, torch::kCPU, "model package");
+  if (!loaded.ok()) return loaded.status();
+  torch::jit::Module& archive = *loaded;
   if (!archive.hasattr("format_version") || !archive.attr("format_version").isInt()) {
     return Invalid(path,
                    "no format_version: not a package of this library (a TorchScript model that "

@@ -23,9 +23,20 @@ int64_t PageSize() {
   return page;
 }
 
-// A float tensor of `shape` on the CPU whose memory is an anonymous private
-// mapping: it reads as zeros, and a page is backed by memory from its first
-// write (MAP_NORESERVE: no swap is reserved for the untouched rest).
+// Whether every tensor of `empty` (one row) is float and all zeros.
+bool IsZeroRow(const MixerState& empty) {
+  if (empty.length.numel() != 1 || empty.length.item<int64_t>() != 0) return false;
+  for (const torch::Tensor& t : empty.tensors) {
+    if (t.scalar_type() != torch::kFloat || t.dim() == 0 || t.size(0) != 1 ||
+        t.count_nonzero().item<int64_t>() != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 torch::Tensor LazyZeros(const std::vector<int64_t>& shape) {
   int64_t bytes = static_cast<int64_t>(sizeof(float));
   for (int64_t size : shape) bytes *= size;
@@ -33,13 +44,36 @@ torch::Tensor LazyZeros(const std::vector<int64_t>& shape) {
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   TORCH_CHECK(memory != MAP_FAILED, "cannot map ", bytes,
-              " bytes for a key/value cache: ", std::strerror(errno),
+              " bytes for a state pool: ", std::strerror(errno),
               "; lower --max_active or the model's max_context");
   return torch::from_blob(
       memory, shape, [bytes](void* p) { munmap(p, bytes); }, torch::kFloat);
 }
 
-}  // namespace
+MixerState MakeStatePool(const SequenceMixer& mixer, int64_t rows, torch::Device device) {
+  if (!device.is_cpu() || rows <= 1) return mixer.initial_state(rows, device);
+  const MixerState empty = mixer.initial_state(1, device);
+  if (!IsZeroRow(empty)) return mixer.initial_state(rows, device);
+  MixerState pool;
+  pool.length = torch::zeros({rows}, empty.length.options());
+  for (const torch::Tensor& t : empty.tensors) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[0] = rows;
+    pool.tensors.push_back(LazyZeros(shape));
+  }
+  return pool;
+}
+
+bool ReleaseZeroRows(const SequenceMixer& mixer, MixerState& state, const torch::Tensor& slots) {
+  if (!state.length.device().is_cpu()) return false;
+  for (const torch::Tensor& t : state.tensors) {
+    if (!t.is_contiguous() || t.scalar_type() != torch::kFloat) return false;
+  }
+  if (!IsZeroRow(mixer.initial_state(1, state.length.device()))) return false;
+  ReleaseKvCacheRows(state, slots);
+  state.length.index_fill_(0, slots.to(torch::kCPU, torch::kLong), 0);
+  return true;
+}
 
 MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
                             torch::Device device) {

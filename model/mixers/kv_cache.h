@@ -9,16 +9,36 @@
 // costs nothing until sequences arrive. ReleaseKvCacheRows gives a row's
 // pages back when its sequence ends. Positions at or past a row's length
 // are never read, so a reused row needs no clearing. Other devices get a
-// plain zeroed tensor.
+// plain zeroed tensor. The recurrent states whose empty row is zeros are
+// pooled the same way (MakeStatePool).
 #pragma once
 
 #include <torch/types.h>
 
 #include <utility>
+#include <vector>
 
 #include "model/mixers/mixer.h"
 
 namespace attn {
+
+// A float tensor of `shape` on the CPU whose memory is an anonymous private
+// mapping: it reads as zeros, and a page is backed by memory from its first
+// write (MAP_NORESERVE: no swap is reserved for the untouched rest).
+torch::Tensor LazyZeros(const std::vector<int64_t>& shape);
+
+// mixer.initial_state(rows, device), except that on the CPU a state whose
+// empty row is all zeros (a Mamba-2, RWKV or linear-attention state) is
+// LazyZeros: a pool of rows costs memory as its rows are written, not at
+// start-up. A large pool of large states (granite-4.0-h-1b holds 57 MB per
+// sequence) then fits where its rows in use fit.
+MixerState MakeStatePool(const SequenceMixer& mixer, int64_t rows, torch::Device device);
+
+// Resets rows `slots` of such a state by giving their pages back to the
+// system (ReleaseKvCacheRows) and zeroing their lengths; false, having done
+// nothing, where the state is not one (off the CPU, not contiguous float, or
+// an empty row that is not all zeros).
+bool ReleaseZeroRows(const SequenceMixer& mixer, MixerState& state, const torch::Tensor& slots);
 
 MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
                             torch::Device device);

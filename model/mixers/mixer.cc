@@ -12,6 +12,7 @@
 #include "model/mixers/aft.h"
 #include "model/mixers/aft_decay.h"
 #include "model/mixers/grouped_attention.h"
+#include "model/mixers/kv_cache.h"
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/mamba2.h"
 #include "model/mixers/multi_head_attention.h"
@@ -81,6 +82,9 @@ void ScatterWindowRows(MixerState& state, const torch::Tensor& index, int64_t wi
 }
 
 void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
+  // A state whose empty row is zeros gives its rows' memory back instead
+  // of being written with zeros (which would back every page).
+  if (ReleaseZeroRows(*this, state, slots)) return;
   ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
 }
 

@@ -5,13 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <fstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/backend/backend.h"
 #include "util/field_error.h"
-#include "util/files.h"
 
 namespace attn::serving {
 namespace {
@@ -109,19 +110,37 @@ absl::StatusOr<torch::Tensor> ReadTensor(Reader& in, uint32_t index) {
 
 }  // namespace
 
-uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
-  constexpr uint64_t kMul = 0x9fb21c651e98df25ULL;
-  uint64_t h = Finalize(seed ^ (bytes.size() * kMul));
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
+namespace {
+
+constexpr uint64_t kHashMul = 0x9fb21c651e98df25ULL;
+
+// Hash64 in parts, so that a model file of gigabytes is hashed as it is
+// read: the start (which needs the total size), whole 8-byte words, and the
+// end (the last 0-7 bytes).
+uint64_t HashStart(uint64_t size, uint64_t seed) { return Finalize(seed ^ (size * kHashMul)); }
+
+uint64_t HashWords(uint64_t h, const char* data, size_t words) {
+  for (size_t i = 0; i < words; ++i) {
     uint64_t word;
-    std::memcpy(&word, bytes.data() + i, 8);
-    h = (h ^ word) * kMul;
+    std::memcpy(&word, data + 8 * i, 8);
+    h = (h ^ word) * kHashMul;
     h ^= h >> 29;
   }
+  return h;
+}
+
+uint64_t HashEnd(uint64_t h, const char* tail_bytes, size_t count) {
   uint64_t tail = 0;
-  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
-  return Finalize((h ^ tail) * kMul);
+  std::memcpy(&tail, tail_bytes, count);
+  return Finalize((h ^ tail) * kHashMul);
+}
+
+}  // namespace
+
+uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
+  const size_t words = bytes.size() / 8;
+  const uint64_t h = HashWords(HashStart(bytes.size(), seed), bytes.data(), words);
+  return HashEnd(h, bytes.data() + 8 * words, bytes.size() - 8 * words);
 }
 
 std::string EncodeStateBlob(const StateBlob& blob) {
@@ -188,9 +207,25 @@ absl::StatusOr<StateBlob> DecodeStateBlob(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& path, const std::string& mixer) {
-  absl::StatusOr<std::string> contents = ReadFileBytes(path);
-  if (!contents.ok()) return contents.status();
-  return absl::StrFormat("%s-%016x", mixer, Hash64(*contents));
+  // Hash64 of the file, read a megabyte at a time: a package is gigabytes
+  // at the public 1B shapes, and the server has just loaded it.
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = file ? static_cast<std::streamoff>(file.tellg()) : -1;
+  if (size < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot read it"));
+  file.seekg(0);
+  std::vector<char> chunk(size_t{1} << 20);  // a multiple of 8 bytes
+  uint64_t h = HashStart(static_cast<uint64_t>(size), 0);
+  for (std::streamoff left = size; left > 0;) {
+    const std::streamsize n = std::min<std::streamoff>(left, chunk.size());
+    if (!file.read(chunk.data(), n)) {
+      return absl::DataLossError(absl::StrCat(path, ": cannot read it"));
+    }
+    left -= n;
+    h = HashWords(h, chunk.data(), n / 8);
+    if (left == 0) h = HashEnd(h, chunk.data() + n / 8 * 8, n % 8);
+  }
+  if (size == 0) h = HashEnd(h, chunk.data(), 0);
+  return absl::StrFormat("%s-%016x", mixer, h);
 }
 
 }  // namespace attn::serving

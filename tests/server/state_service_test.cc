@@ -4,12 +4,14 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/backend/backend.h"
 #include "server/metrics/metrics.h"
 #include "server/server.h"
@@ -240,6 +242,25 @@ TEST(StateBlobTest, RoundTripsAndRejectsEveryTruncation) {
   std::string newer = bytes;
   newer[4] = 2;  // the version
   EXPECT_EQ(DecodeStateBlob(newer).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A model's fingerprint is Hash64 of its file, read a megabyte at a time;
+// the hash is pinned because replicas of other versions share states by it.
+TEST(StateBlobTest, FingerprintIsHash64OfTheFileReadInChunks) {
+  EXPECT_EQ(absl::StrFormat("%016x", Hash64("attention-free model 0123")), "71f23e378cb1dc6c");
+  attn::testing::ScopedTempDir dir("fingerprint_test");
+  const std::string path = dir.File("model.pt");
+  for (size_t size :
+       {size_t{0}, size_t{5}, size_t{8}, (size_t{1} << 20) + 8, (size_t{2} << 20) + 13}) {
+    std::string bytes(size, '\0');
+    for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+    std::ofstream(path, std::ios::binary) << bytes;
+    absl::StatusOr<std::string> fingerprint = ModelFingerprint(path, "mamba2");
+    ASSERT_TRUE(fingerprint.ok()) << fingerprint.status();
+    EXPECT_EQ(*fingerprint, absl::StrFormat("mamba2-%016x", Hash64(bytes))) << size;
+  }
+  EXPECT_EQ(ModelFingerprint(dir.File("absent.pt"), "mha").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace state_service_test
