@@ -17,6 +17,9 @@
 #   3. A 20-turn chat whose transcript is resent every turn: this server with
 #      its default state cache, llama-server with one slot and its prompt cache.
 #   THREADS (2)   SECONDS_EACH (60)   BUILD_DIR (build)   LLAMA_BIN (required)
+#   APART (0): 1 runs attn-backend-bench's float32 and int8 models as two
+#   processes, for a model whose two copies and their rows do not fit in
+#   memory together (granite-4.0-h-1b in 24 GB); 0 interleaves them in one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -eq 3 ] || { sed -n 2,20p "$0"; exit 2; }
@@ -39,8 +42,16 @@ lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flag
 date -u
 
 echo "== this server's engine: attn-backend-bench"
-"$build/bench/backend/attn-backend-bench" --model="$package" --backends=native,int8 \
-  --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
+backend_bench() {
+  "$build/bench/backend/attn-backend-bench" --model="$package" --backends="$1" \
+    --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
+}
+if [ "${APART:-0}" = 1 ]; then
+  backend_bench native
+  backend_bench int8
+else
+  backend_bench native,int8
+fi
 echo "== llama.cpp: llama-bench"
 "$llama_bin/llama-bench" -t "$threads" -m "$f32" -m "$q8" -p 512 -n 128 -r 3 -o md
 
