@@ -10,7 +10,7 @@
 
 #include "model/lm/language_model.h"
 #include "model/lm/torchscript_methods.h"
-#include "model/mixers/kv_cache.h"
+#include "model/mixers/state_pool.h"
 #include "tests/test_util.h"
 
 namespace attn {
@@ -147,12 +147,20 @@ TEST(HybridModelTest, StatePoolHoldsMemoryAsRowsAreWritten) {
   const int64_t row_bytes = ssm.nbytes() / 64;
   ASSERT_GE(row_bytes, 8 * 4096);
   EXPECT_EQ(ResidentBytes(ssm), 0) << "a new pool holds no memory";
+  EXPECT_TRUE(IsLazyZeros(ssm));
+  EXPECT_FALSE(IsLazyZeros(torch::zeros({64, 4})));
 
   const auto row = torch::tensor({5}, torch::kLong);
   const auto first = torch::randint(0, 53, {1, 30}, torch::kLong);
   model->prefill(first, pool, row, PrefillLogits::kNone);
   EXPECT_GE(ResidentBytes(ssm), row_bytes - 2 * 4096);
   EXPECT_LE(ResidentBytes(ssm), row_bytes + 2 * 4096) << "only the written row is backed";
+
+  MixerState part;  // rows 4 and 5 as a view: not a whole pool
+  part.length = pool.layers[0].length.narrow(0, 4, 2);
+  for (const torch::Tensor& t : pool.layers[0].tensors) part.tensors.push_back(t.narrow(0, 4, 2));
+  EXPECT_FALSE(ReleasePooledRows(part, torch::tensor({1}, torch::kLong)));
+  EXPECT_GE(ResidentBytes(ssm), row_bytes - 2 * 4096) << "nothing released through a view";
 
   model->ReleaseSlots(pool, row);
   EXPECT_LE(ResidentBytes(ssm), 2 * 4096) << "the row's whole pages went back";

@@ -14,6 +14,7 @@
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 #include "util/files.h"
+#include "util/hash64.h"
 
 namespace attn {
 namespace {
@@ -57,6 +58,8 @@ TEST_F(ModelPackageTest, LoadReproducesLogitsExactly) {
     EXPECT_TRUE(loaded->model->forward(tokens).equal(saved->forward(tokens))) << path;
     EXPECT_EQ(loaded->tokenizer_model, tokenizer);
     EXPECT_EQ(loaded->model->config().ToJson(), saved->config().ToJson());
+    // The server's model fingerprint, hashed from the bytes the load read.
+    EXPECT_EQ(loaded->file_hash, Hash64(*ReadFileBytes(path))) << path;
   }
 }
 

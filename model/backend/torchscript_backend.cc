@@ -173,9 +173,9 @@ TorchScriptBackend::~TorchScriptBackend() = default;
 
 absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
     const std::string& path, torch::Device device) {
-  absl::StatusOr<torch::jit::Module> loaded = LoadCheckedArchive(path, device, "model");
+  absl::StatusOr<CheckedArchive> loaded = LoadCheckedArchive(path, device, "model");
   if (!loaded.ok()) return loaded.status();
-  auto module = std::make_unique<torch::jit::Module>(*std::move(loaded));
+  auto module = std::make_unique<torch::jit::Module>(std::move(loaded->module));
   auto invalid = [&](const auto&... problem) {
     return absl::InvalidArgumentError(absl::StrCat("model ", path, ": ", problem...));
   };
@@ -189,6 +189,7 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   if (!config.ok()) return invalid(config.status().message());
   std::unique_ptr<TorchScriptBackend> backend(new TorchScriptBackend(std::move(module), device));
   backend->config_ = *config;
+  backend->file_hash_ = loaded->file_hash;
   torch::jit::Module& m = *backend->module_;
   if (config->tokenizer != "bytes") {
     const bool present = m.hasattr("tokenizer") && m.attr("tokenizer").isTensor() &&

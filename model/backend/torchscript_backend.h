@@ -11,6 +11,7 @@
 // ones of the same shapes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,8 @@ class TorchScriptBackend : public LmBackend {
   const std::string& tokenizer_model() const { return tokenizer_model_; }
   // Elements of the module's parameters and buffers, the tokenizer's aside.
   int64_t parameter_count() const { return parameter_count_; }
+  // Hash64 of the model file, hashed as it was read.
+  uint64_t file_hash() const { return file_hash_; }
 
   BackendKind kind() const override { return BackendKind::kTorchScript; }
   torch::Device device() const override { return device_; }
@@ -95,6 +98,7 @@ class TorchScriptBackend : public LmBackend {
   int64_t rows_ = 0;
   int64_t row_bytes_ = 0;
   int64_t parameter_count_ = 0;
+  uint64_t file_hash_ = 0;
 };
 
 }  // namespace attn

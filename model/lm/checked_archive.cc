@@ -7,21 +7,23 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "util/hash64.h"
 #include "util/zip_integrity.h"
 
 namespace attn {
 
-absl::StatusOr<torch::jit::Module> LoadCheckedArchive(const std::string& path, torch::Device device,
-                                                      absl::string_view what) {
+absl::StatusOr<CheckedArchive> LoadCheckedArchive(const std::string& path, torch::Device device,
+                                                  absl::string_view what) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
     return absl::NotFoundError(absl::StrCat(what, " ", path, " does not exist"));
   }
   absl::StatusOr<std::string> bytes = ReadIntactZip(path);
   if (!bytes.ok()) return absl::DataLossError(absl::StrCat(what, " ", bytes.status().message()));
-  torch::jit::Module archive;
+  CheckedArchive archive;
+  archive.file_hash = Hash64(*bytes);
   try {
-    archive = torch::jit::load(
+    archive.module = torch::jit::load(
         std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes->data(), bytes->size()),
         device);
   } catch (const std::exception& e) {

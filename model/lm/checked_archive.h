@@ -6,6 +6,7 @@
 
 #include <torch/script.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,13 +14,20 @@
 
 namespace attn {
 
+struct CheckedArchive {
+  torch::jit::Module module;
+  // Hash64 (util/hash64.h) of the file's bytes, hashed in the same pass:
+  // the server's model fingerprint.
+  uint64_t file_hash = 0;
+};
+
 // The archive at `path` on `device`. The file is read once into one buffer
 // of its size, which is freed as soon as LibTorch holds the tensors: a
 // package at the public 1B shapes is 6 GB, and the caller copies its
 // tensors next. Errors name `what` ("model package") and the path:
 // kNotFound when there is no such file, kDataLoss when it is damaged or
 // not a readable archive.
-absl::StatusOr<torch::jit::Module> LoadCheckedArchive(const std::string& path, torch::Device device,
-                                                      absl::string_view what);
+absl::StatusOr<CheckedArchive> LoadCheckedArchive(const std::string& path, torch::Device device,
+                                                  absl::string_view what);
 
 }  // namespace attn

@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "model/layers/dense.h"
 #include "model/lm/row_groups.h"
-#include "model/mixers/kv_cache.h"
+#include "model/mixers/state_pool.h"
 
 namespace attn {
 

@@ -211,10 +211,9 @@ absl::Status SavePackage(const std::string& path, CausalLm& model,
 }
 
 absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device device) {
-  absl::StatusOr<torch::jit::Module> loaded =
-      LoadCheckedArchive(path, torch::kCPU, "model package");
+  absl::StatusOr<CheckedArchive> loaded = LoadCheckedArchive(path, torch::kCPU, "model package");
   if (!loaded.ok()) return loaded.status();
-  torch::jit::Module& archive = *loaded;
+  torch::jit::Module& archive = loaded->module;
   if (!archive.hasattr("format_version") || !archive.attr("format_version").isInt()) {
     return Invalid(path,
                    "no format_version: not a package of this library (a TorchScript model that "
@@ -234,6 +233,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
   std::map<std::string, torch::Tensor> stored;
   for (const auto& b : archive.named_buffers(/*recurse=*/false)) stored[b.name] = b.value;
   ModelPackage package;
+  package.file_hash = loaded->file_hash;
   if (version > 1) package.info = InfoOf(archive.attr("config").toStringRef());
   auto tokenizer = stored.find("tokenizer");
   if (tokenizer == stored.end() || tokenizer->second.scalar_type() != torch::kUInt8) {

@@ -26,6 +26,7 @@
 // names the file and the problem; none crashes.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -60,6 +61,7 @@ struct ModelPackage {
   CausalLm model{nullptr};
   std::string tokenizer_model;  // the tokenizer's Serialized() bytes; empty if none
   PackageInfo info;
+  uint64_t file_hash = 0;  // Hash64 of the package file (LoadPackage's)
 };
 
 // Writes `model` as it is: a model with int8 weights as an int8 package

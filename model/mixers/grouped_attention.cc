@@ -150,7 +150,7 @@ void GroupedAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& sl
 
 void GroupedAttentionImpl::ReleaseSlots(MixerState& state, const torch::Tensor& slots) const {
   ResetSlots(state, slots);
-  ReleaseKvCacheRows(state, slots);
+  ReleaseRowPages(state, slots);
 }
 
 int64_t GroupedAttentionImpl::state_bytes_per_sequence(int64_t context) const {

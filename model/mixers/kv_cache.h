@@ -6,11 +6,10 @@
 // anonymous mapping of zero pages that the system backs with memory only
 // when a position is first written: a row at L tokens holds about L
 // positions' pages per head, whatever the capacity, and a pool of N rows
-// costs nothing until sequences arrive. ReleaseKvCacheRows gives a row's
-// pages back when its sequence ends. Positions at or past a row's length
-// are never read, so a reused row needs no clearing. Other devices get a
-// plain zeroed tensor. The recurrent states whose empty row is zeros are
-// pooled the same way (MakeStatePool).
+// costs nothing until sequences arrive (state_pool.h). ReleaseRowPages
+// gives a row's pages back when its sequence ends. Positions at or past a
+// row's length are never read, so a reused row needs no clearing. Other
+// devices get a plain zeroed tensor.
 #pragma once
 
 #include <torch/types.h>
@@ -19,38 +18,12 @@
 #include <vector>
 
 #include "model/mixers/mixer.h"
+#include "model/mixers/state_pool.h"
 
 namespace attn {
 
-// A float tensor of `shape` on the CPU whose memory is an anonymous private
-// mapping: it reads as zeros, and a page is backed by memory from its first
-// write (MAP_NORESERVE: no swap is reserved for the untouched rest).
-torch::Tensor LazyZeros(const std::vector<int64_t>& shape);
-
-// mixer.initial_state(rows, device), except that on the CPU a state whose
-// empty row is all zeros (a Mamba-2, RWKV or linear-attention state) is
-// LazyZeros: a pool of rows costs memory as its rows are written, not at
-// start-up. A large pool of large states (granite-4.0-h-1b holds 57 MB per
-// sequence) then fits where its rows in use fit.
-MixerState MakeStatePool(const SequenceMixer& mixer, int64_t rows, torch::Device device);
-
-// Resets rows `slots` of such a state by giving their pages back to the
-// system (ReleaseKvCacheRows) and zeroing their lengths; false, having done
-// nothing, where the state is not one (off the CPU, not contiguous float, or
-// an empty row that is not all zeros).
-bool ReleaseZeroRows(const SequenceMixer& mixer, MixerState& state, const torch::Tensor& slots);
-
 MixerState MakeKvCacheState(int64_t rows, int64_t heads, int64_t capacity, int64_t head_dim,
                             torch::Device device);
-
-// Returns the memory of rows `slots` (int64, any device) to the system; they
-// read as zeros afterwards. Lengths are left to the caller. A no-op off the
-// CPU.
-void ReleaseKvCacheRows(MixerState& state, const torch::Tensor& slots);
-
-// Bytes of `tensor` (a CPU tensor from MakeKvCacheState) that the system
-// holds in memory now, by mincore(2). For tests and diagnostics.
-int64_t ResidentBytes(const torch::Tensor& tensor);
 
 // Writes k, v [B, H, C, Dh] at positions start..start+C-1 of rows `index`
 // (on the state's device) and returns those rows' keys and values up to

@@ -12,7 +12,6 @@
 #include "model/mixers/aft.h"
 #include "model/mixers/aft_decay.h"
 #include "model/mixers/grouped_attention.h"
-#include "model/mixers/kv_cache.h"
 #include "model/mixers/linear_attention.h"
 #include "model/mixers/mamba2.h"
 #include "model/mixers/multi_head_attention.h"
@@ -20,6 +19,7 @@
 #include "model/mixers/rwkv4.h"
 #include "model/mixers/rwkv7.h"
 #include "model/mixers/short_conv.h"
+#include "model/mixers/state_pool.h"
 
 namespace attn {
 int64_t MixerState::bytes_per_row() const {
@@ -84,7 +84,7 @@ void ScatterWindowRows(MixerState& state, const torch::Tensor& index, int64_t wi
 void SequenceMixer::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
   // A state whose empty row is zeros gives its rows' memory back instead
   // of being written with zeros (which would back every page).
-  if (ReleaseZeroRows(*this, state, slots)) return;
+  if (ReleasePooledRows(state, slots)) return;
   ScatterState(state, slots, initial_state(slots.size(0), state.length.device()));
 }
 
@@ -93,7 +93,7 @@ namespace {
 // Backs the memory a copy into `view` will write, one call per contiguous
 // run of its last two dims, instead of one page fault per page. A row loaded
 // from the state cache lands in a key/value cache row whose pages were given
-// back when its last sequence ended (kv_cache.h): at 3,000 tokens of
+// back when its last sequence ended (state_pool.h): at 3,000 tokens of
 // LFM2-350M that is about 18,000 fresh pages, and faulting them one by one
 // cost more than the copy itself. Best effort: where MADV_POPULATE_WRITE is
 // missing (Linux before 5.14) the copy faults its pages as before.

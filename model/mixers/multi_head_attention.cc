@@ -166,7 +166,7 @@ void MultiHeadAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& 
 
 void MultiHeadAttentionImpl::ReleaseSlots(MixerState& state, const torch::Tensor& slots) const {
   ResetSlots(state, slots);
-  ReleaseKvCacheRows(state, slots);
+  ReleaseRowPages(state, slots);
 }
 
 int64_t MultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {

@@ -112,7 +112,7 @@ void RelativeMultiHeadAttentionImpl::ResetSlots(MixerState& state,
 void RelativeMultiHeadAttentionImpl::ReleaseSlots(MixerState& state,
                                                   const torch::Tensor& slots) const {
   ResetSlots(state, slots);
-  ReleaseKvCacheRows(state, slots);
+  ReleaseRowPages(state, slots);
 }
 
 torch::Tensor RelativeMultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState& state,

@@ -17,16 +17,19 @@
 #   3. A 20-turn chat whose transcript is resent every turn: this server with
 #      its default state cache, llama-server with one slot and its prompt cache.
 #   THREADS (2)   SECONDS_EACH (60)   BUILD_DIR (build)   LLAMA_BIN (required)
+#   ATTN_START_SECONDS (600): how long either server may take to load (a
+#   granite-4.0-h-1b package takes about 3.5 minutes here).
 #   APART (0): 1 runs attn-backend-bench's float32 and int8 models as two
 #   processes, for a model whose two copies and their rows do not fit in
 #   memory together (granite-4.0-h-1b in 24 GB); 0 interleaves them in one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -eq 3 ] || { sed -n 2,20p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,22p "$0"; exit 2; }
 package=$1 f32=$2 q8=$3
 build=${BUILD_DIR:-build}
 llama_bin=${LLAMA_BIN:?the folder holding llama.cpp llama-bench and llama-server}
 threads=${THREADS:-2} seconds=${SECONDS_EACH:-60}
+export ATTN_START_SECONDS=${ATTN_START_SECONDS:-600}
 py=/usr/bin/python3
 peer="$py scripts/bench/openai_peer.py"
 log=/tmp/llama_peer_$$
@@ -58,10 +61,13 @@ echo "== llama.cpp: llama-bench"
 # ours NAME WORKLOAD [SERVER FLAGS...]: starts this server, runs it, stops.
 ours() {
   local name=$1 workload=$2; shift 2
-  start_server "$log/$name.log" --models="$package" --threads="$threads" "$@"
+  start_server "$log/$name.log" --models="$package" --threads="$threads" "$@" ||
+    { echo "-- this server, $name: did not start"; return 0; }
   echo "-- this server, $name: $workload"
+  # One run failing (a model too big for the machine) leaves the others to run.
   # shellcheck disable=SC2086
-  $peer --url="http://127.0.0.1:$http_port" --extra='{"attn_ignore_eos": true}' $workload
+  $peer --url="http://127.0.0.1:$http_port" --extra='{"attn_ignore_eos": true}' $workload ||
+    { echo "-- failed; the server's log ends:"; tail -5 "$log/$name.log"; }
   stop_server "$server_pid" || true
 }
 
@@ -72,14 +78,16 @@ llama() {
   "$llama_bin/llama-server" -m "$gguf" -t "$threads" -np "$slots" -c $((slots > 4 ? 2048 * slots : 8192)) \
     --host 127.0.0.1 --port "$port" > "$log/llama-$name.log" 2>&1 &
   llama_pid=$!
-  for _ in $(seq 1 240); do
+  local deadline=$((SECONDS + ATTN_START_SECONDS))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
     kill -0 "$llama_pid" 2> /dev/null || { tail -20 "$log/llama-$name.log"; return 1; }
     sleep 0.5
   done
   echo "-- llama-server, $name: $workload"
   # shellcheck disable=SC2086
-  $peer --url="http://127.0.0.1:$port" --extra='{"ignore_eos": true}' $workload
+  $peer --url="http://127.0.0.1:$port" --extra='{"ignore_eos": true}' $workload ||
+    { echo "-- failed; llama-server's log ends:"; tail -5 "$log/llama-$name.log"; }
   kill "$llama_pid"; wait "$llama_pid" 2> /dev/null || true; llama_pid=
 }
 

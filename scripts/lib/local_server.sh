@@ -36,17 +36,19 @@ free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# wait_healthy ATTNCTL PORT PID LOG: waits up to two minutes for the server
-# (process PID, writing LOG) to answer health on PORT. If it exits or never
-# answers, prints its log and fails.
+# wait_healthy ATTNCTL PORT PID LOG: waits up to ATTN_START_SECONDS (120)
+# for the server (process PID, writing LOG) to answer health on PORT. If it
+# exits or never answers, prints its log and fails.
 wait_healthy() {
   local attnctl=$1 port=$2 pid=$3 log=$4
-  for _ in $(seq 600); do
+  local deadline=$((SECONDS + ${ATTN_START_SECONDS:-120}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     "$attnctl" --server="127.0.0.1:$port" health > /dev/null 2>&1 && return 0
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
-  echo "attn-server on port $port did not become healthy; its log:" >&2
+  echo "attn-server on port $port did not become healthy within ${ATTN_START_SECONDS:-120} s" \
+    "(ATTN_START_SECONDS waits longer); its log:" >&2
   cat "$log" >&2
   return 1
 }

@@ -54,6 +54,7 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   ModelDescription description;
   std::string chat_template_json;  // PackageInfo::chat_template_json
+  uint64_t file_hash = 0;          // Hash64 of the model file, as it was read
 };
 
 using Quantization = RegistryOptions::Quantization;
@@ -99,6 +100,7 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
   loaded.backend = std::make_unique<NativeBackend>(std::move(model));
   loaded.chat_template_json = package->info.chat_template_json;
+  loaded.file_hash = package->file_hash;
   return loaded;
 }
 
@@ -129,6 +131,7 @@ absl::StatusOr<LoadedModel> LoadTorchScript(const std::string& path, const torch
   d.max_context = std::max<int64_t>(config.max_context, 0);
   d.state_bytes_per_sequence = (*backend)->bytes_per_row();
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
+  loaded.file_hash = (*backend)->file_hash();
   loaded.backend = std::move(*backend);
   loaded.chat_template_json = config.chat_template_json;
   return loaded;
@@ -246,9 +249,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
       (options.state_cache == RegistryOptions::StateCache::kRecurrent && grows)) {
     engine_options.state_cache_bytes = 0;
   }
-  auto fingerprint = ModelFingerprint(path, d.mixer);
-  if (!fingerprint.ok()) return fingerprint.status();
-  d.fingerprint = *std::move(fingerprint);
+  d.fingerprint = ModelFingerprint(d.mixer, loaded->file_hash);
   if (!grows) {
     engine_options.state_store = options.state_store;
     engine_options.state_fingerprint = d.fingerprint;

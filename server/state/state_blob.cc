@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "model/backend/backend.h"
 #include "util/field_error.h"
+#include "util/hash64.h"
 
 namespace attn::serving {
 namespace {
@@ -35,12 +35,6 @@ constexpr std::array<std::pair<uint8_t, torch::ScalarType>, 10> kDtypes = {{
     {9, torch::kByte},
     {10, torch::kBool},
 }};
-
-uint64_t Finalize(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // Appends the little-endian bytes of `value` (the hosts this runs on are).
 template <typename T>
@@ -110,39 +104,6 @@ absl::StatusOr<torch::Tensor> ReadTensor(Reader& in, uint32_t index) {
 
 }  // namespace
 
-namespace {
-
-constexpr uint64_t kHashMul = 0x9fb21c651e98df25ULL;
-
-// Hash64 in parts, so that a model file of gigabytes is hashed as it is
-// read: the start (which needs the total size), whole 8-byte words, and the
-// end (the last 0-7 bytes).
-uint64_t HashStart(uint64_t size, uint64_t seed) { return Finalize(seed ^ (size * kHashMul)); }
-
-uint64_t HashWords(uint64_t h, const char* data, size_t words) {
-  for (size_t i = 0; i < words; ++i) {
-    uint64_t word;
-    std::memcpy(&word, data + 8 * i, 8);
-    h = (h ^ word) * kHashMul;
-    h ^= h >> 29;
-  }
-  return h;
-}
-
-uint64_t HashEnd(uint64_t h, const char* tail_bytes, size_t count) {
-  uint64_t tail = 0;
-  std::memcpy(&tail, tail_bytes, count);
-  return Finalize((h ^ tail) * kHashMul);
-}
-
-}  // namespace
-
-uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
-  const size_t words = bytes.size() / 8;
-  const uint64_t h = HashWords(HashStart(bytes.size(), seed), bytes.data(), words);
-  return HashEnd(h, bytes.data() + 8 * words, bytes.size() - 8 * words);
-}
-
 std::string EncodeStateBlob(const StateBlob& blob) {
   std::string out(kMagic);
   Put(out, kStateBlobVersion);
@@ -206,26 +167,8 @@ absl::StatusOr<StateBlob> DecodeStateBlob(absl::string_view bytes) {
   return blob;
 }
 
-absl::StatusOr<std::string> ModelFingerprint(const std::string& path, const std::string& mixer) {
-  // Hash64 of the file, read a megabyte at a time: a package is gigabytes
-  // at the public 1B shapes, and the server has just loaded it.
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  const std::streamoff size = file ? static_cast<std::streamoff>(file.tellg()) : -1;
-  if (size < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot read it"));
-  file.seekg(0);
-  std::vector<char> chunk(size_t{1} << 20);  // a multiple of 8 bytes
-  uint64_t h = HashStart(static_cast<uint64_t>(size), 0);
-  for (std::streamoff left = size; left > 0;) {
-    const std::streamsize n = std::min<std::streamoff>(left, chunk.size());
-    if (!file.read(chunk.data(), n)) {
-      return absl::DataLossError(absl::StrCat(path, ": cannot read it"));
-    }
-    left -= n;
-    h = HashWords(h, chunk.data(), n / 8);
-    if (left == 0) h = HashEnd(h, chunk.data() + n / 8 * 8, n % 8);
-  }
-  if (size == 0) h = HashEnd(h, chunk.data(), 0);
-  return absl::StrFormat("%s-%016x", mixer, h);
+std::string ModelFingerprint(const std::string& mixer, uint64_t file_hash) {
+  return absl::StrFormat("%s-%016x", mixer, file_hash);
 }
 
 }  // namespace attn::serving

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "util/hash64.h"
 
 namespace attn {
 struct SavedRow;  // model/backend/backend.h
@@ -46,14 +47,10 @@ std::string EncodeStateBlob(const StateBlob& blob);
 // another format version.
 absl::StatusOr<StateBlob> DecodeStateBlob(absl::string_view bytes);
 
-// A 64-bit hash of `bytes`; stable across processes, machines and
-// versions of this server (the blob format depends on it).
-uint64_t Hash64(absl::string_view bytes, uint64_t seed = 0);
-
-// "<mixer>-<16 hex digits>": the mixer's name and Hash64 of the model file
-// (its configuration, weights and tokenizer). Replicas serving the same
-// file agree on it; any other model or version differs. kNotFound or
-// kDataLoss when the file cannot be read.
-absl::StatusOr<std::string> ModelFingerprint(const std::string& path, const std::string& mixer);
+// "<mixer>-<16 hex digits>": the mixer's name and the Hash64 of the model
+// file (its configuration, weights and tokenizer) that its loader computed
+// from the bytes it read. Replicas serving the same file agree on it; any
+// other model or version differs.
+std::string ModelFingerprint(const std::string& mixer, uint64_t file_hash);
 
 }  // namespace attn::serving

@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   if (auto blob = attn::serving::DecodeStateBlob(input); blob.ok()) CheckRoundTrip(*blob);
   std::string checked = input;
-  const uint64_t checksum = attn::serving::Hash64(input);
+  const uint64_t checksum = attn::Hash64(input);
   checked.append(reinterpret_cast<const char*>(&checksum), sizeof(checksum));
   if (auto blob = attn::serving::DecodeStateBlob(checked); blob.ok()) CheckRoundTrip(*blob);
   return 0;

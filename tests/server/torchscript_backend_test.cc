@@ -23,6 +23,7 @@
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 #include "util/files.h"
+#include "util/hash64.h"
 
 namespace attn::serving {
 namespace {
@@ -341,6 +342,8 @@ TEST(TorchScriptBackendSteps, GroupsOfRowsEqualTheNativeBackend) {
       attn::testing::WriteTinyPackage(dir.path().string(), "aft", MixerKind::kAftConv);
   auto script = TorchScriptBackend::Load(path, torch::kCPU);
   ASSERT_TRUE(script.ok()) << script.status();
+  // The fingerprint's hash, taken from the bytes the load read.
+  EXPECT_EQ((*script)->file_hash(), Hash64(*ReadFileBytes(path)));
   NativeBackend native(attn::testing::TinyModel(MixerKind::kAftConv));
   constexpr int64_t kRows = 40;
   const int64_t vocab = native.vocab_size();
