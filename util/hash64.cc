@@ -26,7 +26,8 @@ uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
     h ^= h >> 29;
   }
   uint64_t tail = 0;
-  if (bytes.size() > 8 * words) std::memcpy(&tail, bytes.data() + 8 * words, bytes.size() - 8 * words);
+  if (bytes.size() > 8 * words)
+    std::memcpy(&tail, bytes.data() + 8 * words, bytes.size() - 8 * words);
   return Finalize((h ^ tail) * kHashMul);
 }
 

@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "model/backend/native_backend.h"
@@ -50,6 +51,23 @@ namespace {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The medians of the backends that were timed (0: not timed), with the
+// ratios whose two sides both were.
+std::string StepLine(double native, double int8, double script, double module) {
+  std::vector<std::string> parts;
+  if (native > 0) parts.push_back(absl::StrFormat("native %.3f ms", native));
+  if (int8 > 0) {
+    parts.push_back(absl::StrFormat("native int8 %.3f ms", int8) +
+                    (native > 0 ? absl::StrFormat(" (%.2fx faster)", native / int8) : ""));
+  }
+  if (script > 0) {
+    parts.push_back(absl::StrFormat("torchscript backend %.3f ms", script) +
+                    (native > 0 ? absl::StrFormat(" (%.2fx native)", script / native) : ""));
+  }
+  if (module > 0) parts.push_back(absl::StrFormat("module alone %.3f ms", module));
+  return absl::StrJoin(parts, ", ");
 }
 
 template <typename Fn>
@@ -161,10 +179,7 @@ int main(int argc, char** argv) {
     }
     const double n = Median(native_ms), q = Median(int8_ms), s = Median(script_ms),
                  m = Median(module_ms);
-    std::printf(
-        "batch %3ld: native %.3f ms, native int8 %.3f ms (%.2fx faster), torchscript backend "
-        "%.3f ms (%.2fx native), module alone %.3f ms\n",
-        static_cast<long>(batch), n, q, n / q, s, s / n, m);
+    std::printf("batch %3ld: %s\n", static_cast<long>(batch), StepLine(n, q, s, m).c_str());
     json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"native_int8_ms\": ", q,
                                 ", \"torchscript_ms\": ", s, ", \"module_ms\": ", m, "}"));
   }
@@ -190,8 +205,8 @@ int main(int argc, char** argv) {
       }
     }
     const double f = Median(float_ms), q = Median(int8_ms);
-    std::printf("prefill %ld tokens: native %.2f ms, native int8 %.2f ms (%.3fx)\n",
-                static_cast<long>(length), f, q, f / q);
+    std::printf("prefill %ld tokens: %s\n", static_cast<long>(length),
+                StepLine(f, q, 0, 0).c_str());
     prefill_json = absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
                                 ", \"native_int8_ms\": ", q, "}");
   }
