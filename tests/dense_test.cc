@@ -127,10 +127,13 @@ TEST(Dense, ProductsAutogradTracksKeepTheirGradients) {
   EXPECT_TRUE(torch::allclose(w.grad(), x.sum(0).expand({16, 8})));
 }
 
-// QuantizeWeightInt8 writes the dequantised weights back, so every path
-// (the int8 copy up to 32 rows, the float product above) computes with the
-// same weights: both equal Linear over the written weight.
-TEST(DenseInt8, EveryRowCountComputesWithTheDequantisedWeights) {
+// QuantizeWeightInt8 writes the dequantised weights back, so the float
+// paths compute with the same weights as the int8 copy; Dense multiplies
+// that copy for every row count, rounding each row of activations to int8
+// (kernels::Int8Gemm): within half an activation step of Linear over the
+// written weight, |y - x W^T - b| <= (max |x| / 254) sum |W[o, :]|, and
+// each row's result is the same whatever rows are batched with it.
+TEST(DenseInt8, EveryRowCountIsWithinTheActivationsRoundingOfTheDequantisedProduct) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(11);
   const torch::Tensor original = torch::randn({96, 160}) * 0.05;
@@ -143,9 +146,24 @@ TEST(DenseInt8, EveryRowCountComputesWithTheDequantisedWeights) {
   const torch::Tensor step = original.abs().amax(1, true) / 127;
   EXPECT_TRUE(((w - original).abs() <= step * 0.5 + 1e-7).all().item<bool>());
   EXPECT_FALSE(w.equal(original));
+  const torch::Tensor row_sums = w.abs().sum(1).to(torch::kDouble);  // [96]
+  const torch::Tensor lone = torch::randn({1, 160});
+  const torch::Tensor lone_y = Dense(lone, w, b);
   for (int64_t rows : {1, 2, 3, 7, 32, 33, 300}) {
-    ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
-    ExpectMatchesLinear(torch::randn({2, rows, 160}), w, {});
+    SCOPED_TRACE(rows);
+    const torch::Tensor x = torch::cat({torch::randn({rows - 1, 160}), lone});
+    const torch::Tensor got = Dense(x, w, b).to(torch::kDouble);
+    const torch::Tensor exact = torch::nn::functional::linear(
+        x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+    const torch::Tensor bound =
+        x.abs().amax(1, true).to(torch::kDouble) / 254 * row_sums.unsqueeze(0) * 1.0001 + 1e-5;
+    EXPECT_TRUE(((got - exact).abs() <= bound).all().item<bool>())
+        << "max excess " << ((got - exact).abs() - bound).max().item<double>();
+    EXPECT_GT((got - exact).abs().max().item<double>(), 1e-5);  // the activations were rounded
+    EXPECT_TRUE(Dense(x, w, b)[rows - 1].equal(lone_y[0]));     // whatever rows are beside it
+    // Batched as [2, rows, 160], without a bias.
+    const torch::Tensor two = torch::stack({x, x});
+    EXPECT_TRUE(Dense(two, w, {}).select(0, 1).equal(Dense(x, w, {})));
   }
 }
 

@@ -65,9 +65,11 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
   EXPECT_TRUE(state.length().eq(59).all().item<bool>());
 }
 
-// With int8 weights the decode steps read the int8 copies (three rows) and
-// the parallel forward multiplies the dequantised float weights (177 rows):
-// the two must still agree, as Score and a stream must.
+// With int8 weights the decode steps (three rows) and the parallel forward
+// (177 rows) both multiply the int8 copies, rounding each row's activations
+// alike: the two must still agree, as Score and a stream must. (A
+// projection that bypassed Dense in one form would differ by the
+// activations' rounding, about the int8 model's distance from float.)
 TEST_P(LanguageModelTest, Int8StepsEqualTheInt8ModelsForward) {
   torch::NoGradGuard no_grad;
   int64_t weights = 0, channels = 0;  // the projections' and the embedding's

@@ -67,7 +67,7 @@ namespace {
 struct Matrix {
   int64_t out, in;
   torch::Tensor weight, bias;  // float32
-  std::vector<int8_t> panels;  // kernels::PackInt8Panels' layout
+  kernels::Int8Panels panels;
   std::vector<float> scale;
 };
 
@@ -76,8 +76,7 @@ Matrix RandomMatrix(int64_t out, int64_t in) {
   std::vector<int8_t> q(out * in);
   m.scale.resize(out);
   kernels::QuantizeRows(m.weight.data_ptr<float>(), out, in, in, q.data(), m.scale.data());
-  m.panels.resize(kernels::Int8PanelBytes(out, in));
-  kernels::PackInt8Panels(q.data(), out, in, m.panels.data());
+  m.panels = kernels::PackInt8Panels(q.data(), out, in);
   return m;
 }
 
@@ -123,8 +122,8 @@ void Int8Token(std::vector<Matrix>& matrices, const torch::Tensor& x,
                std::vector<torch::Tensor>& y) {
   for (size_t i = 0; i < matrices.size(); ++i) {
     const Matrix& m = matrices[i];
-    kernels::Int8Gemm(x.data_ptr<float>(), x.size(0), x.size(1), m.panels.data(), m.scale.data(),
-                      m.out, m.in, m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
+    kernels::Int8Gemm(x.data_ptr<float>(), x.size(0), x.size(1), m.panels, m.scale.data(), m.out,
+                      m.in, m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
   }
 }
 
@@ -161,8 +160,8 @@ double CacheResidentRate(bool int8) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 20; ++i) {
       if (int8) {
-        kernels::Int8Gemm(x.data_ptr<float>(), 1, m.in, m.panels.data(), m.scale.data(), m.out,
-                          m.in, m.bias.data_ptr<float>(), y.data_ptr<float>(), m.out);
+        kernels::Int8Gemm(x.data_ptr<float>(), 1, m.in, m.panels, m.scale.data(), m.out, m.in,
+                          m.bias.data_ptr<float>(), y.data_ptr<float>(), m.out);
       } else {
         torch::addmv_out(y, m.bias, m.weight, x);
       }
@@ -260,7 +259,7 @@ int main(int argc, char** argv) {
   std::printf(
       "threads %d, %d alternating repetitions per row count; %.2f MB float32, %.2f MB "
       "int8 (+ scales) per token; int8 loops: %s\n",
-      threads, reps, float_mb, int8_mb, attn::kernels::Int8GemmUsesAvx2() ? "AVX2" : "baseline");
+      threads, reps, float_mb, int8_mb, attn::kernels::Int8PathName(attn::kernels::Int8GemmPath()));
   const double read_int8 = attn::ReadBandwidth(weights, 400);
   const double read_float = attn::ReadBandwidth(4 * weights, 400);
   std::printf(

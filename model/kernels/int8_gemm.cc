@@ -6,25 +6,42 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
+#include "model/kernels/int8_tiles.h"
 #include "model/kernels/kernel_common.h"
 
 namespace attn::kernels {
-
-// int8_gemm_avx2.cc: the same loops compiled with -mavx2 -mfma.
-void RunPanelsAvx2(int64_t begin, int64_t end, const float* x, int64_t rows, int64_t ldx,
-                   const int8_t* panels, const float* scale, int64_t out, int64_t in,
-                   const float* bias, float* y, int64_t ldy);
-
 namespace {
-namespace baseline {
-#include "model/kernels/int8_gemm_body.h"
-}  // namespace baseline
 
-// Whether this CPU runs the AVX2 loops. Explicit dispatch rather than
-// ATTN_HOT's clones: GCC lowers the int8-to-float conversion of its vector
-// extensions to scalar code, so the AVX2 loops are written with intrinsics,
-// which only a file compiled for AVX2 may use.
+using int8_tiles::kMaxPanels;
+using int8_tiles::kMaxRows;
+using int8_tiles::kWidth;
+
+int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Where Q[o, k] sits in the panel layout (int8_gemm.h).
+int64_t PanelIndex(int64_t o, int64_t k, int64_t k4) {
+  return o / kInt8PanelWidth * kInt8PanelWidth * k4 + k / 4 * 4 * kInt8PanelWidth +
+         o % kInt8PanelWidth * 4 + k % 4;
+}
+
+// The portable path: the same sums in scalar code.
+void DotTileBaseline(int rows, const int8_t* a, int64_t k4, const int8_t* w, int panels,
+                     const int32_t* /*column_sums*/, int32_t* sums) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < panels * kInt8PanelWidth; ++j) {
+      const int8_t* panel = w + j / kInt8PanelWidth * kInt8PanelWidth * k4;
+      const int lane = j % kInt8PanelWidth;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < k4; ++k) {
+        sum += static_cast<int32_t>(a[r * k4 + k]) * panel[k / 4 * 64 + lane * 4 + k % 4];
+      }
+      sums[r * kWidth + j] = sum;
+    }
+  }
+}
+
 bool HasAvx2() {
 #if defined(__x86_64__)
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -32,6 +49,100 @@ bool HasAvx2() {
 #else
   return false;
 #endif
+}
+
+bool HasAvx512Vnni() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+int8_tiles::DotTile TileFor(Int8Path path) {
+  switch (path) {
+    case Int8Path::kAvx512Vnni:
+      return int8_tiles::DotTileAvx512Vnni;
+    case Int8Path::kAvx2:
+      return int8_tiles::DotTileAvx2;
+    case Int8Path::kBaseline:
+      break;
+  }
+  return DotTileBaseline;
+}
+
+// One activation row: t = max |x| / 127 and a = round(x / t), zero past in.
+void QuantizeRow(const float* x, int64_t in, int64_t k4, int8_t* a, float* t) {
+  float largest = 0.0f;
+  bool finite = true;
+#pragma omp simd reduction(max : largest) reduction(&& : finite)
+  for (int64_t k = 0; k < in; ++k) {
+    largest = std::max(largest, std::abs(x[k]));
+    finite = finite && std::isfinite(x[k]);
+  }
+  std::memset(a, 0, k4);
+  if (!finite) {
+    *t = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  *t = largest / 127.0f;
+  if (largest == 0.0f) return;
+  const float inverse = 127.0f / largest;
+#pragma omp simd
+  for (int64_t k = 0; k < in; ++k) {
+    const float level = std::nearbyint(x[k] * inverse);
+    a[k] = static_cast<int8_t>(std::clamp(level, -127.0f, 127.0f));
+  }
+}
+
+// y for `rows` rows (at most kMaxRows) and `width` channels from a tile's
+// sums: t_r s_o sum + b_o.
+void StoreTile(const int32_t* sums, int rows, int width, const float* t, const float* scale,
+               const float* bias, float* y, int64_t ldy) {
+  for (int r = 0; r < rows; ++r) {
+    float* out = y + r * ldy;
+    const int32_t* row = sums + r * kWidth;
+    const float tr = t[r];
+#pragma omp simd
+    for (int j = 0; j < width; ++j) {
+      out[j] = tr * scale[j] * static_cast<float>(row[j]) + (bias ? bias[j] : 0.0f);
+    }
+  }
+}
+
+struct Operands {
+  const int8_t* a;  // [rows, k4]
+  const float* t;   // [rows]
+  int64_t rows, k4;
+  const Int8Panels* panels;
+  const float* scale;
+  int64_t out;
+  const float* bias;
+  float* y;
+  int64_t ldy;
+};
+
+// Panels [begin, end) for every row, in groups of up to kMaxPanels panels;
+// within a group, tiles of up to kMaxRows rows read the group's weights,
+// which stay in the core's cache while the rows pass.
+void RunPanels(int8_tiles::DotTile dot, const Operands& op, int64_t begin, int64_t end) {
+  alignas(64) int32_t sums[kMaxRows * kWidth];
+  for (int64_t p = begin; p < end;) {
+    const int count = static_cast<int>(std::min<int64_t>(end - p, kMaxPanels));
+    const int64_t first = p * kInt8PanelWidth;
+    const int width = static_cast<int>(std::min<int64_t>(op.out - first, count * kInt8PanelWidth));
+    const int8_t* w = op.panels->values.data() + first * op.k4;
+    const int32_t* column_sums = op.panels->column_sums.data() + first;
+    for (int64_t r = 0; r < op.rows; r += kMaxRows) {
+      const int tile = static_cast<int>(std::min<int64_t>(op.rows - r, kMaxRows));
+      dot(tile, op.a + r * op.k4, op.k4, w, count, column_sums, sums);
+      StoreTile(sums, tile, width, op.t + r, op.scale + first, op.bias ? op.bias + first : nullptr,
+                op.y + r * op.ldy + first, op.ldy);
+    }
+    p += count;
+  }
 }
 
 }  // namespace
@@ -50,62 +161,83 @@ void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* 
   }
 }
 
-int64_t Int8PanelBytes(int64_t out, int64_t in) {
-  return (out + kInt8PanelWidth - 1) / kInt8PanelWidth * kInt8PanelWidth * in;
-}
-
-namespace {
-// Where Q[o, 0] sits in the panel layout; Q[o, k] is kInt8PanelWidth * k
-// bytes further.
-int64_t PanelOffset(int64_t o, int64_t in) {
-  return o / kInt8PanelWidth * kInt8PanelWidth * in + o % kInt8PanelWidth;
-}
-}  // namespace
-
-void PackInt8Panels(const int8_t* q, int64_t out, int64_t in, int8_t* panels) {
-  std::memset(panels, 0, Int8PanelBytes(out, in));
+Int8Panels PackInt8Panels(const int8_t* q, int64_t out, int64_t in) {
+  const int64_t k4 = RoundUp(in, 4), padded = RoundUp(out, kInt8PanelWidth);
+  Int8Panels panels{std::vector<int8_t>(padded * k4, 0), std::vector<int32_t>(padded, 0)};
   for (int64_t o = 0; o < out; ++o) {
-    int8_t* panel = panels + PanelOffset(o, in);
-    for (int64_t k = 0; k < in; ++k) panel[k * kInt8PanelWidth] = q[o * in + k];
+    int32_t sum = 0;
+    for (int64_t k = 0; k < in; ++k) {
+      panels.values[PanelIndex(o, k, k4)] = q[o * in + k];
+      sum += q[o * in + k];
+    }
+    panels.column_sums[o] = sum;
+  }
+  return panels;
+}
+
+void UnpackInt8Panels(const Int8Panels& panels, int64_t out, int64_t in, int8_t* q) {
+  const int64_t k4 = RoundUp(in, 4);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t k = 0; k < in; ++k) q[o * in + k] = panels.values[PanelIndex(o, k, k4)];
   }
 }
 
-void UnpackInt8Panels(const int8_t* panels, int64_t out, int64_t in, int8_t* q) {
-  for (int64_t o = 0; o < out; ++o) {
-    const int8_t* panel = panels + PanelOffset(o, in);
-    for (int64_t k = 0; k < in; ++k) q[o * in + k] = panel[k * kInt8PanelWidth];
+bool CpuRuns(Int8Path path) {
+  switch (path) {
+    case Int8Path::kAvx512Vnni:
+      return HasAvx512Vnni();
+    case Int8Path::kAvx2:
+      return HasAvx2();
+    case Int8Path::kBaseline:
+      break;
   }
+  return true;
 }
 
-bool Int8GemmUsesAvx2() { return HasAvx2(); }
+Int8Path Int8GemmPath() {
+  if (CpuRuns(Int8Path::kAvx512Vnni)) return Int8Path::kAvx512Vnni;
+  return CpuRuns(Int8Path::kAvx2) ? Int8Path::kAvx2 : Int8Path::kBaseline;
+}
 
-namespace {
-void RunInt8Gemm(bool avx2, const float* x, int64_t rows, int64_t ldx, const int8_t* panels,
-                 const float* scale, int64_t out, int64_t in, const float* bias, float* y,
-                 int64_t ldy) {
-  static_assert(baseline::kPanel == kInt8PanelWidth);
+const char* Int8PathName(Int8Path path) {
+  switch (path) {
+    case Int8Path::kAvx512Vnni:
+      return "AVX-512 VNNI";
+    case Int8Path::kAvx2:
+      return "AVX2";
+    case Int8Path::kBaseline:
+      break;
+  }
+  return "baseline";
+}
+
+void QuantizeActivations(const float* x, int64_t rows, int64_t ldx, int64_t in, int8_t* a,
+                         float* t) {
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(x + r * ldx, in, in, a + r * in, t + r);
+}
+
+void Int8GemmOn(Int8Path path, const float* x, int64_t rows, int64_t ldx, const Int8Panels& panels,
+                const float* scale, int64_t out, int64_t in, const float* bias, float* y,
+                int64_t ldy) {
   if (rows <= 0 || out <= 0) return;
+  const int64_t k4 = RoundUp(in, 4);
+  // Reused between calls: a prefill's activations are a few megabytes.
+  thread_local std::vector<int8_t> a;
+  thread_local std::vector<float> t;
+  a.resize(rows * k4);
+  t.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(x + r * ldx, in, k4, a.data() + r * k4, &t[r]);
+  const Operands op{a.data(), t.data(), rows, k4, &panels, scale, out, bias, y, ldy};
+  const int8_tiles::DotTile dot = TileFor(path);
   const int64_t count = (out + kInt8PanelWidth - 1) / kInt8PanelWidth;
-  at::parallel_for(
-      0, count, GrainFor(kInt8PanelWidth * in * rows), [&](int64_t begin, int64_t end) {
-        if (avx2) {
-          RunPanelsAvx2(begin, end, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
-        } else {
-          baseline::RunPanels(begin, end, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
-        }
-      });
-}
-}  // namespace
-
-void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const int8_t* panels, const float* scale,
-              int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
-  RunInt8Gemm(HasAvx2(), x, rows, ldx, panels, scale, out, in, bias, y, ldy);
+  at::parallel_for(0, count, GrainFor(kInt8PanelWidth * k4 * rows),
+                   [&](int64_t begin, int64_t end) { RunPanels(dot, op, begin, end); });
 }
 
-void Int8GemmBaseline(const float* x, int64_t rows, int64_t ldx, const int8_t* panels,
-                      const float* scale, int64_t out, int64_t in, const float* bias, float* y,
-                      int64_t ldy) {
-  RunInt8Gemm(false, x, rows, ldx, panels, scale, out, in, bias, y, ldy);
+void Int8Gemm(const float* x, int64_t rows, int64_t ldx, const Int8Panels& panels,
+              const float* scale, int64_t out, int64_t in, const float* bias, float* y,
+              int64_t ldy) {
+  Int8GemmOn(Int8GemmPath(), x, rows, ldx, panels, scale, out, in, bias, y, ldy);
 }
 
 }  // namespace attn::kernels

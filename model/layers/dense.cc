@@ -81,7 +81,7 @@ std::shared_ptr<const PackedWeight> Packed(const torch::Tensor& weight) {
 }
 
 struct Int8Weight {
-  std::vector<int8_t> panels;  // [out, in] in kernels::PackInt8Panels' layout
+  kernels::Int8Panels panels;  // [out, in] in kernels::Int8Gemm's layout
   std::vector<float> scale;    // [out]
 };
 
@@ -89,13 +89,6 @@ WeightCopies<Int8Weight>& Int8Weights() {
   static auto* copies = new WeightCopies<Int8Weight>();  // never destroyed: used until exit
   return *copies;
 }
-
-// Up to this many rows Dense multiplies a quantised weight's int8 copy:
-// every tile of four rows converts the int8 weights it reads again, so past
-// a couple of hundred rows OpenBLAS's cache-blocked float product of the
-// dequantised weights is faster (measured crossover about 190 rows on an
-// AVX2 EPYC, 1.4x in int8's favour at 64 rows; docs/benchmarks-log.md).
-constexpr int64_t kInt8MaxRows = 128;
 
 bool FloatOnCpu(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
@@ -178,16 +171,18 @@ torch::Tensor MatVecRows(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
-// The int8 product when `weight` has an int8 copy and the operands fit it;
-// undefined otherwise.
+// The int8 product when `weight` has an int8 copy and the operands fit it,
+// for every row count: each row's result then depends on that row alone,
+// so a prompt's prefill and its decode steps round their activations alike
+// and Score agrees with a stream. Undefined otherwise.
 torch::Tensor Int8Dense(const torch::Tensor& x, const torch::Tensor& weight,
-                        const torch::Tensor& bias, int64_t rows) {
-  if (rows > kInt8MaxRows || !KernelOperands(x, weight, bias)) return {};
+                        const torch::Tensor& bias) {
+  if (!KernelOperands(x, weight, bias) || weight.size(1) > kernels::kInt8MaxIn) return {};
   const auto copy = Int8Weights().Find(weight);
   if (copy == nullptr) return {};
   const int64_t in = weight.size(1), out = weight.size(0);
   return RowProduct(x, out, [&](const torch::Tensor& flat, torch::Tensor& y) {
-    kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->panels.data(),
+    kernels::Int8Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->panels,
                       copy->scale.data(), out, in, BiasData(bias), y.data_ptr<float>(), out);
   });
 }
@@ -202,8 +197,7 @@ int64_t Int8Bytes(int64_t out, int64_t in) {
 int64_t InstallInt8Copy(const torch::Tensor& weight, const int8_t* q, std::vector<float> scale) {
   const int64_t out = weight.size(0), in = weight.size(1);
   auto copy = std::make_shared<Int8Weight>();
-  copy->panels.resize(kernels::Int8PanelBytes(out, in));
-  kernels::PackInt8Panels(q, out, in, copy->panels.data());
+  copy->panels = kernels::PackInt8Panels(q, out, in);
   copy->scale = std::move(scale);
   {
     torch::NoGradGuard no_grad;
@@ -265,7 +259,7 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
   if (copy == nullptr) return std::nullopt;
   const int64_t out = weight.size(0), in = weight.size(1);
   torch::Tensor values = torch::empty({out, in}, torch::kChar);
-  kernels::UnpackInt8Panels(copy->panels.data(), out, in, values.data_ptr<int8_t>());
+  kernels::UnpackInt8Panels(copy->panels, out, in, values.data_ptr<int8_t>());
   return Int8Matrix{
       values,
       torch::from_blob(const_cast<float*>(copy->scale.data()), {out}, torch::kFloat).clone()};
@@ -281,7 +275,7 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
                         x.size(0) * x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
   const int64_t batch = x.dim() == 3 ? x.size(0) : 0, chunk = x.dim() == 3 ? x.size(1) : 0;
   const int64_t in = weight.size(1), out = weight.size(0);
-  if (!packable || keep >= chunk || leading <= 0 || leading >= out ||
+  if (!packable || HasInt8Copy(weight) || keep >= chunk || leading <= 0 || leading >= out ||
       leading % kernels::kPanelWidth != 0) {
     return Dense(x, weight, bias);
   }
@@ -313,8 +307,8 @@ torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
   if (tracked || x.dim() < 1 || x.size(-1) == 0) {
     return torch::nn::functional::linear(x, weight, bias);
   }
+  if (torch::Tensor y = Int8Dense(x, weight, bias); y.defined()) return y;
   const int64_t rows = x.numel() / x.size(-1);
-  if (torch::Tensor y = Int8Dense(x, weight, bias, rows); y.defined()) return y;
   if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);
   }

@@ -32,15 +32,16 @@ inline torch::Tensor Dense(const torch::Tensor& x, const torch::nn::Linear& laye
   return Dense(x, layer->weight, layer->bias);
 }
 
-// Weight-only int8 for `weight` [out, in], a float32 CPU parameter
-// (model/kernels/int8_gemm.h: symmetric, one scale per output channel).
-// Writes the dequantised values back into `weight`, so that every product
-// with it computes with the same weights, whichever path it takes (a long
-// prefill's float product, autograd, an exported package), and keeps the
-// int8 copy, which Dense multiplies for 1 to 128 rows: the decode steps,
-// which read a quarter of the bytes (past 128 rows, where converting the
-// weights again for every four rows costs more than it saves, the float
-// product).
+// Int8 for `weight` [out, in], a float32 CPU parameter
+// (model/kernels/int8_gemm.h: symmetric, one scale per output channel, and
+// each row of activations rounded to int8 at every product). Writes the
+// dequantised values back into `weight`, so that the paths that multiply
+// floats (autograd, an exported package's TorchScript methods, a weight
+// wider than kernels::kInt8MaxIn) compute with the same weights, and keeps
+// the int8 copy, which Dense multiplies for every row count: decode steps
+// read a quarter of the bytes, and batched steps and prefills multiply
+// int8 by int8. Those float paths differ from Dense's only by the
+// activations' rounding.
 // Writing `weight` again later (its version counter moves) drops the int8
 // copy; a weight that still has one keeps it. Returns the int8 copy's bytes
 // (weights and scales).

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "model/layers/dense.h"
+
 namespace attn {
 
 std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj, const torch::Tensor& query,
@@ -9,7 +11,7 @@ std::vector<torch::Tensor> ProjectToHeads(torch::nn::Linear in_proj, const torch
                                           int64_t heads) {
   namespace F = torch::nn::functional;
   if (query.is_same(key) && key.is_same(value)) {
-    auto qkv = in_proj->forward(query).chunk(3, -1);
+    auto qkv = Dense(query, in_proj).chunk(3, -1);
     return {SplitHeads(qkv[0], heads), SplitHeads(qkv[1], heads), SplitHeads(qkv[2], heads)};
   }
   const auto& w = in_proj->weight;

@@ -105,10 +105,11 @@ class CausalLmImpl : public torch::nn::Module {
   int64_t state_bytes_per_sequence(int64_t context) const;
   int64_t parameter_count() const;
 
-  // Weight-only int8 for every dense projection and the tied embedding/head
-  // (the 2-D parameters named *weight; QuantizeWeightInt8 in
-  // model/layers/dense.h): the model then computes with the dequantised
-  // weights everywhere, and its decode steps read the int8 copies. Norms,
+  // Int8 for every dense projection and the tied embedding/head (the 2-D
+  // parameters named *weight; QuantizeWeightInt8 in model/layers/dense.h):
+  // the model then computes with the dequantised weights everywhere, and
+  // its products multiply the int8 copies by activations rounded to int8 per
+  // row (model/kernels/int8_gemm.h). Norms,
   // position tables, the mixers' own parameters and every state stay
   // float32. Returns the bytes a decode step's products then read (int8
   // weights and their scales). Weights that already have an int8 copy (a

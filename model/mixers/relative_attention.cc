@@ -87,13 +87,14 @@ std::pair<torch::Tensor, torch::Tensor> RelativeMultiHeadAttentionImpl::forward_
   auto context = has_memory ? torch::cat({memory.detach(), x}, 1) : x;
   TORCH_CHECK(context.size(1) <= options_.max_context, "memory plus segment (", context.size(1),
               ") exceeds max_context ", options_.max_context);
-  auto q =
-      SplitHeads(torch::nn::functional::linear(x, in_proj_->weight.narrow(0, 0, options_.d_model),
-                                               in_proj_->bias.narrow(0, 0, options_.d_model)),
-                 options_.heads);
-  auto kv = ProjectToHeads(in_proj_, context, context, context, options_.heads);
+  // One product over the context: the segment's queries are its last rows'
+  // (computing the memory's too costs less than a second product, and the
+  // int8 copy of in_proj covers only the whole weight).
+  const auto qkv = Dense(context, in_proj_).chunk(3, -1);
   const int64_t offset = context.size(1) - x.size(1);
-  auto y = Attend(q, kv[1], kv[2], offset);
+  auto q = SplitHeads(qkv[0].narrow(1, offset, x.size(1)), options_.heads);
+  auto y =
+      Attend(q, SplitHeads(qkv[1], options_.heads), SplitHeads(qkv[2], options_.heads), offset);
   const int64_t keep = std::min(options_.mem_len, context.size(1));
   auto next_memory = context.narrow(1, context.size(1) - keep, keep).detach();
   return {y, next_memory};

@@ -22,9 +22,15 @@
 #   APART (0): 1 runs attn-backend-bench's float32 and int8 models as two
 #   processes, for a model whose two copies and their rows do not fit in
 #   memory together (granite-4.0-h-1b in 24 GB); 0 interleaves them in one.
+#   WEIGHTS (both): int8 runs only the int8 and Q8_0 sides of 1 and 2,
+#   float32 only the float32 and F32 ones. CHAT (1): 0 leaves out 3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -eq 3 ] || { sed -n 2,22p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,24p "$0"; exit 2; }
+weights=${WEIGHTS:-both}
+case $weights in both | int8 | float32) ;; *) echo "WEIGHTS: both, int8 or float32" >&2; exit 2 ;; esac
+# wants KIND: whether this run measures float32 or int8 weights.
+wants() { [ "$weights" = both ] || [ "$weights" = "$1" ]; }
 package=$1 f32=$2 q8=$3
 build=${BUILD_DIR:-build}
 llama_bin=${LLAMA_BIN:?the folder holding llama.cpp llama-bench and llama-server}
@@ -49,14 +55,19 @@ backend_bench() {
   "$build/bench/backend/attn-backend-bench" --model="$package" --backends="$1" \
     --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
 }
-if [ "${APART:-0}" = 1 ]; then
+if [ "$weights" != both ]; then
+  backend_bench "$([ "$weights" = int8 ] && echo int8 || echo native)"
+elif [ "${APART:-0}" = 1 ]; then
   backend_bench native
   backend_bench int8
 else
   backend_bench native,int8
 fi
 echo "== llama.cpp: llama-bench"
-"$llama_bin/llama-bench" -t "$threads" -m "$f32" -m "$q8" -p 512 -n 128 -r 3 -o md
+ggufs=()
+wants float32 && ggufs+=(-m "$f32")
+wants int8 && ggufs+=(-m "$q8")
+"$llama_bin/llama-bench" -t "$threads" "${ggufs[@]}" -p 512 -n 128 -r 3 -o md
 
 # ours NAME WORKLOAD [SERVER FLAGS...]: starts this server, runs it, stops.
 ours() {
@@ -92,11 +103,12 @@ llama() {
 }
 
 echo "== serving: 64 clients here, 16 slots there, $seconds s each"
-ours float32 "load --concurrency=64 --seconds=$seconds"
-ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
-llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
-llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
+! wants float32 || ours float32 "load --concurrency=64 --seconds=$seconds"
+! wants int8 || ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
+! wants float32 || llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
+! wants int8 || llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
 
+[ "${CHAT:-1}" = 1 ] || exit 0
 echo "== a 20-turn chat, the transcript resent every turn"
 ours chat "chat --turns=20"
 llama chat "$f32" 1 "chat --turns=20"
