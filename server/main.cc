@@ -96,9 +96,10 @@ ABSL_FLAG(std::string, backend, attn::BackendKindName(RegistryDefaults().backend
           "other module that keeps docs/model-contract.md), native or torchscript; for single "
           "models, comma-separated NAME=KIND entries (\"auto,gru=torchscript\").");
 ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefaults().quantization),
-          "Weight-only quantisation at load, native backend: none or int8 (the dense weights as "
-          "int8 with a float scale per output channel; decode steps read a quarter of the "
-          "bytes); for single models, comma-separated NAME=none|int8 entries (\"none,big=int8\").");
+          "Quantisation at load, native backend: none or int8 (the dense weights as int8 with a "
+          "float scale per output channel, multiplied by activations rounded to int8 per row; "
+          "decode steps read a quarter of the bytes); for single models, comma-separated "
+          "NAME=none|int8 entries (\"none,big=int8\").");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file every model renders chats with, instead of the one its "
           "package records (attn-export takes it from the model's files); empty: each package's.");

@@ -74,7 +74,7 @@ struct RegistryOptions {
   // TorchScript for any other module that keeps docs/model-contract.md.
   BackendKind backend = BackendKind::kAuto;
   std::map<std::string, BackendKind> model_backends;
-  // Weight-only quantisation at load (--quantize), for every model but
+  // Int8 quantisation at load (--quantize), for every model but
   // those named in `model_quantization`. Native backend only: a TorchScript
   // model asked to quantise is an error naming it.
   enum class Quantization { kNone, kInt8 };
