@@ -19,7 +19,7 @@
 // the ratio meaningful on a machine whose speed drifts between runs.
 //
 // It also prints the physical limits the table is read against: how fast one
-// thread converts and multiplies int8 weights that sit in its cache (so no
+// thread multiplies int8 weights that sit in its cache (so no
 // memory is in the way), the one-row bound that follows for int8 and for
 // float32 (whose weights come from the read bandwidth), and the float32
 // matrix product's rate on large matrices, the bound for many rows, where
@@ -146,8 +146,8 @@ double ReadBandwidth(int64_t bytes, int reps) {
 
 // Weights per second one thread multiplies from a 480x160 matrix that stays
 // in its L2 cache (307 KB as float32): the loops' own limit, with no memory
-// in the way. For int8 that is the conversion to float (each weight costs a
-// conversion and a fused multiply-add), so no amount of bandwidth makes an
+// in the way. For int8 that is the loop's own rate (rounding a row of
+// activations, then vpdpbusd or vpmaddubsw), so no amount of bandwidth makes an
 // int8 token faster than weights / (threads x this rate).
 double CacheResidentRate(bool int8) {
   const Matrix m = RandomMatrix(480, 160);
@@ -269,19 +269,19 @@ int main(int argc, char** argv) {
       attn::ReadBandwidth(int64_t{256} << 20, 10) / 1e9);
   const double int8_rate = attn::CacheResidentRate(true);
   const double float_rate = attn::CacheResidentRate(false);
-  // An int8 token takes at least the longer of converting its weights on
+  // An int8 token takes at least the longer of multiplying its weights on
   // every thread and reading their bytes; a float32 token at least reading
   // its bytes.
-  const double convert_bound = weights / (threads * int8_rate),
+  const double compute_bound = weights / (threads * int8_rate),
                int8_read_bound = weights / read_int8;
-  const double int8_bound = std::max(convert_bound, int8_read_bound);
+  const double int8_bound = std::max(compute_bound, int8_read_bound);
   const double float_bound = 4 * weights / read_float;
   std::printf(
       "one thread on a cache-resident 480x160 matrix: int8 %.1f, float32 %.1f G weights/s\n"
-      "one-row limits: int8 token >= %.1f us (converting on %d threads: %.1f us, reading "
+      "one-row limits: int8 token >= %.1f us (multiplying on %d threads: %.1f us, reading "
       "%.1f MB: %.1f us), float32 token >= %.1f us (reading %.1f MB): int8 at most %.2fx "
       "faster\n",
-      int8_rate / 1e9, float_rate / 1e9, int8_bound * 1e6, threads, convert_bound * 1e6, int8_mb,
+      int8_rate / 1e9, float_rate / 1e9, int8_bound * 1e6, threads, compute_bound * 1e6, int8_mb,
       int8_read_bound * 1e6, float_bound * 1e6, float_mb, float_bound / int8_bound);
   std::printf("float32 512x512 matrix product: %.1f GFLOP/s\n", attn::GemmRate(100) / 1e9);
   std::printf("%6s %14s %14s %8s %12s %12s %12s\n", "rows", "float32 (us)", "int8 (us)", "ratio",
