@@ -47,6 +47,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/kernels/huge_pages.h"
 #include "model/kernels/int8_gemm.h"
 #include "model/kernels/kernels.h"
 #include "util/cpus.h"
@@ -131,9 +132,15 @@ void Int8Token(std::vector<Matrix>& matrices, const torch::Tensor& x,
 // `reps` passes over one buffer): what the weights' bytes are measured
 // against. A buffer the size of a token's int8 or float32 weights stays in
 // the caches between passes, as the weights do between decode steps; 256 MB
-// does not.
-double ReadBandwidth(int64_t bytes, int reps) {
-  const torch::Tensor buffer = torch::rand({bytes / 4});
+// does not. `huge_pages`: the buffer lies on transparent huge pages, as the
+// packed weight copies do (model/kernels/huge_pages.h).
+double ReadBandwidth(int64_t bytes, int reps, bool huge_pages = false) {
+  std::vector<float, kernels::HugePageAllocator<float>> huge(huge_pages ? bytes / 4 : 0);
+  torch::Tensor buffer = torch::rand({bytes / 4});
+  if (huge_pages) {
+    std::copy_n(buffer.data_ptr<float>(), bytes / 4, huge.data());
+    buffer = torch::from_blob(huge.data(), {bytes / 4});
+  }
   std::vector<double> times;
   for (int rep = 0; rep < reps + 5; ++rep) {
     const auto start = std::chrono::steady_clock::now();
@@ -264,9 +271,10 @@ int main(int argc, char** argv) {
   const double read_float = attn::ReadBandwidth(4 * weights, 400);
   std::printf(
       "plain parallel read: %.1f GB/s over %.1f MB, %.1f GB/s over %.1f MB, %.1f GB/s over "
-      "256 MB\n",
+      "256 MB (%.1f GB/s on huge pages)\n",
       read_int8 / 1e9, int8_mb, read_float / 1e9, float_mb,
-      attn::ReadBandwidth(int64_t{256} << 20, 10) / 1e9);
+      attn::ReadBandwidth(int64_t{256} << 20, 10) / 1e9,
+      attn::ReadBandwidth(int64_t{256} << 20, 10, true) / 1e9);
   const double int8_rate = attn::CacheResidentRate(true);
   const double float_rate = attn::CacheResidentRate(false);
   // An int8 token takes at least the longer of multiplying its weights on

@@ -163,7 +163,9 @@ void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* 
 
 Int8Panels PackInt8Panels(const int8_t* q, int64_t out, int64_t in) {
   const int64_t k4 = RoundUp(in, 4), padded = RoundUp(out, kInt8PanelWidth);
-  Int8Panels panels{std::vector<int8_t>(padded * k4, 0), std::vector<int32_t>(padded, 0)};
+  Int8Panels panels;
+  panels.values.assign(padded * k4, 0);
+  panels.column_sums.assign(padded, 0);
   for (int64_t o = 0; o < out; ++o) {
     int32_t sum = 0;
     for (int64_t k = 0; k < in; ++k) {

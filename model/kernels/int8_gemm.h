@@ -45,6 +45,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/kernels/huge_pages.h"
+
 namespace attn::kernels {
 
 // Quantises w [out, in] (row stride ldw) into q [out, in] and scale [out].
@@ -60,7 +62,8 @@ inline constexpr int64_t kInt8MaxIn = 65536;
 
 // Q in Int8Gemm's panel layout, with each output channel's sum of Q.
 struct Int8Panels {
-  std::vector<int8_t> values;        // out rounded up to 16, times in rounded up to 4
+  // out rounded up to 16, times in rounded up to 4; on huge pages (huge_pages.h)
+  std::vector<int8_t, HugePageAllocator<int8_t>> values;
   std::vector<int32_t> column_sums;  // [out rounded up to 16], zero past out
 };
 

@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "model/kernels/huge_pages.h"
 #include "model/kernels/int8_gemm.h"
 #include "model/kernels/packed_gemm.h"
 
@@ -67,7 +68,8 @@ class WeightCopies {
   std::atomic<size_t> size_{0};
 };
 
-using PackedWeight = std::vector<float>;
+// On huge pages: at one row a step streams these from memory (huge_pages.h).
+using PackedWeight = std::vector<float, kernels::HugePageAllocator<float>>;
 
 // The weight in PackedGemm's panel layout, packed on first use.
 std::shared_ptr<const PackedWeight> Packed(const torch::Tensor& weight) {

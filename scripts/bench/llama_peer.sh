@@ -24,9 +24,13 @@
 #   memory together (granite-4.0-h-1b in 24 GB); 0 interleaves them in one.
 #   WEIGHTS (both): int8 runs only the int8 and Q8_0 sides of 1 and 2,
 #   float32 only the float32 and F32 ones. CHAT (1): 0 leaves out 3.
+#   ENGINE (1): 0 leaves out 1. LOGIT_BIAS: a JSON object of token ids to
+#   biases that every request on both sides carries, e.g. -100 on the byte
+#   tokens a random-weight RWKV model samples, whose text is not UTF-8 and
+#   which llama-server then answers with HTTP 500.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -eq 3 ] || { sed -n 2,24p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,28p "$0"; exit 2; }
 weights=${WEIGHTS:-both}
 case $weights in both | int8 | float32) ;; *) echo "WEIGHTS: both, int8 or float32" >&2; exit 2 ;; esac
 # wants KIND: whether this run measures float32 or int8 weights.
@@ -50,24 +54,29 @@ echo "== machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: ... avx512f .../'
 date -u
 
-echo "== this server's engine: attn-backend-bench"
-backend_bench() {
-  "$build/bench/backend/attn-backend-bench" --model="$package" --backends="$1" \
-    --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
-}
-if [ "$weights" != both ]; then
-  backend_bench "$([ "$weights" = int8 ] && echo int8 || echo native)"
-elif [ "${APART:-0}" = 1 ]; then
-  backend_bench native
-  backend_bench int8
-else
-  backend_bench native,int8
+if [ "${ENGINE:-1}" = 1 ]; then
+  echo "== this server's engine: attn-backend-bench"
+  backend_bench() {
+    "$build/bench/backend/attn-backend-bench" --model="$package" --backends="$1" \
+      --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
+  }
+  if [ "$weights" != both ]; then
+    backend_bench "$([ "$weights" = int8 ] && echo int8 || echo native)"
+  elif [ "${APART:-0}" = 1 ]; then
+    backend_bench native
+    backend_bench int8
+  else
+    backend_bench native,int8
 fi
 echo "== llama.cpp: llama-bench"
 ggufs=()
 wants float32 && ggufs+=(-m "$f32")
 wants int8 && ggufs+=(-m "$q8")
 "$llama_bin/llama-bench" -t "$threads" "${ggufs[@]}" -p 512 -n 128 -r 3 -o md
+fi
+
+# extra FIELDS: the JSON object every request of a side carries.
+extra() { echo "{$1${LOGIT_BIAS:+, \"logit_bias\": $LOGIT_BIAS}}"; }
 
 # ours NAME WORKLOAD [SERVER FLAGS...]: starts this server, runs it, stops.
 ours() {
@@ -77,7 +86,7 @@ ours() {
   echo "-- this server, $name: $workload"
   # One run failing (a model too big for the machine) leaves the others to run.
   # shellcheck disable=SC2086
-  $peer --url="http://127.0.0.1:$http_port" --extra='{"attn_ignore_eos": true}' $workload ||
+  $peer --url="http://127.0.0.1:$http_port" --extra="$(extra '"attn_ignore_eos": true')" $workload ||
     { echo "-- failed; the server's log ends:"; tail -5 "$log/$name.log"; }
   stop_server "$server_pid" || true
 }
@@ -97,7 +106,7 @@ llama() {
   done
   echo "-- llama-server, $name: $workload"
   # shellcheck disable=SC2086
-  $peer --url="http://127.0.0.1:$port" --extra='{"ignore_eos": true}' $workload ||
+  $peer --url="http://127.0.0.1:$port" --extra="$(extra '"ignore_eos": true')" $workload ||
     { echo "-- failed; llama-server's log ends:"; tail -5 "$log/llama-$name.log"; }
   kill "$llama_pid"; wait "$llama_pid" 2> /dev/null || true; llama_pid=
 }

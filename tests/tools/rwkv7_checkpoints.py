@@ -4,7 +4,7 @@ reference of the model written from the RWKV-7 paper's equations.
     rwkv7_checkpoints.py write --layout blinkdl|hf|hf-sharded --out PATH
         [--d 64 --layers 2 --head 16 --ffn 128 --vocab 300 --ranks 16,16,8,24
          --dtype float32|float16|bfloat16 --seed 1 --version 7 --also-bin]
-    rwkv7_checkpoints.py vocab --out FILE        a synthetic RWKV World vocabulary
+    rwkv7_checkpoints.py vocab --out FILE [--size N]  a synthetic RWKV World vocabulary
     rwkv7_checkpoints.py state --out FILE [--layers 2 --d 64 --head 16 --seed 2]
                                                   an initial state (state tuning's .pth)
     rwkv7_checkpoints.py logits --pth FILE --tokens 1,2,3 [--group-norm-eps E]
@@ -247,8 +247,11 @@ def reference_logits(sd, tokens, group_norm_eps=64e-5, time_state=None):
 
 # --- vocabularies ---
 
-def synthetic_vocabulary():
-    """(id, bytes) pairs: every byte, then words, escapes, UTF-8 pieces."""
+def synthetic_vocabulary(size=0):
+    """(id, bytes) pairs: every byte, then words, escapes, UTF-8 pieces; then,
+    up to `size` entries, filler words (" t1a2"), so that a model of that
+    vocabulary size samples no id the file leaves out (llama.cpp names those
+    [PADn], and its server cannot parse such output back)."""
     tokens = [bytes([b]) for b in range(256)]
     words = ["the", " the", " river", "river", " keeps", "keep", " state", "\n\n", "User", ":",
              " small", "it's", "\\n", '"q"', "tab\there", "日本", "本語", "語", "\u00e9t\u00e9",
@@ -260,6 +263,7 @@ def synthetic_vocabulary():
         if t not in seen:
             seen.add(t)
             unique.append(t)
+    unique += [f" t{i:x}".encode() for i in range(len(unique), size)]
     return list(enumerate(unique, start=1))
 
 
@@ -272,9 +276,9 @@ def literal(token):
         return repr(token)
 
 
-def write_vocabulary(path):
+def write_vocabulary(path, size=0):
     with open(path, "w", encoding="utf-8") as f:
-        for i, token in synthetic_vocabulary():
+        for i, token in synthetic_vocabulary(size):
             f.write(f"{i} {literal(token)} {len(token)}\n")
 
 
@@ -317,6 +321,8 @@ def main():
                    help="hf: also write pytorch_model.bin and config.json's architectures")
     v = sub.add_parser("vocab")
     v.add_argument("--out", required=True)
+    v.add_argument("--size", type=int, default=0,
+                   help="fill with words up to this many entries (the model's vocabulary less one)")
     st = sub.add_parser("state")
     st.add_argument("--out", required=True)
     st.add_argument("--layers", type=int, default=2)
@@ -334,7 +340,7 @@ def main():
     if args.command == "write":
         write(args)
     elif args.command == "vocab":
-        write_vocabulary(args.out)
+        write_vocabulary(args.out, args.size)
     elif args.command == "state":
         g = torch.Generator().manual_seed(args.seed)
         heads = args.d // args.head
