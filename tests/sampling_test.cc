@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <numeric>
+#include <set>
 
 namespace attn {
 namespace {
@@ -120,6 +124,73 @@ TEST(Sampler, DrawsFollowTheSoftmaxAndRespectTopK) {
   EXPECT_NEAR(counts[1] / double(draws), std::exp(3.0) / z, 0.015);
   EXPECT_NEAR(counts[4] / double(draws), std::exp(2.5) / z, 0.015);
   EXPECT_NEAR(counts[2] / double(draws), std::exp(2.0) / z, 0.015);
+}
+
+// With no top_k or top_p the draw walks the ids in order, block by block
+// (DrawFromAll): its frequencies must still be the softmax's, over a
+// vocabulary of several blocks with a partial last block, whole blocks at
+// -inf (a mask) and the mass spread over blocks far apart.
+TEST(Sampler, DrawsFromAWholeVocabularyFollowTheSoftmax) {
+  std::vector<float> logits(1000, -4.0f);
+  for (int i = 256; i < 768; ++i) logits[i] = -std::numeric_limits<float>::infinity();
+  logits[3] = 2.0f;
+  logits[255] = 1.0f;
+  logits[768] = 1.5f;
+  logits[999] = 2.5f;
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  SamplingOptions options;
+  options.seed = 11;
+  Sampler sampler(options);
+  std::map<int64_t, int> counts;
+  const int draws = 40000;
+  for (int i = 0; i < draws; ++i) ++counts[sampler.Next(logits.data(), 1000).id];
+  for (int64_t id : {3, 255, 768, 999}) {
+    const double p = std::exp(static_cast<double>(logits[id])) / z;
+    EXPECT_NEAR(counts[id] / double(draws), p, 4 * std::sqrt(p * (1 - p) / draws)) << id;
+  }
+  int masked = 0, rest = 0;
+  for (const auto& [id, count] : counts) {
+    if (id >= 256 && id < 768) masked += count;
+    if (id != 3 && id != 255 && id != 768 && id != 999 && (id < 256 || id >= 768)) rest += count;
+  }
+  EXPECT_EQ(masked, 0);
+  const double p_rest = 484 * std::exp(-4.0) / z;
+  EXPECT_NEAR(rest / double(draws), p_rest, 4 * std::sqrt(p_rest * (1 - p_rest) / draws));
+}
+
+// top_p alone sorts only the most likely ids, as many as its prefix needs
+// (256, else 4,096): a nucleus of a few hundred ids, scattered over the
+// vocabulary, must still be exactly the full sort's prefix, drawn in
+// proportion to the softmax.
+TEST(Sampler, TopPDrawsFromTheFullSortsNucleus) {
+  const int64_t vocab = 20000;
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[(i * 7919) % vocab] = -0.005f * static_cast<float>(i);
+  std::vector<int64_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+  double total = 0;
+  for (float l : logits) total += std::exp(static_cast<double>(l));
+  double cumulative = 0;
+  size_t n = 0;
+  while (cumulative < 0.9 * total) cumulative += std::exp(static_cast<double>(logits[order[n++]]));
+  ASSERT_GT(n, 256u);  // the selection must widen once
+  const std::set<int64_t> nucleus(order.begin(), order.begin() + n);
+  SamplingOptions options;
+  options.seed = 5;
+  options.top_p = 0.9;
+  Sampler sampler(options);
+  const int draws = 5000;
+  int top = 0;
+  for (int i = 0; i < draws; ++i) {
+    const int64_t id = sampler.Next(logits.data(), vocab).id;
+    ASSERT_TRUE(nucleus.count(id)) << id << " is outside the " << n << "-id nucleus";
+    top += id == order[0];
+  }
+  const double p = std::exp(static_cast<double>(logits[order[0]])) / cumulative;
+  EXPECT_NEAR(top / double(draws), p, 4 * std::sqrt(p * (1 - p) / draws));
 }
 
 TEST(Sampler, RepetitionPenaltyMovesAwayFromSeenTokens) {

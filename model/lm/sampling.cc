@@ -89,39 +89,9 @@ SampledToken Sampler::Next(const float* logits, int64_t full_vocab, int64_t choo
   } else {
     const auto inv_t = static_cast<float>(1.0 / options_.temperature);
     for (auto& w : work_) w *= inv_t;
-    candidates_.resize(vocab);
-    std::iota(candidates_.begin(), candidates_.end(), 0);
-    auto more_likely = [&](int64_t a, int64_t b) {
-      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
-    };
-    int64_t keep = vocab;
-    if (options_.top_k > 0 && options_.top_k < vocab) {
-      keep = options_.top_k;
-      std::nth_element(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
-                       more_likely);
-    }
-    std::sort(candidates_.begin(), candidates_.begin() + keep, more_likely);
-    const float max = work_[candidates_[0]];
-    probs_.resize(keep);
-    double total = 0.0;
-    for (int64_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(work_[candidates_[i]] - max);
-    if (options_.top_p < 1.0) {  // the smallest prefix reaching top_p
-      double cumulative = 0.0;
-      int64_t n = 0;
-      while (n < keep && cumulative < options_.top_p * total) cumulative += probs_[n++];
-      keep = std::max<int64_t>(n, 1);
-      total = cumulative;
-    }
-    std::uniform_real_distribution<double> uniform(0.0, total);
-    double r = uniform(rng_);
-    chosen = candidates_[keep - 1];
-    for (int64_t i = 0; i < keep; ++i) {
-      r -= probs_[i];
-      if (r < 0) {
-        chosen = candidates_[i];
-        break;
-      }
-    }
+    const bool all = (options_.top_k == 0 || options_.top_k >= vocab) && options_.top_p >= 1.0;
+    chosen = all ? DrawFromAll(vocab) : -1;
+    if (chosen < 0) chosen = DrawFromCandidates(vocab);
   }
   seen_.insert(chosen);
   ++generated_[chosen];
@@ -130,6 +100,94 @@ SampledToken Sampler::Next(const float* logits, int64_t full_vocab, int64_t choo
     token.top = TopLogprobs(logits, full_vocab, options_.top_logprobs, vocab);
   }
   return token;
+}
+
+int64_t Sampler::DrawFromAll(int64_t vocab) {
+  // Each block's share of the probability (vectorised log-sum-exp), then the
+  // ids of the block the draw falls in: two passes over the vocabulary and
+  // exp of at most one block's ids, against an O(V log V) sort.
+  constexpr int64_t kBlock = 256;
+  const float* w = work_.data();
+  const double log_total = kernels::LogSumExp(w, vocab);
+  if (!std::isfinite(log_total)) return -1;
+  const int64_t blocks = (vocab + kBlock - 1) / kBlock;
+  probs_.resize(blocks);
+  double total = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float block = kernels::LogSumExp(w + b * kBlock, std::min(kBlock, vocab - b * kBlock));
+    total += probs_[b] = std::exp(static_cast<double>(block) - log_total);
+  }
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  double r = uniform(rng_);
+  int64_t b = 0;
+  while (b < blocks - 1 && (r >= probs_[b] || probs_[b] == 0.0)) r -= probs_[b++];
+  while (probs_[b] == 0.0) --b;  // rounding ran past the last block with mass
+  const int64_t first = b * kBlock, last = std::min(first + kBlock, vocab);
+  int64_t chosen = -1;
+  for (int64_t i = first; i < last; ++i) {
+    const double p = std::exp(static_cast<double>(w[i]) - log_total);
+    if (p == 0.0) continue;
+    chosen = i;  // rounding may leave r >= 0 after the block: its last id with mass
+    if ((r -= p) < 0) break;
+  }
+  return chosen;
+}
+
+int64_t Sampler::DrawFromCandidates(int64_t vocab) {
+  candidates_.resize(vocab);
+  std::iota(candidates_.begin(), candidates_.end(), 0);
+  auto more_likely = [&](int64_t a, int64_t b) {
+    return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+  };
+  int64_t keep = vocab;
+  if (options_.top_k > 0 && options_.top_k < vocab) {
+    keep = options_.top_k;
+    std::nth_element(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
+                     more_likely);
+  }
+  const float max = *std::max_element(work_.begin(), work_.begin() + vocab);
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) total += std::exp(work_[candidates_[i]] - max);
+  // Only the candidates the top_p prefix can reach are sorted: the 256 or
+  // the 4,096 most likely, once their mass reaches top_p of the total (a
+  // flat distribution whose prefix needs more sorts them all). The same
+  // comparator selects the set a full sort would lead with, so the draw is
+  // the full sort's; sorting 65,536 ids took ~7 ms a token.
+  int64_t sorted = keep;
+  if (options_.top_p < 1.0) {
+    for (const int64_t k : {int64_t{256}, int64_t{4096}}) {
+      if (k >= keep / 4) break;
+      std::nth_element(candidates_.begin(), candidates_.begin() + k, candidates_.begin() + keep,
+                       more_likely);
+      double mass = 0.0;
+      for (int64_t i = 0; i < k; ++i) mass += std::exp(work_[candidates_[i]] - max);
+      if (mass >= options_.top_p * total) {
+        sorted = k;
+        break;
+      }
+    }
+  }
+  std::sort(candidates_.begin(), candidates_.begin() + sorted, more_likely);
+  probs_.resize(sorted);
+  for (int64_t i = 0; i < sorted; ++i) probs_[i] = std::exp(work_[candidates_[i]] - max);
+  if (options_.top_p < 1.0) {  // the smallest prefix reaching top_p
+    double cumulative = 0.0;
+    int64_t n = 0;
+    while (n < sorted && cumulative < options_.top_p * total) cumulative += probs_[n++];
+    keep = std::max<int64_t>(n, 1);
+    total = cumulative;
+  }
+  std::uniform_real_distribution<double> uniform(0.0, total);
+  double r = uniform(rng_);
+  int64_t chosen = candidates_[keep - 1];
+  for (int64_t i = 0; i < keep; ++i) {
+    r -= probs_[i];
+    if (r < 0) {
+      chosen = candidates_[i];
+      break;
+    }
+  }
+  return chosen;
 }
 
 std::vector<std::pair<int64_t, float>> TopLogprobs(const float* logits, int64_t vocab,

@@ -77,6 +77,14 @@ class Sampler {
                     const std::vector<uint64_t>* allowed = nullptr);
 
  private:
+  // Draws from softmax(work_[0, vocab)) in id order, without sorting: the
+  // path with no top_k or top_p, where sorting a 65,536-token vocabulary
+  // cost more than a small model's decode step. -1 when the logits have no
+  // finite log-sum-exp (NaN, all -inf); the sorting path then decides.
+  int64_t DrawFromAll(int64_t vocab);
+  // Draws from the top_k / top_p candidates, most likely first.
+  int64_t DrawFromCandidates(int64_t vocab);
+
   SamplingOptions options_;
   std::mt19937_64 rng_;
   std::unordered_set<int64_t> seen_;                // distinct tokens of the sequence so far
@@ -85,6 +93,7 @@ class Sampler {
   std::vector<float> masked_;                       // logits with disallowed ids at -inf
   std::vector<int64_t> candidates_;                 // token ids, most likely first
   std::vector<double> probs_;                       // unnormalised probabilities of the candidates
+                                                    // (DrawFromAll: of its blocks)
 };
 
 // log softmax(logits)[id], computed stably.
