@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -175,6 +176,36 @@ TEST(Int8Gemm, ActivationsRoundPerRowAndNonFiniteRowsGiveNaN) {
     EXPECT_EQ(y[2], 1.5f) << Int8PathName(path);
     EXPECT_EQ(y[3], -2.0f) << Int8PathName(path);
     for (int i = 4; i < 8; ++i) EXPECT_TRUE(std::isnan(y[i])) << Int8PathName(path) << " " << i;
+  }
+}
+
+// The vectorised rounding is nearbyint's: ties to even on a row whose scale
+// is 1 (largest 127), and equal to std::nearbyint(x * 127 / max) on long
+// random rows (the vector body and its tail).
+TEST(Int8Gemm, ActivationsRoundToNearestWithTiesToEven) {
+  const std::vector<float> ties = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -3.49f};
+  const std::vector<int> expected = {127, 0, 2, 2, 0, -2, -2, 126, -3};
+  std::vector<int8_t> a(ties.size());
+  float t = 0;
+  QuantizeActivations(ties.data(), 1, ties.size(), ties.size(), a.data(), &t);
+  EXPECT_EQ(t, 1.0f);
+  for (size_t k = 0; k < ties.size(); ++k) EXPECT_EQ(a[k], expected[k]) << ties[k];
+
+  std::mt19937 rng(17);
+  for (int64_t in : {1, 15, 16, 17, 1000, 4099}) {
+    const std::vector<float> x = Random(3 * in, rng, 3.0f);
+    std::vector<int8_t> q(3 * in);
+    std::vector<float> scales(3);
+    QuantizeActivations(x.data(), 3, in, in, q.data(), scales.data());
+    for (int64_t r = 0; r < 3; ++r) {
+      float largest = 0;
+      for (int64_t k = 0; k < in; ++k) largest = std::max(largest, std::abs(x[r * in + k]));
+      const float inverse = 127.0f / largest;
+      for (int64_t k = 0; k < in; ++k) {
+        ASSERT_EQ(q[r * in + k], static_cast<int8_t>(std::nearbyint(x[r * in + k] * inverse)))
+            << "in " << in << ", row " << r << ", k " << k;
+      }
+    }
   }
 }
 

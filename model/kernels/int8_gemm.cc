@@ -74,25 +74,28 @@ int8_tiles::DotTile TileFor(Int8Path path) {
 }
 
 // One activation row: t = max |x| / 127 and a = round(x / t), zero past in.
+// Both loops vectorise: a non-finite x shows as a NaN in `probe` (x * 0),
+// and rounding adds and subtracts 1.5 * 2^23, which rounds to the nearest
+// integer, ties to even, as nearbyint does for |v| <= 127 (std::nearbyint
+// itself is a call per element where the baseline has no SSE4.1 round).
 void QuantizeRow(const float* x, int64_t in, int64_t k4, int8_t* a, float* t) {
-  float largest = 0.0f;
-  bool finite = true;
-#pragma omp simd reduction(max : largest) reduction(&& : finite)
+  float largest = 0.0f, probe = 0.0f;
+#pragma omp simd reduction(max : largest) reduction(+ : probe)
   for (int64_t k = 0; k < in; ++k) {
     largest = std::max(largest, std::abs(x[k]));
-    finite = finite && std::isfinite(x[k]);
+    probe += x[k] * 0.0f;
   }
   std::memset(a, 0, k4);
-  if (!finite) {
+  if (std::isnan(probe)) {
     *t = std::numeric_limits<float>::quiet_NaN();
     return;
   }
   *t = largest / 127.0f;
   if (largest == 0.0f) return;
-  const float inverse = 127.0f / largest;
+  const float inverse = 127.0f / largest, magic = 12582912.0f;  // 1.5 * 2^23
 #pragma omp simd
   for (int64_t k = 0; k < in; ++k) {
-    const float level = std::nearbyint(x[k] * inverse);
+    const float level = (x[k] * inverse + magic) - magic;
     a[k] = static_cast<int8_t>(std::clamp(level, -127.0f, 127.0f));
   }
 }
@@ -228,7 +231,13 @@ void Int8GemmOn(Int8Path path, const float* x, int64_t rows, int64_t ldx, const 
   thread_local std::vector<float> t;
   a.resize(rows * k4);
   t.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) QuantizeRow(x + r * ldx, in, k4, a.data() + r * k4, &t[r]);
+  int8_t* const rows_a = a.data();
+  float* const rows_t = t.data();
+  at::parallel_for(0, rows, GrainFor(in), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      QuantizeRow(x + r * ldx, in, k4, rows_a + r * k4, rows_t + r);
+    }
+  });
   const Operands op{a.data(), t.data(), rows, k4, &panels, scale, out, bias, y, ldy};
   const int8_tiles::DotTile dot = TileFor(path);
   const int64_t count = (out + kInt8PanelWidth - 1) / kInt8PanelWidth;
