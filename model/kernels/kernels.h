@@ -277,6 +277,11 @@ void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float ep
 // as [B, T - first_output, C]. S of batch element b is the state row
 // slots[b] of s [rows, heads, head_dim, head_dim], updated in place. out:
 // [B, T - first_output, C]. Tokens run in order; rows and heads in parallel.
+// With norm_gain set, out holds the block's output before its gate instead:
+// each head's out_t normalised over the head (mean and variance, eps
+// norm_eps), times norm_gain plus norm_bias [C], plus the current token's
+// bonus (sum_j r_j k_j bonus_j) v (bonus [C]): a dozen LibTorch ops a layer
+// that a decode step otherwise runs on one thread.
 struct Rwkv7UpdateArgs {
   int64_t batch = 0, time = 0, heads = 0, head_dim = 0;
   int64_t first_output = 0;
@@ -289,6 +294,10 @@ struct Rwkv7UpdateArgs {
   const float* a = nullptr;
   float* s = nullptr;
   float* out = nullptr;
+  const float* norm_gain = nullptr;  // optional epilogue, above
+  const float* norm_bias = nullptr;
+  const float* bonus = nullptr;
+  float norm_eps = 0.0f;
 };
 void Rwkv7Update(const Rwkv7UpdateArgs& a);
 

@@ -1,6 +1,7 @@
 // RWKV-7's per-head state update (kernels.h, Rwkv7Update).
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +11,28 @@
 
 namespace attn::kernels {
 namespace {
+
+// The epilogue (kernels.h) on one head's n outputs at `out`; r, k and v are
+// the token's, at the head.
+ATTN_INLINE void HeadEpilogue(const Rwkv7UpdateArgs& a, int64_t h, int64_t n, const float* r,
+                              const float* k, const float* v, float* out) {
+  const int64_t at = h * n;
+  float sum = 0.0f, bonus = 0.0f;
+#pragma omp simd reduction(+ : sum, bonus)
+  for (int64_t i = 0; i < n; ++i) {
+    sum += out[i];
+    bonus += r[i] * k[i] * a.bonus[at + i];
+  }
+  const float mean = sum / static_cast<float>(n);
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t i = 0; i < n; ++i) squares += (out[i] - mean) * (out[i] - mean);
+  const float scale = 1.0f / std::sqrt(squares / static_cast<float>(n) + a.norm_eps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = (out[i] - mean) * scale * a.norm_gain[at + i] + a.norm_bias[at + i] + bonus * v[i];
+  }
+}
 
 // One head of one row over every token of the chunk. kN > 0 fixes the head
 // size at compile time, so that a row of S stays in vector registers while
@@ -47,6 +70,7 @@ ATTN_HOT void Rwkv7OneHead(const Rwkv7UpdateArgs& a, int64_t b, int64_t h,
       for (int64_t j = 0; j < n; ++j) row[j] = row[j] * w[j] - sa * target[j] + vi * k[j];
       if (emit) a.out[out_at + i] = Dot(row, r, n);
     }
+    if (emit && a.norm_gain != nullptr) HeadEpilogue(a, h, n, r, k, v, a.out + out_at);
   }
 }
 

@@ -183,50 +183,39 @@ torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
   return torch::stack(outputs, 1);
 }
 
-torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift) {
-  const ShiftedTail tail = ShiftTail(ln2_->forward(h), h, shift);
-  const auto input = torch::addcmul(tail.current, tail.previous - tail.current, ffn_mix_);
-  return tail.residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
+torch::Tensor Rwkv7Impl::UpdateFused(const Mixed& m, BlockRows& rows, int64_t time) const {
+  const int64_t batch = m.k.size(0), c = options_.d_model;
+  torch::Tensor o = torch::empty({batch, m.tail, c}, m.k.options());
+  kernels::Rwkv7UpdateArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.heads = options_.heads;
+  args.head_dim = head_size();
+  args.first_output = time - m.tail;
+  args.slots = rows.ids;
+  const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous(), v = m.v.contiguous(),
+             kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
+  args.r = r.data_ptr<float>();
+  args.w = w.data_ptr<float>();
+  args.k = k.data_ptr<float>();
+  args.v = v.data_ptr<float>();
+  args.kk = kk.data_ptr<float>();
+  args.a = iclr.data_ptr<float>();
+  args.s = rows.tensors[kWkv].data_ptr<float>();
+  args.out = o.data_ptr<float>();
+  const auto gain = out_norm_gain_.contiguous(), bias = out_norm_bias_.contiguous(),
+             bonus = bonus_.contiguous();
+  args.norm_gain = gain.data_ptr<float>();
+  args.norm_bias = bias.data_ptr<float>();
+  args.bonus = bonus.data_ptr<float>();
+  args.norm_eps = static_cast<float>(options_.group_norm_eps);
+  kernels::Rwkv7Update(args);
+  return o;
 }
 
-torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
-                             LayerCarry& carry) {
-  const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model, heads = options_.heads;
-  const int64_t n = head_size();
-  const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
-  const torch::Tensor a = ln1_->forward(input);
-  // Outputs for max(keep, 1) tokens, plus the token before them when the
-  // chunk has one: the channel mix's shift needs the last token's, and each
-  // token's channel mix needs the one before it.
-  const int64_t outputs = std::max<int64_t>(keep, 1);
-  const int64_t tail = std::min(time, outputs + 1);
-  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail);
-  rows.tensors[kAttShift] = a.select(1, time - 1).clone();
-  torch::Tensor o;
-  if (rows.fused) {
-    o = torch::empty({batch, tail, c}, x.options());
-    kernels::Rwkv7UpdateArgs args;
-    args.batch = batch;
-    args.time = time;
-    args.heads = heads;
-    args.head_dim = n;
-    args.first_output = time - tail;
-    args.slots = rows.ids;
-    const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous(),
-               v = m.v.contiguous(), kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
-    args.r = r.data_ptr<float>();
-    args.w = w.data_ptr<float>();
-    args.k = k.data_ptr<float>();
-    args.v = v.data_ptr<float>();
-    args.kk = kk.data_ptr<float>();
-    args.a = iclr.data_ptr<float>();
-    args.s = rows.tensors[kWkv].data_ptr<float>();
-    args.out = o.data_ptr<float>();
-    kernels::Rwkv7Update(args);
-  } else {
-    o = UpdateByOps(m, rows.tensors[kWkv]);
-  }
-  // Each head's output normalised, plus the bonus of the current token.
+torch::Tensor Rwkv7Impl::OutputByOps(const torch::Tensor& o, const Mixed& m) const {
+  const int64_t batch = o.size(0), tail = m.tail, time = m.k.size(1), c = options_.d_model;
+  const int64_t heads = options_.heads, n = head_size();
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   const auto per_head = o.view({batch, tail, heads, n});
   const auto mean = per_head.mean(-1, true);
@@ -237,7 +226,30 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   const auto k_tail = last(m.k).view({batch, tail, heads, n});
   const auto v_tail = last(m.v).view({batch, tail, heads, n});
   const auto bonus = (m.r.view({batch, tail, heads, n}) * k_tail * bonus_).sum(-1, true);
-  y = y + (bonus * v_tail).view({batch, tail, c});
+  return y + (bonus * v_tail).view({batch, tail, c});
+}
+
+torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift) {
+  const ShiftedTail tail = ShiftTail(ln2_->forward(h), h, shift);
+  const auto input = torch::addcmul(tail.current, tail.previous - tail.current, ffn_mix_);
+  return tail.residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
+}
+
+torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
+                             LayerCarry& carry) {
+  const int64_t time = x.size(1);
+  const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
+  const torch::Tensor a = ln1_->forward(input);
+  // Outputs for max(keep, 1) tokens, plus the token before them when the
+  // chunk has one: the channel mix's shift needs the last token's, and each
+  // token's channel mix needs the one before it.
+  const int64_t outputs = std::max<int64_t>(keep, 1);
+  const int64_t tail = std::min(time, outputs + 1);
+  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail);
+  rows.tensors[kAttShift] = a.select(1, time - 1).clone();
+  const torch::Tensor y =
+      rows.fused ? UpdateFused(m, rows, time) : OutputByOps(UpdateByOps(m, rows.tensors[kWkv]), m);
+  auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   const torch::Tensor h = last(input) + Project(y * m.g, output_);
   const bool whole_chunk = tail == time;
   torch::Tensor shift = whole_chunk ? rows.tensors[kFfnShift] : torch::Tensor();

@@ -81,6 +81,12 @@ class Rwkv7Impl : public WholeBlockMixer {
                       int64_t tail);
   // The per-head update over T tokens in torch operations; o [B, T, C].
   torch::Tensor UpdateByOps(const Mixed& m, torch::Tensor& wkv) const;
+  // The block's output before its gate, [B, tail, C], from the update's
+  // o: each head normalised, plus the current token's bonus. In torch
+  // operations; the fused kernel computes the same (UpdateFused).
+  torch::Tensor OutputByOps(const torch::Tensor& o, const Mixed& m) const;
+  // The update and that output in one kernel over the rows' states.
+  torch::Tensor UpdateFused(const Mixed& m, BlockRows& rows, int64_t time) const;
   // The channel mix of the last tokens h [B, T', C] of a chunk: with
   // `shift` (b before them, [B, C]) all T' tokens, without it (undefined)
   // the last T' - 1, each after the one before. Returns h + mix for them
