@@ -209,6 +209,40 @@ TEST(Int8Gemm, ActivationsRoundToNearestWithTiesToEven) {
   }
 }
 
+// Rows too small for a finite inverse scale (largest |x| below about
+// 3.7e-37, subnormals included) quantise to zeros: the product is the bias,
+// never NaN. Tiny weights do the same.
+TEST(Int8Gemm, TinyRowsGiveTheBiasNotNaN) {
+  const int64_t in = 8, out = 3;
+  std::vector<float> x = {1e-38f, -2e-38f, 1e-40f, 0,  0, 0,  0, 3e-39f,  // row 0: tiny
+                          1,      -2,      3,      -4, 5, -6, 7, -8};     // row 1: plain
+  std::vector<int8_t> a(2 * in);
+  std::vector<float> t(2);
+  QuantizeActivations(x.data(), 2, in, in, a.data(), t.data());
+  for (int64_t k = 0; k < in; ++k) EXPECT_EQ(a[k], 0) << k;
+  EXPECT_TRUE(std::isfinite(t[0]));
+
+  std::vector<float> w(out * in, 0.5f);
+  w[0] = 1e-44f;  // row 0 of the weights: subnormal, its scale underflows
+  for (int64_t k = 1; k < in; ++k) w[k] = 0.0f;
+  std::vector<int8_t> q(out * in);
+  std::vector<float> scale(out);
+  QuantizeRows(w.data(), out, in, in, q.data(), scale.data());
+  EXPECT_GT(scale[0], 0.0f);
+  for (int64_t k = 0; k < in; ++k) EXPECT_EQ(q[k], 0) << k;
+
+  const Int8Panels panels = PackInt8Panels(q.data(), out, in);
+  const std::vector<float> bias = {0.25f, -1.0f, 2.0f};
+  for (Int8Path path : {Int8Path::kBaseline, Int8Path::kAvx2, Int8Path::kAvx512Vnni}) {
+    if (!CpuRuns(path)) continue;
+    std::vector<float> y(2 * out, -7.0f);
+    Int8GemmOn(path, x.data(), 2, in, panels, scale.data(), out, in, bias.data(), y.data(), out);
+    for (int64_t o = 0; o < out; ++o) EXPECT_EQ(y[o], bias[o]) << Int8PathName(path) << " " << o;
+    EXPECT_EQ(y[out], bias[0]) << Int8PathName(path);  // the plain row on the tiny weights
+    EXPECT_NEAR(y[out + 1], bias[1] - 2.0f, 0.05f) << Int8PathName(path);
+  }
+}
+
 TEST(Int8Panels, PackingPadsThePanelsWithZerosAndUnpacksToTheMatrix) {
   const int64_t out = 11, in = 5;
   std::vector<int8_t> q(out * in);

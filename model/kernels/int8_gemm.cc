@@ -91,8 +91,10 @@ void QuantizeRow(const float* x, int64_t in, int64_t k4, int8_t* a, float* t) {
     return;
   }
   *t = largest / 127.0f;
-  if (largest == 0.0f) return;
   const float inverse = 127.0f / largest, magic = 12582912.0f;  // 1.5 * 2^23
+  // A row whose largest value is below about 3.7e-37 has no finite inverse:
+  // its product is zero to float precision, and so are its levels.
+  if (!std::isfinite(inverse)) return;
 #pragma omp simd
   for (int64_t k = 0; k < in; ++k) {
     const float level = (x[k] * inverse + magic) - magic;
@@ -155,7 +157,8 @@ void QuantizeRows(const float* w, int64_t out, int64_t in, int64_t ldw, int8_t* 
     const float* row = w + o * ldw;
     float largest = 0.0f;
     for (int64_t k = 0; k < in; ++k) largest = std::max(largest, std::abs(row[k]));
-    const float s = largest > 0.0f ? largest / 127.0f : 1.0f;
+    // A row so small that its scale underflows to zero quantises to zeros.
+    const float s = largest / 127.0f > 0.0f ? largest / 127.0f : 1.0f;
     scale[o] = s;
     for (int64_t k = 0; k < in; ++k) {
       const float level = std::nearbyint(row[k] / s);
