@@ -138,6 +138,12 @@ ABSL_FLAG(int64_t, stream_buffer, EngineDefaults().stream_buffer,
 ABSL_FLAG(int64_t, stream_interval, EngineDefaults().stream_interval,
           "Tokens per streamed message after the first (which goes out at once): 1 streams "
           "every token; more send fewer messages, trading smoothness for throughput.");
+ABSL_FLAG(std::string, speculative, attn::serving::SpeculationName(EngineDefaults().speculative),
+          "Speculative decoding: off, or ngram (a greedy stream decoding alone drafts tokens "
+          "by finding its last few tokens earlier in its prompt and output, and checks them "
+          "in one pass; the output is unchanged).");
+ABSL_FLAG(int64_t, draft_tokens, EngineDefaults().draft_tokens,
+          "The most tokens one speculative round drafts (at most 32).");
 ABSL_FLAG(std::string, state_cache, attn::serving::StateCacheName(RegistryDefaults().state_cache),
           "Which models keep a state cache, so that a prompt that starts with tokens seen "
           "before prefills only the rest: recurrent (models whose state does not grow with the "
@@ -221,6 +227,13 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
+  engine.draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
+  if (absl::Status parsed =
+          attn::serving::ParseSpeculation(absl::GetFlag(FLAGS_speculative), &engine.speculative);
+      !parsed.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
+    std::exit(2);
+  }
   engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
   engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);
   if (absl::Status parsed = attn::serving::ParseInitialStatesFlag(

@@ -48,6 +48,21 @@ ContinuationOptions ContinuationOptionsFor(const EngineRequest& request, int64_t
 
 }  // namespace
 
+const char* SpeculationName(Speculation speculation) {
+  return speculation == Speculation::kNgram ? "ngram" : "off";
+}
+
+absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation) {
+  for (Speculation candidate : {Speculation::kOff, Speculation::kNgram}) {
+    if (name == SpeculationName(candidate)) {
+      *speculation = candidate;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("speculative: expected off or ngram, got \"", name, "\""));
+}
+
 absl::Status EngineOptions::Validate() const {
   const struct {
     const char* name;
@@ -66,11 +81,16 @@ absl::Status EngineOptions::Validate() const {
                 {"max_stop_strings", limits.max_stop_strings, 0},
                 {"max_context", limits.max_context, 0},
                 {"state_cache_bytes", state_cache_bytes, 0},
-                {"state_cache_interval", state_cache_interval, 1}};
+                {"state_cache_interval", state_cache_interval, 1},
+                {"draft_tokens", draft_tokens, 1}};
   for (const auto& bound : bounds) {
     if (bound.value < bound.min) {
       return InvalidField(bound.name, "must be at least ", bound.min, ", got ", bound.value);
     }
+  }
+  if (draft_tokens > kMaxDraftTokens) {
+    return InvalidField("draft_tokens", "must be at most ", kMaxDraftTokens, ", got ",
+                        draft_tokens);
   }
   if (limits.default_max_tokens > limits.max_tokens) {
     return InvalidField("default_max_tokens", limits.default_max_tokens, " exceeds max_tokens (",

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "model/lm/continuation.h"
@@ -63,6 +64,15 @@ struct RequestLimits {
   int64_t max_stop_strings = 16;                   // stop strings per request
   int64_t max_context = 0;                         // the model's context in tokens; 0: unbounded
 };
+
+// How the engine drafts tokens to check several at once: not at all, or
+// from the sequence's own prompt and output (n-gram lookup).
+enum class Speculation { kOff, kNgram };
+const char* SpeculationName(Speculation speculation);  // "off", "ngram"
+// The most tokens one speculative round drafts (EngineOptions::draft_tokens).
+inline constexpr int64_t kMaxDraftTokens = 32;
+// kInvalidArgument naming the flag for anything else.
+absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation);
 
 struct EngineOptions {
   int64_t max_active = 256;       // state slots: sequences running at once
@@ -110,6 +120,14 @@ struct EngineOptions {
   // generations are written to it.
   StateStore* state_store = nullptr;
   std::string state_fingerprint;
+  // Speculative decoding (server/engine/speculation.cc; attn-server's
+  // --speculative and --draft_tokens). With kNgram, a greedy sequence that
+  // decodes alone drafts up to draft_tokens tokens by finding its last few
+  // tokens earlier in its prompt and output, and checks them all in one
+  // prefill: the output is the tokens plain decoding gives. Off by default,
+  // as in llama.cpp's and vLLM's servers.
+  Speculation speculative = Speculation::kOff;
+  int64_t draft_tokens = 8;
 
   // kInvalidArgument naming the first field out of range, by the name of
   // attn-server's flag for it ("max_active: must be at least 1, got 0").
@@ -180,6 +198,9 @@ class EngineObserver {
   virtual void OnCacheSize(int64_t /*entries*/, int64_t /*bytes*/) {}
   // A constrained sequence's step: the time its grammar's mask took.
   virtual void OnGrammarMask(absl::Duration /*took*/) {}
+  // A speculative round: `drafted` tokens checked, the first `accepted` of
+  // them the model's own choices.
+  virtual void OnSpeculation(int64_t /*drafted*/, int64_t /*accepted*/) {}
 };
 
 struct EngineLoad {

@@ -62,6 +62,7 @@ class Engine::Impl {
         rows_(pool_.capacity()),
         budget_(StateBudget(options, backend_->bytes_per_row())),
         free_slots_(pool_.capacity()),
+        bounded_state_(StopsGrowing(*backend_)),
         scheduler_(options_, options.state_cache_bytes > 0) {
     if (options.state_cache_bytes > 0) {
       cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
@@ -136,6 +137,14 @@ class Engine::Impl {
     }
     return backend;
   }
+  // Whether a row's state stops growing within the model's context (half
+  // the longest context holds as much as all of it): a recurrent state, or
+  // a window; not a key/value cache.
+  static bool StopsGrowing(const LmBackend& backend) {
+    const int64_t longest = backend.max_context() > 0 ? backend.max_context() : int64_t{1} << 21;
+    return backend.state_bytes_per_sequence(longest) ==
+           backend.state_bytes_per_sequence(longest / 2);
+  }
   // Returns the tokens it ran (0 if it failed).
   int64_t WarmUp();
   // The state bytes `request` may come to hold: at its longest context.
@@ -156,7 +165,23 @@ class Engine::Impl {
   // Runs one decode step over the scheduler's decode batch.
   bool DecodeStep();
   // Handles a token chosen for `seq`; ends the sequence when it finishes.
-  void Emit(Sequence& seq, const SampledToken& token);
+  void Emit(Sequence& seq, const SampledToken& token) {
+    Deliver(seq, token, seq.continuation->Accept(token.id));
+  }
+  // Emit for a token the continuation has accepted already.
+  void Deliver(Sequence& seq, const SampledToken& token, const AcceptedToken& accepted);
+
+  // --- Speculative decoding (speculation.cc) ---
+  // Whether `seq`, decoding alone, may draft now: greedy, not finishing, a
+  // bounded state (rolling back copies it), not backing off.
+  bool MaySpeculate(const Sequence& seq) const;
+  // One round for `seq`: drafts, checks the drafts in one prefill, emits the
+  // tokens plain decoding gives and leaves the state after the last token
+  // fed. False, having done nothing, when there is no draft.
+  bool Speculate(Sequence& seq);
+  // Puts row `seq.slot` back to `saved` and feeds it `tokens`.
+  absl::Status RollBack(const Sequence& seq, const SavedRow& saved,
+                        const std::vector<int64_t>& tokens);
   // Pushes the last event (with usage for a success) and frees the slot.
   void End(Sequence& seq, StreamEvent last);
   void EndWithError(Sequence& seq, const absl::Status& status) {
@@ -225,6 +250,9 @@ class Engine::Impl {
   EngineWarmUp warm_up_;
 
   std::atomic<int64_t> free_slots_;
+  // The state stops growing with the context (a recurrent state, or a
+  // window): a row copies cheaply at any length.
+  const bool bounded_state_;
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};
   std::atomic<int64_t> unfinished_{0};          // submitted, last event not yet pushed

@@ -123,6 +123,9 @@ bool Engine::Impl::DecodeStep() {
   if (batch.empty()) return false;
   ++decode_steps_;
   for (Sequence* seq : batch) seq->last_decoded = decode_steps_;
+  // A sequence decoding alone reads every weight for one token: checking a
+  // few drafted tokens in one prefill reads them about once too.
+  if (batch.size() == 1 && MaySpeculate(*batch[0]) && Speculate(*batch[0])) return true;
   const auto rows = static_cast<int64_t>(batch.size());
   std::vector<int64_t> tokens(rows), slots(rows);
   for (int64_t i = 0; i < rows; ++i) {
@@ -170,7 +173,8 @@ bool Engine::Impl::DecodeStep() {
   return true;
 }
 
-void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
+void Engine::Impl::Deliver(Sequence& seq, const SampledToken& token,
+                           const AcceptedToken& accepted) {
   const absl::Time now = clock_.Now();
   ++seq.generated;
   seq.generated_ids.push_back(token.id);
@@ -187,7 +191,6 @@ void Engine::Impl::Emit(Sequence& seq, const SampledToken& token) {
   if (seq.request.grammar) {
     observer_->OnGrammarMask(absl::Seconds(seq.continuation->TakeMaskSeconds()));
   }
-  AcceptedToken accepted = seq.continuation->Accept(token.id);
   event.text += accepted.text;
   event.finish_reason = accepted.finish_reason;
   if (event.finish_reason == FinishReason::kUnspecified) {

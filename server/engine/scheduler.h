@@ -63,6 +63,14 @@ struct Sequence {
   // checkpoint waits until the first token has gone out (PrefillChunk), or
   // is taken at End should the sequence end with that token.
   bool end_checkpoint_due = false;
+  // Speculative decoding (speculation.cc): how many tokens the next round
+  // drafts (0: EngineOptions::draft_tokens), rounds in a row that drafted
+  // nothing right, and the decode step before which it drafts no more.
+  struct Drafting {
+    int64_t length = 0;
+    int64_t misses = 0;
+    int64_t resume_at = 0;
+  } drafting;
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }
   bool fetching() const { return fetch != nullptr; }

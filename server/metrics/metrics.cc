@@ -127,6 +127,18 @@ struct Metrics::Families {
                          .Help("Time a constrained sequence's step spent on its grammar's mask "
                                "of allowed tokens (structured output).")
                          .Register(r)),
+        spec_draft(BuildCounter()
+                       .Name("attn_spec_decode_num_draft_tokens_total")
+                       .Help("Tokens drafted by speculative decoding (--speculative).")
+                       .Register(r)),
+        spec_accepted(BuildCounter()
+                          .Name("attn_spec_decode_num_accepted_tokens_total")
+                          .Help("Drafted tokens that were the model's own choices.")
+                          .Register(r)),
+        spec_rejected(BuildCounter()
+                          .Name("attn_spec_decode_num_rejected_tokens_total")
+                          .Help("Drafted tokens thrown away, the state rolled back past them.")
+                          .Register(r)),
         info(BuildGauge()
                  .Name("attn_model_info")
                  .Help("A hosted model; the value is always 1.")
@@ -154,6 +166,9 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& cache_bytes;
   prometheus::Family<prometheus::Gauge>& cache_capacity;
   prometheus::Family<Histogram>& grammar_mask;
+  prometheus::Family<prometheus::Counter>& spec_draft;
+  prometheus::Family<prometheus::Counter>& spec_accepted;
+  prometheus::Family<prometheus::Counter>& spec_rejected;
   prometheus::Family<prometheus::Gauge>& info;
 };
 
@@ -187,7 +202,10 @@ class Metrics::ModelObserver : public EngineObserver {
         cache_tokens_saved_(f.cache_tokens_saved.Add({{"model", model_}})),
         cache_entries_(f.cache_entries.Add({{"model", model_}})),
         cache_bytes_(f.cache_bytes.Add({{"model", model_}})),
-        grammar_mask_(f.grammar_mask.Add({{"model", model_}}, GrammarBuckets())) {
+        grammar_mask_(f.grammar_mask.Add({{"model", model_}}, GrammarBuckets())),
+        spec_draft_(f.spec_draft.Add({{"model", model_}})),
+        spec_accepted_(f.spec_accepted.Add({{"model", model_}})),
+        spec_rejected_(f.spec_rejected.Add({{"model", model_}})) {
     f.cache_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_cache_bytes));
     f.state_capacity.Add({{"model", model_}}).Set(static_cast<double>(labels.state_capacity_bytes));
     f.info
@@ -254,6 +272,11 @@ class Metrics::ModelObserver : public EngineObserver {
     cache_bytes_.Set(static_cast<double>(bytes));
   }
   void OnGrammarMask(absl::Duration took) override { grammar_mask_.Observe(Seconds(took)); }
+  void OnSpeculation(int64_t drafted, int64_t accepted) override {
+    spec_draft_.Increment(static_cast<double>(drafted));
+    spec_accepted_.Increment(static_cast<double>(accepted));
+    spec_rejected_.Increment(static_cast<double>(drafted - accepted));
+  }
 
  private:
   // The latency histograms of one protocol.
@@ -290,6 +313,9 @@ class Metrics::ModelObserver : public EngineObserver {
   prometheus::Gauge& cache_entries_;
   prometheus::Gauge& cache_bytes_;
   Histogram& grammar_mask_;
+  prometheus::Counter& spec_draft_;
+  prometheus::Counter& spec_accepted_;
+  prometheus::Counter& spec_rejected_;
 };
 
 // Structured output's compiled grammars (model/grammar/constraint.h).

@@ -21,6 +21,9 @@
 //   attn_grammar_mask_seconds{model}                 histogram, a constrained step's mask
 //   attn_grammar_requests_total{cache}               constrained requests: hit or miss
 //   attn_grammar_compile_seconds                     histogram, compiling a constraint
+//   attn_spec_decode_num_draft_tokens_total{model}   speculative decoding: drafted,
+//   attn_spec_decode_num_accepted_tokens_total{model}  accepted (the model's own choices)
+//   attn_spec_decode_num_rejected_tokens_total{model}  and rejected tokens
 // and with a shared state tier (--state_store):
 //   attn_state_store_lookups_total{outcome}           hit, miss, timeout, error
 //   attn_state_store_hit_tokens_total                 prompt tokens hits covered

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Speculative decoding at batch 1 (docs/benchmarks.md "Speculative
+# decoding"): one greedy stream at a time against two attn-server processes
+# over the same package, one plain and one with --speculative=ngram, in
+# alternating rounds. Per prompt: median tokens/s of each side, their ratio,
+# whether the tokens were identical, and the drafts' acceptance. Times are
+# the servers' own (attn_e2e_request_latency_seconds, prefill included),
+# acceptance from the speculative server's counters.
+#   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 \
+#     scripts/bench/speculative.sh
+# Prompts: "quote" repeats a passage and asks for it again (extraction, a
+# quoting answer), "edit" is a C function to be rewritten with one change,
+# "open" is text that does not repeat (drafts only from chance matches).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${MODEL:-models/rwkv7.pt}
+TOKENS=${TOKENS:-256}
+ROUNDS=${ROUNDS:-3}
+QUANTIZE=${QUANTIZE:-none}
+DRAFT_TOKENS=${DRAFT_TOKENS:-8}
+BUILD_DIR=${BUILD_DIR:-build}
+OUT=${OUT:-/tmp/attn-speculative}
+py=/usr/bin/python3
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT/runs.jsonl"
+cmake --build "$BUILD_DIR" --target attn-server attnctl > /dev/null
+ctl_bin=$BUILD_DIR/client/attnctl
+. scripts/lib/local_server.sh
+use_binaries "$BUILD_DIR/server/attn-server" "$ctl_bin"
+trap kill_servers EXIT
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+common=(--models="$MODEL" --quantize="$QUANTIZE" --max_tokens=4096 --state_cache=off)
+start_server "$OUT/plain.log" "${common[@]}"
+plain_port=$server_port plain_metrics=$metrics_port
+start_server "$OUT/spec.log" "${common[@]}" --speculative=ngram --draft_tokens="$DRAFT_TOKENS"
+spec_port=$server_port spec_metrics=$metrics_port
+
+quote="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness."
+edit='int sum_positive(const int *values, int count) {
+  int total = 0;
+  for (int i = 0; i < count; ++i) {
+    if (values[i] > 0) total += values[i];
+  }
+  return total;
+}
+/* The same function, renamed sum_negative, adding the values below zero: */
+int sum_'
+open_text="Of the making of many books there is no end; and much study is a weariness of the flesh. Let us hear the conclusion of the whole matter:"
+names=(quote edit open)
+prompts=("$quote Repeat it. $quote" "$edit" "$open_text")
+
+metric() {  # metric PORT REGEX: the value of the first series REGEX matches
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 ~ "^"k && !found {print $2; found = 1}'
+}
+counter() { metric "$spec_metrics" "attn_spec_decode_num_${1}_tokens_total[{]"; }
+# The server's own time from a request's arrival to its end (attnctl's
+# start-up, most of a short request's wall time, left out).
+served() { metric "$1" 'attn_e2e_request_latency_seconds_sum[{]model="[^"]*",protocol="grpc"'; }
+for ((round = 1; round <= ROUNDS; round++)); do
+  for i in "${!names[@]}"; do
+    for side in plain spec; do
+      port=$plain_port mport=$plain_metrics
+      [ "$side" = spec ] && port=$spec_port mport=$spec_metrics
+      drafted=$(counter draft) accepted=$(counter accepted)
+      start=$(served "$mport")
+      "$ctl_bin" --server=127.0.0.1:$port --timeout_s=600 generate --prompt="${prompts[$i]}" \
+        --max_tokens="$TOKENS" --temperature=0 --ignore_eos --json > "$OUT/$side-${names[$i]}-$round.json"
+      end=$(served "$mport")
+      echo "{\"prompt\": \"${names[$i]}\", \"side\": \"$side\", \"round\": $round, \"seconds\": $(awk "BEGIN {print $end - $start}")," \
+        "\"drafted\": $(awk "BEGIN {print $(counter draft) - $drafted}"), \"accepted\": $(awk "BEGIN {print $(counter accepted) - $accepted}")}" \
+        >> "$OUT/runs.jsonl"
+    done
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+$py - "$OUT" "$TOKENS" "$ROUNDS" <<'PY'
+import json, os, statistics, sys
+out, tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
+print(f"| prompt | plain tokens/s | ngram tokens/s | ratio | drafted | accepted | same tokens |")
+print(f"|---|---|---|---|---|---|---|")
+for name in ("quote", "edit", "open"):
+    rate = {s: statistics.median(tokens / r["seconds"] for r in runs
+                                 if r["prompt"] == name and r["side"] == s) for s in ("plain", "spec")}
+    spec = [r for r in runs if r["prompt"] == name and r["side"] == "spec"]
+    drafted, accepted = sum(r["drafted"] for r in spec), sum(r["accepted"] for r in spec)
+    same = all(json.load(open(os.path.join(out, f"plain-{name}-{k}.json")))["token_ids"] ==
+               json.load(open(os.path.join(out, f"spec-{name}-{k}.json")))["token_ids"]
+               for k in range(1, rounds + 1))
+    print(f"| {name} | {rate['plain']:.1f} | {rate['spec']:.1f} | {rate['spec'] / rate['plain']:.2f}x"
+          f" | {drafted:.0f} | {accepted:.0f} ({accepted / max(drafted, 1):.0%}) | {'yes' if same else 'NO'} |")
+PY

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Speculative decoding in the real attn-server: the bundled default model
+# served with --speculative=ngram streams, for prompts that quote
+# themselves, the greedy tokens and logprobs a server without it streams
+# (within 1e-4: a prefill's rounding differs from a step's), and its
+# /metrics counts drafted, accepted and rejected tokens (drafted = accepted +
+# rejected, some drafted) in an exposition promtool accepts.
+#   speculative_serves.sh ATTN_SERVER ATTNCTL
+set -euo pipefail
+server_bin=$1 ctl_bin=$2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+model=$repo/models/rwkv7.pt
+py=/usr/bin/python3
+work=$(mktemp -d)
+. "$repo/scripts/lib/local_server.sh"
+use_binaries "$server_bin" "$ctl_bin"
+trap 'kill_servers; rm -rf "$work"' EXIT
+start_server "$work/plain.log" --models="$model" --metrics_port=-1
+plain_port=$server_port
+start_server "$work/spec.log" --models="$model" --speculative=ngram --draft_tokens=6
+spec_port=$server_port spec_metrics=$metrics_port
+
+verse="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
+prompts=("$verse And God said, Let there be light: and there was light. $verse"
+         "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures. The LORD is my shepherd; I shall"
+         "And he said unto them, Go ye into all the world. And he said unto them,")
+for i in "${!prompts[@]}"; do
+  for side in plain spec; do
+    port=$plain_port
+    [ "$side" = spec ] && port=$spec_port
+    "$ctl_bin" --server=127.0.0.1:$port --timeout_s=120 stream --prompt="${prompts[$i]}" \
+      --max_tokens=80 --temperature=0 --ignore_eos --logprobs --json > "$work/$side-$i.jsonl"
+  done
+  $py - "$work/plain-$i.jsonl" "$work/spec-$i.jsonl" <<'PY'
+import json, sys
+def read(path):
+    stream = [json.loads(l) for l in open(path)]
+    return ([t for m in stream for t in m.get("token_ids", [])],
+            [x for m in stream for x in m.get("logprobs", [])])
+plain_ids, plain_lp = read(sys.argv[1])
+spec_ids, spec_lp = read(sys.argv[2])
+assert len(plain_ids) == 80, len(plain_ids)
+assert spec_ids == plain_ids, f"tokens differ:\n{plain_ids}\n{spec_ids}"
+worst = max(abs(a - b) for a, b in zip(plain_lp, spec_lp))
+assert len(spec_lp) == 80 and worst < 1e-4, f"max |logprob difference| = {worst}"
+PY
+done
+
+curl -sf "http://127.0.0.1:$spec_metrics/metrics" > "$work/metrics.txt"
+promtool check metrics < "$work/metrics.txt" > "$work/promtool.txt" 2>&1 \
+  || { cat "$work/promtool.txt"; exit 1; }
+$py - "$work/metrics.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+def value(kind):
+    m = re.search(r'^attn_spec_decode_num_%s_tokens_total\{model="rwkv7"\} (\S+)$' % kind, text, re.M)
+    assert m, f"no attn_spec_decode_num_{kind}_tokens_total"
+    return float(m.group(1))
+drafted, accepted, rejected = value("draft"), value("accepted"), value("rejected")
+assert drafted > 0 and drafted == accepted + rejected, (drafted, accepted, rejected)
+print(f"PASS: 3 prompts x 80 greedy tokens equal with and without speculation; "
+      f"drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
+PY
