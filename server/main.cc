@@ -139,7 +139,7 @@ ABSL_FLAG(int64_t, stream_interval, EngineDefaults().stream_interval,
           "Tokens per streamed message after the first (which goes out at once): 1 streams "
           "every token; more send fewer messages, trading smoothness for throughput.");
 ABSL_FLAG(std::string, speculative, attn::serving::SpeculationName(EngineDefaults().speculative),
-          "Speculative decoding: off, or ngram (a greedy stream decoding alone drafts tokens "
+          "Speculative decoding: off, or ngram (a stream decoding alone drafts tokens "
           "by finding its last few tokens earlier in its prompt and output, and checks them "
           "in one pass; the output is unchanged).");
 ABSL_FLAG(int64_t, draft_tokens, EngineDefaults().draft_tokens,

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Speculative decoding at batch 1 (docs/benchmarks.md "Speculative
-# decoding"): one greedy stream at a time against two attn-server processes
+# decoding"): one stream at a time, greedy or seeded, against two attn-server processes
 # over the same package, one plain and one with --speculative=ngram, in
 # alternating rounds. Per prompt: median tokens/s of each side, their ratio,
 # whether the tokens were identical, and the drafts' acceptance. Times are
 # the servers' own (attn_e2e_request_latency_seconds, prefill included),
 # acceptance from the speculative server's counters.
-#   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 \
+#   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 TEMPERATURE=0 \
 #     scripts/bench/speculative.sh
 # Prompts: "quote" repeats a passage and asks for it again (extraction, a
 # quoting answer), "edit" is a C function to be rewritten with one change,
@@ -18,7 +18,9 @@ TOKENS=${TOKENS:-256}
 ROUNDS=${ROUNDS:-3}
 QUANTIZE=${QUANTIZE:-none}
 DRAFT_TOKENS=${DRAFT_TOKENS:-8}
+TEMPERATURE=${TEMPERATURE:-0}  # above 0: seeded sampling (--seed=7)
 BUILD_DIR=${BUILD_DIR:-build}
+EXTRA_FLAGS=${EXTRA_FLAGS:-}  # more attn-server flags for both sides (--backend=torchscript)
 OUT=${OUT:-/tmp/attn-speculative}
 py=/usr/bin/python3
 mkdir -p "$OUT"
@@ -29,7 +31,7 @@ ctl_bin=$BUILD_DIR/client/attnctl
 use_binaries "$BUILD_DIR/server/attn-server" "$ctl_bin"
 trap kill_servers EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-common=(--models="$MODEL" --quantize="$QUANTIZE" --max_tokens=4096 --state_cache=off)
+common=(--models="$MODEL" --quantize="$QUANTIZE" --max_tokens=4096 --state_cache=off $EXTRA_FLAGS)
 start_server "$OUT/plain.log" "${common[@]}"
 plain_port=$server_port plain_metrics=$metrics_port
 start_server "$OUT/spec.log" "${common[@]}" --speculative=ngram --draft_tokens="$DRAFT_TOKENS"
@@ -64,7 +66,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       drafted=$(counter draft) accepted=$(counter accepted)
       start=$(served "$mport")
       "$ctl_bin" --server=127.0.0.1:$port --timeout_s=600 generate --prompt="${prompts[$i]}" \
-        --max_tokens="$TOKENS" --temperature=0 --ignore_eos --json > "$OUT/$side-${names[$i]}-$round.json"
+        --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json > "$OUT/$side-${names[$i]}-$round.json"
       end=$(served "$mport")
       echo "{\"prompt\": \"${names[$i]}\", \"side\": \"$side\", \"round\": $round, \"seconds\": $(awk "BEGIN {print $end - $start}")," \
         "\"drafted\": $(awk "BEGIN {print $(counter draft) - $drafted}"), \"accepted\": $(awk "BEGIN {print $(counter accepted) - $accepted}")}" \

@@ -121,11 +121,11 @@ struct EngineOptions {
   StateStore* state_store = nullptr;
   std::string state_fingerprint;
   // Speculative decoding (server/engine/speculation.cc; attn-server's
-  // --speculative and --draft_tokens). With kNgram, a greedy sequence that
-  // decodes alone drafts up to draft_tokens tokens by finding its last few
-  // tokens earlier in its prompt and output, and checks them all in one
-  // prefill: the output is the tokens plain decoding gives. Off by default,
-  // as in llama.cpp's and vLLM's servers.
+  // --speculative and --draft_tokens). With kNgram, a sequence that decodes
+  // alone drafts up to draft_tokens tokens by finding its last few tokens
+  // earlier in its prompt and output, and checks them all in one prefill:
+  // the output is the tokens plain decoding gives, seeded sampling
+  // included. Off by default, as in llama.cpp's and vLLM's servers.
   Speculation speculative = Speculation::kOff;
   int64_t draft_tokens = 8;
 

@@ -172,13 +172,19 @@ class Engine::Impl {
   void Deliver(Sequence& seq, const SampledToken& token, const AcceptedToken& accepted);
 
   // --- Speculative decoding (speculation.cc) ---
-  // Whether `seq`, decoding alone, may draft now: greedy, not finishing, a
-  // bounded state (rolling back copies it), not backing off.
+  // Whether `seq`, decoding alone, may draft now: not finishing, a bounded
+  // state (rolling back copies it), not backing off.
   bool MaySpeculate(const Sequence& seq) const;
   // One round for `seq`: drafts, checks the drafts in one prefill, emits the
   // tokens plain decoding gives and leaves the state after the last token
   // fed. False, having done nothing, when there is no draft.
   bool Speculate(Sequence& seq);
+  // A plain decode step of one row took `took`: what a round must beat.
+  void NoteOneRowStep(absl::Duration took) {
+    const double seconds = absl::ToDoubleSeconds(took);
+    one_row_step_seconds_ =
+        one_row_step_seconds_ > 0 ? 0.9 * one_row_step_seconds_ + 0.1 * seconds : seconds;
+  }
   // Puts row `seq.slot` back to `saved` and feeds it `tokens`.
   absl::Status RollBack(const Sequence& seq, const SavedRow& saved,
                         const std::vector<int64_t>& tokens);
@@ -246,6 +252,9 @@ class Engine::Impl {
 
   std::unique_ptr<StateCache> cache_;  // engine thread only; null when off
   int64_t decode_steps_ = 0;           // engine thread only
+  // Engine thread only: a moving average of plain one-row decode steps'
+  // time (NoteOneRowStep); 0 until one ran.
+  double one_row_step_seconds_ = 0;
   // Written by the engine thread before Start() returns, read after.
   EngineWarmUp warm_up_;
 

@@ -149,7 +149,9 @@ bool Engine::Impl::DecodeStep() {
     for (Sequence* seq : batch) EndWithError(*seq, stepped.status());
     return true;
   }
-  observer_->OnStep(EngineObserver::Phase::kDecode, clock_.Now() - started, rows, rows);
+  const absl::Duration took = clock_.Now() - started;
+  observer_->OnStep(EngineObserver::Phase::kDecode, took, rows, rows);
+  if (rows == 1) NoteOneRowStep(took);
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
   // Each row has its own sampler, so the rows sample on all intra-op

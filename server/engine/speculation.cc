@@ -8,11 +8,15 @@
 // The copy is what limits this to states that stop growing with the
 // context (recurrent ones, windows).
 //
-// Only greedy sequences draft: greedy choice is a function of the logits
-// and the continuation (penalties, bias, grammar, stops), so the tokens are
-// those of plain decoding up to float rounding between a prefill and a
-// step. Sampled sequences would need speculative sampling to keep their
-// distribution, and decode plainly.
+// Sampled sequences draft too, and keep their distribution: speculative
+// sampling (Leviathan et al. 2023; Chen et al. 2023) accepts a draft token
+// d with probability min(1, p(d) / q(d)) and otherwise draws from
+// max(0, p - q), renormalised. A drafted token is certain (q(d) = 1), so
+// that is: accept with probability p(d), else draw from p without d, which
+// is the same as drawing x from p and accepting d when x = d. The
+// continuation draws once per emitted token, as plain decoding does, from
+// the same logits after the same tokens, so a seeded sequence gets plain
+// decoding's tokens too (up to float rounding between a prefill and a step).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,10 +32,10 @@
 namespace attn::serving {
 namespace {
 
-// A round that accepted no draft makes the sequence wait 2^misses decode
-// steps, up to this many, before drafting again: drafts that keep failing
-// cost a copy and a second pass each.
-constexpr int64_t kMaxBackoffSteps = 64;
+// A round that did not pay makes the sequence wait 2^misses decode steps,
+// up to this many, before drafting again: drafts that keep failing cost a
+// copy and a second pass each, so they then cost at most a few percent.
+constexpr int64_t kMaxBackoffSteps = 128;
 
 struct Chosen {
   SampledToken token;
@@ -67,17 +71,19 @@ std::vector<Chosen> ChooseTokens(Continuation& continuation, const torch::Tensor
   return chosen;
 }
 
-// The next round drafts more after a full acceptance, fewer after a miss,
-// and none for a while after drafts that all failed.
+// The next round drafts more after a full acceptance, fewer after a miss.
+// A round that did not pay (it took longer per token than a plain step,
+// measured; or, before any plain step was timed, accepted nothing) makes
+// the sequence decode plainly for 2, 4, ... kMaxBackoffSteps steps.
 void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t accepted,
-           int64_t most, int64_t decode_step) {
+           int64_t most, int64_t decode_step, bool paid) {
   drafting.length =
       accepted == drafted ? std::min(most, 2 * limit) : std::max<int64_t>(2, accepted + 1);
-  if (accepted > 0) {
+  if (paid) {
     drafting.misses = 0;
     return;
   }
-  drafting.misses = std::min<int64_t>(drafting.misses + 1, 6);
+  drafting.misses = std::min<int64_t>(drafting.misses + 1, 7);
   drafting.resume_at =
       decode_step + std::min<int64_t>(kMaxBackoffSteps, int64_t{1} << drafting.misses);
 }
@@ -86,8 +92,7 @@ void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t
 
 bool Engine::Impl::MaySpeculate(const Sequence& seq) const {
   return options_.speculative != Speculation::kOff && bounded_state_ && !seq.finishing &&
-         seq.generated > 0 && seq.request.sampling.temperature == 0.0 &&
-         decode_steps_ >= seq.drafting.resume_at;
+         seq.generated > 0 && decode_steps_ >= seq.drafting.resume_at;
 }
 
 absl::Status Engine::Impl::RollBack(const Sequence& seq, const SavedRow& saved,
@@ -142,10 +147,14 @@ bool Engine::Impl::Speculate(Sequence& seq) {
       return true;
     }
   }
-  observer_->OnStep(EngineObserver::Phase::kDecode, clock_.Now() - started, 1, emitted);
+  const absl::Duration took = clock_.Now() - started;
+  observer_->OnStep(EngineObserver::Phase::kDecode, took, 1, emitted);
   observer_->OnSpeculation(drafted, accepted);
 
-  Adapt(drafting, limit, drafted, accepted, options_.draft_tokens, decode_steps_);
+  const bool paid = one_row_step_seconds_ > 0
+                        ? absl::ToDoubleSeconds(took) < emitted * one_row_step_seconds_
+                        : accepted > 0;
+  Adapt(drafting, limit, drafted, accepted, options_.draft_tokens, decode_steps_, paid);
   for (const Chosen& next : chosen) Deliver(seq, next.token, next.accepted);
   return true;
 }

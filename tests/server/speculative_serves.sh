@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding in the real attn-server: the bundled default model
 # served with --speculative=ngram streams, for prompts that quote
-# themselves, the greedy tokens and logprobs a server without it streams
+# themselves, the greedy and the seeded sampled tokens, and the logprobs, a
+# server without it streams
 # (within 1e-4: a prefill's rounding differs from a step's), and its
 # /metrics counts drafted, accepted and rejected tokens (drafted = accepted +
 # rejected, some drafted) in an exposition promtool accepts.
@@ -24,14 +25,19 @@ verse="In the beginning God created the heaven and the earth. And the earth was 
 prompts=("$verse And God said, Let there be light: and there was light. $verse"
          "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures. The LORD is my shepherd; I shall"
          "And he said unto them, Go ye into all the world. And he said unto them,")
-for i in "${!prompts[@]}"; do
+# Each prompt greedy, then sampled with a seed (temperature 0.8, top_p 0.95).
+sampling=("--temperature=0" "--temperature=0.8 --top_p=0.95 --seed=11")
+for run in 0 1 2 3 4 5; do
+  i=$((run % 3))
   for side in plain spec; do
     port=$plain_port
     [ "$side" = spec ] && port=$spec_port
+    # shellcheck disable=SC2086  # the sampling flags split into words
     "$ctl_bin" --server=127.0.0.1:$port --timeout_s=120 stream --prompt="${prompts[$i]}" \
-      --max_tokens=80 --temperature=0 --ignore_eos --logprobs --json > "$work/$side-$i.jsonl"
+      --max_tokens=80 ${sampling[$((run / 3))]} --ignore_eos --logprobs --json \
+      > "$work/$side-$run.jsonl"
   done
-  $py - "$work/plain-$i.jsonl" "$work/spec-$i.jsonl" <<'PY'
+  $py - "$work/plain-$run.jsonl" "$work/spec-$run.jsonl" <<'PY'
 import json, sys
 def read(path):
     stream = [json.loads(l) for l in open(path)]
@@ -58,6 +64,6 @@ def value(kind):
     return float(m.group(1))
 drafted, accepted, rejected = value("draft"), value("accepted"), value("rejected")
 assert drafted > 0 and drafted == accepted + rejected, (drafted, accepted, rejected)
-print(f"PASS: 3 prompts x 80 greedy tokens equal with and without speculation; "
+print(f"PASS: 3 prompts x 80 tokens, greedy and seeded, equal with and without speculation; "
       f"drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
 PY
