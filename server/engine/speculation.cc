@@ -112,13 +112,13 @@ bool Engine::Impl::Speculate(Sequence& seq) {
   }
   const std::vector<int64_t> draft = NgramDraft(seq.request.prompt, seq.generated_ids, limit);
   if (draft.empty()) return false;
+  const absl::Time started = clock_.Now();  // the copy is part of the round's cost
   absl::StatusOr<SavedRow> saved = backend_->SaveRow(seq.slot);
   if (!saved.ok()) return false;  // decodes plainly instead
 
   const auto drafted = static_cast<int64_t>(draft.size());
   std::vector<int64_t> fed = {seq.next_token};
   fed.insert(fed.end(), draft.begin(), draft.end());
-  const absl::Time started = clock_.Now();
   absl::StatusOr<torch::Tensor> checked = PrefillRow(*backend_, seq.slot, fed, PrefillLogits::kAll);
   torch::Tensor logits;
   if (checked.ok()) {
