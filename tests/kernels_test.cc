@@ -132,5 +132,90 @@ TEST(KernelNorms, RowsMatchTheirFormulas) {
   }
 }
 
+// Mamba-2's gated norm against its formula in double: two groups, z read
+// from rows wider than y (a slice of the input projection).
+TEST(KernelNorms, GatedRmsNormMatchesItsFormula) {
+  const int64_t rows = 3, d = 40, groups = 2, width = d / groups, z_stride = 70;
+  std::vector<float> y(rows * d), z(rows * z_stride), gain(d), out(rows * d);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = std::sin(0.41f * static_cast<float>(i)) * 2.0f;
+  for (size_t i = 0; i < z.size(); ++i) z[i] = std::cos(0.23f * static_cast<float>(i)) * 4.0f;
+  for (int64_t i = 0; i < d; ++i) gain[i] = 0.5f + 0.02f * static_cast<float>(i);
+  GatedRmsNormRows(rows, d, groups, y.data(), z.data(), z_stride, gain.data(), 1e-5f, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      std::vector<double> gated(width);
+      double squares = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const double zi = z[r * z_stride + g * width + i];
+        gated[i] = y[r * d + g * width + i] * zi / (1.0 + std::exp(-zi));
+        squares += gated[i] * gated[i];
+      }
+      for (int64_t i = 0; i < width; ++i) {
+        const int64_t at = g * width + i;
+        EXPECT_NEAR(out[r * d + at], gain[at] * gated[i] / std::sqrt(squares / width + 1e-5), 1e-5)
+            << "row " << r << " channel " << at;
+      }
+    }
+  }
+}
+
+// The causal convolution of `width` over `time` tokens against its formula
+// in double, input rows `stride` floats apart.
+void CheckCausalConv(int64_t batch, int64_t channels, int64_t width, int64_t time, int64_t stride) {
+  const int64_t held = width - 1;
+  std::vector<float> in(batch * time * stride), window(batch * held * channels);
+  std::vector<float> weight(channels * width), bias(channels);
+  std::vector<float> out(batch * time * channels), window_out(window.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = std::sin(0.7f * static_cast<float>(i));
+  for (size_t i = 0; i < window.size(); ++i) window[i] = std::cos(0.3f * static_cast<float>(i));
+  for (size_t i = 0; i < weight.size(); ++i) weight[i] = std::sin(1.3f * static_cast<float>(i));
+  for (int64_t i = 0; i < channels; ++i) bias[i] = 0.05f * static_cast<float>(i) - 0.5f;
+  CausalConvArgs a;
+  a.batch = batch;
+  a.time = time;
+  a.channels = channels;
+  a.width = width;
+  a.in_stride = stride;
+  a.in = in.data();
+  a.window = window.data();
+  a.weight = weight.data();
+  a.bias = bias.data();
+  a.out = out.data();
+  a.window_out = window_out.data();
+  CausalConvSilu(a);
+  for (int64_t b = 0; b < batch; ++b) {
+    // Input p of row b, p from -(L - 1).
+    auto input = [&](int64_t p, int64_t i) -> double {
+      return p < 0 ? window[(b * held + held + p) * channels + i] : in[(b * time + p) * stride + i];
+    };
+    for (int64_t t = 0; t < time; ++t) {
+      for (int64_t i = 0; i < channels; ++i) {
+        double sum = bias[i];
+        for (int64_t j = 0; j < width; ++j) sum += weight[i * width + j] * input(t - held + j, i);
+        EXPECT_NEAR(out[(b * time + t) * channels + i], sum / (1.0 + std::exp(-sum)), 1e-5)
+            << "width " << width << " time " << time << " row " << b << " channel " << i;
+      }
+    }
+    for (int64_t j = 0; j < held; ++j) {
+      for (int64_t i = 0; i < channels; ++i) {
+        EXPECT_EQ(window_out[(b * held + j) * channels + i], input(time - held + j, i));
+      }
+    }
+  }
+}
+
+// The causal convolution against its formula in double, for chunks shorter
+// than the window (inputs from both the window and the chunk) and longer,
+// over strided input rows; the window then holds the last L - 1 inputs.
+TEST(KernelCausalConv, MatchesItsFormulaAndAdvancesTheWindow) {
+  const int64_t batch = 2, channels = 21, stride = 25;
+  // Widths 3 and 4 have loops of their own; 2 and 5 take the general one.
+  for (int64_t width : {2, 3, 4, 5}) {
+    for (int64_t time : {1, 2, 6}) {
+      CheckCausalConv(batch, channels, width, time, stride);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels

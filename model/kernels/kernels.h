@@ -266,6 +266,32 @@ void AftDecay(const AftDecayArgs& a);
 void RmsNormRows(int64_t rows, int64_t d, const float* x, const float* gain, float eps, float* out);
 void ScaleNormRows(int64_t rows, int64_t d, const float* x, float gain, float eps, float* out);
 
+// Mamba-2's gated norm (model/mixers/mamba2.h) of y [rows, d]: with g = y *
+// silu(z), each group of d / groups channels is RMS-normalised,
+//   out = gain * g / sqrt(mean_group(g^2) + eps),   gain [d].
+// z's rows are z_stride floats apart (a slice of the input projection).
+// Ten LibTorch ops op by op.
+void GatedRmsNormRows(int64_t rows, int64_t d, int64_t groups, const float* y, const float* z,
+                      int64_t z_stride, const float* gain, float eps, float* out);
+
+// A depthwise causal convolution of width L over T tokens of B rows of C
+// channels, continuing each row's last L - 1 inputs:
+//   out[b, t, i] = silu(bias[i] + sum_j weight[i, j] in[b, t - L + 1 + j, i])
+// where inputs before t = 0 are window[b] [L - 1, C]. in's token rows are
+// in_stride floats apart; weight [C, L]; out [B, T, C]. window_out [B, L -
+// 1, C] (not window) receives each row's last L - 1 inputs. Tokens in
+// parallel.
+struct CausalConvArgs {
+  int64_t batch = 0, time = 0, channels = 0, width = 0, in_stride = 0;
+  const float* in = nullptr;
+  const float* window = nullptr;
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  float* out = nullptr;
+  float* window_out = nullptr;
+};
+void CausalConvSilu(const CausalConvArgs& a);
+
 // RWKV-7's state update over a chunk of T tokens per row
 // (model/mixers/rwkv7.h): per head, with S [N, N] (rows: value channels),
 //
@@ -301,6 +327,52 @@ struct Rwkv7UpdateArgs {
 };
 void Rwkv7Update(const Rwkv7UpdateArgs& a);
 
+// The token shift of RWKV's blocks (model/mixers/rwkv7.h): for each of
+// `count` mixes mu_m [C],
+//
+//   out_m[b, t] = x[b, t] + (x[b, t - 1] - x[b, t]) * mu_m,   x[b, -1] = shift[b]
+//
+// x [B, T, C], shift [B, C], out [count, B, T, C]. One pass where op by op
+// it takes a concatenation, a difference and one product per mix.
+struct TokenShiftMixArgs {
+  int64_t batch = 0, time = 0, channels = 0, count = 0;
+  const float* x = nullptr;
+  const float* shift = nullptr;
+  const float* const* mixes = nullptr;  // count pointers to [C]
+  float* out = nullptr;
+};
+void TokenShiftMix(const TokenShiftMixArgs& a);
+
+// RWKV-7's per-token activations between its projections and the state
+// update (model/mixers/rwkv7.h), over `tokens` rows of C = heads * head_dim
+// channels, each [tokens, C] and updated in place:
+//
+//   w    <- exp(-e^{-1/2} sigmoid(decay_bias + w))     w: W_w2 tanh(W_w1 x^w)
+//   v    <- v + (first - v) sigmoid(value_bias + gate)  only where first is set
+//   iclr <- sigmoid(iclr_bias + iclr)
+//   kk    = per head, (k * kappa) / max(||k * kappa||, 1e-12)   (written, not read)
+//   k    <- k (1 + (iclr - 1) alpha)
+//
+// with kappa = key_norm_scale and alpha = key_iclr_scale [C]. Eighteen
+// LibTorch ops a layer otherwise.
+struct Rwkv7ActivationsArgs {
+  int64_t tokens = 0, heads = 0, head_dim = 0;
+  float* w = nullptr;
+  float* v = nullptr;
+  float* iclr = nullptr;
+  float* k = nullptr;
+  float* kk = nullptr;
+  const float* first = nullptr;  // the first layer's v [tokens, C], or null
+  const float* gate = nullptr;   // W_v2 W_v1 x^v [tokens, C], with first
+  const float* decay_bias = nullptr;
+  const float* value_bias = nullptr;  // with first
+  const float* iclr_bias = nullptr;
+  const float* key_norm_scale = nullptr;
+  const float* key_iclr_scale = nullptr;
+  float decay_scale = 0.0f;  // e^{-1/2}
+};
+void Rwkv7Activations(const Rwkv7ActivationsArgs& a);
+
 // RWKV-4's WKV (model/mixers/rwkv4.h) over T tokens of B rows, C channels:
 // k, v [B, T, C]; decay w = -exp(time_decay) and first u [C]; the rows'
 // num, den and max [B, C], updated in place. out [B, T - first_output, C]:
@@ -321,20 +393,27 @@ struct Rwkv4WkvArgs {
 void Rwkv4Wkv(const Rwkv4WkvArgs& a);
 
 // Mamba-2's state update (model/mixers/mamba2.h) over T tokens of B rows:
-// x [B, T, H, P]; b, c [B, T, G, N]; dt [B, T, H] (after softplus); a =
-// -exp(A_log) and d [H]. S of batch element b is row slots[b] (b when slots
-// is null) of s [rows, H, P, N], updated in place. out [B, T -
-// first_output, H * P]: y = S C + D x of the tokens from first_output on.
-// Rows and heads in parallel.
+// x [B, T, H, P]; b, c [B, T, G, N]; dt [B, T, H]; a_log and d [H]. The
+// decay is exp(dt a) with a = -exp(a_log). With dt_bias [H] set, dt arrives
+// as the projection's raw output and the step is softplus(dt + dt_bias);
+// without it dt is the step itself. x, b and c of token i (= b * T + t)
+// start xbc_stride floats apart (0: contiguous, H * P and G * N apart), dt's
+// dt_stride apart (0: H), so that both can be read from the input
+// projection and the convolution's output in place. S of batch element b
+// is row slots[b] (b when slots is null) of s [rows, H, P, N], updated in
+// place. out [B, T - first_output, H * P]: y = S C + D x of the tokens
+// from first_output on. Rows and heads in parallel.
 struct Mamba2ScanArgs {
   int64_t batch = 0, time = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
   int64_t first_output = 0;
+  int64_t xbc_stride = 0, dt_stride = 0;
   const int64_t* slots = nullptr;
   const float* x = nullptr;
   const float* b = nullptr;
   const float* c = nullptr;
   const float* dt = nullptr;
-  const float* a = nullptr;
+  const float* dt_bias = nullptr;
+  const float* a_log = nullptr;
   const float* d = nullptr;
   float* s = nullptr;
   float* out = nullptr;

@@ -1,9 +1,11 @@
 // The row-wise kernels outside the mixers, declared in model/kernels/kernels.h:
-// RMSNorm, ScaleNorm and the feed-forward GELU.
+// RMSNorm, ScaleNorm, Mamba-2's gated norm and causal convolution, and the
+// feed-forward GELU.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "model/kernels/kernel_common.h"
 #include "model/kernels/kernels.h"
@@ -48,7 +50,94 @@ ATTN_HOT void GeluSpan(int64_t n, float* x) {
   }
 }
 
+// y * silu(z) into out, then each group normalised (kernels.h).
+ATTN_HOT void GatedNormRow(int64_t d, int64_t groups, const float* y, const float* z,
+                           const float* gain, float eps, float* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) out[i] = y[i] * z[i] * Sigmoid(z[i]);
+  const int64_t width = d / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    float* part = out + g * width;
+    const float mean_square = Dot(part, part, width) / static_cast<float>(width);
+    const float scale = 1.0f / std::sqrt(mean_square + eps);
+    const float* gains = gain + g * width;
+#pragma omp simd
+    for (int64_t i = 0; i < width; ++i) part[i] = gains[i] * (part[i] * scale);
+  }
+}
+
+// Input p of row b of a causal convolution, p from -(L - 1): the window,
+// then the chunk.
+inline const float* ConvInput(const CausalConvArgs& a, int64_t b, int64_t p) {
+  const int64_t held = a.width - 1;
+  return p < 0 ? a.window + (b * held + held + p) * a.channels
+               : a.in + (b * a.time + p) * a.in_stride;
+}
+
+// Token t of row b of a causal convolution (kernels.h, CausalConvArgs).
+// kWidth > 0 fixes the width at compile time, so that the loop over the
+// channels reads the weight's interleaved taps as vector loads; 0 (any
+// width) adds one tap at a time over the channels.
+template <int64_t kWidth>
+ATTN_HOT void CausalConvToken(const CausalConvArgs& a, int64_t b, int64_t t) {
+  float* out = a.out + (b * a.time + t) * a.channels;
+  if constexpr (kWidth > 0) {
+    const float* inputs[kWidth];
+    for (int64_t j = 0; j < kWidth; ++j) inputs[j] = ConvInput(a, b, t - (kWidth - 1) + j);
+#pragma omp simd
+    for (int64_t i = 0; i < a.channels; ++i) {
+      float sum = a.bias[i];
+      for (int64_t j = 0; j < kWidth; ++j) sum += a.weight[i * kWidth + j] * inputs[j][i];
+      out[i] = sum * Sigmoid(sum);
+    }
+  } else {
+    std::copy(a.bias, a.bias + a.channels, out);
+    for (int64_t j = 0; j < a.width; ++j) {
+      const float* in = ConvInput(a, b, t - (a.width - 1) + j);
+      for (int64_t i = 0; i < a.channels; ++i) out[i] += a.weight[i * a.width + j] * in[i];
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < a.channels; ++i) out[i] *= Sigmoid(out[i]);
+  }
+}
+
 }  // namespace
+
+void GatedRmsNormRows(int64_t rows, int64_t d, int64_t groups, const float* y, const float* z,
+                      int64_t z_stride, const float* gain, float eps, float* out) {
+  at::parallel_for(0, rows, GrainFor(4 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      GatedNormRow(d, groups, y + r * d, z + r * z_stride, gain, eps, out + r * d);
+    }
+  });
+}
+
+void CausalConvSilu(const CausalConvArgs& a) {
+  const int64_t c = a.channels, held = a.width - 1;
+  auto run = [&](auto width) {
+    at::parallel_for(0, a.batch * a.time, GrainFor(c * a.width), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        CausalConvToken<decltype(width)::value>(a, i / a.time, i % a.time);
+      }
+    });
+  };
+  switch (a.width) {
+    case 3:
+      run(std::integral_constant<int64_t, 3>());
+      break;
+    case 4:
+      run(std::integral_constant<int64_t, 4>());
+      break;
+    default:
+      run(std::integral_constant<int64_t, 0>());
+  }
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t j = 0; j < held; ++j) {
+      const float* in = ConvInput(a, b, a.time - held + j);
+      std::copy(in, in + c, a.window_out + (b * held + j) * c);
+    }
+  }
+}
 
 void GeluInPlace(int64_t n, float* x) {
   constexpr int64_t kBlock = 1024;

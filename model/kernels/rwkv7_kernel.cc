@@ -1,6 +1,8 @@
-// RWKV-7's per-head state update (kernels.h, Rwkv7Update).
+// RWKV-7's per-head state update (kernels.h, Rwkv7Update), its activations
+// and the token shift's mixes.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -74,7 +76,69 @@ ATTN_HOT void Rwkv7OneHead(const Rwkv7UpdateArgs& a, int64_t b, int64_t h,
   }
 }
 
+// One token's activations (kernels.h, Rwkv7Activations) over its C channels
+// at offset `at`.
+ATTN_HOT void ActivateToken(const Rwkv7ActivationsArgs& a, int64_t at) {
+  const int64_t c = a.heads * a.head_dim;
+  float* w = a.w + at;
+  float* v = a.v + at;
+  float* iclr = a.iclr + at;
+  float* k = a.k + at;
+  float* kk = a.kk + at;
+#pragma omp simd
+  for (int64_t i = 0; i < c; ++i) {
+    w[i] = FastExp(-a.decay_scale * Sigmoid(a.decay_bias[i] + w[i]));
+    iclr[i] = Sigmoid(a.iclr_bias[i] + iclr[i]);
+    kk[i] = k[i] * a.key_norm_scale[i];
+  }
+  if (a.first != nullptr) {
+    const float* first = a.first + at;
+    const float* gate = a.gate + at;
+#pragma omp simd
+    for (int64_t i = 0; i < c; ++i) {
+      v[i] += (first[i] - v[i]) * Sigmoid(a.value_bias[i] + gate[i]);
+    }
+  }
+  for (int64_t h = 0; h < a.heads; ++h) {
+    float* head = kk + h * a.head_dim;
+    const float norm = std::sqrt(Dot(head, head, a.head_dim));
+    const float inverse = 1.0f / std::max(norm, 1e-12f);
+#pragma omp simd
+    for (int64_t i = 0; i < a.head_dim; ++i) head[i] *= inverse;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < c; ++i) k[i] *= 1.0f + (iclr[i] - 1.0f) * a.key_iclr_scale[i];
+}
+
+// The mixes of row b's token t (kernels.h, TokenShiftMix).
+ATTN_HOT void MixToken(const TokenShiftMixArgs& a, int64_t b, int64_t t) {
+  const int64_t c = a.channels;
+  const float* x = a.x + (b * a.time + t) * c;
+  const float* previous = t > 0 ? x - c : a.shift + b * c;
+  const int64_t plane = a.batch * a.time * c;
+  for (int64_t m = 0; m < a.count; ++m) {
+    const float* mu = a.mixes[m];
+    float* out = a.out + m * plane + (b * a.time + t) * c;
+#pragma omp simd
+    for (int64_t i = 0; i < c; ++i) out[i] = x[i] + (previous[i] - x[i]) * mu[i];
+  }
+}
+
 }  // namespace
+
+void TokenShiftMix(const TokenShiftMixArgs& a) {
+  at::parallel_for(0, a.batch * a.time, GrainFor(a.count * a.channels),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) MixToken(a, i / a.time, i % a.time);
+                   });
+}
+
+void Rwkv7Activations(const Rwkv7ActivationsArgs& a) {
+  const int64_t c = a.heads * a.head_dim;
+  at::parallel_for(0, a.tokens, GrainFor(32 * c), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) ActivateToken(a, t * c);
+  });
+}
 
 void Rwkv7Update(const Rwkv7UpdateArgs& a) {
   const int64_t work = a.time * a.head_dim * a.head_dim * 4;

@@ -186,52 +186,96 @@ torch::Tensor Mamba2Impl::ScanChunked(const Scan& scan, torch::Tensor& ssm, int6
   return y.narrow(1, time - keep, keep).reshape({batch, keep, inner()});
 }
 
+torch::Tensor Mamba2Impl::ScanFused(const torch::Tensor& projected, BlockRows& rows,
+                                    int64_t keep) const {
+  const int64_t batch = projected.size(0), time = projected.size(1), heads = options_.heads;
+  const int64_t channels = conv_channels(), n = options_.mamba2.state_size;
+  const int64_t stride = projected.size(2);
+  const auto window = rows.tensors[kConv].contiguous();
+  const auto weight = conv_weight_.contiguous(), bias = conv_bias_.contiguous();
+  const auto xbc = torch::empty({batch, time, channels}, projected.options());
+  rows.tensors[kConv] = torch::empty_like(window);
+  kernels::CausalConvArgs conv;
+  conv.batch = batch;
+  conv.time = time;
+  conv.channels = channels;
+  conv.width = options_.mamba2.conv_kernel;
+  conv.in_stride = stride;
+  conv.in = projected.data_ptr<float>() + inner();
+  conv.window = window.data_ptr<float>();
+  conv.weight = weight.data_ptr<float>();
+  conv.bias = bias.data_ptr<float>();
+  conv.out = xbc.data_ptr<float>();
+  conv.window_out = rows.tensors[kConv].data_ptr<float>();
+  kernels::CausalConvSilu(conv);
+
+  const auto y = torch::empty({batch, keep, inner()}, projected.options());
+  const auto dt_bias = dt_bias_.contiguous(), a_log = a_log_.contiguous(), d = skip_.contiguous();
+  kernels::Mamba2ScanArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.heads = heads;
+  args.head_dim = head_dim();
+  args.state_size = n;
+  args.groups = options_.mamba2.groups;
+  args.first_output = time - keep;
+  args.xbc_stride = channels;
+  args.dt_stride = stride;
+  args.slots = rows.ids;
+  args.x = xbc.data_ptr<float>();
+  args.b = args.x + inner();
+  args.c = args.b + args.groups * n;
+  args.dt = projected.data_ptr<float>() + inner() + channels;
+  args.dt_bias = dt_bias.data_ptr<float>();
+  args.a_log = a_log.data_ptr<float>();
+  args.d = d.data_ptr<float>();
+  args.s = rows.tensors[kSsm].data_ptr<float>();
+  args.out = y.data_ptr<float>();
+  kernels::Mamba2Scan(args);
+  return y;
+}
+
+torch::Tensor Mamba2Impl::GatedNorm(const torch::Tensor& y, const torch::Tensor& projected,
+                                    bool fused) const {
+  const int64_t batch = y.size(0), keep = y.size(1), time = projected.size(1);
+  const int64_t groups = options_.mamba2.groups;
+  if (!fused) {
+    const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
+    const auto gated = (y * torch::silu(z)).view({batch, keep, groups, inner() / groups});
+    const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + options_.norm_eps);
+    return normed.view({batch, keep, inner()}) * out_norm_weight_;
+  }
+  // Rows of z: the projection's tokens time - keep .. time - 1 of each row,
+  // which are evenly spaced only for one row or a whole chunk.
+  const auto z = keep == time ? projected : projected.narrow(1, time - keep, keep).contiguous();
+  const auto gain = out_norm_weight_.contiguous();
+  auto out = torch::empty_like(y);
+  kernels::GatedRmsNormRows(batch * keep, inner(), groups, y.data_ptr<float>(), z.data_ptr<float>(),
+                            z.size(2), gain.data_ptr<float>(),
+                            static_cast<float>(options_.norm_eps), out.data_ptr<float>());
+  return out;
+}
+
 torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                               LayerCarry& /*carry*/) {
   const int64_t batch = x.size(0), time = x.size(1), heads = options_.heads, p = head_dim();
   const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size;
-  const auto projected = Project(norm_->forward(x), in_proj_);
-  const int64_t channels = conv_channels();
-  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
-  Scan scan;
-  scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
-  scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
-  scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
-  scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
+  const auto projected = Project(norm_->forward(x), in_proj_).contiguous();
   torch::Tensor y;
   if (rows.fused) {
-    y = torch::empty({batch, keep, inner()}, x.options());
-    const auto xs = scan.x.contiguous(), bs = scan.b.contiguous(), cs = scan.c.contiguous();
-    const auto dts = scan.dt.contiguous();
-    const auto a = (-torch::exp(a_log_)).contiguous(), d = skip_.contiguous();
-    kernels::Mamba2ScanArgs args;
-    args.batch = batch;
-    args.time = time;
-    args.heads = heads;
-    args.head_dim = p;
-    args.state_size = n;
-    args.groups = groups;
-    args.first_output = time - keep;
-    args.slots = rows.ids;
-    args.x = xs.data_ptr<float>();
-    args.b = bs.data_ptr<float>();
-    args.c = cs.data_ptr<float>();
-    args.dt = dts.data_ptr<float>();
-    args.a = a.data_ptr<float>();
-    args.d = d.data_ptr<float>();
-    args.s = rows.tensors[kSsm].data_ptr<float>();
-    args.out = y.data_ptr<float>();
-    kernels::Mamba2Scan(args);
-  } else if (time > 1) {
-    y = ScanChunked(scan, rows.tensors[kSsm], keep);
+    y = ScanFused(projected, rows, keep);
   } else {
-    y = ScanByOps(scan, rows.tensors[kSsm], keep);
+    const int64_t channels = conv_channels();
+    const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
+    Scan scan;
+    scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
+    scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
+    scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
+    scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
+    y = time > 1 ? ScanChunked(scan, rows.tensors[kSsm], keep)
+                 : ScanByOps(scan, rows.tensors[kSsm], keep);
   }
-  // The gate, then an RMS norm over each group's channels.
-  const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
-  const auto gated = (y * torch::silu(z)).view({batch, keep, groups, inner() / groups});
-  const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + options_.norm_eps);
-  const auto out = Project(normed.view({batch, keep, inner()}) * out_norm_weight_, out_proj_);
+  const auto out = Project(GatedNorm(y, projected, rows.fused), out_proj_);
   return x.narrow(1, time - keep, keep) + out;
 }
 

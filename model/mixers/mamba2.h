@@ -29,7 +29,11 @@
 // forward, prefill and step compute the same recurrence: the projections
 // and the convolution of all tokens at once, then the state's update. On
 // the CPU the update is one fused loop, token by token (Mamba2Scan in
-// model/kernels/kernels.h: O(P N) per token and head, the state in cache).
+// model/kernels/kernels.h: O(P N) per token and head, the state in cache),
+// which reads x, B, C and the raw dt where the convolution and the input
+// projection wrote them; the convolution (CausalConvSilu) and the gated
+// norm (GatedRmsNormRows) are one kernel each, where op by op a layer
+// takes some thirty LibTorch ops at one token.
 // Elsewhere, or with fused_kernels off (the path a GPU runs, and training),
 // a chunk of several tokens takes the chunked form of the paper's section 6
 // (SSD), in blocks of Q = options.chunk tokens with a_t = dt_t A:
@@ -91,6 +95,12 @@ class Mamba2Impl : public WholeBlockMixer {
   torch::Tensor ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
   // The same by the chunked form (SSD), replacing ssm.
   torch::Tensor ScanChunked(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
+  // The convolution and the scan in the CPU kernels, from the input
+  // projection [B, T, I + channels + H] read in place: y [B, keep, I].
+  torch::Tensor ScanFused(const torch::Tensor& projected, BlockRows& rows, int64_t keep) const;
+  // The gate z (the projection's first I channels) on y [B, keep, I], then
+  // an RMS norm over each group's channels, times out_norm_weight.
+  torch::Tensor GatedNorm(const torch::Tensor& y, const torch::Tensor& projected, bool fused) const;
 
   torch::Tensor conv_weight_, conv_bias_;  // [channels, 1, W], [channels]
   torch::Tensor dt_bias_, a_log_, skip_;   // [H] each; skip is D

@@ -21,6 +21,14 @@ torch::Tensor MixInit(int64_t channels, double power) {
   return 1.0 - torch::pow(torch::arange(channels, torch::kFloat) / channels, power);
 }
 
+// A parameter's floats for a kernel. Parameters are made and loaded
+// contiguous; a strided one would be read wrongly, so it is refused.
+const float* ParameterFloats(const torch::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous(),
+              "rwkv7: the fused kernels need contiguous parameters, got strides ", t.strides());
+  return t.data_ptr<float>();
+}
+
 }  // namespace
 
 // The tensors one call continues: copies of the rows' shifts, and their
@@ -131,33 +139,96 @@ MixerState Rwkv7Impl::initial_state(int64_t rows, torch::Device device) const {
   return state;
 }
 
+std::array<torch::Tensor, 6> Rwkv7Impl::Mixes(const torch::Tensor& a, const torch::Tensor& shift,
+                                              bool fused) const {
+  const std::array<const torch::Tensor*, 6> mus = {&mix_r_, &mix_w_, &mix_k_,
+                                                   &mix_v_, &mix_i_, &mix_g_};
+  std::array<torch::Tensor, 6> out;
+  if (!fused) {
+    const auto delta = Shifted(a, shift) - a;
+    for (size_t i = 0; i < mus.size(); ++i) out[i] = torch::addcmul(a, delta, *mus[i]);
+    return out;
+  }
+  const auto input = a.contiguous(), previous = shift.contiguous();
+  const auto all = torch::empty({6, a.size(0), a.size(1), a.size(2)}, a.options());
+  std::array<const float*, 6> mixes;
+  for (size_t i = 0; i < mus.size(); ++i) mixes[i] = ParameterFloats(*mus[i]);
+  kernels::TokenShiftMixArgs args;
+  args.batch = a.size(0);
+  args.time = a.size(1);
+  args.channels = a.size(2);
+  args.count = static_cast<int64_t>(mixes.size());
+  args.x = input.data_ptr<float>();
+  args.shift = previous.data_ptr<float>();
+  args.mixes = mixes.data();
+  args.out = all.data_ptr<float>();
+  kernels::TokenShiftMix(args);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = all[static_cast<int64_t>(i)];
+  return out;
+}
+
 Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift,
-                                          LayerCarry& carry, int64_t tail) {
-  const int64_t batch = a.size(0), time = a.size(1), c = options_.d_model;
-  const auto delta = Shifted(a, shift) - a;
-  auto mix = [&](const torch::Tensor& mu) { return torch::addcmul(a, delta, mu); };
+                                          LayerCarry& carry, int64_t tail, bool fused) {
+  const int64_t time = a.size(1);
+  const auto [xr, xw, xk, xv, xi, xg] = Mixes(a, shift, fused);
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   Mixed m;
   m.tail = tail;
-  m.r = Project(last(mix(mix_r_)), receptance_);
-  m.k = Project(mix(mix_k_), key_);
-  const auto xv = mix(mix_v_);
+  m.r = Project(last(xr), receptance_);
+  m.k = Project(xk, key_);
   m.v = Project(xv, value_);
-  const auto decay_logit =
-      decay_bias_ + Project(torch::tanh(Project(mix(mix_w_), decay_down_)), decay_up_);
-  m.w = torch::exp(torch::sigmoid(decay_logit) * -kDecayScale);
-  if (options_.layer == 0 || !carry.first_values.defined()) {
-    if (options_.layer == 0) carry.first_values = m.v;
-  } else {
-    const auto gate = torch::sigmoid(value_bias_ + Project(Project(xv, value_down_), value_up_));
-    m.v = torch::addcmul(m.v, carry.first_values - m.v, gate);
+  m.w = Project(torch::tanh(Project(xw, decay_down_)), decay_up_);
+  torch::Tensor gate, first;
+  if (options_.layer == 0) {
+    carry.first_values = m.v;
+  } else if (carry.first_values.defined()) {
+    gate = Project(Project(xv, value_down_), value_up_);
+    first = carry.first_values;
   }
-  m.iclr = torch::sigmoid(iclr_bias_ + Project(Project(mix(mix_i_), iclr_down_), iclr_up_));
-  m.g = Project(torch::sigmoid(Project(last(mix(mix_g_)), gate_down_)), gate_up_);
-  const auto scaled = (m.k * key_norm_scale_).view({batch, time, options_.heads, head_size()});
-  m.kk = (scaled / scaled.norm(2, -1, true).clamp_min(1e-12)).view({batch, time, c});
-  m.k = m.k * (1.0 + (m.iclr - 1.0) * key_iclr_scale_);
+  m.iclr = Project(Project(xi, iclr_down_), iclr_up_);
+  m.g = Project(torch::sigmoid(Project(last(xg), gate_down_)), gate_up_);
+  Activate(m, gate, first, fused);
   return m;
+}
+
+void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first,
+                         bool fused) const {
+  if (!fused) {
+    const int64_t batch = m.k.size(0), time = m.k.size(1), c = options_.d_model;
+    m.w = torch::exp(torch::sigmoid(decay_bias_ + m.w) * -kDecayScale);
+    if (first.defined()) m.v = torch::addcmul(m.v, first - m.v, torch::sigmoid(value_bias_ + gate));
+    m.iclr = torch::sigmoid(iclr_bias_ + m.iclr);
+    const auto scaled = (m.k * key_norm_scale_).view({batch, time, options_.heads, head_size()});
+    m.kk = (scaled / scaled.norm(2, -1, true).clamp_min(1e-12)).view({batch, time, c});
+    m.k = m.k * (1.0 + (m.iclr - 1.0) * key_iclr_scale_);
+    return;
+  }
+  // In place on the projections' own outputs; v is the first layer's
+  // value residual (carry.first_values) only in layer 0, which has no first.
+  for (torch::Tensor* t : {&m.w, &m.v, &m.iclr, &m.k}) *t = t->contiguous();
+  m.kk = torch::empty_like(m.k);
+  const auto gate_in = gate.defined() ? gate.contiguous() : gate;
+  const auto first_in = first.defined() ? first.contiguous() : first;
+  kernels::Rwkv7ActivationsArgs args;
+  args.tokens = m.k.size(0) * m.k.size(1);
+  args.heads = options_.heads;
+  args.head_dim = head_size();
+  args.w = m.w.data_ptr<float>();
+  args.v = m.v.data_ptr<float>();
+  args.iclr = m.iclr.data_ptr<float>();
+  args.k = m.k.data_ptr<float>();
+  args.kk = m.kk.data_ptr<float>();
+  if (first.defined()) {
+    args.first = first_in.data_ptr<float>();
+    args.gate = gate_in.data_ptr<float>();
+    args.value_bias = ParameterFloats(value_bias_);
+  }
+  args.decay_bias = ParameterFloats(decay_bias_);
+  args.iclr_bias = ParameterFloats(iclr_bias_);
+  args.key_norm_scale = ParameterFloats(key_norm_scale_);
+  args.key_iclr_scale = ParameterFloats(key_iclr_scale_);
+  args.decay_scale = static_cast<float>(kDecayScale);
+  kernels::Rwkv7Activations(args);
 }
 
 torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
@@ -245,7 +316,7 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   // token's channel mix needs the one before it.
   const int64_t outputs = std::max<int64_t>(keep, 1);
   const int64_t tail = std::min(time, outputs + 1);
-  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail);
+  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, rows.fused);
   rows.tensors[kAttShift] = a.select(1, time - 1).clone();
   const torch::Tensor y =
       rows.fused ? UpdateFused(m, rows, time) : OutputByOps(UpdateByOps(m, rows.tensors[kWkv]), m);

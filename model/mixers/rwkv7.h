@@ -38,12 +38,16 @@
 // forward, prefill and step compute the same recurrence: the projections of
 // all tokens at once, then the state's update token by token, which costs
 // O(C N) per token against the projections' O(C^2). On the CPU the update is
-// one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h); elsewhere,
-// or with fused_kernels off, it is torch operations token by token (the path a GPU runs).
+// one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h), and so
+// are the six token-shift mixes and the activations between the projections and the
+// update (w, the value residual, iclr, kk and k); elsewhere, or with fused_kernels off,
+// they are torch operations, the update token by token (the path a GPU runs).
 #pragma once
 
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
+
+#include <array>
 
 #include "model/layers/norms.h"
 #include "model/mixers/whole_block.h"
@@ -76,9 +80,18 @@ class Rwkv7Impl : public WholeBlockMixer {
   struct Mixed;  // the time mix's per-token vectors
 
   // The time mix's inputs to the state update, for a [B, T, C] a = ln1(x).
-  // r and g only for the last `tail` tokens.
+  // r and g only for the last `tail` tokens. `fused`: the elementwise work
+  // in the CPU kernels (model/kernels/kernels.h), else in torch operations.
   Mixed TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift, LayerCarry& carry,
-                      int64_t tail);
+                      int64_t tail, bool fused);
+  // The six mixes x^r, x^w, x^k, x^v, x^i, x^g of a, each [B, T, C].
+  std::array<torch::Tensor, 6> Mixes(const torch::Tensor& a, const torch::Tensor& shift,
+                                     bool fused) const;
+  // Turns m's projections (w: W_w2 tanh(W_w1 x^w), iclr: W_i2 W_i1 x^i, v
+  // and k) into the update's inputs, and sets m.kk. `gate` (W_v2 W_v1 x^v)
+  // and `first` (the first layer's v) mix the value residual, or are
+  // undefined.
+  void Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first, bool fused) const;
   // The per-head update over T tokens in torch operations; o [B, T, C].
   torch::Tensor UpdateByOps(const Mixed& m, torch::Tensor& wkv) const;
   // The block's output before its gate, [B, tail, C], from the update's
