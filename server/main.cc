@@ -144,6 +144,11 @@ ABSL_FLAG(std::string, speculative, attn::serving::SpeculationName(EngineDefault
           "in one pass; the output is unchanged).");
 ABSL_FLAG(int64_t, draft_tokens, EngineDefaults().draft_tokens,
           "The most tokens one speculative round drafts (at most 32).");
+ABSL_FLAG(std::string, draft_model, RegistryDefaults().draft_model,
+          "A model of --models, by name, that drafts for the others with its vocabulary: it "
+          "decodes --draft_tokens tokens greedily ahead of a stream decoding alone (after "
+          "n-gram lookup, with --speculative=ngram), checked in one pass; the output is "
+          "unchanged. Served as itself too.");
 ABSL_FLAG(std::string, state_cache, attn::serving::StateCacheName(RegistryDefaults().state_cache),
           "Which models keep a state cache, so that a prompt that starts with tokens seen "
           "before prefills only the rest: recurrent (models whose state does not grow with the "
@@ -201,6 +206,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.registry.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
   options.registry.paths = absl::StrSplit(absl::GetFlag(FLAGS_models), ',', absl::SkipWhitespace());
   options.registry.default_model = absl::GetFlag(FLAGS_default_model);
+  options.registry.draft_model = absl::GetFlag(FLAGS_draft_model);
   options.registry.device = absl::GetFlag(FLAGS_device);
   options.registry.chat_template = absl::GetFlag(FLAGS_chat_template);
   if (absl::Status parsed =

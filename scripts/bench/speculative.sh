@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Speculative decoding at batch 1 (docs/benchmarks.md "Speculative
 # decoding"): one stream at a time, greedy or seeded, against two attn-server processes
-# over the same package, one plain and one with --speculative=ngram, in
-# alternating rounds. Per prompt: median tokens/s of each side, their ratio,
+# over the same package, one plain and one speculating, in alternating
+# rounds: with --speculative=ngram, or with DRAFT_MODEL (a package served
+# beside MODEL as --draft_model, quantised as DRAFT_QUANTIZE says; MODEL's
+# own package under another name with DRAFT_QUANTIZE=int8 drafts by its
+# int8 twin). Per prompt: median tokens/s of each side, their ratio,
 # whether the tokens were identical, and the drafts' acceptance. Times are
 # the servers' own (attn_e2e_request_latency_seconds, prefill included),
 # acceptance from the speculative server's counters.
 #   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 TEMPERATURE=0 \
-#     scripts/bench/speculative.sh
+#     [DRAFT_MODEL=PATH DRAFT_QUANTIZE=none SPECULATIVE=off] scripts/bench/speculative.sh
 # Prompts: "quote" repeats a passage and asks for it again (extraction, a
 # quoting answer), "edit" is a C function to be rewritten with one change,
 # "open" is text that does not repeat (drafts only from chance matches).
@@ -18,6 +21,9 @@ TOKENS=${TOKENS:-256}
 ROUNDS=${ROUNDS:-3}
 QUANTIZE=${QUANTIZE:-none}
 DRAFT_TOKENS=${DRAFT_TOKENS:-8}
+DRAFT_MODEL=${DRAFT_MODEL:-}
+DRAFT_QUANTIZE=${DRAFT_QUANTIZE:-none}
+SPECULATIVE=${SPECULATIVE:-$([ -n "$DRAFT_MODEL" ] && echo off || echo ngram)}
 TEMPERATURE=${TEMPERATURE:-0}  # above 0: seeded sampling (--seed=7)
 BUILD_DIR=${BUILD_DIR:-build}
 EXTRA_FLAGS=${EXTRA_FLAGS:-}  # more attn-server flags for both sides (--backend=torchscript)
@@ -34,7 +40,13 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 common=(--models="$MODEL" --quantize="$QUANTIZE" --max_tokens=4096 --state_cache=off $EXTRA_FLAGS)
 start_server "$OUT/plain.log" "${common[@]}"
 plain_port=$server_port plain_metrics=$metrics_port
-start_server "$OUT/spec.log" "${common[@]}" --speculative=ngram --draft_tokens="$DRAFT_TOKENS"
+speculating=(--speculative="$SPECULATIVE" --draft_tokens="$DRAFT_TOKENS")
+if [ -n "$DRAFT_MODEL" ]; then
+  draft=$(basename "$DRAFT_MODEL" .pt)
+  speculating+=(--models="$MODEL,$DRAFT_MODEL" --quantize="$QUANTIZE,$draft=$DRAFT_QUANTIZE"
+                --draft_model="$draft" --default_model="$(basename "$MODEL" .pt)")
+fi
+start_server "$OUT/spec.log" "${common[@]}" "${speculating[@]}"
 spec_port=$server_port spec_metrics=$metrics_port
 
 quote="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness."
@@ -54,10 +66,11 @@ prompts=("$quote Repeat it. $quote" "$edit" "$open_text")
 metric() {  # metric PORT REGEX: the value of the first series REGEX matches
   curl -sf "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 ~ "^"k && !found {print $2; found = 1}'
 }
-counter() { metric "$spec_metrics" "attn_spec_decode_num_${1}_tokens_total[{]"; }
+model_label=$(basename "$MODEL" .pt)
+counter() { metric "$spec_metrics" "attn_spec_decode_num_${1}_tokens_total[{]model=\"$model_label\""; }
 # The server's own time from a request's arrival to its end (attnctl's
 # start-up, most of a short request's wall time, left out).
-served() { metric "$1" 'attn_e2e_request_latency_seconds_sum[{]model="[^"]*",protocol="grpc"'; }
+served() { metric "$1" "attn_e2e_request_latency_seconds_sum[{]model=\"$model_label\",protocol=\"grpc\""; }
 for ((round = 1; round <= ROUNDS; round++)); do
   for i in "${!names[@]}"; do
     for side in plain spec; do
@@ -79,7 +92,7 @@ $py - "$OUT" "$TOKENS" "$ROUNDS" <<'PY'
 import json, os, statistics, sys
 out, tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
-print(f"| prompt | plain tokens/s | ngram tokens/s | ratio | drafted | accepted | same tokens |")
+print(f"| prompt | plain tokens/s | speculative tokens/s | ratio | drafted | accepted | same tokens |")
 print(f"|---|---|---|---|---|---|---|")
 for name in ("quote", "edit", "open"):
     rate = {s: statistics.median(tokens / r["seconds"] for r in runs

@@ -201,10 +201,15 @@ absl::Status AttachChatTemplate(const std::string& path, const std::string& json
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
-                                                       const torch::Device& device,
-                                                       const RegistryOptions& options,
-                                                       Metrics* metrics) {
+// Whether a mixer's state grows with the context (a key/value cache).
+bool StateGrows(const std::string& mixer) {
+  return mixer == "mha" || mixer == "mha-alibi" || mixer == "relative" || mixer == "gqa";
+}
+
+// The package at `path` with the backend and quantisation its name is given
+// (--backend, --quantize).
+absl::StatusOr<LoadedModel> LoadAsNamed(const std::string& path, const torch::Device& device,
+                                        const RegistryOptions& options) {
   const std::string name = fs::path(path).stem().string();
   auto chosen = options.model_backends.find(name);
   const BackendKind kind =
@@ -212,7 +217,61 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   auto quantize = options.model_quantization.find(name);
   const Quantization quantization =
       quantize != options.model_quantization.end() ? quantize->second : options.quantization;
-  auto loaded = LoadWithBackend(path, device, kind, quantization);
+  return LoadWithBackend(path, device, kind, quantization);
+}
+
+// Whether two tokenizers map every id to the same text.
+bool SameVocabulary(const Tokenizer& a, const Tokenizer& b) {
+  if (a.vocab_size() != b.vocab_size() || a.eos_id() != b.eos_id()) return false;
+  for (int64_t id = 0; id < a.vocab_size(); ++id) {
+    if (a.TokenBytes(id) != b.TokenBytes(id) || a.SpecialText(id) != b.SpecialText(id)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A copy of the draft model (--draft_model, at `draft_path`) for `hosted`'s
+// engine, or null where it cannot draft: for itself, for a model whose state
+// grows with the context (rolling back would copy it whole), or with another
+// vocabulary; a progress line says which. A draft model whose own state
+// grows is an error.
+absl::StatusOr<std::shared_ptr<LmBackend>> LoadDraftModel(const std::string& draft_path,
+                                                          const HostedModel& hosted,
+                                                          const torch::Device& device,
+                                                          const RegistryOptions& options) {
+  const ModelDescription& d = hosted.description;
+  if (draft_path.empty() || draft_path == d.path) return nullptr;
+  const std::string draft = fs::path(draft_path).stem().string();
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(absl::StrCat("  ", d.name, line, draft));
+  };
+  if (StateGrows(d.mixer)) {
+    say(" does not draft (its state grows with the context) with ");
+    return nullptr;
+  }
+  absl::StatusOr<LoadedModel> loaded = LoadAsNamed(draft_path, device, options);
+  if (!loaded.ok()) return loaded.status();
+  if (StateGrows(loaded->description.mixer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft_model: ", draft, "'s state grows with the context (",
+                     loaded->description.mixer, "); name a recurrent model"));
+  }
+  if (!SameVocabulary(*loaded->tokenizer, *hosted.tokenizer)) {
+    say(" does not draft (another vocabulary) with ");
+    return nullptr;
+  }
+  say(" drafts with ");
+  return std::shared_ptr<LmBackend>(std::move(loaded->backend));
+}
+
+absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
+                                                       const std::string& draft_path,
+                                                       const torch::Device& device,
+                                                       const RegistryOptions& options,
+                                                       Metrics* metrics) {
+  const std::string name = fs::path(path).stem().string();
+  auto loaded = LoadAsNamed(path, device, options);
   if (!loaded.ok()) return loaded.status();
   EngineOptions engine_options = options.engine;
   // Rows now, so that a model whose state does not fit fails the start-up.
@@ -243,8 +302,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   // A hybrid (short-conv or mamba2 with some gqa layers) is cached: most
   // of its layers' state is constant, and its prefix is what the cache
   // saves; --max_exported_state_bytes bounds what of it leaves the process.
-  const bool grows =
-      d.mixer == "mha" || d.mixer == "mha-alibi" || d.mixer == "relative" || d.mixer == "gqa";
+  const bool grows = StateGrows(d.mixer);
   if (options.state_cache == RegistryOptions::StateCache::kOff ||
       (options.state_cache == RegistryOptions::StateCache::kRecurrent && grows)) {
     engine_options.state_cache_bytes = 0;
@@ -260,6 +318,10 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
                                   StateBudget(engine_options, d.state_bytes_per_sequence),
                                   d.backend, engine_options.state_cache_bytes, d.weight_dtype});
   }
+  absl::StatusOr<std::shared_ptr<LmBackend>> draft =
+      LoadDraftModel(draft_path, *hosted, device, options);
+  if (!draft.ok()) return draft.status();
+  engine_options.draft_model = *std::move(draft);
   hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,
                                             engine_options, RealClock(), observer);
   return hosted;
@@ -405,12 +467,23 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
   auto progress = [&](const std::string& line) {
     if (options.progress) options.progress(line);
   };
+  std::string draft_path;  // --draft_model's package
+  if (!options.draft_model.empty()) {
+    for (const std::string& file : *files) {
+      if (fs::path(file).stem().string() == options.draft_model) draft_path = file;
+    }
+    if (draft_path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--draft_model: ", options.draft_model,
+                       " names no package in --models; add its .pt file there (it is served too)"));
+    }
+  }
   std::unique_ptr<ModelRegistry> registry(new ModelRegistry());
   std::vector<std::string> skipped;  // names of the packages that did not load
   for (const std::string& file : *files) {
     progress(absl::StrCat("loading ", file));
     const absl::Time started = absl::Now();
-    auto hosted = LoadModel(file, torch::Device(*device_name), options, metrics);
+    auto hosted = LoadModel(file, draft_path, torch::Device(*device_name), options, metrics);
     if (!hosted.ok()) {
       // Every reason names the file, whichever layer found it.
       const std::string reason = absl::StrContains(hosted.status().message(), file)

@@ -95,6 +95,10 @@ struct RegistryOptions {
   // The shared state tier (--state_store), not owned; null: none. Models
   // whose state does not grow with the context read and write it.
   StateStore* state_store = nullptr;
+  // A model of `paths` (by name) that drafts for the others with the same
+  // vocabulary (--draft_model; EngineOptions::draft_model): each gets its
+  // own copy, and it is served as itself too. Empty: none.
+  std::string draft_model;
   // A package that does not load stops the start (false), or is left out
   // with a warning naming the file and why (--skip_bad_models); either way
   // at least one model must load.

@@ -128,6 +128,12 @@ struct EngineOptions {
   // included. Off by default, as in llama.cpp's and vLLM's servers.
   Speculation speculative = Speculation::kOff;
   int64_t draft_tokens = 8;
+  // A smaller model with the same vocabulary that drafts when n-gram lookup
+  // (if on) finds nothing (attn-server's --draft_model; server/engine/
+  // model_draft.h): it decodes draft_tokens tokens greedily ahead of a
+  // sequence decoding alone. The engine gives it max_active rows of its
+  // own. Null: none.
+  std::shared_ptr<LmBackend> draft_model;
 
   // kInvalidArgument naming the first field out of range, by the name of
   // attn-server's flag for it ("max_active: must be at least 1, got 0").

@@ -11,6 +11,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,9 @@ class Engine::Impl {
         scheduler_(options_, options.state_cache_bytes > 0) {
     if (options.state_cache_bytes > 0) {
       cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
+    }
+    if (options.draft_model != nullptr) {
+      drafter_ = MakeDrafter(options, pool_.capacity(), tokenizer.text_vocab_size());
     }
   }
 
@@ -145,6 +149,17 @@ class Engine::Impl {
     return backend.state_bytes_per_sequence(longest) ==
            backend.state_bytes_per_sequence(longest / 2);
   }
+  // The draft model's drafter; none (and a warning) if its rows cannot be
+  // allocated: the engine then decodes without it.
+  static std::unique_ptr<ModelDrafter> MakeDrafter(const EngineOptions& options, int64_t rows,
+                                                   int64_t ids) {
+    absl::StatusOr<std::unique_ptr<ModelDrafter>> drafter =
+        ModelDrafter::Create(options.draft_model, rows, options.prefill_chunk, ids);
+    if (drafter.ok()) return *std::move(drafter);
+    std::fprintf(stderr, "warning: no draft model: %s\n",
+                 std::string(drafter.status().message()).c_str());
+    return nullptr;
+  }
   // Returns the tokens it ran (0 if it failed).
   int64_t WarmUp();
   // The state bytes `request` may come to hold: at its longest context.
@@ -175,6 +190,14 @@ class Engine::Impl {
   // Whether `seq`, decoding alone, may draft now: not finishing, a bounded
   // state (rolling back copies it), not backing off.
   bool MaySpeculate(const Sequence& seq) const;
+  // Drafts for `seq`'s next round, at most `limit` tokens: n-gram lookup
+  // (if on), else the draft model (if any); empty when neither has one.
+  std::vector<int64_t> DraftFor(Sequence& seq, int64_t limit,
+                                std::optional<ModelDrafter::Drafts>* from_model);
+  // After a round that emitted `emitted` tokens: the draft model's row
+  // keeps what they confirm (nothing when from_model is empty).
+  void SettleDraftModel(Sequence& seq, const std::optional<ModelDrafter::Drafts>& from_model,
+                        int64_t emitted);
   // One round for `seq`: drafts, checks the drafts in one prefill, emits the
   // tokens plain decoding gives and leaves the state after the last token
   // fed. False, having done nothing, when there is no draft.
@@ -262,6 +285,7 @@ class Engine::Impl {
   // The state stops growing with the context (a recurrent state, or a
   // window): a row copies cheaply at any length.
   const bool bounded_state_;
+  std::unique_ptr<ModelDrafter> drafter_;  // engine thread only; null: no draft model
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};
   std::atomic<int64_t> unfinished_{0};          // submitted, last event not yet pushed

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "model/lm/continuation.h"
 #include "server/engine/engine.h"
+#include "server/engine/model_draft.h"
 #include "server/state/state_store.h"
 
 namespace attn::serving::engine_internal {
@@ -65,11 +66,15 @@ struct Sequence {
   bool end_checkpoint_due = false;
   // Speculative decoding (speculation.cc): how many tokens the next round
   // drafts (0: EngineOptions::draft_tokens), rounds in a row that drafted
-  // nothing right, and the decode step before which it drafts no more.
+  // nothing right, the decode step before which it drafts no more, and
+  // its row of the draft model (EngineOptions::draft_model), unless that
+  // failed for it.
   struct Drafting {
     int64_t length = 0;
     int64_t misses = 0;
     int64_t resume_at = 0;
+    ModelDrafter::Row model_row;
+    bool model_failed = false;
   } drafting;
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }

@@ -1,4 +1,5 @@
-// Speculative decoding with exact rollback. A round feeds the sequence's
+// Speculative decoding with exact rollback, drafts from n-gram lookup
+// (ngram_draft.h) or a draft model (model_draft.h). A round feeds the sequence's
 // next token and k drafted ones in one prefill, which returns the logits
 // after each; the continuation then chooses tokens from them in order, as
 // plain decoding would have, while each chosen token equals the draft fed
@@ -20,6 +21,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -91,8 +95,43 @@ void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t
 }  // namespace
 
 bool Engine::Impl::MaySpeculate(const Sequence& seq) const {
-  return options_.speculative != Speculation::kOff && bounded_state_ && !seq.finishing &&
-         seq.generated > 0 && decode_steps_ >= seq.drafting.resume_at;
+  const bool drafts = options_.speculative != Speculation::kOff ||
+                      (drafter_ != nullptr && !seq.drafting.model_failed);
+  return drafts && bounded_state_ && !seq.finishing && seq.generated > 0 &&
+         decode_steps_ >= seq.drafting.resume_at;
+}
+
+void Engine::Impl::SettleDraftModel(Sequence& seq,
+                                    const std::optional<ModelDrafter::Drafts>& from_model,
+                                    int64_t emitted) {
+  if (!from_model.has_value()) return;
+  if (!drafter_->Settle(seq.slot, seq.drafting.model_row, *from_model, emitted).ok()) {
+    seq.drafting.model_failed = true;
+  }
+}
+
+std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit,
+                                            std::optional<ModelDrafter::Drafts>* from_model) {
+  if (options_.speculative == Speculation::kNgram) {
+    std::vector<int64_t> draft = NgramDraft(seq.request.prompt, seq.generated_ids, limit);
+    if (!draft.empty() || drafter_ == nullptr) return draft;
+  }
+  if (drafter_ == nullptr || seq.drafting.model_failed) return {};
+  // The tokens from the prompt's first to the next one to feed (the last
+  // generated), which the draft model continues.
+  std::vector<int64_t> history = seq.request.prompt;
+  history.insert(history.end(), seq.generated_ids.begin(), seq.generated_ids.end());
+  absl::StatusOr<ModelDrafter::Drafts> drafts =
+      drafter_->Draft(seq.slot, seq.drafting.model_row, history, limit);
+  if (!drafts.ok()) {
+    // The sequence decodes on without it; the served model is unaffected.
+    std::fprintf(stderr, "warning: draft model failed, a stream decodes without it: %s\n",
+                 std::string(drafts.status().message()).c_str());
+    seq.drafting.model_failed = true;
+    return {};
+  }
+  *from_model = *std::move(drafts);
+  return (*from_model)->tokens;
 }
 
 absl::Status Engine::Impl::RollBack(const Sequence& seq, const SavedRow& saved,
@@ -110,11 +149,16 @@ bool Engine::Impl::Speculate(Sequence& seq) {
                         seq.generated - 1;
     limit = std::min(limit, context - fed - 1);
   }
-  const std::vector<int64_t> draft = NgramDraft(seq.request.prompt, seq.generated_ids, limit);
+  // Drafting, and the copy, are part of the round's cost.
+  const absl::Time started = clock_.Now();
+  std::optional<ModelDrafter::Drafts> from_model;
+  const std::vector<int64_t> draft = DraftFor(seq, limit, &from_model);
   if (draft.empty()) return false;
-  const absl::Time started = clock_.Now();  // the copy is part of the round's cost
   absl::StatusOr<SavedRow> saved = backend_->SaveRow(seq.slot);
-  if (!saved.ok()) return false;  // decodes plainly instead
+  if (!saved.ok()) {  // decodes plainly instead
+    SettleDraftModel(seq, from_model, 1);
+    return false;
+  }
 
   const auto drafted = static_cast<int64_t>(draft.size());
   std::vector<int64_t> fed = {seq.next_token};
@@ -147,6 +191,7 @@ bool Engine::Impl::Speculate(Sequence& seq) {
       return true;
     }
   }
+  SettleDraftModel(seq, from_model, emitted);
   const absl::Duration took = clock_.Now() - started;
   observer_->OnStep(EngineObserver::Phase::kDecode, took, 1, emitted);
   observer_->OnSpeculation(drafted, accepted);

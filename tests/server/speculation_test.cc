@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "model/backend/native_backend.h"
+#include "server/core/model_registry.h"
 #include "server/engine/engine.h"
 #include "server/engine/ngram_draft.h"
 #include "tests/server/fake_clock.h"
 #include "tests/server/requests.h"
+#include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
 namespace attn::serving {
@@ -63,13 +68,16 @@ struct Generated {
   StreamEvent last;
 };
 
-// `request` alone on a fresh engine over `model`, to its end.
+// `request` alone on a fresh engine over `model`, to its end; drafting with
+// `draft_model` too if not null.
 Generated GenerateAlone(CausalLm model, const EngineRequest& request, Speculation speculation,
-                        DraftCounts* rounds = nullptr, int64_t draft_tokens = 8) {
+                        DraftCounts* rounds = nullptr, int64_t draft_tokens = 8,
+                        std::shared_ptr<LmBackend> draft_model = nullptr) {
   attn::testing::FakeClock clock;
   EngineOptions options;
   options.speculative = speculation;
   options.draft_tokens = draft_tokens;
+  options.draft_model = std::move(draft_model);
   options.state_cache_bytes = 0;  // each run computes everything
   Engine engine(model, TinyTokenizer(), options, clock, rounds);
   auto stream = std::make_shared<RequestStream>(100000);
@@ -169,6 +177,95 @@ TEST_P(SpeculationTest, EndsAndReturnedStateEqualPlainDecoding) {
   EXPECT_LT(rounds.accepted, rounds.drafted);
 }
 
+// A draft model that counts the tokens it is fed, and whose steps fail
+// when asked to.
+class CountingBackend : public LmBackend {
+ public:
+  CountingBackend(CausalLm model, bool fail_steps)
+      : inner_(std::move(model)), fail_steps_(fail_steps) {}
+  BackendKind kind() const override { return inner_.kind(); }
+  torch::Device device() const override { return inner_.device(); }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  int64_t state_bytes_per_sequence(int64_t context) const override {
+    return inner_.state_bytes_per_sequence(context);
+  }
+  absl::Status AllocateRows(int64_t rows) override { return inner_.AllocateRows(rows); }
+  int64_t rows() const override { return inner_.rows(); }
+  int64_t bytes_per_row() const override { return inner_.bytes_per_row(); }
+  absl::Status ResetRow(int64_t row) override { return inner_.ResetRow(row); }
+  absl::Status ReleaseRow(int64_t row) override { return inner_.ReleaseRow(row); }
+  absl::StatusOr<SavedRow> SaveRow(int64_t row) override { return inner_.SaveRow(row); }
+  absl::Status LoadRow(int64_t row, const SavedRow& saved) override {
+    return inner_.LoadRow(row, saved);
+  }
+  absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,
+                                        PrefillLogits logits) override {
+    ++prefills;
+    prefilled_tokens += tokens.numel();
+    return inner_.Prefill(tokens, rows, logits);
+  }
+  absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
+                                     const torch::Tensor& rows) override {
+    ++steps;
+    if (fail_steps_) return absl::InternalError("step failed on purpose");
+    return inner_.Step(tokens, rows);
+  }
+  int64_t prefills = 0, prefilled_tokens = 0, steps = 0;
+
+ private:
+  NativeBackend inner_;
+  const bool fail_steps_;
+};
+
+std::shared_ptr<LmBackend> DraftBackend(MixerKind kind, uint64_t seed = 7) {
+  return std::make_shared<NativeBackend>(TinyModel(kind, seed));
+}
+
+// A draft model, the served model's twin or another one, leaves greedy and
+// seeded output and the returned state as plain decoding's, on prompts that
+// do not quote themselves (n-gram lookup finds nothing there). The twin's
+// drafts are taken but for near-ties and ends.
+TEST_P(SpeculationTest, DraftModelKeepsPlainOutput) {
+  torch::InferenceMode guard;
+  CausalLm model = TinyModel(GetParam());
+  DraftCounts twin, other;
+  for (int64_t offset : {0, 9, 23}) {
+    SCOPED_TRACE(offset);
+    EngineRequest request = testing::GreedyEngineRequest(testing::SyntheticIds(30, offset), 45);
+    request.return_state = true;
+    const Generated plain = GenerateAlone(model, request, Speculation::kOff);
+    // Each draft model's row catches up by what the sequence added since
+    // the last round: each token of the prompt and the output is fed by a
+    // prefill once at most (drafts it stepped through and that were kept
+    // are not fed again; those that were not are dropped by a rollback).
+    auto own = std::make_shared<CountingBackend>(TinyModel(GetParam()), false);
+    const Generated drafted = GenerateAlone(model, request, Speculation::kOff, &twin, 6, own);
+    ExpectSameOutput(plain, drafted);
+    ASSERT_NE(drafted.last.state, nullptr);
+    for (size_t t = 0; t < plain.last.state->tensors.size(); ++t) {
+      EXPECT_TRUE(torch::allclose(plain.last.state->tensors[t].to(torch::kDouble),
+                                  drafted.last.state->tensors[t].to(torch::kDouble), 1e-4, 1e-5))
+          << "state tensor " << t;
+    }
+    auto another = std::make_shared<CountingBackend>(TinyModel(MixerKind::kAftDecay, 3), false);
+    ExpectSameOutput(plain, GenerateAlone(model, request, Speculation::kNgram, &other, 5, another));
+    for (const auto* counted : {own.get(), another.get()}) {
+      EXPECT_GT(counted->steps, 0);
+      EXPECT_LE(counted->prefilled_tokens, 30 + 45);
+    }
+    request.sampling.temperature = 0.7;
+    request.sampling.seed = static_cast<uint64_t>(offset) + 1;
+    ExpectSameOutput(GenerateAlone(model, request, Speculation::kOff),
+                     GenerateAlone(model, request, Speculation::kOff, &other, 4,
+                                   DraftBackend(MixerKind::kRwkv7, 5)));
+  }
+  EXPECT_GT(twin.rounds, 0);
+  EXPECT_GE(twin.accepted, twin.drafted * 8 / 10) << twin.drafted;
+  EXPECT_GT(other.rounds, 0);
+  EXPECT_LT(other.accepted, other.drafted);
+}
+
 INSTANTIATE_TEST_SUITE_P(Mixers, SpeculationTest,
                          ::testing::Values(MixerKind::kLinearElu, MixerKind::kAftDecay,
                                            MixerKind::kRwkv7, MixerKind::kMamba2),
@@ -213,6 +310,80 @@ TEST(Speculation, KeyValueCachesDoNotDraft) {
   ExpectSameOutput(plain,
                    GenerateAlone(TinyModel(MixerKind::kMha), greedy, Speculation::kNgram, &rounds));
   EXPECT_EQ(rounds.rounds, 0);
+}
+
+// A model whose embedding is padded far past its tokenizer (as RWKV World
+// models' 65,536 rows): the served model never chooses a padding id, so
+// the draft model proposes none either, and its twin's drafts are taken.
+TEST(Speculation, DraftModelProposesOnlyIdsTheTokenizerHas) {
+  torch::InferenceMode guard;
+  torch::manual_seed(11);
+  CausalLm padded(
+      attn::testing::SmallLmConfig(MixerKind::kRwkv7, 8 * TinyTokenizer().vocab_size()));
+  {  // larger padding rows, which win the model's own argmax
+    torch::NoGradGuard no_grad;
+    for (auto& p : padded->named_parameters()) {
+      if (p.key() == "head_weight" || p.key() == "embedding.weight") {
+        p.value().narrow(0, TinyTokenizer().vocab_size(), 7 * TinyTokenizer().vocab_size()).mul_(4);
+      }
+    }
+  }
+  padded->eval();
+  const EngineRequest greedy = testing::GreedyEngineRequest(testing::SyntheticIds(20, 2), 40);
+  DraftCounts twin;
+  ExpectSameOutput(GenerateAlone(padded, greedy, Speculation::kOff),
+                   GenerateAlone(padded, greedy, Speculation::kOff, &twin, 8,
+                                 std::make_shared<NativeBackend>(padded)));
+  EXPECT_GT(twin.rounds, 0);
+  EXPECT_GE(twin.accepted, twin.drafted * 8 / 10) << twin.drafted;
+}
+
+TEST(Speculation, AFailingDraftModelLeavesTheStreamToPlainDecoding) {
+  torch::InferenceMode guard;
+  const EngineRequest greedy = testing::GreedyEngineRequest(testing::SyntheticIds(20, 4), 30);
+  auto failing = std::make_shared<CountingBackend>(TinyModel(MixerKind::kRwkv7), true);
+  DraftCounts rounds;
+  CausalLm model = TinyModel(MixerKind::kRwkv7);
+  ExpectSameOutput(GenerateAlone(model, greedy, Speculation::kOff),
+                   GenerateAlone(model, greedy, Speculation::kOff, &rounds, 8, failing));
+  EXPECT_EQ(failing->prefills, 1);  // caught up once, then its first step failed
+  EXPECT_EQ(failing->steps, 1);
+  EXPECT_EQ(rounds.rounds, 0);
+}
+
+// --draft_model: each model with its vocabulary and a state that stops
+// growing gets a copy; a name of no package, or a draft model whose state
+// grows, stops the start naming the flag.
+TEST(Speculation, DraftModelFlagLoadsCopiesWhereTheyCanDraft) {
+  torch::InferenceMode guard;
+  attn::testing::ScopedTempDir dir("draft_model");
+  attn::testing::WriteTinyPackage(dir.path().string(), "target", MixerKind::kRwkv7);
+  attn::testing::WriteTinyPackage(dir.path().string(), "draft", MixerKind::kAftDecay, 3);
+  attn::testing::WriteTinyPackage(dir.path().string(), "kv", MixerKind::kMha);
+  RegistryOptions options;
+  options.paths = {dir.path().string()};
+  options.engine.max_active = 4;
+  std::vector<std::string> lines;
+  options.progress = [&](const std::string& line) { lines.push_back(line); };
+  options.draft_model = "draft";
+  absl::StatusOr<std::unique_ptr<ModelRegistry>> registry = ModelRegistry::Load(options, nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  const std::string log = absl::StrJoin(lines, "\n");
+  EXPECT_TRUE(absl::StrContains(log, "  target drafts with draft")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "  kv does not draft (its state grows with the context)"))
+      << log;
+  EXPECT_FALSE(absl::StrContains(log, "  draft drafts")) << log;
+  registry->reset();
+
+  options.draft_model = "absent";
+  absl::Status absent = ModelRegistry::Load(options, nullptr).status();
+  EXPECT_EQ(absent.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(absent.message(), "--draft_model: absent names no package"))
+      << absent;
+  options.draft_model = "kv";
+  absl::Status grows = ModelRegistry::Load(options, nullptr).status();
+  EXPECT_EQ(grows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(grows.message(), "--draft_model: kv's state grows")) << grows;
 }
 
 TEST(Speculation, FlagNamesParseAndOthersAreRefused) {

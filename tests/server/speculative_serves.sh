@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Speculative decoding in the real attn-server: the bundled default model
-# served with --speculative=ngram streams, for prompts that quote
-# themselves, the greedy and the seeded sampled tokens, and the logprobs, a
-# server without it streams
-# (within 1e-4: a prefill's rounding differs from a step's), and its
-# /metrics counts drafted, accepted and rejected tokens (drafted = accepted +
-# rejected, some drafted) in an exposition promtool accepts.
+# served with --speculative=ngram, and drafted for by the bundled aft-decay
+# (--draft_model), streams, for prompts that quote themselves, the greedy
+# and the seeded sampled tokens, and the logprobs, a server without it
+# streams (within 1e-4: a prefill's rounding differs from a step's), and
+# /metrics counts drafted, accepted and rejected tokens (drafted = accepted
+# + rejected, some drafted) in an exposition promtool accepts. A
+# --draft_model that names no served package stops the start, naming it.
 #   speculative_serves.sh ATTN_SERVER ATTNCTL
 set -euo pipefail
 server_bin=$1 ctl_bin=$2
@@ -20,6 +21,15 @@ start_server "$work/plain.log" --models="$model" --metrics_port=-1
 plain_port=$server_port
 start_server "$work/spec.log" --models="$model" --speculative=ngram --draft_tokens=6
 spec_port=$server_port spec_metrics=$metrics_port
+start_server "$work/draft.log" --models="$model,$repo/models/aft-decay.pt" --draft_model=aft-decay \
+  --draft_tokens=4
+draft_port=$server_port draft_metrics=$metrics_port
+grep -q "rwkv7 drafts with aft-decay" "$work/draft.log" || { cat "$work/draft.log"; exit 1; }
+if "$server_bin" --models="$model" --draft_model=nosuch --port=0 --http_port=-1 --metrics_port=-1 \
+    > "$work/bad.log" 2>&1; then
+  echo "FAIL: a --draft_model naming no package started"; exit 1
+fi
+grep -q -- "--draft_model: nosuch names no package" "$work/bad.log" || { cat "$work/bad.log"; exit 1; }
 
 verse="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep."
 prompts=("$verse And God said, Let there be light: and there was light. $verse"
@@ -29,15 +39,17 @@ prompts=("$verse And God said, Let there be light: and there was light. $verse"
 sampling=("--temperature=0" "--temperature=0.8 --top_p=0.95 --seed=11")
 for run in 0 1 2 3 4 5; do
   i=$((run % 3))
-  for side in plain spec; do
+  for side in plain spec draft; do
     port=$plain_port
     [ "$side" = spec ] && port=$spec_port
+    [ "$side" = draft ] && port=$draft_port
     # shellcheck disable=SC2086  # the sampling flags split into words
     "$ctl_bin" --server=127.0.0.1:$port --timeout_s=120 stream --prompt="${prompts[$i]}" \
       --max_tokens=80 ${sampling[$((run / 3))]} --ignore_eos --logprobs --json \
       > "$work/$side-$run.jsonl"
   done
-  $py - "$work/plain-$run.jsonl" "$work/spec-$run.jsonl" <<'PY'
+  for side in spec draft; do
+  $py - "$work/plain-$run.jsonl" "$work/$side-$run.jsonl" <<'PY'
 import json, sys
 def read(path):
     stream = [json.loads(l) for l in open(path)]
@@ -50,12 +62,16 @@ assert spec_ids == plain_ids, f"tokens differ:\n{plain_ids}\n{spec_ids}"
 worst = max(abs(a - b) for a, b in zip(plain_lp, spec_lp))
 assert len(spec_lp) == 80 and worst < 1e-4, f"max |logprob difference| = {worst}"
 PY
+  done
 done
 
-curl -sf "http://127.0.0.1:$spec_metrics/metrics" > "$work/metrics.txt"
-promtool check metrics < "$work/metrics.txt" > "$work/promtool.txt" 2>&1 \
-  || { cat "$work/promtool.txt"; exit 1; }
-$py - "$work/metrics.txt" <<'PY'
+for side in spec draft; do
+  port=$spec_metrics
+  [ "$side" = draft ] && port=$draft_metrics
+  curl -sf "http://127.0.0.1:$port/metrics" > "$work/metrics-$side.txt"
+  promtool check metrics < "$work/metrics-$side.txt" > "$work/promtool.txt" 2>&1 \
+    || { cat "$work/promtool.txt"; exit 1; }
+  $py - "$work/metrics-$side.txt" "$side" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
 def value(kind):
@@ -64,6 +80,7 @@ def value(kind):
     return float(m.group(1))
 drafted, accepted, rejected = value("draft"), value("accepted"), value("rejected")
 assert drafted > 0 and drafted == accepted + rejected, (drafted, accepted, rejected)
-print(f"PASS: 3 prompts x 80 tokens, greedy and seeded, equal with and without speculation; "
-      f"drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
+print(f"PASS ({sys.argv[2]}): 3 prompts x 80 tokens, greedy and seeded, equal with and without "
+      f"speculation; drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
 PY
+done
