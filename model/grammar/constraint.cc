@@ -50,7 +50,11 @@ std::string OutputConstraint::Key() const {
     case Kind::kJsonSchema:
       return absl::StrCat(key, schema.dump());
     case Kind::kChoice:
-      return absl::StrCat(key, nlohmann::json(choices).dump());
+      // Length-prefixed bytes rather than JSON: a choice may hold invalid
+      // UTF-8 (proto2 text reaches validation as sent), which JSON cannot
+      // carry exactly.
+      for (const std::string& choice : choices) absl::StrAppend(&key, choice.size(), ":", choice);
+      return key;
     default:
       return absl::StrCat(key, text);
   }

@@ -295,5 +295,18 @@ TEST(Constraint, ChoicesAndTheCache) {
   EXPECT_TRUE(Accepts(Compile(OutputConstraint::JsonObject()), "{\"k\": [1, {}]}"));
 }
 
+// A choice holding invalid UTF-8 (proto2 text reaches the server as sent) is
+// refused with a reason, never thrown on; choices that differ only in how
+// they split are cached apart.
+TEST(Constraint, ChoicesWithInvalidUtf8AreRefused) {
+  EXPECT_NE(OutputConstraint::Choice({"ab", "c"}).Key(),
+            OutputConstraint::Choice({"a", "bc"}).Key());
+  EXPECT_NE(OutputConstraint::Choice({"a\xff"}).Key(), OutputConstraint::Choice({"a\xfe"}).Key());
+  auto bad = GrammarCache::Shared().Get(OutputConstraint::Choice({"ok", "a\xff"}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("UTF-8"), absl::string_view::npos) << bad.status();
+}
+
 }  // namespace
 }  // namespace attn::grammar
