@@ -29,6 +29,8 @@ absl::StatusOr<SavedRow> LmBackend::ReadInitialState(const std::string& /*path*/
       "only rwkv7 models on the native backend take initial states");
 }
 
+std::unique_ptr<LmBackend> LmBackend::ShareWeights() const { return nullptr; }
+
 std::string BackendKindName(BackendKind kind) { return EnumName(kBackendNames, kind); }
 
 bool ParseBackendKind(const std::string& name, BackendKind* kind) {

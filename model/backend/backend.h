@@ -97,6 +97,12 @@ class LmBackend {
   // model that takes none (every model but rwkv7 on the native backend);
   // the file's own errors otherwise.
   virtual absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const;
+
+  // Another backend over the same weights, with no rows of its own, so that
+  // several engines (one draft model for every served model) hold the
+  // weights once; each may run from its own thread. Null where the backend
+  // cannot share them (the default): load the package again then.
+  virtual std::unique_ptr<LmBackend> ShareWeights() const;
 };
 
 }  // namespace attn

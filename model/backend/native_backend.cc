@@ -16,6 +16,10 @@ using backend_internal::GuardedCall;
 NativeBackend::NativeBackend(CausalLm model)
     : model_(std::move(model)), device_(model_->parameters().front().device()) {}
 
+std::unique_ptr<LmBackend> NativeBackend::ShareWeights() const {
+  return std::make_unique<NativeBackend>(model_);
+}
+
 absl::Status NativeBackend::AllocateRows(int64_t rows) {
   return GuardedCall("allocating state rows",
                      [&] { state_ = model_->initial_state(rows, device_); });

@@ -34,6 +34,9 @@ class NativeBackend : public LmBackend {
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                      const torch::Tensor& rows) override;
   absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const override;
+  // The modules are shared: forward passes keep no state in them, and the
+  // weights' packed and int8 copies are looked up under a lock.
+  std::unique_ptr<LmBackend> ShareWeights() const override;
 
   CausalLm& model() { return model_; }
   // The rows, for callers that run the model on them directly (tests,

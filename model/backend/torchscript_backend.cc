@@ -239,6 +239,18 @@ absl::StatusOr<std::unique_ptr<TorchScriptBackend>> TorchScriptBackend::Load(
   return backend;
 }
 
+std::unique_ptr<LmBackend> TorchScriptBackend::ShareWeights() const {
+  std::unique_ptr<TorchScriptBackend> shared(
+      new TorchScriptBackend(std::make_unique<torch::jit::Module>(*module_), device_));
+  shared->config_ = config_;
+  shared->tokenizer_model_ = tokenizer_model_;
+  shared->empty_row_ = empty_row_;  // read only: ResetRow copies from it
+  shared->row_bytes_ = row_bytes_;
+  shared->parameter_count_ = parameter_count_;
+  shared->file_hash_ = file_hash_;
+  return shared;
+}
+
 absl::Status TorchScriptBackend::AllocateRows(int64_t rows) {
   return GuardedCall("allocating state rows", [&] {
     c10::InferenceMode inference;

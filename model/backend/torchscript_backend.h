@@ -81,6 +81,9 @@ class TorchScriptBackend : public LmBackend {
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                      const torch::Tensor& rows) override;
+  // A module copy shares its object (parameters and methods); the rows live
+  // here, outside the module, so two backends never touch each other's.
+  std::unique_ptr<LmBackend> ShareWeights() const override;
 
  private:
   TorchScriptBackend(std::unique_ptr<torch::jit::Module> module, torch::Device device);

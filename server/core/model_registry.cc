@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<std::string>> PackageFiles(const std::vector<std::str
 // A model ready to host: its backend, tokenizer and description.
 struct LoadedModel {
   std::unique_ptr<LmBackend> backend;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const Tokenizer> tokenizer;
   ModelDescription description;
   std::string chat_template_json;  // PackageInfo::chat_template_json
   uint64_t file_hash = 0;          // Hash64 of the model file, as it was read
@@ -231,47 +231,87 @@ bool SameVocabulary(const Tokenizer& a, const Tokenizer& b) {
   return true;
 }
 
-// A copy of the draft model (--draft_model, at `draft_path`) for `hosted`'s
-// engine, or null where it cannot draft: for itself, for a model whose state
-// grows with the context (rolling back would copy it whole), or with another
-// vocabulary; a progress line says which. A draft model whose own state
-// grows is an error.
-absl::StatusOr<std::shared_ptr<LmBackend>> LoadDraftModel(const std::string& draft_path,
-                                                          const HostedModel& hosted,
-                                                          const torch::Device& device,
-                                                          const RegistryOptions& options) {
+// --draft_model's package, loaded once: every engine it drafts for, and its
+// own, run on backends that share these weights.
+struct DraftPackage {
+  std::string path;
+  LoadedModel loaded;
+};
+
+// The draft package at `path`; a model whose state grows is refused (its
+// rollback would copy its whole cache).
+absl::StatusOr<DraftPackage> LoadDraftPackage(const std::string& path, const torch::Device& device,
+                                              const RegistryOptions& options) {
+  absl::StatusOr<LoadedModel> loaded = LoadAsNamed(path, device, options);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("--draft_model: ", path, ": ", loaded.status().message()));
+  }
+  if (StateGrows(loaded->description.mixer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft_model: ", options.draft_model, "'s state grows with the context (",
+                     loaded->description.mixer, "); name a recurrent model"));
+  }
+  return DraftPackage{path, *std::move(loaded)};
+}
+
+// A backend over the draft's weights; loads them again only where the
+// backend cannot share them.
+absl::StatusOr<std::unique_ptr<LmBackend>> DraftBackend(const DraftPackage& draft,
+                                                        const torch::Device& device,
+                                                        const RegistryOptions& options) {
+  if (std::unique_ptr<LmBackend> shared = draft.loaded.backend->ShareWeights()) return shared;
+  absl::StatusOr<LoadedModel> again = LoadAsNamed(draft.path, device, options);
+  if (!again.ok()) return again.status();
+  return std::move(again->backend);
+}
+
+// The package at `path`; the draft package's shares its weights.
+absl::StatusOr<LoadedModel> LoadOrShare(const std::string& path, const DraftPackage* draft,
+                                        const torch::Device& device,
+                                        const RegistryOptions& options) {
+  if (draft == nullptr || path != draft->path) return LoadAsNamed(path, device, options);
+  absl::StatusOr<std::unique_ptr<LmBackend>> backend = DraftBackend(*draft, device, options);
+  if (!backend.ok()) return backend.status();
+  const LoadedModel& from = draft->loaded;
+  return LoadedModel{*std::move(backend), from.tokenizer, from.description, from.chat_template_json,
+                     from.file_hash};
+}
+
+// The draft model's backend for `hosted`'s engine, or null where it cannot
+// draft: for itself, for a model whose state grows with the context
+// (rolling back would copy it whole), or with another vocabulary; a
+// progress line says which.
+absl::StatusOr<std::shared_ptr<LmBackend>> DraftModelFor(const DraftPackage* draft,
+                                                         const HostedModel& hosted,
+                                                         const torch::Device& device,
+                                                         const RegistryOptions& options) {
   const ModelDescription& d = hosted.description;
-  if (draft_path.empty() || draft_path == d.path) return nullptr;
-  const std::string draft = fs::path(draft_path).stem().string();
+  if (draft == nullptr || draft->path == d.path) return nullptr;
   auto say = [&](const std::string& line) {
-    if (options.progress) options.progress(absl::StrCat("  ", d.name, line, draft));
+    if (options.progress) options.progress(absl::StrCat("  ", d.name, line, options.draft_model));
   };
   if (StateGrows(d.mixer)) {
     say(" does not draft (its state grows with the context) with ");
     return nullptr;
   }
-  absl::StatusOr<LoadedModel> loaded = LoadAsNamed(draft_path, device, options);
-  if (!loaded.ok()) return loaded.status();
-  if (StateGrows(loaded->description.mixer)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--draft_model: ", draft, "'s state grows with the context (",
-                     loaded->description.mixer, "); name a recurrent model"));
-  }
-  if (!SameVocabulary(*loaded->tokenizer, *hosted.tokenizer)) {
+  if (!SameVocabulary(*draft->loaded.tokenizer, *hosted.tokenizer)) {
     say(" does not draft (another vocabulary) with ");
     return nullptr;
   }
+  absl::StatusOr<std::unique_ptr<LmBackend>> backend = DraftBackend(*draft, device, options);
+  if (!backend.ok()) return backend.status();
   say(" drafts with ");
-  return std::shared_ptr<LmBackend>(std::move(loaded->backend));
+  return std::shared_ptr<LmBackend>(*std::move(backend));
 }
 
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
-                                                       const std::string& draft_path,
+                                                       const DraftPackage* draft,
                                                        const torch::Device& device,
                                                        const RegistryOptions& options,
                                                        Metrics* metrics) {
   const std::string name = fs::path(path).stem().string();
-  auto loaded = LoadAsNamed(path, device, options);
+  auto loaded = LoadOrShare(path, draft, device, options);
   if (!loaded.ok()) return loaded.status();
   EngineOptions engine_options = options.engine;
   // Rows now, so that a model whose state does not fit fails the start-up.
@@ -318,10 +358,10 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
                                   StateBudget(engine_options, d.state_bytes_per_sequence),
                                   d.backend, engine_options.state_cache_bytes, d.weight_dtype});
   }
-  absl::StatusOr<std::shared_ptr<LmBackend>> draft =
-      LoadDraftModel(draft_path, *hosted, device, options);
-  if (!draft.ok()) return draft.status();
-  engine_options.draft_model = *std::move(draft);
+  absl::StatusOr<std::shared_ptr<LmBackend>> drafter =
+      DraftModelFor(draft, *hosted, device, options);
+  if (!drafter.ok()) return drafter.status();
+  engine_options.draft_model = *std::move(drafter);
   hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,
                                             engine_options, RealClock(), observer);
   return hosted;
@@ -468,6 +508,7 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
     if (options.progress) options.progress(line);
   };
   std::string draft_path;  // --draft_model's package
+  std::unique_ptr<DraftPackage> draft;
   if (!options.draft_model.empty()) {
     for (const std::string& file : *files) {
       if (fs::path(file).stem().string() == options.draft_model) draft_path = file;
@@ -477,13 +518,17 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Load(const Registr
           absl::StrCat("--draft_model: ", options.draft_model,
                        " names no package in --models; add its .pt file there (it is served too)"));
     }
+    progress(absl::StrCat("loading ", draft_path, " (--draft_model)"));
+    auto loaded = LoadDraftPackage(draft_path, torch::Device(*device_name), options);
+    if (!loaded.ok()) return loaded.status();
+    draft = std::make_unique<DraftPackage>(*std::move(loaded));
   }
   std::unique_ptr<ModelRegistry> registry(new ModelRegistry());
   std::vector<std::string> skipped;  // names of the packages that did not load
   for (const std::string& file : *files) {
     progress(absl::StrCat("loading ", file));
     const absl::Time started = absl::Now();
-    auto hosted = LoadModel(file, draft_path, torch::Device(*device_name), options, metrics);
+    auto hosted = LoadModel(file, draft.get(), torch::Device(*device_name), options, metrics);
     if (!hosted.ok()) {
       // Every reason names the file, whichever layer found it.
       const std::string reason = absl::StrContains(hosted.status().message(), file)

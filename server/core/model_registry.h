@@ -55,7 +55,7 @@ struct HostedModel {
   HostedModel();
   ~HostedModel();
   ModelDescription description;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<const ChatTemplate> chat_template;  // null: description.chat_format
   // Ids that end a reply rendered by chat_template: its eos_token's, when
   // that is not the tokenizer's eos (a turn end such as <|im_end|>).
@@ -97,7 +97,8 @@ struct RegistryOptions {
   StateStore* state_store = nullptr;
   // A model of `paths` (by name) that drafts for the others with the same
   // vocabulary (--draft_model; EngineOptions::draft_model): each gets its
-  // own copy, and it is served as itself too. Empty: none.
+  // own rows over one load of its weights, and it is served as itself too.
+  // Empty: none.
   std::string draft_model;
   // A package that does not load stops the start (false), or is left out
   // with a warning naming the file and why (--skip_bad_models); either way

@@ -69,7 +69,7 @@ class Engine::Impl {
       cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
     }
     if (options.draft_model != nullptr) {
-      drafter_ = MakeDrafter(options, pool_.capacity(), tokenizer.text_vocab_size());
+      drafter_ = MakeDrafter(options, pool_.capacity(), tokenizer.text_vocab_size(), clock_);
     }
   }
 
@@ -152,9 +152,9 @@ class Engine::Impl {
   // The draft model's drafter; none (and a warning) if its rows cannot be
   // allocated: the engine then decodes without it.
   static std::unique_ptr<ModelDrafter> MakeDrafter(const EngineOptions& options, int64_t rows,
-                                                   int64_t ids) {
+                                                   int64_t ids, const Clock& clock) {
     absl::StatusOr<std::unique_ptr<ModelDrafter>> drafter =
-        ModelDrafter::Create(options.draft_model, rows, options.prefill_chunk, ids);
+        ModelDrafter::Create(options.draft_model, rows, options.prefill_chunk, ids, clock);
     if (drafter.ok()) return *std::move(drafter);
     std::fprintf(stderr, "warning: no draft model: %s\n",
                  std::string(drafter.status().message()).c_str());
@@ -204,6 +204,7 @@ class Engine::Impl {
   bool Speculate(Sequence& seq);
   // A plain decode step of one row took `took`: what a round must beat.
   void NoteOneRowStep(absl::Duration took) {
+    one_row_step_timed_ = true;
     const double seconds = absl::ToDoubleSeconds(took);
     one_row_step_seconds_ =
         one_row_step_seconds_ > 0 ? 0.9 * one_row_step_seconds_ + 0.1 * seconds : seconds;
@@ -278,6 +279,9 @@ class Engine::Impl {
   // Engine thread only: a moving average of plain one-row decode steps'
   // time (NoteOneRowStep); 0 until one ran.
   double one_row_step_seconds_ = 0;
+  // Whether a plain step of one row has run: rounds wait for one, so that
+  // each is judged against what plain decoding spends.
+  bool one_row_step_timed_ = false;
   // Written by the engine thread before Start() returns, read after.
   EngineWarmUp warm_up_;
 

@@ -10,9 +10,20 @@
 namespace attn::serving {
 namespace {
 
-torch::Tensor Ids(absl::Span<const int64_t> ids, const torch::Device& device) {
-  return torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::dtype(torch::kLong))
-      .to(device);
+torch::Tensor Ids(std::vector<int64_t> ids, const torch::Device& device) {
+  return torch::tensor(ids, torch::dtype(torch::kLong)).to(device);
+}
+
+// Tokens [begin, begin + count) of the history `prompt` then `output`.
+std::vector<int64_t> Slice(absl::Span<const int64_t> prompt, absl::Span<const int64_t> output,
+                           int64_t begin, int64_t count) {
+  std::vector<int64_t> ids;
+  ids.reserve(count);
+  for (int64_t i = begin; i < begin + count; ++i) {
+    const auto p = static_cast<int64_t>(prompt.size());
+    ids.push_back(i < p ? prompt[i] : output[i - p]);
+  }
+  return ids;
 }
 
 // The most likely of the first `ids` ids in logits whose last dimension is
@@ -33,7 +44,8 @@ absl::StatusOr<int64_t> Greedy(const absl::StatusOr<torch::Tensor>& logits, int6
 absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(std::shared_ptr<LmBackend> model,
                                                                    int64_t rows,
                                                                    int64_t prefill_chunk,
-                                                                   int64_t ids) {
+                                                                   int64_t ids,
+                                                                   const Clock& clock) {
   if (model == nullptr) return absl::InvalidArgumentError("draft model: none given");
   if (model->rows() != rows) {
     if (absl::Status allocated = model->AllocateRows(rows); !allocated.ok()) {
@@ -41,12 +53,14 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(std::shared_p
           absl::StrCat("draft model: ", rows, " rows: ", allocated.message()));
     }
   }
-  return std::unique_ptr<ModelDrafter>(new ModelDrafter(std::move(model), prefill_chunk, ids));
+  return std::unique_ptr<ModelDrafter>(
+      new ModelDrafter(std::move(model), prefill_chunk, ids, clock));
 }
 
 absl::StatusOr<torch::Tensor> ModelDrafter::CatchUp(int64_t slot, Row& row,
-                                                    absl::Span<const int64_t> history) {
-  const auto size = static_cast<int64_t>(history.size());
+                                                    absl::Span<const int64_t> prompt,
+                                                    absl::Span<const int64_t> output) {
+  const auto size = static_cast<int64_t>(prompt.size() + output.size());
   if (row.fed < 0 || row.fed >= size) {  // a new sequence (or one that went back)
     if (absl::Status reset = model_->ResetRow(slot); !reset.ok()) return reset;
     row.fed = 0;
@@ -56,9 +70,9 @@ absl::StatusOr<torch::Tensor> ModelDrafter::CatchUp(int64_t slot, Row& row,
   while (row.fed < size) {
     const int64_t count = std::min(prefill_chunk_, size - row.fed);
     const bool last = row.fed + count == size;
-    logits =
-        model_->Prefill(Ids(history.subspan(row.fed, count), model_->device()).view({1, count}),
-                        rows, last ? PrefillLogits::kLast : PrefillLogits::kNone);
+    logits = model_->Prefill(
+        Ids(Slice(prompt, output, row.fed, count), model_->device()).view({1, count}), rows,
+        last ? PrefillLogits::kLast : PrefillLogits::kNone);
     if (!logits.ok()) {
       row.fed = -1;
       return logits.status();
@@ -69,22 +83,26 @@ absl::StatusOr<torch::Tensor> ModelDrafter::CatchUp(int64_t slot, Row& row,
 }
 
 absl::StatusOr<ModelDrafter::Drafts> ModelDrafter::Draft(int64_t slot, Row& row,
-                                                         absl::Span<const int64_t> history,
+                                                         absl::Span<const int64_t> prompt,
+                                                         absl::Span<const int64_t> output,
                                                          int64_t max_tokens) {
   Drafts drafts;
-  if (max_tokens < 1 || history.empty()) return drafts;
+  const auto history = static_cast<int64_t>(prompt.size() + output.size());
+  if (max_tokens < 1 || history == 0) return drafts;
   if (const int64_t context = model_->max_context(); context > 0) {
-    max_tokens = std::min<int64_t>(max_tokens, context - static_cast<int64_t>(history.size()));
+    max_tokens = std::min<int64_t>(max_tokens, context - history);
     if (max_tokens < 1) return drafts;
   }
-  absl::StatusOr<int64_t> next = Greedy(CatchUp(slot, row, history), ids_);
+  const absl::Time started = clock_.Now();
+  absl::StatusOr<int64_t> next = Greedy(CatchUp(slot, row, prompt, output), ids_);
+  drafts.catch_up = clock_.Now() - started;
   absl::StatusOr<SavedRow> before = next.ok() ? model_->SaveRow(slot) : next.status();
   if (!before.ok()) {
     row.fed = -1;
     return before.status();
   }
   drafts.before = *std::move(before);
-  drafts.history = static_cast<int64_t>(history.size());
+  drafts.history = history;
   const torch::Tensor rows = Ids({slot}, model_->device());
   drafts.tokens.push_back(*next);
   while (static_cast<int64_t>(drafts.tokens.size()) < max_tokens) {

@@ -20,8 +20,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "model/backend/backend.h"
+#include "util/clock.h"
 
 namespace attn::serving {
 
@@ -37,36 +39,45 @@ class ModelDrafter {
     std::vector<int64_t> tokens;
     SavedRow before;  // the row after the history, before the drafts
     int64_t history = 0;
+    // What feeding the row the history it lacked took (the prompt, the
+    // tokens of plain steps since): the price of drafting at all, which
+    // the engine keeps apart from whether the round paid.
+    absl::Duration catch_up;
   };
 
   // Drafts with `model`, whose vocabulary the caller has checked equals the
   // served model's, among its first `ids` ids (those the served model can
   // choose: an embedding padded past the tokenizer never yields its extra
   // rows). Allocates `rows` rows (the engine's slots); `prefill_chunk`
-  // bounds the tokens one catch-up prefill feeds.
+  // bounds the tokens one catch-up prefill feeds; `clock` (the engine's,
+  // which outlives the drafter) times the catch-up.
   static absl::StatusOr<std::unique_ptr<ModelDrafter>> Create(std::shared_ptr<LmBackend> model,
                                                               int64_t rows, int64_t prefill_chunk,
-                                                              int64_t ids);
+                                                              int64_t ids, const Clock& clock);
 
-  // Up to `max_tokens` greedy tokens after `history` (the sequence's tokens
-  // from its first prompt token to the next one to feed) for the sequence
-  // in `slot`, whose row is `row`. An error leaves `row` unusable (fed < 0
-  // again): the next call starts it afresh.
-  absl::StatusOr<Drafts> Draft(int64_t slot, Row& row, absl::Span<const int64_t> history,
-                               int64_t max_tokens);
+  // Up to `max_tokens` greedy tokens after the history `prompt` then
+  // `output` (the sequence's tokens from its first prompt token to the next
+  // one to feed) for the sequence in `slot`, whose row is `row`. An error
+  // leaves `row` unusable (fed < 0 again): the next call starts it afresh.
+  absl::StatusOr<Drafts> Draft(int64_t slot, Row& row, absl::Span<const int64_t> prompt,
+                               absl::Span<const int64_t> output, int64_t max_tokens);
   // After the served model emitted `emitted` tokens for `drafts`: the row
   // keeps the history and the drafts those tokens confirm.
   absl::Status Settle(int64_t slot, Row& row, const Drafts& drafts, int64_t emitted);
 
  private:
-  ModelDrafter(std::shared_ptr<LmBackend> model, int64_t prefill_chunk, int64_t ids)
-      : model_(std::move(model)), prefill_chunk_(prefill_chunk), ids_(ids) {}
-  // Feeds history[row.fed, end) to the row; the logits after the last.
-  absl::StatusOr<torch::Tensor> CatchUp(int64_t slot, Row& row, absl::Span<const int64_t> history);
+  ModelDrafter(std::shared_ptr<LmBackend> model, int64_t prefill_chunk, int64_t ids,
+               const Clock& clock)
+      : model_(std::move(model)), prefill_chunk_(prefill_chunk), ids_(ids), clock_(clock) {}
+  // Feeds the history's tokens from row.fed on to the row; the logits
+  // after the last.
+  absl::StatusOr<torch::Tensor> CatchUp(int64_t slot, Row& row, absl::Span<const int64_t> prompt,
+                                        absl::Span<const int64_t> output);
 
   std::shared_ptr<LmBackend> model_;
   int64_t prefill_chunk_;
   int64_t ids_;
+  const Clock& clock_;
 };
 
 }  // namespace attn::serving

@@ -74,7 +74,13 @@ struct Sequence {
     int64_t misses = 0;
     int64_t resume_at = 0;
     ModelDrafter::Row model_row;
-    bool model_failed = false;
+    // The draft model no longer drafts for this sequence: it failed, or
+    // kMaxModelMisses of its rounds in a row did not pay while its rounds,
+    // catch-ups included, had cost more than they saved.
+    bool model_off = false;
+    // Plain steps' time the draft model's rounds saved, less what they and
+    // its catch-ups cost beyond that: below 0 while it has not paid.
+    double model_gain_steps = 0;
   } drafting;
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }

@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -37,9 +38,25 @@ namespace attn::serving {
 namespace {
 
 // A round that did not pay makes the sequence wait 2^misses decode steps,
-// up to this many, before drafting again: drafts that keep failing cost a
-// copy and a second pass each, so they then cost at most a few percent.
+// up to kMaxBackoffSteps, before drafting again; a draft model's round at
+// least kPlainStepsPerLostStep plain steps for each step's time it lost
+// beyond what plain decoding would have spent, up to kMaxPauseSteps. A
+// failing n-gram round loses a fraction of a step (and a longer pause
+// measurably misses the chances it had), a failing draft model's several
+// (its own steps), so only a pause that grows with the loss holds those to
+// about 1/20 = 5%.
 constexpr int64_t kMaxBackoffSteps = 128;
+constexpr double kPlainStepsPerLostStep = 20;
+constexpr int64_t kMaxPauseSteps = 1024;
+// A draft model's rounds start this short (a failing first round then costs
+// little; full acceptance doubles it), and stop for the sequence after this
+// many in a row did not pay while the model has not paid over the sequence
+// (its catch-ups included): each resumption first feeds the draft model
+// every token of the pause (its catch-up, which no round is judged by), a
+// cost that grows with the pause. A model that has paid rides out a bad
+// patch.
+constexpr int64_t kFirstModelDraft = 2;
+constexpr int64_t kMaxModelMisses = 2;
 
 struct Chosen {
   SampledToken token;
@@ -77,10 +94,12 @@ std::vector<Chosen> ChooseTokens(Continuation& continuation, const torch::Tensor
 
 // The next round drafts more after a full acceptance, fewer after a miss.
 // A round that did not pay (it took longer per token than a plain step,
-// measured; or, before any plain step was timed, accepted nothing) makes
-// the sequence decode plainly for 2, 4, ... kMaxBackoffSteps steps.
+// measured; or, on a clock where plain steps take no time, accepted
+// nothing) makes the sequence decode plainly for 2, 4, ... kMaxBackoffSteps
+// steps, or 20 for each of the `lost_steps` it cost beyond plain decoding
+// if longer.
 void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t accepted,
-           int64_t most, int64_t decode_step, bool paid) {
+           int64_t most, int64_t decode_step, bool paid, double lost_steps) {
   drafting.length =
       accepted == drafted ? std::min(most, 2 * limit) : std::max<int64_t>(2, accepted + 1);
   if (paid) {
@@ -88,16 +107,19 @@ void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t
     return;
   }
   drafting.misses = std::min<int64_t>(drafting.misses + 1, 7);
+  const int64_t backoff = std::min<int64_t>(kMaxBackoffSteps, int64_t{1} << drafting.misses);
+  const double payback = std::ceil(std::max(0.0, lost_steps) * kPlainStepsPerLostStep);
   drafting.resume_at =
-      decode_step + std::min<int64_t>(kMaxBackoffSteps, int64_t{1} << drafting.misses);
+      decode_step +
+      std::max(backoff, static_cast<int64_t>(std::min<double>(payback, kMaxPauseSteps)));
 }
 
 }  // namespace
 
 bool Engine::Impl::MaySpeculate(const Sequence& seq) const {
-  const bool drafts = options_.speculative != Speculation::kOff ||
-                      (drafter_ != nullptr && !seq.drafting.model_failed);
-  return drafts && bounded_state_ && !seq.finishing && seq.generated > 0 &&
+  const bool drafts =
+      options_.speculative != Speculation::kOff || (drafter_ != nullptr && !seq.drafting.model_off);
+  return drafts && bounded_state_ && one_row_step_timed_ && !seq.finishing && seq.generated > 0 &&
          decode_steps_ >= seq.drafting.resume_at;
 }
 
@@ -106,7 +128,7 @@ void Engine::Impl::SettleDraftModel(Sequence& seq,
                                     int64_t emitted) {
   if (!from_model.has_value()) return;
   if (!drafter_->Settle(seq.slot, seq.drafting.model_row, *from_model, emitted).ok()) {
-    seq.drafting.model_failed = true;
+    seq.drafting.model_off = true;
   }
 }
 
@@ -116,18 +138,16 @@ std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit,
     std::vector<int64_t> draft = NgramDraft(seq.request.prompt, seq.generated_ids, limit);
     if (!draft.empty() || drafter_ == nullptr) return draft;
   }
-  if (drafter_ == nullptr || seq.drafting.model_failed) return {};
-  // The tokens from the prompt's first to the next one to feed (the last
-  // generated), which the draft model continues.
-  std::vector<int64_t> history = seq.request.prompt;
-  history.insert(history.end(), seq.generated_ids.begin(), seq.generated_ids.end());
-  absl::StatusOr<ModelDrafter::Drafts> drafts =
-      drafter_->Draft(seq.slot, seq.drafting.model_row, history, limit);
+  if (drafter_ == nullptr || seq.drafting.model_off) return {};
+  // The draft model continues the prompt and the output so far, whose last
+  // token is the next one to feed.
+  absl::StatusOr<ModelDrafter::Drafts> drafts = drafter_->Draft(
+      seq.slot, seq.drafting.model_row, seq.request.prompt, seq.generated_ids, limit);
   if (!drafts.ok()) {
     // The sequence decodes on without it; the served model is unaffected.
     std::fprintf(stderr, "warning: draft model failed, a stream decodes without it: %s\n",
                  std::string(drafts.status().message()).c_str());
-    seq.drafting.model_failed = true;
+    seq.drafting.model_off = true;
     return {};
   }
   *from_model = *std::move(drafts);
@@ -142,7 +162,9 @@ absl::Status Engine::Impl::RollBack(const Sequence& seq, const SavedRow& saved,
 
 bool Engine::Impl::Speculate(Sequence& seq) {
   Sequence::Drafting& drafting = seq.drafting;
-  int64_t limit = drafting.length > 0 ? drafting.length : options_.draft_tokens;
+  int64_t limit = drafting.length > 0   ? drafting.length
+                  : drafter_ != nullptr ? std::min(options_.draft_tokens, kFirstModelDraft)
+                                        : options_.draft_tokens;
   if (const int64_t context = backend_->max_context(); context > 0) {
     // The state holds every token but the next one; the round adds it too.
     const int64_t fed = seq.request.start_tokens + static_cast<int64_t>(seq.request.prompt.size()) +
@@ -196,10 +218,24 @@ bool Engine::Impl::Speculate(Sequence& seq) {
   observer_->OnStep(EngineObserver::Phase::kDecode, took, 1, emitted);
   observer_->OnSpeculation(drafted, accepted);
 
-  const bool paid = one_row_step_seconds_ > 0
-                        ? absl::ToDoubleSeconds(took) < emitted * one_row_step_seconds_
-                        : accepted > 0;
-  Adapt(drafting, limit, drafted, accepted, options_.draft_tokens, decode_steps_, paid);
+  // In plain steps: what the round cost beyond the steps it saved. The
+  // draft model's catch-up is left out: the prompt's is the price of
+  // drafting at all, and a pause's is bounded by the stop after
+  // kMaxModelMisses rounds in a row that did not pay (which counts it).
+  const absl::Duration judged = took - (from_model ? from_model->catch_up : absl::ZeroDuration());
+  const double lost_steps = one_row_step_seconds_ > 0
+                                ? absl::ToDoubleSeconds(judged) / one_row_step_seconds_ - emitted
+                                : 0;
+  const bool paid = one_row_step_seconds_ > 0 ? lost_steps < 0 : accepted > 0;
+  Adapt(drafting, limit, drafted, accepted, options_.draft_tokens, decode_steps_, paid,
+        from_model.has_value() ? lost_steps : 0);
+  if (from_model.has_value() && one_row_step_seconds_ > 0) {
+    drafting.model_gain_steps -=
+        lost_steps + absl::ToDoubleSeconds(from_model->catch_up) / one_row_step_seconds_;
+    if (drafting.misses >= kMaxModelMisses && drafting.model_gain_steps < 0) {
+      drafting.model_off = true;
+    }
+  }
   for (const Chosen& next : chosen) Deliver(seq, next.token, next.accepted);
   return true;
 }

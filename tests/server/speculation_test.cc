@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <string>
@@ -351,10 +352,83 @@ TEST(Speculation, AFailingDraftModelLeavesTheStreamToPlainDecoding) {
   EXPECT_EQ(rounds.rounds, 0);
 }
 
-// --draft_model: each model with its vocabulary and a state that stops
-// growing gets a copy; a name of no package, or a draft model whose state
-// grows, stops the start naming the flag.
-TEST(Speculation, DraftModelFlagLoadsCopiesWhereTheyCanDraft) {
+// A backend whose calls move a fake clock as a real model's would: a call
+// costs `base` plus `per_token` for each token it feeds.
+class TimedBackend : public CountingBackend {
+ public:
+  TimedBackend(CausalLm model, attn::testing::FakeClock& clock, double base_ms, double per_token_ms)
+      : CountingBackend(std::move(model), false),
+        clock_(clock),
+        base_ms_(base_ms),
+        per_token_ms_(per_token_ms) {}
+  absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,
+                                        PrefillLogits logits) override {
+    Spend(tokens.numel());
+    return CountingBackend::Prefill(tokens, rows, logits);
+  }
+  absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
+                                     const torch::Tensor& rows) override {
+    Spend(tokens.numel());
+    return CountingBackend::Step(tokens, rows);
+  }
+
+ private:
+  void Spend(int64_t tokens) {
+    clock_.Advance(absl::Microseconds(1000 * (base_ms_ + per_token_ms_ * tokens)));
+  }
+  attn::testing::FakeClock& clock_;
+  const double base_ms_, per_token_ms_;
+};
+
+// The fake time `request` takes alone on an engine over a timed `model` (a
+// step 10 ms, a prefill 9 ms and 1 ms a token), drafting with `draft`.
+absl::Duration TimedRun(MixerKind kind, const EngineRequest& request,
+                        std::shared_ptr<LmBackend> draft, DraftCounts* rounds,
+                        attn::testing::FakeClock& clock) {
+  EngineOptions options;
+  options.draft_model = std::move(draft);
+  options.state_cache_bytes = 0;
+  Engine engine(std::make_unique<TimedBackend>(TinyModel(kind), clock, 9, 1), TinyTokenizer(),
+                options, clock, rounds);
+  auto stream = std::make_shared<RequestStream>(100000);
+  EXPECT_TRUE(engine.Submit(request, stream).ok());
+  const absl::Time start = clock.Now();
+  bool last = false;
+  for (int i = 0; i < 5000 && !last; ++i) {
+    engine.RunOnce();
+    for (StreamEvent& event : stream->PopReady()) last = last || event.last;
+  }
+  EXPECT_TRUE(last) << "did not finish";
+  return clock.Now() - start;
+}
+
+// The pause rule holds a draft model that rarely agrees (another model's
+// weights, at half a step's cost) to at least 0.95x plain decoding, and
+// lets one that agrees (the served model's twin, as cheap) pay.
+TEST(Speculation, ADraftModelThatDoesNotPayCostsAtMostFivePercent) {
+  torch::InferenceMode guard;
+  const EngineRequest greedy = testing::GreedyEngineRequest(testing::SyntheticIds(20, 4), 256);
+  attn::testing::FakeClock clock;
+  const absl::Duration plain = TimedRun(MixerKind::kRwkv7, greedy, nullptr, nullptr, clock);
+  DraftCounts other;
+  const absl::Duration failing =
+      TimedRun(MixerKind::kRwkv7, greedy,
+               std::make_shared<TimedBackend>(TinyModel(MixerKind::kRwkv7, 9), clock, 4.5, 0.5),
+               &other, clock);
+  EXPECT_GT(other.rounds, 0);
+  EXPECT_LT(other.accepted, other.drafted / 4) << other.drafted;
+  EXPECT_GE(absl::FDivDuration(plain, failing), 0.95) << other.rounds << " rounds";
+  DraftCounts twin;
+  const absl::Duration paying = TimedRun(
+      MixerKind::kRwkv7, greedy,
+      std::make_shared<TimedBackend>(TinyModel(MixerKind::kRwkv7), clock, 4.5, 0.5), &twin, clock);
+  EXPECT_GE(absl::FDivDuration(plain, paying), 1.3) << twin.accepted << " of " << twin.drafted;
+}
+
+// --draft_model: the package loads once, and each model with its vocabulary
+// and a state that stops growing drafts with it; a name of no package, or a
+// draft model whose state grows, stops the start naming the flag.
+TEST(Speculation, DraftModelFlagLoadsItOnceForWhereItCanDraft) {
   torch::InferenceMode guard;
   attn::testing::ScopedTempDir dir("draft_model");
   attn::testing::WriteTinyPackage(dir.path().string(), "target", MixerKind::kRwkv7);
@@ -373,6 +447,12 @@ TEST(Speculation, DraftModelFlagLoadsCopiesWhereTheyCanDraft) {
   EXPECT_TRUE(absl::StrContains(log, "  kv does not draft (its state grows with the context)"))
       << log;
   EXPECT_FALSE(absl::StrContains(log, "  draft drafts")) << log;
+  // One load of the draft package; its served copy and the drafters share it.
+  EXPECT_EQ(
+      std::count_if(lines.begin(), lines.end(),
+                    [](const std::string& l) { return absl::StrContains(l, "(--draft_model)"); }),
+      1)
+      << log;
   registry->reset();
 
   options.draft_model = "absent";
@@ -383,6 +463,10 @@ TEST(Speculation, DraftModelFlagLoadsCopiesWhereTheyCanDraft) {
   options.draft_model = "kv";
   absl::Status grows = ModelRegistry::Load(options, nullptr).status();
   EXPECT_EQ(grows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(grows.message(), "--draft_model: kv's state grows")) << grows;
+  // Refused before anything loads, even where no other model could draft.
+  options.paths = {dir.File("kv.pt")};
+  grows = ModelRegistry::Load(options, nullptr).status();
   EXPECT_TRUE(absl::StrContains(grows.message(), "--draft_model: kv's state grows")) << grows;
 }
 

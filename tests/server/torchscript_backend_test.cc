@@ -368,5 +368,63 @@ TEST(TorchScriptBackendSteps, GroupsOfRowsEqualTheNativeBackend) {
   at::set_num_threads(previous_threads);
 }
 
+// ShareWeights: a second backend over one model's weights (a draft model
+// for several engines) starts without rows and keeps its rows apart from the
+// first's, even with both stepping from their own threads.
+void ExpectRowsApart(LmBackend& first) {
+  std::unique_ptr<LmBackend> second = first.ShareWeights();
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->rows(), 0);
+  EXPECT_EQ(second->vocab_size(), first.vocab_size());
+  const int64_t vocab = first.vocab_size();
+  torch::manual_seed(5);
+  const auto prompt = torch::randint(0, vocab, {1, 6}, torch::kLong);
+  const auto other = torch::randint(0, vocab, {1, 3}, torch::kLong);
+  const auto row = torch::tensor({int64_t{0}});
+  ASSERT_TRUE(first.AllocateRows(1).ok() && second->AllocateRows(1).ok());
+  ASSERT_TRUE(first.ResetRow(0).ok() && second->ResetRow(0).ok());
+  ASSERT_TRUE(first.Prefill(prompt, row, PrefillLogits::kNone).ok());
+  ASSERT_TRUE(second->Prefill(other, row, PrefillLogits::kNone).ok());
+  const auto tokens = torch::randint(0, vocab, {8}, torch::kLong);
+  std::vector<torch::Tensor> alone;  // the first's steps, with the second idle
+  absl::StatusOr<SavedRow> saved = first.SaveRow(0);
+  ASSERT_TRUE(saved.ok());
+  for (int64_t i = 0; i < tokens.size(0); ++i)
+    alone.push_back(*first.Step(tokens.narrow(0, i, 1), row));
+  ASSERT_TRUE(first.LoadRow(0, *saved).ok());
+  std::thread noise([&] {
+    torch::InferenceMode thread_guard;  // as each engine's thread runs
+    for (int64_t i = 0; i < 4 * tokens.size(0); ++i) {
+      absl::Status step = second->Step(tokens.narrow(0, i % tokens.size(0), 1), row).status();
+      ASSERT_TRUE(step.ok()) << step;
+    }
+  });
+  for (int64_t i = 0; i < tokens.size(0); ++i) {
+    absl::StatusOr<torch::Tensor> got = first.Step(tokens.narrow(0, i, 1), row);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(torch::equal(*got, alone[i])) << "step " << i;
+  }
+  noise.join();
+}
+
+TEST(SharedWeights, NativeBackendsKeepTheirRowsApart) {
+  torch::InferenceMode guard;
+  NativeBackend native(attn::testing::TinyModel(MixerKind::kRwkv7));
+  ExpectRowsApart(native);
+  std::unique_ptr<LmBackend> shared = native.ShareWeights();
+  auto& other = static_cast<NativeBackend&>(*shared);
+  EXPECT_EQ(other.model()->parameters().front().data_ptr(),
+            native.model()->parameters().front().data_ptr());
+}
+
+TEST(SharedWeights, TorchScriptBackendsKeepTheirRowsApart) {
+  attn::testing::ScopedTempDir dir("torchscript_shared");
+  auto script = TorchScriptBackend::Load(
+      attn::testing::WriteTinyPackage(dir.path().string(), "aft", MixerKind::kAftDecay),
+      torch::kCPU);
+  ASSERT_TRUE(script.ok()) << script.status();
+  ExpectRowsApart(**script);
+}
+
 }  // namespace
 }  // namespace attn::serving
