@@ -96,10 +96,11 @@ ABSL_FLAG(std::string, backend, attn::BackendKindName(RegistryDefaults().backend
           "other module that keeps docs/model-contract.md), native or torchscript; for single "
           "models, comma-separated NAME=KIND entries (\"auto,gru=torchscript\").");
 ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefaults().quantization),
-          "Quantisation at load, native backend: none or int8 (the dense weights as int8 with a "
+          "Quantisation at load, native backend: none, int8 (the dense weights as int8 with a "
           "float scale per output channel, multiplied by activations rounded to int8 per row; "
-          "decode steps read a quarter of the bytes); for single models, comma-separated "
-          "NAME=none|int8 entries (\"none,big=int8\").");
+          "decode steps read a quarter of the bytes) or bf16 (the dense weights rounded to "
+          "bfloat16, activations and sums float32; decode steps read half the bytes); for "
+          "single models, comma-separated NAME=none|int8|bf16 entries (\"none,big=int8\").");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file every model renders chats with, instead of the one its "
           "package records (attn-export takes it from the model's files); empty: each package's.");
@@ -359,7 +360,8 @@ int main(int argc, char** argv) {
   attn::ReturnFreedMemory();
   for (const auto& model : (*server)->registry().models()) {
     const auto& d = model->description;
-    const std::string weights = d.weight_dtype == "int8" ? "int8 weights, " : "";
+    const std::string weights =
+        d.weight_dtype.empty() || d.weight_dtype == "float32" ? "" : d.weight_dtype + " weights, ";
     std::printf(
         "model %s: %s, %ld parameters, %s%ld state bytes per sequence, %s%s, warmed up in %.0f "
         "ms\n",

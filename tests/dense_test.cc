@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
+#include <string>
 
 namespace attn {
 namespace {
@@ -189,6 +191,73 @@ TEST(DenseInt8, RefusesWhatItCannotQuantise) {
   EXPECT_THROW(QuantizeWeightInt8(with_nan), c10::Error);
   EXPECT_TRUE(torch::nan_to_num(with_nan).equal(torch::nan_to_num(before)));  // unchanged
   EXPECT_FALSE(HasInt8Copy(with_nan));
+}
+
+// QuantizeWeightBf16 writes the weights rounded to bf16 back, so every path
+// computes with the same weights; Dense multiplies the bf16 copy with
+// float32 activations and sums (kernels::Bf16Gemm), so every row count is
+// the float64 product of the written weights to float32 summation error,
+// and a row's result does not change with the rows batched beside it.
+TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeights) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(13);
+  const torch::Tensor original = torch::randn({96, 160}) * 0.05;
+  torch::Tensor w = original.clone();
+  const torch::Tensor b = torch::randn({96});
+  EXPECT_EQ(QuantizeWeightBf16(w), 96 * 160 * 2);
+  ASSERT_TRUE(HasBf16Copy(w));
+  // Each value moved by at most half a bf16 step (2^-8 of its magnitude),
+  // and now has 16 zero low bits.
+  EXPECT_TRUE(((w - original).abs() <= original.abs() * std::ldexp(1.0, -8)).all().item<bool>());
+  EXPECT_FALSE(w.equal(original));
+  const torch::Tensor bits = w.view(torch::kInt);
+  EXPECT_TRUE((bits.bitwise_and(0xFFFF) == 0).all().item<bool>());
+  const torch::Tensor lone = torch::randn({1, 160});
+  const torch::Tensor lone_y = Dense(lone, w, b);
+  for (int64_t rows : {1, 2, 6, 7, 64, 256, 257, 300}) {
+    SCOPED_TRACE(rows);
+    const torch::Tensor x = torch::cat({torch::randn({rows - 1, 160}), lone});
+    const torch::Tensor got = Dense(x, w, b).to(torch::kDouble);
+    const torch::Tensor exact = torch::nn::functional::linear(
+        x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+    EXPECT_LT((got - exact).abs().max().item<double>(), 2e-5);
+    // Up to 6 rows the bf16 product runs, where a row's floats do not
+    // depend on its neighbours.
+    if (rows <= 6) {
+      EXPECT_TRUE(Dense(x, w, b)[rows - 1].equal(lone_y[0]));
+    }
+  }
+}
+
+TEST(DenseBf16, AWeightWrittenAgainDropsItsBf16Copy) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(14);
+  torch::Tensor w = torch::randn({40, 160});
+  QuantizeWeightBf16(w);
+  ASSERT_TRUE(HasBf16Copy(w));
+  EXPECT_FALSE(HasInt8Copy(w));
+  w.add_(0.001);  // e.g. new weights loaded in place
+  EXPECT_FALSE(HasBf16Copy(w));
+  ExpectMatchesLinear(torch::randn({1, 160}), w, {});
+}
+
+TEST(DenseBf16, RefusesWhatItCannotQuantise) {
+  torch::NoGradGuard no_grad;
+  EXPECT_THROW(QuantizeWeightBf16(torch::randn({4, 4}, torch::kDouble)), c10::Error);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()}) {
+    torch::Tensor w = torch::randn({4, 4});
+    w[1][2] = bad;
+    const torch::Tensor before = w.clone();
+    try {
+      QuantizeWeightBf16(w);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find("at [1, 2]"), std::string::npos)
+          << e.what_without_backtrace();
+    }
+    EXPECT_TRUE(torch::nan_to_num(w).equal(torch::nan_to_num(before)));  // unchanged
+    EXPECT_FALSE(HasBf16Copy(w));
+  }
 }
 
 }  // namespace

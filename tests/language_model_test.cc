@@ -47,6 +47,30 @@ class LanguageModelTest : public ::testing::TestWithParam<MixerKind> {
     logits_ = model_->forward(tokens_);
   }
 
+  // The logits of a 20-token prefill and then a step per token, as a
+  // stream computes them.
+  torch::Tensor Streamed() {
+    auto state = model_->initial_state(3, torch::kCPU);
+    std::vector<torch::Tensor> outputs;
+    outputs.push_back(model_->prefill(tokens_.narrow(1, 0, 20), state));
+    for (int64_t t = 20; t < 59; ++t) {
+      outputs.push_back(model_->step(tokens_.select(1, t), {}, state).unsqueeze(1));
+    }
+    return torch::cat(outputs, 1);
+  }
+
+  // The 2-D parameters named *weight: the ones int8 and bf16 quantise.
+  std::vector<torch::Tensor> DenseWeights() const {
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : model_->named_parameters()) {
+      const std::string& name = p.key();
+      if (p.value().dim() == 2 && name.size() >= 6 && name.substr(name.size() - 6) == "weight") {
+        weights.push_back(p.value());
+      }
+    }
+    return weights;
+  }
+
   CausalLm model_{nullptr};
   torch::Tensor tokens_, logits_;
 };
@@ -73,12 +97,9 @@ TEST_P(LanguageModelTest, StepAfterChunkedPrefillEqualsForward) {
 TEST_P(LanguageModelTest, Int8StepsEqualTheInt8ModelsForward) {
   torch::NoGradGuard no_grad;
   int64_t weights = 0, channels = 0;  // the projections' and the embedding's
-  for (const auto& p : model_->named_parameters()) {
-    const std::string& name = p.key();
-    if (p.value().dim() == 2 && name.size() >= 6 && name.substr(name.size() - 6) == "weight") {
-      weights += p.value().numel();
-      channels += p.value().size(0);
-    }
+  for (const torch::Tensor& w : DenseWeights()) {
+    weights += w.numel();
+    channels += w.size(0);
   }
   EXPECT_EQ(model_->dense_weight_bytes(), 4 * weights);
   auto bytes = QuantizeInt8(model_);
@@ -88,13 +109,26 @@ TEST_P(LanguageModelTest, Int8StepsEqualTheInt8ModelsForward) {
   const double scale = logits_.abs().max().item<double>();
   EXPECT_GT(MaxAbsDiff(quantised, logits_), 1e-4);          // the weights did change,
   EXPECT_LT(MaxAbsDiff(quantised, logits_), 0.05 * scale);  // by a small step each
-  auto state = model_->initial_state(3, torch::kCPU);
-  std::vector<torch::Tensor> outputs;
-  outputs.push_back(model_->prefill(tokens_.narrow(1, 0, 20), state));
-  for (int64_t t = 20; t < 59; ++t) {
-    outputs.push_back(model_->step(tokens_.select(1, t), {}, state).unsqueeze(1));
+  EXPECT_LT(MaxAbsDiff(Streamed(), quantised), 1e-4);
+}
+
+// Bf16 weights: the model computes with the rounded weights everywhere,
+// and the decode steps (the bf16 product) equal the parallel forward.
+TEST_P(LanguageModelTest, Bf16StepsEqualTheBf16ModelsForward) {
+  torch::NoGradGuard no_grad;
+  int64_t weights = 0;
+  for (const torch::Tensor& w : DenseWeights()) weights += w.numel();
+  auto bytes = QuantizeBf16(model_);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, 2 * weights);
+  for (const torch::Tensor& w : DenseWeights()) {  // now bf16 values: 16 zero low bits
+    EXPECT_TRUE((w.view(torch::kInt).bitwise_and(0xFFFF) == 0).all().item<bool>());
   }
-  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), quantised), 1e-4);
+  const torch::Tensor rounded = model_->forward(tokens_);
+  const double scale = logits_.abs().max().item<double>();
+  EXPECT_GT(MaxAbsDiff(rounded, logits_), 1e-5);          // the weights did change,
+  EXPECT_LT(MaxAbsDiff(rounded, logits_), 0.02 * scale);  // by a rounding each
+  EXPECT_LT(MaxAbsDiff(Streamed(), rounded), 1e-4);
 }
 
 // How the server prefills a prompt: no logits for the earlier chunks, the

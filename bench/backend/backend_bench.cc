@@ -1,11 +1,11 @@
 // attn-backend-bench: one decode step of a package through the native
 // backend (fused kernels) and through the TorchScript backend (the package's
-// own methods), and through the native backend with int8 weights
-// (--quantize=int8), at each batch size, timed in one interleaved loop because
+// own methods), and through the native backend with int8 and bf16 weights
+// (--quantize=int8, --quantize=bf16), at each batch size, timed in one interleaved loop because
 // this machine's speed drifts between runs. Where the TorchScript time goes:
 // the same step called on the module directly, without the backend's
 // gather and write-back of pool rows. Then a prefill of --prefill_tokens,
-// float32 against int8 weights.
+// float32 against int8 and bf16 weights.
 //
 //   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
 //
@@ -39,11 +39,13 @@ ABSL_FLAG(int, repeats, 200, "Steps timed per backend and batch (medians are rep
 ABSL_FLAG(int64_t, context, 64, "Tokens each row holds before the timed steps.");
 ABSL_FLAG(std::vector<std::string>, backends,
           std::vector<std::string>({"native", "int8", "torchscript", "module"}),
-          "Which steps to time: native, int8 (native with int8 weights), torchscript (the "
+          "Which steps to time: native, int8 (native with int8 weights), bf16 (native with bf16 "
+          "weights), torchscript (the "
           "backend), module (the package's own step); the others report 0. One alone suits a "
           "profiler.");
 ABSL_FLAG(int64_t, prefill_tokens, 512,
-          "Prompt length of the prefill comparison, float32 against int8 weights (0: none).");
+          "Prompt length of the prefill comparison, float32 against int8 and bf16 weights (0: "
+          "none).");
 ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
 
 namespace {
@@ -55,12 +57,13 @@ double Median(std::vector<double> v) {
 
 // The medians of the backends that were timed (0: not timed), with the
 // ratios whose two sides both were.
-std::string StepLine(double native, double int8, double script, double module) {
+std::string StepLine(double native, double int8, double bf16, double script, double module) {
   std::vector<std::string> parts;
   if (native > 0) parts.push_back(absl::StrFormat("native %.3f ms", native));
-  if (int8 > 0) {
-    parts.push_back(absl::StrFormat("native int8 %.3f ms", int8) +
-                    (native > 0 ? absl::StrFormat(" (%.2fx faster)", native / int8) : ""));
+  for (auto [name, ms] : {std::pair{"int8", int8}, std::pair{"bf16", bf16}}) {
+    if (ms <= 0) continue;
+    parts.push_back(absl::StrFormat("native %s %.3f ms", name, ms) +
+                    (native > 0 ? absl::StrFormat(" (%.2fx faster)", native / ms) : ""));
   }
   if (script > 0) {
     parts.push_back(absl::StrFormat("torchscript backend %.3f ms", script) +
@@ -111,17 +114,22 @@ int main(int argc, char** argv) {
   // timed float one: the int8 model keeps its float weights for large
   // prefills, so each copy is the float size and more (5.8 GB and more for
   // granite-4.0-h-1b).
-  std::unique_ptr<attn::NativeBackend> native_int8;
-  if (timed("int8")) {
-    attn::CausalLm int8_model = package->model;
-    if (timed("native")) {
+  // The same for bf16, which also needs a copy of its own beside int8.
+  std::unique_ptr<attn::NativeBackend> native_int8, native_bf16;
+  bool package_taken = timed("native");
+  const auto quantized = [&](auto quantize) {
+    attn::CausalLm model = package->model;
+    if (package_taken) {
       auto copy = attn::LoadPackage(path);
       Check(copy.status());
-      int8_model = copy->model;
+      model = copy->model;
     }
-    Check(attn::QuantizeInt8(int8_model).status());
-    native_int8 = std::make_unique<attn::NativeBackend>(int8_model);
-  }
+    package_taken = true;
+    Check(quantize(model).status());
+    return std::make_unique<attn::NativeBackend>(model);
+  };
+  if (timed("int8")) native_int8 = quantized(attn::QuantizeInt8);
+  if (timed("bf16")) native_bf16 = quantized(attn::QuantizeBf16);
   std::vector<int64_t> batches;
   for (const auto& b : absl::GetFlag(FLAGS_batch)) batches.push_back(std::stoll(b));
   const int64_t rows = *std::max_element(batches.begin(), batches.end());
@@ -139,6 +147,7 @@ int main(int argc, char** argv) {
   std::vector<attn::LmBackend*> prefilled;
   if (timed("native")) prefilled.push_back(&native);
   if (native_int8 != nullptr) prefilled.push_back(native_int8.get());
+  if (native_bf16 != nullptr) prefilled.push_back(native_bf16.get());
   if (scripted) prefilled.push_back(script->get());
   for (attn::LmBackend* backend : prefilled) {
     Check(backend->AllocateRows(rows));
@@ -158,7 +167,7 @@ int main(int argc, char** argv) {
                   .toTupleRef()
                   .elements()[1];
     }
-    std::vector<double> native_ms, int8_ms, script_ms, module_ms;
+    std::vector<double> native_ms, int8_ms, bf16_ms, script_ms, module_ms;
     const int repeats = absl::GetFlag(FLAGS_repeats);
     std::fprintf(stderr, "batch %ld: %d steps each...\n", static_cast<long>(batch), repeats);
     for (int i = 0; i < repeats; ++i) {
@@ -167,6 +176,9 @@ int main(int argc, char** argv) {
       }
       if (timed("int8")) {
         int8_ms.push_back(Milliseconds([&] { native_int8->Step(tokens, ids).value(); }));
+      }
+      if (timed("bf16")) {
+        bf16_ms.push_back(Milliseconds([&] { native_bf16->Step(tokens, ids).value(); }));
       }
       if (timed("torchscript")) {
         script_ms.push_back(Milliseconds([&] { (*script)->Step(tokens, ids).value(); }));
@@ -177,25 +189,25 @@ int main(int argc, char** argv) {
         }));
       }
     }
-    const double n = Median(native_ms), q = Median(int8_ms), s = Median(script_ms),
-                 m = Median(module_ms);
-    std::printf("batch %3ld: %s\n", static_cast<long>(batch), StepLine(n, q, s, m).c_str());
+    const double n = Median(native_ms), q = Median(int8_ms), h = Median(bf16_ms),
+                 s = Median(script_ms), m = Median(module_ms);
+    std::printf("batch %3ld: %s\n", static_cast<long>(batch), StepLine(n, q, h, s, m).c_str());
     json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"native_int8_ms\": ", q,
-                                ", \"torchscript_ms\": ", s, ", \"module_ms\": ", m, "}"));
+                                ", \"native_bf16_ms\": ", h, ", \"torchscript_ms\": ", s,
+                                ", \"module_ms\": ", m, "}"));
   }
-  // A prompt read into an empty row, float32 and int8 in turn: past 32 rows
-  // the int8 model multiplies its dequantised float weights, so this checks
-  // that int8 costs prefill nothing.
+  // A prompt read into an empty row by each timed model in turn.
   std::string prefill_json;
   if (const int64_t length = absl::GetFlag(FLAGS_prefill_tokens); length > 0) {
     const torch::Tensor row = torch::zeros({1}, torch::kLong);
     const torch::Tensor long_prompt = torch::randint(3, vocab, {1, length}, torch::kLong);
-    std::vector<double> float_ms, int8_ms;
+    std::vector<double> float_ms, int8_ms, bf16_ms;
     std::fprintf(stderr, "prefill of %ld tokens: %d each...\n", static_cast<long>(length),
                  absl::GetFlag(FLAGS_prefill_repeats));
     std::vector<std::pair<attn::NativeBackend*, std::vector<double>*>> timings;
     if (timed("native")) timings.emplace_back(&native, &float_ms);
     if (native_int8 != nullptr) timings.emplace_back(native_int8.get(), &int8_ms);
+    if (native_bf16 != nullptr) timings.emplace_back(native_bf16.get(), &bf16_ms);
     for (int i = 0; i < absl::GetFlag(FLAGS_prefill_repeats); ++i) {
       for (auto [backend, times] : timings) {
         Check(backend->ResetRow(0));
@@ -204,11 +216,11 @@ int main(int argc, char** argv) {
         }));
       }
     }
-    const double f = Median(float_ms), q = Median(int8_ms);
+    const double f = Median(float_ms), q = Median(int8_ms), h = Median(bf16_ms);
     std::printf("prefill %ld tokens: %s\n", static_cast<long>(length),
-                StepLine(f, q, 0, 0).c_str());
+                StepLine(f, q, h, 0, 0).c_str());
     prefill_json = absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
-                                ", \"native_int8_ms\": ", q, "}");
+                                ", \"native_int8_ms\": ", q, ", \"native_bf16_ms\": ", h, "}");
   }
   std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}%s}\n",
               path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str(),

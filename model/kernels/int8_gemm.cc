@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "model/kernels/cpu_features.h"
 #include "model/kernels/int8_tiles.h"
 #include "model/kernels/kernel_common.h"
 
@@ -40,25 +41,6 @@ void DotTileBaseline(int rows, const int8_t* a, int64_t k4, const int8_t* w, int
       sums[r * kWidth + j] = sum;
     }
   }
-}
-
-bool HasAvx2() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
-bool HasAvx512Vnni() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vnni");
-  return has;
-#else
-  return false;
-#endif
 }
 
 int8_tiles::DotTile TileFor(Int8Path path) {
@@ -193,9 +175,9 @@ void UnpackInt8Panels(const Int8Panels& panels, int64_t out, int64_t in, int8_t*
 bool CpuRuns(Int8Path path) {
   switch (path) {
     case Int8Path::kAvx512Vnni:
-      return HasAvx512Vnni();
+      return CpuHasAvx512Vnni();
     case Int8Path::kAvx2:
-      return HasAvx2();
+      return CpuHasAvx2();
     case Int8Path::kBaseline:
       break;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/kernels/cpu_features.h"
 #include "model/kernels/kernel_common.h"
 
 namespace attn::kernels {
@@ -190,13 +191,6 @@ void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, 
                    [&](int64_t begin, int64_t end) { RunItems(args, begin, end); });
 }
 
-bool PackedGemmIsFast() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool fast = __builtin_cpu_supports("avx512f");
-  return fast;
-#else
-  return false;
-#endif
-}
+bool PackedGemmIsFast() { return CpuHasAvx512(); }
 
 }  // namespace attn::kernels

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "model/kernels/bf16_gemm.h"
 #include "model/kernels/huge_pages.h"
 #include "model/kernels/int8_gemm.h"
 #include "model/kernels/packed_gemm.h"
@@ -213,16 +215,49 @@ int64_t InstallInt8Copy(const torch::Tensor& weight, const int8_t* q, std::vecto
   return Int8Bytes(out, in);
 }
 
-void CheckQuantizable(const torch::Tensor& weight) {
-  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(),
-              "int8 quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
+// `format`: "int8" or "bf16", for the message.
+void CheckQuantizable(const torch::Tensor& weight, const char* format) {
+  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(), format,
+              " quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
               weight.sizes(), " on ", weight.device());
+}
+
+struct Bf16Weight {
+  kernels::Bf16Panels panels;  // [out, in] in kernels::Bf16Gemm's layout
+};
+
+WeightCopies<Bf16Weight>& Bf16Weights() {
+  static auto* copies = new WeightCopies<Bf16Weight>();  // never destroyed: used until exit
+  return *copies;
+}
+
+// Up to this many rows Dense multiplies a weight's bf16 copy: there the
+// step reads weights from memory, and bf16 halves the bytes. At more rows
+// the product is bound by arithmetic, and widening the weights for every
+// tile of six rows made 64 rows up to 1.45x slower than the packed float
+// product (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16 weights").
+constexpr int64_t kBf16MaxRows = 6;
+
+// The bf16 product when `weight` has a bf16 copy and the rows fit it
+// (dense.h); undefined otherwise.
+torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias) {
+  if (!KernelOperands(x, weight, bias)) return {};
+  const int64_t rows = x.numel() / x.size(-1);
+  if (rows > kBf16MaxRows) return {};
+  const auto copy = Bf16Weights().Find(weight);
+  if (copy == nullptr) return {};
+  const int64_t in = weight.size(1), out = weight.size(0);
+  return RowProduct(x, out, [&](const torch::Tensor& flat, torch::Tensor& y) {
+    kernels::Bf16Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->panels, out, in,
+                      BiasData(bias), y.data_ptr<float>(), out);
+  });
 }
 
 }  // namespace
 
 int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
-  CheckQuantizable(weight);
+  CheckQuantizable(weight, "int8");
   const int64_t out = weight.size(0), in = weight.size(1);
   // Quantising the dequantised values again could move a value by a
   // rounding step: a valid copy stays.
@@ -236,7 +271,7 @@ int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
 }
 
 int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix) {
-  CheckQuantizable(weight);
+  CheckQuantizable(weight, "int8");
   const int64_t out = weight.size(0), in = weight.size(1);
   TORCH_CHECK(matrix.values.scalar_type() == torch::kChar && matrix.values.dim() == 2 &&
                   matrix.values.size(0) == out && matrix.values.size(1) == in,
@@ -269,6 +304,36 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
 
 bool HasInt8Copy(const torch::Tensor& weight) { return Int8Weights().Find(weight) != nullptr; }
 
+int64_t QuantizeWeightBf16(const torch::Tensor& weight) {
+  CheckQuantizable(weight, "bf16");
+  const int64_t out = weight.size(0), in = weight.size(1);
+  const int64_t bytes = out * in * static_cast<int64_t>(sizeof(uint16_t));
+  if (HasBf16Copy(weight)) return bytes;
+  const torch::Tensor w = weight.detach().contiguous();
+  const float* values = w.data_ptr<float>();
+  std::vector<uint16_t> rounded(out * in);
+  for (int64_t i = 0; i < out * in; ++i) {
+    rounded[i] = kernels::RoundToBf16(values[i]);
+    TORCH_CHECK(std::isfinite(kernels::Bf16ToFloat(rounded[i])), "bf16 quantisation needs finite ",
+                "weights within bf16's range; value ", values[i], " at [", i / in, ", ", i % in,
+                "]");
+  }
+  auto copy = std::make_shared<Bf16Weight>();
+  copy->panels = kernels::PackBf16Panels(rounded.data(), out, in);
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<float> widened(out * in);
+    for (int64_t i = 0; i < out * in; ++i) widened[i] = kernels::Bf16ToFloat(rounded[i]);
+    // In place, which moves the version counter: copies of the old values
+    // are dropped, and the bf16 copy records the new version.
+    weight.copy_(torch::from_blob(widened.data(), {out, in}, torch::kFloat));
+  }
+  Bf16Weights().Insert(weight, std::move(copy));
+  return bytes;
+}
+
+bool HasBf16Copy(const torch::Tensor& weight) { return Bf16Weights().Find(weight) != nullptr; }
+
 torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn::Linear& layer,
                                          int64_t leading, int64_t keep) {
   const torch::Tensor& weight = layer->weight;
@@ -277,8 +342,8 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
                         x.size(0) * x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
   const int64_t batch = x.dim() == 3 ? x.size(0) : 0, chunk = x.dim() == 3 ? x.size(1) : 0;
   const int64_t in = weight.size(1), out = weight.size(0);
-  if (!packable || HasInt8Copy(weight) || keep >= chunk || leading <= 0 || leading >= out ||
-      leading % kernels::kPanelWidth != 0) {
+  if (!packable || HasInt8Copy(weight) || HasBf16Copy(weight) || keep >= chunk || leading <= 0 ||
+      leading >= out || leading % kernels::kPanelWidth != 0) {
     return Dense(x, weight, bias);
   }
   const auto packed = Packed(weight);
@@ -310,6 +375,7 @@ torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
     return torch::nn::functional::linear(x, weight, bias);
   }
   if (torch::Tensor y = Int8Dense(x, weight, bias); y.defined()) return y;
+  if (torch::Tensor y = Bf16Dense(x, weight, bias); y.defined()) return y;
   const int64_t rows = x.numel() / x.size(-1);
   if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);

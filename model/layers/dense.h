@@ -69,6 +69,23 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight);
 // Whether Dense would multiply `weight` through its int8 copy.
 bool HasInt8Copy(const torch::Tensor& weight);
 
+// Bf16 for `weight` [out, in], a float32 CPU parameter
+// (model/kernels/bf16_gemm.h): rounds each value to bf16, writes the rounded
+// values back into `weight`, so that every float path computes with the
+// same weights, and keeps a bf16 copy that Dense multiplies, with float32
+// activations and sums, at 1 to 6 rows, where a step is bound by reading
+// the weights: it then reads half the bytes. More rows, bound by
+// arithmetic, take the float paths on the rounded weights; their results
+// differ from the bf16 product's only in the order of the sums.
+// Writing `weight` again later drops the bf16 copy; a weight that still has
+// one keeps it. Throws c10::Error when a value is not finite or rounds to
+// infinity (beyond about 3.39e38). Returns the bf16 copy's bytes.
+int64_t QuantizeWeightBf16(const torch::Tensor& weight);
+
+// Whether Dense would multiply `weight` through its bf16 copy (at the row
+// counts above).
+bool HasBf16Copy(const torch::Tensor& weight);
+
 // Dense(x, layer) for x [B, C, in] where the first `leading` outputs are
 // wanted only for the last `keep` tokens of each sequence: a fused
 // [q | k | v] projection in the last layer of a prefill, whose queries only

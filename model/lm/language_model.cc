@@ -261,14 +261,27 @@ bool IsDenseWeight(const std::string& name, const torch::Tensor& p) {
 }
 }  // namespace
 
-int64_t CausalLmImpl::QuantizeInt8() {
+void CausalLmImpl::CheckDenseWeightsFinite(const char* format) const {
   for (const auto& p : named_parameters()) {
     TORCH_CHECK(!IsDenseWeight(p.key(), p.value()) || torch::isfinite(p.value()).all().item<bool>(),
-                "weight ", p.key(), " is not finite; int8 needs finite weights");
+                "weight ", p.key(), " is not finite; ", format, " needs finite weights");
   }
+}
+
+int64_t CausalLmImpl::QuantizeInt8() {
+  CheckDenseWeightsFinite("int8");
   int64_t bytes = 0;
   for (const auto& p : named_parameters()) {
     if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightInt8(p.value());
+  }
+  return bytes;
+}
+
+int64_t CausalLmImpl::QuantizeBf16() {
+  CheckDenseWeightsFinite("bf16");
+  int64_t bytes = 0;
+  for (const auto& p : named_parameters()) {
+    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightBf16(p.value());
   }
   return bytes;
 }
@@ -283,6 +296,14 @@ bool CausalLmImpl::has_int8_weights() const {
 absl::StatusOr<int64_t> QuantizeInt8(CausalLm& model) {
   try {
     return model->QuantizeInt8();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+}
+
+absl::StatusOr<int64_t> QuantizeBf16(CausalLm& model) {
+  try {
+    return model->QuantizeBf16();
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(e.what_without_backtrace());
   }

@@ -116,6 +116,12 @@ class CausalLmImpl : public torch::nn::Module {
   // model loaded from an int8 package) keep it. Throws c10::Error, before
   // changing anything, when a weight is not finite.
   int64_t QuantizeInt8();
+  // Bf16 for the same weights (QuantizeWeightBf16 in model/layers/dense.h):
+  // each rounded to bf16 and the model then computing with the rounded
+  // weights everywhere, its products reading the bf16 copies with float32
+  // activations. Returns the bytes of the bf16 copies. Throws c10::Error,
+  // before changing anything, when a weight is not finite.
+  int64_t QuantizeBf16();
   // Whether any dense weight has an int8 copy (QuantizeInt8 ran, or the
   // model came from an int8 package).
   bool has_int8_weights() const;
@@ -130,6 +136,9 @@ class CausalLmImpl : public torch::nn::Module {
   // before the head.
   torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   void CheckTokens(const torch::Tensor& tokens) const;
+  // Throws c10::Error naming the first dense weight that is not finite;
+  // `format` ("int8", "bf16") says what needs them so.
+  void CheckDenseWeightsFinite(const char* format) const;
   // A SaveRow list split into its layers' states, checked to fit this model.
   std::vector<MixerState> SplitSaved(const LmState& state,
                                      const std::vector<torch::Tensor>& saved) const;
@@ -147,6 +156,8 @@ TORCH_MODULE(CausalLm);
 // model->QuantizeInt8() as a status: kInvalidArgument naming the first
 // weight that is not finite, the model then unchanged.
 absl::StatusOr<int64_t> QuantizeInt8(CausalLm& model);
+// model->QuantizeBf16() as a status, in the same way.
+absl::StatusOr<int64_t> QuantizeBf16(CausalLm& model);
 
 // A lower bound on the number of values (parameters and buffers) a model of
 // `config` holds, from the dimensions alone and without allocating: every

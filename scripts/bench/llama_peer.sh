@@ -24,18 +24,21 @@
 #   memory together (granite-4.0-h-1b in 24 GB); 0 interleaves them in one.
 #   WEIGHTS (both): int8 runs only the int8 and Q8_0 sides of 1 and 2,
 #   float32 only the float32 and F32 ones. CHAT (1): 0 leaves out 3.
-#   ENGINE (1): 0 leaves out 1. LOGIT_BIAS: a JSON object of token ids to
+#   ENGINE (1): 0 leaves out 1; ROUNDS (1) repeats 1, the two sides in
+#   turn. SERVING (1): 0 leaves out 2. BF16_GGUF: llama.cpp's --outtype
+#   bf16 file of the same directory, which adds bf16 weights to 1 and 2
+#   (this server's --quantize=bf16 against it). LOGIT_BIAS: a JSON object of token ids to
 #   biases that every request on both sides carries, e.g. -100 on the byte
 #   tokens a random-weight RWKV model samples, whose text is not UTF-8 and
 #   which llama-server then answers with HTTP 500.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -eq 3 ] || { sed -n 2,28p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,31p "$0"; exit 2; }
 weights=${WEIGHTS:-both}
 case $weights in both | int8 | float32) ;; *) echo "WEIGHTS: both, int8 or float32" >&2; exit 2 ;; esac
 # wants KIND: whether this run measures float32 or int8 weights.
 wants() { [ "$weights" = both ] || [ "$weights" = "$1" ]; }
-package=$1 f32=$2 q8=$3
+package=$1 f32=$2 q8=$3 bf16=${BF16_GGUF:-}
 build=${BUILD_DIR:-build}
 llama_bin=${LLAMA_BIN:?the folder holding llama.cpp llama-bench and llama-server}
 threads=${THREADS:-2} seconds=${SECONDS_EACH:-60}
@@ -54,8 +57,9 @@ echo "== machine"
 lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/Flags:.*\(avx512f\).*/Flags: ... avx512f .../'
 date -u
 
-if [ "${ENGINE:-1}" = 1 ]; then
-  echo "== this server's engine: attn-backend-bench"
+for round in $(seq "${ROUNDS:-1}"); do
+  [ "${ENGINE:-1}" = 1 ] || break
+  echo "== round $round: this server's engine, attn-backend-bench (load $(cut -d' ' -f1 /proc/loadavg))"
   backend_bench() {
     "$build/bench/backend/attn-backend-bench" --model="$package" --backends="$1" \
       --batch=1,16,64 --repeats=30 --prefill_repeats=3 --prefill_tokens=512
@@ -66,14 +70,17 @@ if [ "${ENGINE:-1}" = 1 ]; then
     backend_bench native
     backend_bench int8
   else
-    backend_bench native,int8
-fi
-echo "== llama.cpp: llama-bench"
-ggufs=()
-wants float32 && ggufs+=(-m "$f32")
-wants int8 && ggufs+=(-m "$q8")
-"$llama_bin/llama-bench" -t "$threads" "${ggufs[@]}" -p 512 -n 128 -r 3 -o md
-fi
+    backend_bench "native,int8${bf16:+,bf16}"
+  fi
+  echo "== round $round: llama.cpp, llama-bench (load $(cut -d' ' -f1 /proc/loadavg))"
+  ggufs=()
+  wants float32 && ggufs+=(-m "$f32")
+  wants int8 && ggufs+=(-m "$q8")
+  [ -z "$bf16" ] || ggufs+=(-m "$bf16")
+  "$llama_bin/llama-bench" -t "$threads" "${ggufs[@]}" -p 512 -n 128 -r 3 -o md
+done
+echo "== load after the engine rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "${SERVING:-1}" = 1 ] || exit 0
 
 # extra FIELDS: the JSON object every request of a side carries.
 extra() { echo "{$1${LOGIT_BIAS:+, \"logit_bias\": $LOGIT_BIAS}}"; }
@@ -114,8 +121,10 @@ llama() {
 echo "== serving: 64 clients here, 16 slots there, $seconds s each"
 ! wants float32 || ours float32 "load --concurrency=64 --seconds=$seconds"
 ! wants int8 || ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
+[ -z "$bf16" ] || ours bf16 "load --concurrency=64 --seconds=$seconds" --quantize=bf16
 ! wants float32 || llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
 ! wants int8 || llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
+[ -z "$bf16" ] || llama BF16 "$bf16" 16 "load --concurrency=16 --seconds=$seconds"
 
 [ "${CHAT:-1}" = 1 ] || exit 0
 echo "== a 20-turn chat, the transcript resent every turn"

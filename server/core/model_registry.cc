@@ -90,11 +90,12 @@ absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Dev
   d.weight_bytes = model->dense_weight_bytes();
   // An int8 package is served with its int8 weights whatever --quantize
   // says: its float values are the dequantised ones either way.
-  if (quantization == Quantization::kInt8 || model->has_int8_weights()) {
-    auto bytes = QuantizeInt8(model);
+  if (model->has_int8_weights()) quantization = Quantization::kInt8;
+  if (quantization != Quantization::kNone) {
+    auto bytes = quantization == Quantization::kInt8 ? QuantizeInt8(model) : QuantizeBf16(model);
     if (!bytes.ok())
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
-    d.weight_dtype = "int8";
+    d.weight_dtype = QuantizationName(quantization);
     d.weight_bytes = *bytes;
   }
   loaded.tokenizer = std::make_unique<Tokenizer>(std::move(*tokenizer));
@@ -146,9 +147,9 @@ absl::StatusOr<LoadedModel> LoadWithBackend(const std::string& path, const torch
   const auto script_model = [&]() -> absl::StatusOr<LoadedModel> {
     if (quantization != Quantization::kNone) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path,
-                       ": --quantize=int8 applies to the native backend only; this model runs as "
-                       "TorchScript (quantise it in PyTorch before exporting, or set NAME=none)"));
+          absl::StrCat(path, ": --quantize=", QuantizationName(quantization),
+                       " applies to the native backend only; this model runs as TorchScript "
+                       "(quantise it in PyTorch before exporting, or set NAME=none)"));
     }
     return LoadTorchScript(path, device);
   };
@@ -398,7 +399,7 @@ absl::Status ParsePerModelFlag(const std::string& flag, const char* name, const 
 }
 
 bool ParseQuantization(const std::string& name, Quantization* quantization) {
-  for (Quantization choice : {Quantization::kNone, Quantization::kInt8}) {
+  for (Quantization choice : {Quantization::kNone, Quantization::kInt8, Quantization::kBf16}) {
     if (name == QuantizationName(choice)) {
       *quantization = choice;
       return true;
@@ -415,7 +416,7 @@ absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options)
 }
 
 absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options) {
-  return ParsePerModelFlag(flag, "quantize", "none or int8", ParseQuantization,
+  return ParsePerModelFlag(flag, "quantize", "none, int8 or bf16", ParseQuantization,
                            &options->quantization, &options->model_quantization);
 }
 
@@ -432,7 +433,15 @@ absl::Status ParseStateCacheFlag(const std::string& flag, RegistryOptions* optio
 }
 
 std::string QuantizationName(RegistryOptions::Quantization quantization) {
-  return quantization == RegistryOptions::Quantization::kInt8 ? "int8" : "none";
+  switch (quantization) {
+    case RegistryOptions::Quantization::kInt8:
+      return "int8";
+    case RegistryOptions::Quantization::kBf16:
+      return "bf16";
+    case RegistryOptions::Quantization::kNone:
+      break;
+  }
+  return "none";
 }
 
 std::string StateCacheName(RegistryOptions::StateCache state_cache) {

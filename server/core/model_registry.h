@@ -35,8 +35,8 @@ struct ModelDescription {
   int64_t d_model = 0;
   std::string device;
   std::string backend;  // "native" or "torchscript"
-  // The dense weights a decode step reads: "float32" or "int8" (--quantize),
-  // and their bytes (int8: the weights and their scales). Empty and 0 for a
+  // The dense weights a decode step reads: "float32", "int8" or "bf16"
+  // (--quantize), and their bytes (int8: the weights and their scales). Empty and 0 for a
   // TorchScript model, whose weights the server does not inspect.
   std::string weight_dtype;
   int64_t weight_bytes = 0;
@@ -74,10 +74,10 @@ struct RegistryOptions {
   // TorchScript for any other module that keeps docs/model-contract.md.
   BackendKind backend = BackendKind::kAuto;
   std::map<std::string, BackendKind> model_backends;
-  // Int8 quantisation at load (--quantize), for every model but
+  // Quantisation at load (--quantize), for every model but
   // those named in `model_quantization`. Native backend only: a TorchScript
   // model asked to quantise is an error naming it.
-  enum class Quantization { kNone, kInt8 };
+  enum class Quantization { kNone, kInt8, kBf16 };
   Quantization quantization = Quantization::kNone;
   std::map<std::string, Quantization> model_quantization;
   // A Jinja chat template file every model renders chats with instead of
@@ -114,15 +114,15 @@ struct RegistryOptions {
 // ("torchscript", "auto,gru=torchscript"). kInvalidArgument naming --backend.
 absl::Status ParseBackendFlag(const std::string& flag, RegistryOptions* options);
 
-// Parses --quantize the same way: "none" or "int8" for every model, and/or
-// NAME=none|int8 entries ("int8", "none,big=int8").
+// Parses --quantize the same way: "none", "int8" or "bf16" for every model,
+// and/or NAME=none|int8|bf16 entries ("int8", "none,big=bf16").
 absl::Status ParseQuantizeFlag(const std::string& flag, RegistryOptions* options);
 
 // Parses --state_cache: "recurrent", "all" or "off". kInvalidArgument naming
 // --state_cache for anything else.
 absl::Status ParseStateCacheFlag(const std::string& flag, RegistryOptions* options);
 
-// The flag spellings of a quantisation ("none", "int8") and a state cache
+// The flag spellings of a quantisation ("none", "int8", "bf16") and a state cache
 // choice ("off", "recurrent", "all").
 std::string QuantizationName(RegistryOptions::Quantization quantization);
 std::string StateCacheName(RegistryOptions::StateCache state_cache);

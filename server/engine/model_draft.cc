@@ -17,12 +17,10 @@ torch::Tensor Ids(std::vector<int64_t> ids, const torch::Device& device) {
 // Tokens [begin, begin + count) of the history `prompt` then `output`.
 std::vector<int64_t> Slice(absl::Span<const int64_t> prompt, absl::Span<const int64_t> output,
                            int64_t begin, int64_t count) {
+  const auto p = static_cast<int64_t>(prompt.size());
   std::vector<int64_t> ids;
   ids.reserve(count);
-  for (int64_t i = begin; i < begin + count; ++i) {
-    const auto p = static_cast<int64_t>(prompt.size());
-    ids.push_back(i < p ? prompt[i] : output[i - p]);
-  }
+  for (int64_t i = begin; i < begin + count; ++i) ids.push_back(i < p ? prompt[i] : output[i - p]);
   return ids;
 }
 

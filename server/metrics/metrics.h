@@ -57,7 +57,7 @@ struct ModelLabels {
   int64_t state_capacity_bytes = 0;
   std::string backend;            // "native" or "torchscript"
   int64_t state_cache_bytes = 0;  // the state cache's capacity; 0: off
-  std::string weight_dtype;       // "float32", "int8"; empty: not known
+  std::string weight_dtype;       // "float32", "int8", "bf16"; empty: not known
 };
 
 class Metrics {

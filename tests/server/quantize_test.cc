@@ -1,5 +1,5 @@
-// --quantize end to end: a real server on 127.0.0.1 hosting a tiny model
-// with int8 weights beside a float32 one, over gRPC.
+// --quantize end to end: a real server on 127.0.0.1 hosting tiny models
+// with int8 and bf16 weights beside a float32 one, over gRPC.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -51,8 +51,11 @@ class QuantizeTest : public ::testing::Test {
     dir_ = new attn::testing::ScopedTempDir("quantize_test");
     attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-aft", MixerKind::kAftConv);
     attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-linear", MixerKind::kLinearElu);
+    attn::testing::WriteTinyPackage(dir_->path().string(), "tiny-aft-bf16", MixerKind::kAftConv);
     WriteInt8Package(dir_->path().string(), "tiny-aft-int8");
-    auto server = StartQuantized(dir_->path().string(), "none,tiny-aft=int8");
+    // The int8 package stays int8 whatever --quantize asks.
+    auto server = StartQuantized(dir_->path().string(),
+                                 "none,tiny-aft=int8,tiny-aft-bf16=bf16,tiny-aft-int8=bf16");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
@@ -78,9 +81,14 @@ TEST_F(QuantizeTest, ListModelsAndMetricsSayTheWeightType) {
   grpc::ClientContext context;
   attn::v1::ListModelsResponse response;
   ASSERT_TRUE(stub_->ListModels(&context, {}, &response).ok());
-  ASSERT_EQ(response.models_size(), 3);
-  int64_t float_bytes = 0, int8_bytes = 0, float_params = 0, int8_params = 0;
+  ASSERT_EQ(response.models_size(), 4);
+  int64_t float_bytes = 0, int8_bytes = 0, bf16_bytes = 0, float_params = 0, int8_params = 0;
   for (const auto& m : response.models()) {
+    if (m.name() == "tiny-aft-bf16") {
+      EXPECT_EQ(m.weight_dtype(), "bf16");
+      bf16_bytes = m.weight_bytes();
+      continue;
+    }
     // tiny-aft-int8 is an int8 package, served as int8 under "none".
     const bool int8 = m.name() != "tiny-linear";
     if (m.name() == "tiny-aft-int8") {
@@ -96,34 +104,48 @@ TEST_F(QuantizeTest, ListModelsAndMetricsSayTheWeightType) {
   EXPECT_GT(float_bytes, 0);
   EXPECT_LT(int8_bytes, float_bytes / 3);
   EXPECT_GT(int8_bytes, float_bytes / 4);
+  EXPECT_EQ(bf16_bytes, float_bytes / 2);  // two bytes a weight, no scales
   const std::string metrics = server_->metrics().Exposition();
   EXPECT_TRUE(absl::StrContains(metrics, "weight_dtype=\"int8\"")) << metrics;
   EXPECT_TRUE(absl::StrContains(metrics, "weight_dtype=\"float32\""));
+  EXPECT_TRUE(absl::StrContains(metrics, "weight_dtype=\"bf16\""));
 }
 
-// Streamed tokens come from the int8 copies (one row per step); Score of
-// about 90 tokens multiplies the dequantised float weights. They agree as the float
-// model's do.
-TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
+// Greedy tokens streamed from `model` (one row per step) against Score of
+// the prompt and those tokens (about 90 rows in one product): their
+// logprobs agree as the float model's do.
+void ExpectStreamLogprobsEqualScore(attn::v1::TextGeneration::Stub& stub,
+                                    const std::string& model) {
   const std::vector<int64_t> prompt = attn::testing::TinyTokenizer().Encode("light falls over");
-  GenerateRequest request = testing::GreedyRequest("tiny-aft", "", 84);
+  GenerateRequest request = testing::GreedyRequest(model, "", 84);
   request.clear_prompt();
   for (int64_t id : prompt) request.add_prompt_token_ids(id);
   GenerateResponse streamed;
-  ASSERT_TRUE(testing::StreamMerged(*stub_, request, &streamed).ok());
+  ASSERT_TRUE(testing::StreamMerged(stub, request, &streamed).ok());
   ASSERT_EQ(streamed.logprobs_size(), 84);
   attn::v1::ScoreRequest score_request;
-  score_request.set_model("tiny-aft");
+  score_request.set_model(model);
   for (int64_t id : prompt) score_request.add_token_ids(id);
   for (int64_t id : streamed.token_ids()) score_request.add_token_ids(id);
-  ASSERT_GT(score_request.token_ids_size(), 32);  // past the int8 product's rows
+  ASSERT_GT(score_request.token_ids_size(), 32);  // past 32 rows
   grpc::ClientContext context;
   attn::v1::ScoreResponse scored;
-  ASSERT_TRUE(stub_->Score(&context, score_request, &scored).ok());
+  ASSERT_TRUE(stub.Score(&context, score_request, &scored).ok());
   for (int i = 0; i < 84; ++i) {
     EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i), 1e-4)
-        << "token " << i;
+        << model << " token " << i;
   }
+}
+
+// The int8 copies multiply activations rounded per row, alike in both.
+TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
+  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft");
+}
+
+// Both multiply the rounded bf16 weights (the bf16 copy, or the float
+// weights they were written back into).
+TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithBf16Weights) {
+  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16");
 }
 
 // The int8 package serves what --quantize=int8 serves from the float
@@ -156,10 +178,12 @@ TEST(QuantizeFlag, BadValuesAndUnknownModelsAreNamed) {
   RegistryOptions options;
   absl::Status bad = ParseQuantizeFlag("int4", &options);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(bad.message(), "--quantize: \"int4\" is not none or int8")) << bad;
-  ASSERT_TRUE(ParseQuantizeFlag("int8,big=none", &options).ok());
+  EXPECT_TRUE(absl::StrContains(bad.message(), "--quantize: \"int4\" is not none, int8 or bf16"))
+      << bad;
+  ASSERT_TRUE(ParseQuantizeFlag("int8,big=none,small=bf16", &options).ok());
   EXPECT_EQ(options.quantization, RegistryOptions::Quantization::kInt8);
   EXPECT_EQ(options.model_quantization.at("big"), RegistryOptions::Quantization::kNone);
+  EXPECT_EQ(options.model_quantization.at("small"), RegistryOptions::Quantization::kBf16);
 
   attn::testing::ScopedTempDir dir("quantize_flag");
   attn::testing::WriteTinyPackage(dir.path().string(), "tiny-aft", MixerKind::kAftConv);
