@@ -98,8 +98,8 @@ ABSL_FLAG(std::string, backend, attn::BackendKindName(RegistryDefaults().backend
 ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefaults().quantization),
           "Quantisation at load, native backend: none, int8 (the dense weights as int8 with a "
           "float scale per output channel, multiplied by activations rounded to int8 per row; "
-          "decode steps read a quarter of the bytes) or bf16 (the dense weights rounded to "
-          "bfloat16, activations and sums float32; decode steps read half the bytes); for "
+          "decode steps read a quarter of the bytes) or bf16 (the dense weights and the "
+          "activations rounded to bfloat16, sums float32; decode steps read half the bytes); for "
           "single models, comma-separated NAME=none|int8|bf16 entries (\"none,big=int8\").");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file every model renders chats with, instead of the one its "

@@ -52,6 +52,10 @@ TEST(RoundToBf16, IsNearestWithTiesToEvenAndWidensExactly) {
   EXPECT_EQ(Bf16ToFloat(RoundToBf16(0.0f)), 0.0f);
   // Beyond the largest bf16 the rounding gives infinity.
   EXPECT_TRUE(std::isinf(Bf16ToFloat(RoundToBf16(std::numeric_limits<float>::max()))));
+  // A NaN stays one, even with every mantissa bit set (where the rounding's
+  // carry would run into the sign).
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(RoundToBf16(FromBits(0x7FFFFFFFu)))));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(RoundToBf16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(Bf16Panels, UnpackGivesBackWhatWasPacked) {
@@ -59,7 +63,8 @@ TEST(Bf16Panels, UnpackGivesBackWhatWasPacked) {
   std::vector<uint16_t> w(out * in), back(out * in);
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint16_t>(i * 37 + 1);
   const Bf16Panels panels = PackBf16Panels(w.data(), out, in);
-  EXPECT_EQ(panels.values.size(), static_cast<size_t>(64 * in));  // one group, zero-padded
+  // One group, in padded to whole pairs: 64 x 6 values.
+  EXPECT_EQ(panels.values.size(), static_cast<size_t>(64 * (in + 1)));
   UnpackBf16Panels(panels, out, in, back.data());
   EXPECT_EQ(back, w);
 }
@@ -67,7 +72,8 @@ TEST(Bf16Panels, UnpackGivesBackWhatWasPacked) {
 // The paths this CPU runs, baseline first.
 std::vector<Bf16Path> Paths() {
   std::vector<Bf16Path> paths;
-  for (Bf16Path path : {Bf16Path::kBaseline, Bf16Path::kAvx2, Bf16Path::kAvx512}) {
+  for (Bf16Path path :
+       {Bf16Path::kBaseline, Bf16Path::kAvx2, Bf16Path::kAvx512, Bf16Path::kAvx512Bf16}) {
     if (CpuRuns(path)) paths.push_back(path);
   }
   return paths;
@@ -78,7 +84,7 @@ struct Case {
   bool with_bias;
 };
 
-// Against the float64 product of the rounded weights, with padded row
+// Against the float64 product of the rounded activations and weights, with padded row
 // strides on x and y so that a kernel reading or writing past a row's end
 // would show: within float32 summation error (|y - ref| <= in * 2^-23 *
 // sum |x W| + a little), on every path this machine runs. Shapes cover
@@ -104,7 +110,8 @@ TEST(Bf16Gemm, EveryPathEqualsTheFloat64ProductOfTheRoundedWeights) {
         for (int o = 0; o < c.out; ++o) {
           double ref = c.with_bias ? bias[o] : 0.0, magnitude = std::abs(ref);
           for (int k = 0; k < c.in; ++k) {
-            const double term = static_cast<double>(x[r * ldx + k]) * Bf16ToFloat(w[o * c.in + k]);
+            const double term = static_cast<double>(Bf16ToFloat(RoundToBf16(x[r * ldx + k]))) *
+                                Bf16ToFloat(w[o * c.in + k]);
             ref += term;
             magnitude += std::abs(term);
           }
@@ -139,6 +146,29 @@ TEST(Bf16Gemm, ARowsResultDoesNotDependOnTheRowsBesideIt) {
         ASSERT_EQ(Bits(alone[o]), Bits(batched[r * out + o]))
             << Bf16PathName(path) << " row " << r << " output " << o;
       }
+    }
+  }
+}
+
+// Every path runs the same float32 adds in the same order (bf16_gemm.h):
+// on values far from subnormal, the same floats as the baseline, bit for
+// bit, so a model's tokens do not depend on the machine's instruction set.
+TEST(Bf16Gemm, EveryPathGivesTheBaselinesFloatsBitForBit) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t out = 200, in = 131, rows = 9;
+  std::vector<float> x(rows * in), bias(out), baseline(rows * out), y(rows * out);
+  std::vector<uint16_t> w(out * in);
+  for (float& v : x) v = normal(rng);
+  for (float& v : bias) v = normal(rng);
+  for (uint16_t& v : w) v = RoundToBf16(normal(rng));
+  const Bf16Panels panels = PackBf16Panels(w.data(), out, in);
+  Bf16GemmOn(Bf16Path::kBaseline, x.data(), rows, in, panels, out, in, bias.data(), baseline.data(),
+             out);
+  for (Bf16Path path : Paths()) {
+    Bf16GemmOn(path, x.data(), rows, in, panels, out, in, bias.data(), y.data(), out);
+    for (int64_t i = 0; i < rows * out; ++i) {
+      ASSERT_EQ(Bits(y[i]), Bits(baseline[i])) << Bf16PathName(path) << " at " << i;
     }
   }
 }

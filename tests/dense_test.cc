@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include "model/kernels/bf16_gemm.h"
+
 namespace attn {
 namespace {
 
@@ -198,7 +200,7 @@ TEST(DenseInt8, RefusesWhatItCannotQuantise) {
 // float32 activations and sums (kernels::Bf16Gemm), so every row count is
 // the float64 product of the written weights to float32 summation error,
 // and a row's result does not change with the rows batched beside it.
-TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeights) {
+TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeightsAndActivations) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(13);
   const torch::Tensor original = torch::randn({96, 160}) * 0.05;
@@ -218,12 +220,18 @@ TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeights) {
     SCOPED_TRACE(rows);
     const torch::Tensor x = torch::cat({torch::randn({rows - 1, 160}), lone});
     const torch::Tensor got = Dense(x, w, b).to(torch::kDouble);
-    const torch::Tensor exact = torch::nn::functional::linear(
-        x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+    const torch::Tensor rounded_x = x.to(torch::kBFloat16).to(torch::kDouble);
+    const torch::Tensor exact =
+        torch::nn::functional::linear(rounded_x, w.to(torch::kDouble), b.to(torch::kDouble));
     EXPECT_LT((got - exact).abs().max().item<double>(), 2e-5);
-    // Up to 6 rows the bf16 product runs, where a row's floats do not
-    // depend on its neighbours.
-    if (rows <= 6) {
+    // The unrounded activations give a different product: the rounding did
+    // happen.
+    const torch::Tensor unrounded = torch::nn::functional::linear(
+        x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+    EXPECT_GT((got - unrounded).abs().max().item<double>(), 1e-4);
+    // Where the bf16 product runs (up to 6 rows, or every row count with
+    // AVX-512 BF16), a row's floats do not depend on its neighbours.
+    if (rows <= 6 || kernels::Bf16GemmPath() == kernels::Bf16Path::kAvx512Bf16) {
       EXPECT_TRUE(Dense(x, w, b)[rows - 1].equal(lone_y[0]));
     }
   }

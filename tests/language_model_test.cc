@@ -112,8 +112,9 @@ TEST_P(LanguageModelTest, Int8StepsEqualTheInt8ModelsForward) {
   EXPECT_LT(MaxAbsDiff(Streamed(), quantised), 1e-4);
 }
 
-// Bf16 weights: the model computes with the rounded weights everywhere,
-// and the decode steps (the bf16 product) equal the parallel forward.
+// Bf16 weights: the model computes with the rounded weights and
+// activations everywhere, and the decode steps equal the parallel forward
+// but for the activations' rounding boundaries.
 TEST_P(LanguageModelTest, Bf16StepsEqualTheBf16ModelsForward) {
   torch::NoGradGuard no_grad;
   int64_t weights = 0;
@@ -128,7 +129,14 @@ TEST_P(LanguageModelTest, Bf16StepsEqualTheBf16ModelsForward) {
   const double scale = logits_.abs().max().item<double>();
   EXPECT_GT(MaxAbsDiff(rounded, logits_), 1e-5);          // the weights did change,
   EXPECT_LT(MaxAbsDiff(rounded, logits_), 0.02 * scale);  // by a rounding each
-  EXPECT_LT(MaxAbsDiff(Streamed(), rounded), 1e-4);
+  // Steps and forward multiply each row alike, but the mixers' recurrent
+  // and parallel forms differ in float rounding, and where that difference
+  // moves an activation across a bf16 rounding boundary, the activation
+  // moves by one bf16 step (2^-8 of it), and so does what depends on it:
+  // rarely, and never by much. A wrong state would move most logits.
+  const torch::Tensor difference = (Streamed() - rounded).abs();
+  EXPECT_LT(difference.max().item<double>(), 0.01 * scale);
+  EXPECT_LT(difference.mean().item<double>(), 1e-4 * scale);
 }
 
 // How the server prefills a prompt: no logits for the earlier chunks, the

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstring>
+#include <vector>
 
 #include "model/kernels/bf16_tiles.h"
 #include "model/kernels/cpu_features.h"
@@ -22,9 +23,12 @@ void RunGroupBaseline(const Operands& op, int64_t group, int64_t count) {
 
 namespace {
 
+int64_t Pairs(int64_t in) { return (in + 1) / 2; }
+
 // Where W[o, k] sits in the layout (bf16_gemm.h).
 int64_t LayoutIndex(int64_t o, int64_t k, int64_t in) {
-  return o / kBf16GroupWidth * kBf16GroupWidth * in + k * kBf16GroupWidth + o % kBf16GroupWidth;
+  return o / kBf16GroupWidth * kBf16GroupWidth * 2 * Pairs(in) + k / 2 * 2 * kBf16GroupWidth +
+         o % kBf16GroupWidth * 2 + k % 2;
 }
 
 int64_t Panels(int64_t out) { return (out + kBf16PanelWidth - 1) / kBf16PanelWidth; }
@@ -32,6 +36,8 @@ int64_t Groups(int64_t out) { return (out + kBf16GroupWidth - 1) / kBf16GroupWid
 
 bf16_tiles::RunGroup RunGroupFor(Bf16Path path) {
   switch (path) {
+    case Bf16Path::kAvx512Bf16:
+      return bf16_tiles::RunGroupAvx512Bf16;
     case Bf16Path::kAvx512:
       return bf16_tiles::RunGroupAvx512;
     case Bf16Path::kAvx2:
@@ -42,11 +48,25 @@ bf16_tiles::RunGroup RunGroupFor(Bf16Path path) {
   return bf16_tiles::RunGroupBaseline;
 }
 
+// The rows of x rounded to bf16, zero-padded to whole pairs, into `rounded`
+// (rows x ldr values, ldr even).
+void RoundRows(const float* x, int64_t rows, int64_t ldx, int64_t in, int64_t ldr,
+               std::vector<uint16_t>& rounded) {
+  rounded.resize(rows * ldr);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* row = rounded.data() + r * ldr;
+    for (int64_t k = 0; k < in; ++k) row[k] = RoundToBf16(x[r * ldx + k]);
+    if (in < ldr) row[in] = 0;
+  }
+}
+
 }  // namespace
 
 uint16_t RoundToBf16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
+  // A NaN stays a NaN (quiet): the carry below could turn it into zero.
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
   // Adding 0x7FFF plus the kept part's lowest bit carries into the kept
   // bits exactly when the dropped half is above one half, or equal to it
   // with an odd kept part: round to nearest, ties to even. An overflow
@@ -64,7 +84,7 @@ float Bf16ToFloat(uint16_t value) {
 
 Bf16Panels PackBf16Panels(const uint16_t* w, int64_t out, int64_t in) {
   Bf16Panels panels;
-  panels.values.assign(Groups(out) * kBf16GroupWidth * in, 0);
+  panels.values.assign(Groups(out) * kBf16GroupWidth * 2 * Pairs(in), 0);
   for (int64_t o = 0; o < out; ++o) {
     for (int64_t k = 0; k < in; ++k) panels.values[LayoutIndex(o, k, in)] = w[o * in + k];
   }
@@ -79,6 +99,8 @@ void UnpackBf16Panels(const Bf16Panels& panels, int64_t out, int64_t in, uint16_
 
 bool CpuRuns(Bf16Path path) {
   switch (path) {
+    case Bf16Path::kAvx512Bf16:
+      return CpuHasAvx512Bf16();
     case Bf16Path::kAvx512:
       return CpuHasAvx512();
     case Bf16Path::kAvx2:
@@ -90,12 +112,15 @@ bool CpuRuns(Bf16Path path) {
 }
 
 Bf16Path Bf16GemmPath() {
+  if (CpuRuns(Bf16Path::kAvx512Bf16)) return Bf16Path::kAvx512Bf16;
   if (CpuRuns(Bf16Path::kAvx512)) return Bf16Path::kAvx512;
   return CpuRuns(Bf16Path::kAvx2) ? Bf16Path::kAvx2 : Bf16Path::kBaseline;
 }
 
 const char* Bf16PathName(Bf16Path path) {
   switch (path) {
+    case Bf16Path::kAvx512Bf16:
+      return "AVX-512 BF16";
     case Bf16Path::kAvx512:
       return "AVX-512";
     case Bf16Path::kAvx2:
@@ -109,11 +134,24 @@ const char* Bf16PathName(Bf16Path path) {
 void Bf16GemmOn(Bf16Path path, const float* x, int64_t rows, int64_t ldx, const Bf16Panels& panels,
                 int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
   if (rows <= 0 || out <= 0) return;
-  const bf16_tiles::Operands op{x, rows, ldx, panels.values.data(), out, in, bias, y, ldy};
+  // Per calling thread: a prefill's products reuse it instead of allocating.
+  thread_local std::vector<uint16_t> rounded;
+  const int64_t ldr = 2 * Pairs(in);
+  RoundRows(x, rows, ldx, in, ldr, rounded);
+  bf16_tiles::Operands op;
+  op.x = rounded.data();
+  op.rows = rows;
+  op.ldx = ldr;
+  op.w = panels.values.data();
+  op.out = out;
+  op.pairs = Pairs(in);
+  op.bias = bias;
+  op.y = y;
+  op.ldy = ldy;
   const bf16_tiles::RunGroup run = RunGroupFor(path);
   constexpr int64_t kGroup = kBf16GroupWidth / kBf16PanelWidth;  // panels
   const int64_t panel_count = Panels(out);
-  at::parallel_for(0, Groups(out), GrainFor(kBf16GroupWidth * in * rows),
+  at::parallel_for(0, Groups(out), GrainFor(kBf16GroupWidth * ldr * rows),
                    [&](int64_t begin, int64_t end) {
                      for (int64_t g = begin; g < end; ++g) {
                        run(op, g, std::min(kGroup, panel_count - g * kGroup));

@@ -3,22 +3,27 @@
 // types, and each path's file compiles them for its instruction set, so no
 // code a CPU without that set could run is ever merged into shared
 // functions: a 16-float vector is one AVX-512 register, two AVX2 ones or
-// four SSE ones.
+// four SSE ones. Compiled for AVX-512 BF16, a pair's two multiply-adds are
+// one vdpbf16ps.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
 #include "model/kernels/bf16_gemm.h"
 
 namespace attn::kernels::bf16_tiles {
 
 struct Operands {
-  const float* x;
-  int64_t rows, ldx;
+  const uint16_t* x;  // rows of the activations rounded to bf16, zero-padded to `pairs` pairs
+  int64_t rows, ldx;  // ldx in bf16 values, even
   const uint16_t* w;  // the groups of panels (bf16_gemm.h)
-  int64_t out, in;
+  int64_t out, pairs;
   const float* bias;
   float* y;
   int64_t ldy;
@@ -34,6 +39,7 @@ using RunGroup = void (*)(const Operands& op, int64_t group, int64_t count);
 void RunGroupBaseline(const Operands& op, int64_t group, int64_t count);
 void RunGroupAvx2(const Operands& op, int64_t group, int64_t count);
 void RunGroupAvx512(const Operands& op, int64_t group, int64_t count);
+void RunGroupAvx512Bf16(const Operands& op, int64_t group, int64_t count);
 
 // Bytes ahead of a panel's loads at which the tiles prefetch it: at one row
 // the product streams the weights from memory (as the int8 product's
@@ -47,41 +53,65 @@ namespace {
 #define ATTN_BF16_INLINE inline __attribute__((always_inline))
 
 typedef float Lanes __attribute__((vector_size(64), aligned(4)));
-typedef uint16_t Halves __attribute__((vector_size(32), aligned(2)));
 typedef uint32_t Words __attribute__((vector_size(64), aligned(4)));
 
-// 16 bf16 values widened to the floats they stand for (exact).
-ATTN_BF16_INLINE Lanes Widen(const uint16_t* p) {
-  Halves halves;
-  std::memcpy(&halves, p, sizeof(halves));
-  const Words bits = __builtin_convertvector(halves, Words) << 16;
+// A panel's row of 16 pairs (bf16_gemm.h), as loaded.
+ATTN_BF16_INLINE Words LoadPairs(const uint16_t* p) {
+  Words words;
+  std::memcpy(&words, p, sizeof(words));
+  return words;
+}
+
+ATTN_BF16_INLINE Lanes AsLanes(Words words) {
   Lanes lanes;
-  std::memcpy(&lanes, &bits, sizeof(lanes));
+  std::memcpy(&lanes, &words, sizeof(lanes));
   return lanes;
 }
 
+ATTN_BF16_INLINE float AsFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// A pair of bf16 values, the even k in the low half, widened (exact).
+ATTN_BF16_INLINE Lanes EvenOf(Words pairs) { return AsLanes(pairs << 16); }
+ATTN_BF16_INLINE Lanes OddOf(Words pairs) { return AsLanes(pairs & 0xFFFF0000u); }
+
 // R rows by P panels of a group, the first at w: y[r, 16 p + j] = bias +
-// sum_k x[r, k] W[16 p + j, k], summed over k in order (one chain per
-// output), so a row's result is the same in every tile shape. `width`
-// channels are written from the first panel on.
+// sum over pairs of bf16(x[r, k]) W[16 p + j, k], the odd k of a pair and
+// then the even one (bf16_gemm.h), so a row's result is the same in every
+// tile shape and on every path. `width` channels are written from the
+// first panel on.
 template <int R, int P>
-ATTN_BF16_INLINE void Tile(const Operands& op, const float* x, const uint16_t* w, int64_t width,
+ATTN_BF16_INLINE void Tile(const Operands& op, const uint16_t* x, const uint16_t* w, int64_t width,
                            const float* bias, float* y) {
   Lanes acc[R][P];
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < P; ++p) acc[r][p] = Lanes{};
   }
-  for (int64_t k = 0; k < op.in; ++k) {
-    Lanes weights[P];
+  for (int64_t pair = 0; pair < op.pairs; ++pair) {
+    Words weights[P];
     for (int p = 0; p < P; ++p) {
-      const uint16_t* at = w + k * kBf16GroupWidth + p * kBf16PanelWidth;
-      // Once per 64-byte line: every other panel.
-      if (p % 2 == 0) __builtin_prefetch(at + kPrefetchAhead / sizeof(uint16_t), 0, 3);
-      weights[p] = Widen(at);
+      const uint16_t* at = w + pair * 2 * kBf16GroupWidth + p * 2 * kBf16PanelWidth;
+      __builtin_prefetch(at + kPrefetchAhead / sizeof(uint16_t), 0, 3);  // a 64-byte line
+      weights[p] = LoadPairs(at);
     }
     for (int r = 0; r < R; ++r) {
-      const float xr = x[r * op.ldx + k];
-      for (int p = 0; p < P; ++p) acc[r][p] += xr * weights[p];
+      uint32_t xr;
+      std::memcpy(&xr, x + r * op.ldx + 2 * pair, sizeof(xr));
+#if defined(__AVX512BF16__)
+      const __m512bh xs = (__m512bh)_mm512_set1_epi32(static_cast<int>(xr));
+      for (int p = 0; p < P; ++p) {
+        acc[r][p] = (Lanes)_mm512_dpbf16_ps((__m512)acc[r][p], (__m512bh)weights[p], xs);
+      }
+#else
+      const float even = AsFloat(xr << 16), odd = AsFloat(xr & 0xFFFF0000u);
+      for (int p = 0; p < P; ++p) {
+        acc[r][p] += odd * OddOf(weights[p]);
+        acc[r][p] += even * EvenOf(weights[p]);
+      }
+#endif
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -98,7 +128,7 @@ ATTN_BF16_INLINE void Tile(const Operands& op, const float* x, const uint16_t* w
 }
 
 template <int R, int P>
-ATTN_BF16_INLINE void TileWithPanels(int panels, const Operands& op, const float* x,
+ATTN_BF16_INLINE void TileWithPanels(int panels, const Operands& op, const uint16_t* x,
                                      const uint16_t* w, int64_t width, const float* bias,
                                      float* y) {
   if (panels == P) {
@@ -109,7 +139,7 @@ ATTN_BF16_INLINE void TileWithPanels(int panels, const Operands& op, const float
 }
 
 template <int R, int P>
-ATTN_BF16_INLINE void TileWithRows(int rows, int panels, const Operands& op, const float* x,
+ATTN_BF16_INLINE void TileWithRows(int rows, int panels, const Operands& op, const uint16_t* x,
                                    const uint16_t* w, int64_t width, const float* bias, float* y) {
   if (rows == R) {
     TileWithPanels<R, P>(panels, op, x, w, width, bias, y);
@@ -124,12 +154,12 @@ ATTN_BF16_INLINE void TileWithRows(int rows, int panels, const Operands& op, con
 // which stay in the core's cache meanwhile.
 template <int kRows, int kPanels>
 ATTN_BF16_INLINE void RunGroupWith(const Operands& op, int64_t group, int64_t count) {
-  const uint16_t* group_w = op.w + group * kBf16GroupWidth * op.in;
+  const uint16_t* group_w = op.w + group * kBf16GroupWidth * 2 * op.pairs;
   for (int64_t p = 0; p < count; p += kPanels) {
     const int panels = static_cast<int>(std::min<int64_t>(count - p, kPanels));
     const int64_t column0 = group * kBf16GroupWidth + p * kBf16PanelWidth;
     const int64_t width = std::min<int64_t>(op.out - column0, panels * kBf16PanelWidth);
-    const uint16_t* w = group_w + p * kBf16PanelWidth;
+    const uint16_t* w = group_w + p * 2 * kBf16PanelWidth;
     const float* bias = op.bias ? op.bias + column0 : nullptr;
     for (int64_t r = 0; r < op.rows; r += kRows) {
       const int rows = static_cast<int>(std::min<int64_t>(op.rows - r, kRows));

@@ -35,4 +35,14 @@ inline bool CpuHasAvx512Vnni() {
 #endif
 }
 
+// AVX-512 with BF16's dot products of bf16 pairs (vdpbf16ps).
+inline bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace attn::kernels

@@ -231,22 +231,48 @@ WeightCopies<Bf16Weight>& Bf16Weights() {
   return *copies;
 }
 
-// Up to this many rows Dense multiplies a weight's bf16 copy: there the
-// step reads weights from memory, and bf16 halves the bytes. At more rows
-// the product is bound by arithmetic, and widening the weights for every
-// tile of six rows made 64 rows up to 1.45x slower than the packed float
-// product (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16 weights").
-constexpr int64_t kBf16MaxRows = 6;
+// Dense for weights without an int8 or bf16 copy.
+torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
+                         const torch::Tensor& bias) {
+  const int64_t rows = x.numel() / x.size(-1);
+  if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
+    return PackedDense(x, weight, bias);
+  }
+  if (rows != 1) {
+    if (rows <= kMatVecMaxRows && !at::in_parallel_region() && KernelOperands(x, weight, bias)) {
+      return MatVecRows(x, weight, bias);
+    }
+    return torch::nn::functional::linear(x, weight, bias);
+  }
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  auto row = x.reshape({x.size(-1)});
+  auto y = bias.defined() ? torch::addmv(bias, weight, row) : torch::mv(weight, row);
+  return y.view(sizes);
+}
 
-// The bf16 product when `weight` has a bf16 copy and the rows fit it
-// (dense.h); undefined otherwise.
+// Up to this many rows a CPU without AVX-512 BF16 multiplies a weight's
+// bf16 copy: there the step reads weights from memory, and bf16 halves the
+// bytes. At more rows the product is bound by arithmetic, and widening the
+// weights for every tile of six rows made 64 rows up to 1.45x slower than
+// the packed float product (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16
+// weights"), which then multiplies the rounded activations instead. With
+// AVX-512 BF16 the bf16 product runs at every row count.
+constexpr int64_t kBf16WidenedMaxRows = 6;
+
+// The bf16 product when `weight` has a bf16 copy (dense.h); undefined
+// otherwise.
 torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) {
   if (!KernelOperands(x, weight, bias)) return {};
-  const int64_t rows = x.numel() / x.size(-1);
-  if (rows > kBf16MaxRows) return {};
   const auto copy = Bf16Weights().Find(weight);
   if (copy == nullptr) return {};
+  const int64_t rows = x.numel() / x.size(-1);
+  if (rows > kBf16WidenedMaxRows && kernels::Bf16GemmPath() != kernels::Bf16Path::kAvx512Bf16) {
+    // The same function but for the order of the sums: both operands
+    // rounded to bf16 (to nearest, ties to even, as RoundToBf16).
+    return FloatDense(x.to(torch::kBFloat16).to(torch::kFloat), weight, bias);
+  }
   const int64_t in = weight.size(1), out = weight.size(0);
   return RowProduct(x, out, [&](const torch::Tensor& flat, torch::Tensor& y) {
     kernels::Bf16Gemm(flat.data_ptr<float>(), flat.size(0), flat.stride(0), copy->panels, out, in,
@@ -312,9 +338,11 @@ int64_t QuantizeWeightBf16(const torch::Tensor& weight) {
   const torch::Tensor w = weight.detach().contiguous();
   const float* values = w.data_ptr<float>();
   std::vector<uint16_t> rounded(out * in);
+  std::vector<float> widened(out * in);
   for (int64_t i = 0; i < out * in; ++i) {
     rounded[i] = kernels::RoundToBf16(values[i]);
-    TORCH_CHECK(std::isfinite(kernels::Bf16ToFloat(rounded[i])), "bf16 quantisation needs finite ",
+    widened[i] = kernels::Bf16ToFloat(rounded[i]);
+    TORCH_CHECK(std::isfinite(widened[i]), "bf16 quantisation needs finite ",
                 "weights within bf16's range; value ", values[i], " at [", i / in, ", ", i % in,
                 "]");
   }
@@ -322,8 +350,6 @@ int64_t QuantizeWeightBf16(const torch::Tensor& weight) {
   copy->panels = kernels::PackBf16Panels(rounded.data(), out, in);
   {
     torch::NoGradGuard no_grad;
-    std::vector<float> widened(out * in);
-    for (int64_t i = 0; i < out * in; ++i) widened[i] = kernels::Bf16ToFloat(rounded[i]);
     // In place, which moves the version counter: copies of the old values
     // are dropped, and the bf16 copy records the new version.
     weight.copy_(torch::from_blob(widened.data(), {out, in}, torch::kFloat));
@@ -376,21 +402,7 @@ torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,
   }
   if (torch::Tensor y = Int8Dense(x, weight, bias); y.defined()) return y;
   if (torch::Tensor y = Bf16Dense(x, weight, bias); y.defined()) return y;
-  const int64_t rows = x.numel() / x.size(-1);
-  if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
-    return PackedDense(x, weight, bias);
-  }
-  if (rows != 1) {
-    if (rows <= kMatVecMaxRows && !at::in_parallel_region() && KernelOperands(x, weight, bias)) {
-      return MatVecRows(x, weight, bias);
-    }
-    return torch::nn::functional::linear(x, weight, bias);
-  }
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  auto row = x.reshape({x.size(-1)});
-  auto y = bias.defined() ? torch::addmv(bias, weight, row) : torch::mv(weight, row);
-  return y.view(sizes);
+  return FloatDense(x, weight, bias);
 }
 
 }  // namespace attn

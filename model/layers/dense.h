@@ -72,11 +72,13 @@ bool HasInt8Copy(const torch::Tensor& weight);
 // Bf16 for `weight` [out, in], a float32 CPU parameter
 // (model/kernels/bf16_gemm.h): rounds each value to bf16, writes the rounded
 // values back into `weight`, so that every float path computes with the
-// same weights, and keeps a bf16 copy that Dense multiplies, with float32
-// activations and sums, at 1 to 6 rows, where a step is bound by reading
-// the weights: it then reads half the bytes. More rows, bound by
-// arithmetic, take the float paths on the rounded weights; their results
-// differ from the bf16 product's only in the order of the sums.
+// same weights, and keeps a bf16 copy that Dense multiplies by the
+// activations rounded to bf16, with float32 sums: at every row count on a
+// CPU with AVX-512 BF16, else at 1 to 6 rows, where a step is bound by
+// reading the weights and reads half the bytes. More rows there take the
+// float paths on the rounded weights and rounded activations, which differ
+// from the bf16 product only in the order of the sums. (Autograd, when a
+// tensor requires grad, multiplies unrounded activations.)
 // Writing `weight` again later drops the bf16 copy; a weight that still has
 // one keeps it. Throws c10::Error when a value is not finite or rounds to
 // infinity (beyond about 3.39e38). Returns the bf16 copy's bytes.

@@ -118,9 +118,10 @@ class CausalLmImpl : public torch::nn::Module {
   int64_t QuantizeInt8();
   // Bf16 for the same weights (QuantizeWeightBf16 in model/layers/dense.h):
   // each rounded to bf16 and the model then computing with the rounded
-  // weights everywhere, its products reading the bf16 copies with float32
-  // activations. Returns the bytes of the bf16 copies. Throws c10::Error,
-  // before changing anything, when a weight is not finite.
+  // weights everywhere, its products multiplying the bf16 copies by
+  // activations rounded to bf16. Returns the bytes of the bf16 copies.
+  // Throws c10::Error, before changing anything, when a weight is not
+  // finite.
   int64_t QuantizeBf16();
   // Whether any dense weight has an int8 copy (QuantizeInt8 ran, or the
   // model came from an int8 package).

@@ -142,8 +142,8 @@ TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
   ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft");
 }
 
-// Both multiply the rounded bf16 weights (the bf16 copy, or the float
-// weights they were written back into).
+// Both multiply the bf16 weights by activations rounded to bf16, each row
+// alike.
 TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithBf16Weights) {
   ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16");
 }
