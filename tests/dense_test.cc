@@ -196,10 +196,12 @@ TEST(DenseInt8, RefusesWhatItCannotQuantise) {
 }
 
 // QuantizeWeightBf16 writes the weights rounded to bf16 back, so every path
-// computes with the same weights; Dense multiplies the bf16 copy with
-// float32 activations and sums (kernels::Bf16Gemm), so every row count is
-// the float64 product of the written weights to float32 summation error,
-// and a row's result does not change with the rows batched beside it.
+// computes with the same weights; Dense multiplies them by the activations
+// rounded to bf16, with float32 sums (kernels::Bf16Gemm, or the float
+// paths on rounded activations), so every row count is the float64 product
+// of the written weights and the rounded activations to float32 summation
+// error, and a row's result does not change with the rows batched beside
+// it where the bf16 product runs.
 TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeightsAndActivations) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(13);
