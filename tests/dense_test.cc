@@ -232,8 +232,9 @@ TEST(DenseBf16, EveryRowCountIsTheProductOfTheRoundedWeightsAndActivations) {
         x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
     EXPECT_GT((got - unrounded).abs().max().item<double>(), 1e-4);
     // Where the bf16 product runs (up to 6 rows, or every row count with
-    // AVX-512 BF16), a row's floats do not depend on its neighbours.
-    if (rows <= 6 || kernels::Bf16GemmPath() == kernels::Bf16Path::kAvx512Bf16) {
+    // AVX-512), a row's floats do not depend on its neighbours.
+    const kernels::Bf16Path path = kernels::Bf16GemmPath();
+    if (rows <= 6 || path == kernels::Bf16Path::kAvx512 || path == kernels::Bf16Path::kAvx512Bf16) {
       EXPECT_TRUE(Dense(x, w, b)[rows - 1].equal(lone_y[0]));
     }
   }

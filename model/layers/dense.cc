@@ -251,14 +251,20 @@ torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
   return y.view(sizes);
 }
 
-// Up to this many rows a CPU without AVX-512 BF16 multiplies a weight's
-// bf16 copy: there the step reads weights from memory, and bf16 halves the
-// bytes. At more rows the product is bound by arithmetic, and widening the
-// weights for every tile of six rows made 64 rows up to 1.45x slower than
-// the packed float product (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16
-// weights"), which then multiplies the rounded activations instead. With
-// AVX-512 BF16 the bf16 product runs at every row count.
-constexpr int64_t kBf16WidenedMaxRows = 6;
+// Up to this many rows a CPU without AVX-512 multiplies a weight's bf16
+// copy: there the step reads weights from memory, and bf16 halves the bytes.
+// At more rows the product is bound by arithmetic, and the AVX2 path, a row
+// at a time, would trail the packed float product, which then multiplies the
+// rounded activations instead. With AVX-512 the bf16 product runs at every
+// row count: 64 rows and prefills ran faster than float32 even widening the
+// weights (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16 activations,
+// multiplied natively").
+constexpr int64_t kBf16Avx2MaxRows = 6;
+
+bool Bf16AtEveryRowCount() {
+  const kernels::Bf16Path path = kernels::Bf16GemmPath();
+  return path == kernels::Bf16Path::kAvx512 || path == kernels::Bf16Path::kAvx512Bf16;
+}
 
 // The bf16 product when `weight` has a bf16 copy (dense.h); undefined
 // otherwise.
@@ -268,7 +274,7 @@ torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
   const auto copy = Bf16Weights().Find(weight);
   if (copy == nullptr) return {};
   const int64_t rows = x.numel() / x.size(-1);
-  if (rows > kBf16WidenedMaxRows && kernels::Bf16GemmPath() != kernels::Bf16Path::kAvx512Bf16) {
+  if (rows > kBf16Avx2MaxRows && !Bf16AtEveryRowCount()) {
     // The same function but for the order of the sums: both operands
     // rounded to bf16 (to nearest, ties to even, as RoundToBf16).
     return FloatDense(x.to(torch::kBFloat16).to(torch::kFloat), weight, bias);

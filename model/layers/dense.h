@@ -74,11 +74,11 @@ bool HasInt8Copy(const torch::Tensor& weight);
 // values back into `weight`, so that every float path computes with the
 // same weights, and keeps a bf16 copy that Dense multiplies by the
 // activations rounded to bf16, with float32 sums: at every row count on a
-// CPU with AVX-512 BF16, else at 1 to 6 rows, where a step is bound by
-// reading the weights and reads half the bytes. More rows there take the
-// float paths on the rounded weights and rounded activations, which differ
-// from the bf16 product only in the order of the sums. (Autograd, when a
-// tensor requires grad, multiplies unrounded activations.)
+// CPU with AVX-512, else at 1 to 6 rows, where a step is bound by reading
+// the weights and reads half the bytes. More rows there take the float
+// paths on the rounded weights and rounded activations, which differ from
+// the bf16 product only in the order of the sums. (Autograd, when a tensor
+// requires grad, multiplies unrounded activations.)
 // Writing `weight` again later drops the bf16 copy; a weight that still has
 // one keeps it. Throws c10::Error when a value is not finite or rounds to
 // infinity (beyond about 3.39e38). Returns the bf16 copy's bytes.

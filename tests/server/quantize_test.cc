@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/kernels/bf16_gemm.h"
 #include "model/lm/model_package.h"
 #include "server/core/model_registry.h"
 #include "server/metrics/metrics.h"
@@ -114,8 +115,8 @@ TEST_F(QuantizeTest, ListModelsAndMetricsSayTheWeightType) {
 // Greedy tokens streamed from `model` (one row per step) against Score of
 // the prompt and those tokens (about 90 rows in one product): their
 // logprobs agree as the float model's do.
-void ExpectStreamLogprobsEqualScore(attn::v1::TextGeneration::Stub& stub,
-                                    const std::string& model) {
+void ExpectStreamLogprobsEqualScore(attn::v1::TextGeneration::Stub& stub, const std::string& model,
+                                    double tolerance = 1e-4) {
   const std::vector<int64_t> prompt = attn::testing::TinyTokenizer().Encode("light falls over");
   GenerateRequest request = testing::GreedyRequest(model, "", 84);
   request.clear_prompt();
@@ -132,7 +133,8 @@ void ExpectStreamLogprobsEqualScore(attn::v1::TextGeneration::Stub& stub,
   attn::v1::ScoreResponse scored;
   ASSERT_TRUE(stub.Score(&context, score_request, &scored).ok());
   for (int i = 0; i < 84; ++i) {
-    EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i), 1e-4)
+    EXPECT_NEAR(streamed.logprobs(i), scored.logprobs(static_cast<int>(prompt.size()) + i),
+                tolerance)
         << model << " token " << i;
   }
 }
@@ -143,9 +145,15 @@ TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
 }
 
 // Both multiply the bf16 weights by activations rounded to bf16, each row
-// alike.
+// alike where the bf16 product runs at every row count (AVX-512). On AVX2
+// the score's rows take the float product in another order of sums, and
+// where that moves an activation across a bf16 rounding boundary, the
+// logprobs move by that step's effect (a few 1e-3 at most).
 TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithBf16Weights) {
-  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16");
+  const kernels::Bf16Path path = kernels::Bf16GemmPath();
+  const bool every_row_count =
+      path == kernels::Bf16Path::kAvx512 || path == kernels::Bf16Path::kAvx512Bf16;
+  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16", every_row_count ? 1e-4 : 1e-2);
 }
 
 // The int8 package serves what --quantize=int8 serves from the float
