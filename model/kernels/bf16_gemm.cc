@@ -117,6 +117,11 @@ Bf16Path Bf16GemmPath() {
   return CpuRuns(Bf16Path::kAvx2) ? Bf16Path::kAvx2 : Bf16Path::kBaseline;
 }
 
+bool Bf16GemmRunsEveryRowCount() {
+  const Bf16Path path = Bf16GemmPath();
+  return path == Bf16Path::kAvx512 || path == Bf16Path::kAvx512Bf16;
+}
+
 const char* Bf16PathName(Bf16Path path) {
   switch (path) {
     case Bf16Path::kAvx512Bf16:

@@ -67,6 +67,13 @@ Bf16Path Bf16GemmPath();
 bool CpuRuns(Bf16Path path);
 const char* Bf16PathName(Bf16Path path);
 
+// Whether Bf16GemmPath() runs at least as fast as the packed float32
+// product at every row count (the AVX-512 paths: 64 rows and prefills ran
+// faster, docs/benchmarks-log.md "Bf16 activations, multiplied natively").
+// The AVX2 and baseline paths run a row at a time and pay only at a few
+// rows, where the product reads weights from memory.
+bool Bf16GemmRunsEveryRowCount();
+
 // y[r, :out] = bf16(x[r, :in]) W^T + bias for r < rows; x and y are float32
 // rows with the given row strides, bias [out] or null. Parallelises over
 // groups of panels when the product is large enough to pay for a fork.

@@ -1,10 +1,12 @@
-// Internal to the bf16 product (bf16_gemm.cc and the files of its
-// instruction-set paths). The tile loops are written once, on GCC's vector
-// types, and each path's file compiles them for its instruction set, so no
-// code a CPU without that set could run is ever merged into shared
-// functions: a 16-float vector is one AVX-512 register, two AVX2 ones or
-// four SSE ones. Compiled for AVX-512 BF16, a pair's two multiply-adds are
-// one vdpbf16ps.
+// Internal to the bf16 product: the tile loops of the baseline path
+// (bf16_gemm.cc) and the two AVX-512 ones (bf16_gemm_avx512.cc,
+// bf16_gemm_avx512bf16.cc), written once on GCC's vector types and compiled
+// by each file for its instruction set, so no code a CPU without that set
+// could run is ever merged into shared functions. A 16-float vector is one
+// AVX-512 register; compiled for AVX-512 BF16, a pair's two multiply-adds
+// are one vdpbf16ps. The AVX2 path has its own loops in 8-float intrinsics
+// (bf16_gemm_avx2.cc): under AVX2 these 16-float vectors kept their sums on
+// the stack.
 #pragma once
 
 #include <algorithm>

@@ -251,20 +251,12 @@ torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
   return y.view(sizes);
 }
 
-// Up to this many rows a CPU without AVX-512 multiplies a weight's bf16
-// copy: there the step reads weights from memory, and bf16 halves the bytes.
-// At more rows the product is bound by arithmetic, and the AVX2 path, a row
-// at a time, would trail the packed float product, which then multiplies the
-// rounded activations instead. With AVX-512 the bf16 product runs at every
-// row count: 64 rows and prefills ran faster than float32 even widening the
-// weights (RWKV-7 0.4B, docs/benchmarks-log.md "Bf16 activations,
-// multiplied natively").
+// Up to this many rows a CPU whose bf16 path does not run every row count
+// (kernels::Bf16GemmRunsEveryRowCount) multiplies a weight's bf16 copy:
+// there the step reads weights from memory, and bf16 halves the bytes. At
+// more rows the product is bound by arithmetic, and the packed float product
+// multiplies the rounded activations instead.
 constexpr int64_t kBf16Avx2MaxRows = 6;
-
-bool Bf16AtEveryRowCount() {
-  const kernels::Bf16Path path = kernels::Bf16GemmPath();
-  return path == kernels::Bf16Path::kAvx512 || path == kernels::Bf16Path::kAvx512Bf16;
-}
 
 // The bf16 product when `weight` has a bf16 copy (dense.h); undefined
 // otherwise.
@@ -274,7 +266,7 @@ torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
   const auto copy = Bf16Weights().Find(weight);
   if (copy == nullptr) return {};
   const int64_t rows = x.numel() / x.size(-1);
-  if (rows > kBf16Avx2MaxRows && !Bf16AtEveryRowCount()) {
+  if (rows > kBf16Avx2MaxRows && !kernels::Bf16GemmRunsEveryRowCount()) {
     // The same function but for the order of the sums: both operands
     // rounded to bf16 (to nearest, ties to even, as RoundToBf16).
     return FloatDense(x.to(torch::kBFloat16).to(torch::kFloat), weight, bias);

@@ -150,10 +150,8 @@ TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithInt8Weights) {
 // where that moves an activation across a bf16 rounding boundary, the
 // logprobs move by that step's effect (a few 1e-3 at most).
 TEST_F(QuantizeTest, GreedyStreamLogprobsEqualScoreWithBf16Weights) {
-  const kernels::Bf16Path path = kernels::Bf16GemmPath();
-  const bool every_row_count =
-      path == kernels::Bf16Path::kAvx512 || path == kernels::Bf16Path::kAvx512Bf16;
-  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16", every_row_count ? 1e-4 : 1e-2);
+  ExpectStreamLogprobsEqualScore(*stub_, "tiny-aft-bf16",
+                                 kernels::Bf16GemmRunsEveryRowCount() ? 1e-4 : 1e-2);
 }
 
 // The int8 package serves what --quantize=int8 serves from the float
