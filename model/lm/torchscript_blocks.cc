@@ -5,7 +5,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/lm/torchscript_methods.h"
 
 namespace attn {
 namespace {
@@ -70,12 +72,12 @@ def _rwkv4_block(self, x: Tensor, p: List[Tensor], first: bool, halve: bool,
 // Mamba2Impl::ScanChunked), a step the recurrence.
 constexpr char kMamba2Helpers[] = R"TS(
 def _mamba2_block(self, x: Tensor, p: List[Tensor], heads: int, groups: int, n: int,
-                  chunk: int, state: List[Tensor], at: int) -> Tensor:
+                  chunk: int, eps: float, state: List[Tensor], at: int) -> Tensor:
     batch, time = x.size(0), x.size(1)
     inner = p[7].size(0)
     channels = p[3].size(0)
     width = p[2].size(2)
-    proj = self._rows(self._rmsnorm(x, p[0]), p[1])
+    proj = self._rows(self._rmsnorm(x, p[0], eps), p[1])
     window = torch.cat([state[at], proj[:, :, inner:inner + channels]], 1)
     acc = p[3].expand([batch, time, channels])
     for j in range(width):
@@ -102,7 +104,7 @@ def _mamba2_block(self, x: Tensor, p: List[Tensor], heads: int, groups: int, n: 
     y = y.reshape(batch, time, inner)
     z = proj[:, :, :inner]
     g = (y * z * torch.sigmoid(z)).view(batch, time, groups, inner // groups)
-    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-05)
+    g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps)
     return x + self._rows(g.view(batch, time, inner) * p[7], p[8])
 
 def _mamba2_chunked(self, xs: Tensor, bm: Tensor, cm: Tensor, dt: Tensor, a: Tensor, s: Tensor,
@@ -139,6 +141,70 @@ def _mamba2_chunked(self, xs: Tensor, bm: Tensor, cm: Tensor, dt: Tensor, a: Ten
     y = y + past * from_start.unsqueeze(-1)
     y = y.permute(0, 3, 4, 1, 2, 5).reshape(batch, k * q, heads, hp)
     return y[:, :time], st.reshape(batch, heads, hp, n)
+)TS";
+
+// The layers of a hybrid that are not whole blocks: norm, mixer, residual,
+// then norm, feed-forward, residual (MixerBlock in model/lm/block.cc).
+// _short_conv is model/mixers/short_conv.h over x [B, T, d], continuing
+// state[at] (the last L - 1 gated inputs [B, L - 1, d]). _gqa is
+// model/mixers/grouped_attention.h over x [B, T, d] whose rows start at
+// `start` [B] (a prefill's all alike, a step's each its own), writing their
+// keys and values at those positions of state[at] and state[at + 1]
+// [B, KV, max_context, Dh]; theta 0 means no rotary positions.
+constexpr char kMixerBlockHelpers[] = R"TS(
+def _swiglu(self, x: Tensor, gate_w: Tensor, up_w: Tensor, down_w: Tensor) -> Tensor:
+    return self._rows(torch.silu(self._rows(x, gate_w)) * self._rows(x, up_w), down_w)
+
+def _short_conv(self, x: Tensor, in_w: Tensor, conv_w: Tensor, out_w: Tensor,
+                state: List[Tensor], at: int) -> Tensor:
+    d, time, width = x.size(2), x.size(1), conv_w.size(2)
+    proj = self._rows(x, in_w)
+    inputs = torch.cat([state[at], proj[:, :, :d] * proj[:, :, 2 * d:]], 1)
+    state[at].copy_(inputs[:, time:])
+    z = inputs[:, 0:time] * conv_w[:, 0, 0]
+    for j in range(1, width):
+        z = z + inputs[:, j:j + time] * conv_w[:, 0, j]
+    return self._rows(proj[:, :, d:2 * d] * z, out_w)
+
+def _rotate(self, a: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = a.size(-1) // 2
+    first, second = a[..., :half], a[..., half:]
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], -1)
+
+def _gqa(self, x: Tensor, start: Tensor, qkv_w: Tensor, q_gain: Optional[Tensor],
+         k_gain: Optional[Tensor], out_w: Tensor, heads: int, kv_heads: int, theta: float,
+         eps: float, max_context: int, state: List[Tensor], at: int) -> Tensor:
+    batch, time, d = x.size(0), x.size(1), x.size(2)
+    hd = d // heads
+    dq, dkv = heads * hd, kv_heads * hd
+    end = int(start.max()) + time if batch > 0 else 0
+    self._check_context(end, max_context, "attention")
+    qkv = self._rows(x, qkv_w)
+    q = qkv[:, :, :dq].reshape(batch, time, heads, hd)
+    k = qkv[:, :, dq:dq + dkv].reshape(batch, time, kv_heads, hd)
+    v = qkv[:, :, dq + dkv:].reshape(batch, time, kv_heads, hd)
+    if q_gain is not None and k_gain is not None:
+        q = self._rmsnorm(q, q_gain, eps)
+        k = self._rmsnorm(k, k_gain, eps)
+    positions = start.unsqueeze(1) + torch.arange(time, device=x.device).unsqueeze(0)
+    if theta > 0.0:
+        inv_freq = torch.pow(theta, torch.arange(0, hd, 2, device=x.device).double() / -hd)
+        angles = positions.double().unsqueeze(-1).unsqueeze(-1) * inv_freq
+        cos, sin = angles.cos().float(), angles.sin().float()
+        q = self._rotate(q, cos, sin)
+        k = self._rotate(k, cos, sin)
+    keys, values = state[at], state[at + 1]
+    index = positions.view(batch, 1, time, 1).expand(batch, kv_heads, time, hd)
+    keys.scatter_(2, index, k.transpose(1, 2))
+    values.scatter_(2, index, v.transpose(1, 2))
+    group = heads // kv_heads
+    scores = torch.matmul(q.transpose(1, 2) * (1.0 / hd ** 0.5),
+                          keys.narrow(2, 0, end).repeat_interleave(group, 1).transpose(-2, -1))
+    j = torch.arange(end, device=x.device).view(1, 1, 1, end)
+    scores = scores.masked_fill(j > positions.view(batch, 1, time, 1), float("-inf"))
+    y = torch.matmul(torch.softmax(scores, -1),
+                     values.narrow(2, 0, end).repeat_interleave(group, 1))
+    return self._rows(y.transpose(1, 2).reshape(batch, time, dq), out_w)
 )TS";
 
 // "self.layers_L_mixer_NAME": a block parameter's attribute.
@@ -267,15 +333,23 @@ std::vector<std::string> BlockWeights(int64_t layer) {
           p("ffn_value_weight")};
 }
 
-// Per layer: the state's initial tensors and the line that runs its block
-// on h (state index `at` for its first tensor).
-std::vector<std::string> LayerStateInit(const LmConfig& c) {
+// "self.layers_L_NAME" for a model tensor "layers.L.NAME" ("ff.up.weight").
+std::string LayerParam(int64_t layer, const std::string& name) {
+  return "self." + ScriptTensorName(absl::StrCat("layers.", layer, ".", name));
+}
+
+bool IsMixerBlock(const LmConfig& c, int64_t layer) { return !IsWholeBlock(c.layer_mixer(layer)); }
+
+int64_t KvHeads(const LmConfig& c) { return c.kv_heads > 0 ? c.kv_heads : c.gqa_heads(); }
+
+// Layer `layer`'s state tensors, as init_state creates them.
+std::vector<std::string> LayerStateInit(const LmConfig& c, int64_t layer) {
   auto zeros = [](auto... dims) {
     return absl::StrCat("torch.zeros([batch, ", absl::StrJoin({dims...}, ", "),
                         "], device=device)");
   };
   const int64_t d = c.d_model;
-  switch (c.mixer) {
+  switch (c.layer_mixer(layer)) {
     case MixerKind::kRwkv7: {
       const int64_t n = d / c.heads;
       return {zeros(d), zeros(c.heads, n, n), zeros(d)};
@@ -284,6 +358,12 @@ std::vector<std::string> LayerStateInit(const LmConfig& c) {
       return {zeros(d), zeros(d), zeros(d),
               absl::StrCat("torch.full([batch, ", d, "], ", kRwkv4EmptyMax, ", device=device)"),
               zeros(d)};
+    case MixerKind::kShortConv:
+      return {zeros(c.conv_kernel - 1, d)};
+    case MixerKind::kGqa: {
+      const std::string cache = zeros(KvHeads(c), c.max_context, d / c.gqa_heads());
+      return {cache, cache};
+    }
     default: {  // mamba2
       const Mamba2Sizes& m = c.mamba2;
       const int64_t inner = m.expand * d;
@@ -293,53 +373,129 @@ std::vector<std::string> LayerStateInit(const LmConfig& c) {
   }
 }
 
+// h + FF(Norm(h)), the second half of a mixer block and of a Mamba-2 block
+// with whole_block_ff.
+std::string FeedForwardLine(const LmConfig& c, int64_t l) {
+  const std::string normed = absl::StrCat("self._rmsnorm(h, ", LayerParam(l, "ff_norm.gain"), ", ",
+                                          ScriptFloat(c.norm_eps), ")");
+  if (c.ff == FeedForwardKind::kSwiGlu) {
+    return absl::StrCat("    h = h + self._swiglu(", normed, ", ", LayerParam(l, "ff.gate.weight"),
+                        ", ", LayerParam(l, "ff.up.weight"), ", ", LayerParam(l, "ff.down.weight"),
+                        ")\n");
+  }
+  return absl::StrCat("    h = h + self._feed_forward(", normed, ", ",
+                      LayerParam(l, "ff.up.weight"), ", ", LayerParam(l, "ff.up.bias"), ", ",
+                      LayerParam(l, "ff.down.weight"), ", ", LayerParam(l, "ff.down.bias"), ")\n");
+}
+
+// A short-conv or gqa layer: norm, mixer, residual, then the feed-forward.
+std::string MixerBlockLines(const LmConfig& c, int64_t l, int64_t at) {
+  const std::string state = absl::StrCat(", state, ", at, ")\n");
+  std::string code = absl::StrCat("    x = self._rmsnorm(h, ", LayerParam(l, "mix_norm.gain"), ", ",
+                                  ScriptFloat(c.norm_eps), ")\n");
+  auto mixer = [l](const std::string& name) { return BlockParam(l, name); };
+  if (c.layer_mixer(l) == MixerKind::kShortConv) {
+    absl::StrAppend(&code, "    h = h + self._short_conv(x, ", mixer("in_proj_weight"), ", ",
+                    mixer("conv_weight"), ", ", mixer("out_proj_weight"), state);
+  } else {
+    const std::string norms =
+        c.qk_norm ? absl::StrCat(mixer("q_norm_gain"), ", ", mixer("k_norm_gain")) : "None, None";
+    absl::StrAppend(&code, "    h = h + self._gqa(x, length, ", mixer("qkv_proj_weight"), ", ",
+                    norms, ", ", mixer("out_proj_weight"), ", ", c.gqa_heads(), ", ", KvHeads(c),
+                    ", ", ScriptFloat(c.rope ? c.rope_theta : 0.0), ", ", ScriptFloat(c.norm_eps),
+                    ", ", c.max_context, state);
+  }
+  return absl::StrCat(code, FeedForwardLine(c, l));
+}
+
+// The lines that run layer `l` on h (state index `at` for its first tensor).
 std::string BlockCall(const LmConfig& c, int64_t l, int64_t at) {
+  if (IsMixerBlock(c, l)) return MixerBlockLines(c, l, at);
   const std::string state = absl::StrCat(", state, ", at, ")\n");
   switch (c.mixer) {
     case MixerKind::kRwkv7:
       return absl::StrCat("    h, v_first = self._rwkv7_block(h, v_first, [",
                           absl::StrJoin(BlockWeights(l), ", "), "], ", l == 0 ? "True" : "False",
-                          ", ", c.heads, ", ", absl::StrCat(c.group_norm_eps), state);
+                          ", ", c.heads, ", ", ScriptFloat(c.group_norm_eps), state);
     case MixerKind::kRwkv4: {
       const bool halve = c.rescale_every > 0 && (l + 1) % c.rescale_every == 0;
       return absl::StrCat("    h = self._rwkv4_block(h, [", absl::StrJoin(Rwkv4Weights(l), ", "),
                           "], ", l == 0 ? "True" : "False", ", ", halve ? "True" : "False", state);
     }
-    default:
-      return absl::StrCat("    h = self._mamba2_block(h, [", absl::StrJoin(Mamba2Weights(l), ", "),
-                          "], ", c.heads, ", ", c.mamba2.groups, ", ", c.mamba2.state_size, ", ",
-                          c.mixer_options().chunk, state);
+    default: {
+      std::string code =
+          absl::StrCat("    h = self._mamba2_block(h, [", absl::StrJoin(Mamba2Weights(l), ", "),
+                       "], ", c.heads, ", ", c.mamba2.groups, ", ", c.mamba2.state_size, ", ",
+                       c.mixer_options().chunk, ", ", ScriptFloat(c.norm_eps), state);
+      if (c.whole_block_ff) absl::StrAppend(&code, FeedForwardLine(c, l));
+      return code;
+    }
   }
 }
 
-const char* KindHelpers(MixerKind kind) {
-  switch (kind) {
+// The helpers of the kinds `c`'s layers have.
+std::string KindHelpers(const LmConfig& c) {
+  std::string helpers;
+  switch (c.mixer) {
     case MixerKind::kRwkv7:
-      return kRwkv7Helpers;
+      helpers = kRwkv7Helpers;
+      break;
     case MixerKind::kRwkv4:
-      return kRwkv4Helpers;
+      helpers = kRwkv4Helpers;
+      break;
+    case MixerKind::kMamba2:
+      helpers = kMamba2Helpers;
+      break;
     default:
-      return kMamba2Helpers;
+      break;
   }
+  const bool mixer_blocks = c.mixer == MixerKind::kShortConv || c.has_attention();
+  return mixer_blocks ? absl::StrCat(helpers, kMixerBlockHelpers) : helpers;
+}
+
+std::string FinalNormAndHead(const LmConfig& c) {
+  const std::string head = c.tie_embeddings ? "self.embedding_weight" : "self.head_weight";
+  const std::string final_norm =
+      c.norm == NormKind::kRmsNorm
+          ? absl::StrCat("    h = self._rmsnorm(h, self.final_norm_gain, ", ScriptFloat(c.norm_eps),
+                         ")\n")
+          : "    h = self._layernorm(h, self.final_norm_gain, self.final_norm_bias)\n";
+  return absl::StrCat(final_norm,
+                      "    state[0].add_(tokens.size(1))\n"
+                      "    return self._rows(h, ",
+                      head, ")\n");
 }
 
 }  // namespace
 
-std::string WholeBlockTorchScriptMethods(const LmConfig& c) {
+std::string ScriptFloat(double value) {
+  std::string text = absl::StrFormat("%.17g", value);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+bool HasBlockTorchScriptMethods(const LmConfig& c) {
+  return IsWholeBlock(c.mixer) || c.mixer == MixerKind::kShortConv || c.has_attention();
+}
+
+bool BlockTorchScriptMethodsCover(const LmConfig& c) {
+  const bool mixer_blocks = c.mixer == MixerKind::kShortConv || c.has_attention();
+  if (mixer_blocks || c.whole_block_ff) {
+    return c.norm == NormKind::kRmsNorm && c.positions == PositionKind::kNone;
+  }
+  return c.norm == NormKind::kRmsNorm || c.norm_eps == 1e-5;
+}
+
+std::string BlockTorchScriptMethods(const LmConfig& c) {
   std::vector<std::string> init = {"torch.zeros([batch], device=device).long()"};
   std::string blocks;
   for (int64_t l = 0; l < c.layers; ++l) {
     const int64_t at = static_cast<int64_t>(init.size());
-    for (std::string& tensor : LayerStateInit(c)) init.push_back(std::move(tensor));
+    for (std::string& tensor : LayerStateInit(c, l)) init.push_back(std::move(tensor));
     absl::StrAppend(&blocks, BlockCall(c, l, at));
   }
-  const std::string head = c.tie_embeddings ? "self.embedding_weight" : "self.head_weight";
-  const std::string final_norm =
-      c.norm == NormKind::kRmsNorm
-          ? "    h = self._rmsnorm(h, self.final_norm_gain)\n"
-          : "    h = self._layernorm(h, self.final_norm_gain, self.final_norm_bias)\n";
   return absl::StrCat(
-      kBlockHelpers, KindHelpers(c.mixer),
+      kBlockHelpers, KindHelpers(c),
       "\ndef init_state(self, batch: int) -> List[Tensor]:\n"
       "    device = self.embedding_weight.device\n"
       "    return [",
@@ -348,12 +504,9 @@ std::string WholeBlockTorchScriptMethods(const LmConfig& c) {
       "\ndef _block_layers(self, tokens: Tensor, state: List[Tensor]) -> Tensor:\n"
       "    empty = torch.empty([0], device=tokens.device)\n"
       "    v_first = empty\n"
+      "    length = state[0]\n"
       "    h = torch.embedding(self.embedding_weight, tokens)\n",
-      blocks, final_norm,
-      "    state[0].add_(tokens.size(1))\n"
-      "    return self._rows(h, ",
-      head,
-      ")\n"
+      blocks, FinalNormAndHead(c),
       "\ndef prefill(self, tokens: Tensor, state: List[Tensor]) -> Tuple[Tensor, List[Tensor]]:\n"
       "    length = state[0]\n"
       "    assert tokens.size(0) == 0 or bool((length == length[0]).all()), "

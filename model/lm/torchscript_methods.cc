@@ -18,10 +18,11 @@ namespace {
 // Helpers every package carries, whatever its kinds: norms, feed-forward,
 // positions and each mixer family's prefill and step. Each takes its weights
 // as arguments, so the generated methods below only wire layers together.
-// Constants that are equations' (norm eps 1e-5, log 10000) are literals.
+// Constants that are equations' (LayerNorm's and ScaleNorm's eps 1e-5, log
+// 10000) are literals; RMSNorm takes the model's eps.
 constexpr char kHelpers[] = R"TS(
-def _rmsnorm(self, x: Tensor, gain: Tensor) -> Tensor:
-    return gain * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-05)
+def _rmsnorm(self, x: Tensor, gain: Tensor, eps: float) -> Tensor:
+    return gain * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 def _scalenorm(self, x: Tensor, gain: Tensor) -> Tensor:
     return gain * x / torch.clamp_min(torch.norm(x, 2, [-1], True), 1e-05)
@@ -404,7 +405,7 @@ std::string NormCall(const LmConfig& c, const std::string& prefix, const std::st
   const std::string gain = "self." + ScriptTensorName(prefix + ".gain");
   switch (c.norm) {
     case NormKind::kRmsNorm:
-      return absl::StrCat("self._rmsnorm(", x, ", ", gain, ")");
+      return absl::StrCat("self._rmsnorm(", x, ", ", gain, ", ", ScriptFloat(c.norm_eps), ")");
     case NormKind::kScaleNorm:
       return absl::StrCat("self._scalenorm(", x, ", ", gain, ")");
     case NormKind::kLayerNorm:
@@ -520,7 +521,7 @@ std::string PositionLimit(const LmConfig& c, const std::string& end, const std::
 }
 
 std::string GeneratedMethods(const LmConfig& c) {
-  if (IsWholeBlock(c.mixer)) return WholeBlockTorchScriptMethods(c);
+  if (HasBlockTorchScriptMethods(c)) return BlockTorchScriptMethods(c);
   std::vector<std::string> init;
   init.push_back("torch.zeros([batch], device=device).long()");
   for (int64_t l = 0; l < c.layers; ++l) {
@@ -567,9 +568,10 @@ std::string GeneratedMethods(const LmConfig& c) {
 }  // namespace
 
 bool HasTorchScriptMethods(const LmConfig& config) {
-  return config.mixer != MixerKind::kRelative && config.mixer != MixerKind::kShortConv &&
-         !config.has_attention() && !config.whole_block_ff && config.moe.experts == 0 &&
-         config.ff == FeedForwardKind::kGelu && config.norm_eps == 1e-5;
+  if (config.mixer == MixerKind::kRelative || config.moe.experts > 0) return false;
+  if (HasBlockTorchScriptMethods(config)) return BlockTorchScriptMethodsCover(config);
+  return config.ff == FeedForwardKind::kGelu &&
+         (config.norm_eps == 1e-5 || config.norm == NormKind::kRmsNorm);
 }
 
 std::string ScriptTensorName(const std::string& name) {

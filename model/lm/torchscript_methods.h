@@ -41,11 +41,11 @@ struct Module;
 
 namespace attn {
 
-// Whether the methods cover a model of `config`: every kind but relative,
-// whose segment memory has no TorchScript form yet, and none of the hybrid
-// family (short-conv, gqa, a SwiGLU feed-forward, whole_block_ff, a norm
-// eps other than 1e-5), which are not written yet. Such packages hold weights only: the
-// native backend serves them.
+// Whether the methods cover a model of `config`: every kind and hybrid
+// (LFM2's short-conv and gqa layers, Granite 4.0-H's Mamba-2 blocks with
+// their feed-forwards and gqa layers) but relative, whose segment memory
+// has no TorchScript form yet, and mixtures of experts. Such packages hold
+// weights only: the native backend serves them.
 bool HasTorchScriptMethods(const LmConfig& config);
 
 // The buffer name of the model tensor `name` ("layers.0.ff.up.weight").

@@ -8,10 +8,12 @@
 # head stored twice, a padded vocabulary) and a sharded RWKV-4 one
 # (rescale_every 2), and LFM2 and Granite 4.0-H hybrids (bfloat16 tied;
 # float32 untied and sharded; Granite without positions and with rotary
-# ones, and with a mixture of experts) into packages; each package's forward, run by PyTorch alone, equals
-# a float64 implementation of the model on the checkpoint (the hybrids'
-# packages carry weights only: the server's Score and greedy tokens stand
-# for it); the hybrids' states are cached and resume on another server,
+# ones, and with a mixture of experts) into packages; each package's
+# forward, run by PyTorch alone, equals a float64 implementation of the
+# model on the checkpoint (the package with experts carries weights only:
+# the server's Score and greedy tokens stand for it), and the TorchScript
+# backend serves the Mamba-2, LFM2 and Granite packages to the native
+# backend's greedy tokens; the hybrids' states are cached and resume on another server,
 # through the client and through Redis, within --max_exported_state_bytes;
 # the real server tokenizes as the package's tokenizer.json does, streams
 # the float64 model's greedy tokens, and its streamed logprobs equal
@@ -137,7 +139,7 @@ spec = importlib.util.spec_from_file_location("hc", sys.argv[1])
 hc = importlib.util.module_from_spec(spec); spec.loader.exec_module(hc)
 work = sys.argv[2]
 tokens = [5, 257, 17, 299, 42, 0, 3, 260, 1, 2, 99, 150, 271, 276, 511, 40, 41, 42]
-for name in ("mamba2", "mamba2-ssm", "rwkv4"):
+for name in ("mamba2", "mamba2-ssm", "rwkv4", "lfm2", "lfm2-untied", "granite", "granite-untied"):
     module = torch.jit.load(f"{work}/{name}.pt")
     got = module.forward(torch.tensor([tokens])).double().numpy()[0]
     want = hc.reference_logits(f"{work}/{name}", tokens)
@@ -319,19 +321,27 @@ print(f"   another replica reuses {b['usage']['cached_tokens']} tokens from Redi
       f"without it; a state past the bound is neither stored nor returned (INVALID_ARGUMENT)")
 PY
 
-echo "== the TorchScript backend serves the same package to the same greedy tokens"
-"${ctl[@]}" generate --model=mamba2 --ids=5,257,17 --max_tokens=12 --temperature=0 --ignore_eos \
-  --json > "$work/native.json"
+echo "== the TorchScript backend serves the same packages to the same greedy tokens"
+ts_models=(mamba2 lfm2 granite-untied)
+for name in "${ts_models[@]}"; do
+  "${ctl[@]}" generate --model="$name" --ids=5,257,17 --max_tokens=12 --temperature=0 \
+    --ignore_eos --json > "$work/native_$name.json"
+done
 kill_servers
 wait "$server_pid" 2> /dev/null || true
-start_server "$work/server_ts.log" --models="$work/mamba2.pt" --backend=torchscript --metrics_port=-1
+start_server "$work/server_ts.log" --backend=torchscript --metrics_port=-1 \
+  --models="$work/mamba2.pt,$work/lfm2.pt,$work/granite-untied.pt"
 ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
-"${ctl[@]}" generate --model=mamba2 --ids=5,257,17 --max_tokens=12 --temperature=0 --ignore_eos \
-  --json > "$work/scripted.json"
-$py - "$work/native.json" "$work/scripted.json" <<'PY' || fail "TorchScript backend"
+for name in "${ts_models[@]}"; do
+  "${ctl[@]}" generate --model="$name" --ids=5,257,17 --max_tokens=12 --temperature=0 \
+    --ignore_eos --json > "$work/scripted_$name.json"
+done
+$py - "$work" "${ts_models[@]}" <<'PY' || fail "TorchScript backend"
 import json, sys
-native, scripted = (json.load(open(p)) for p in sys.argv[1:])
-assert native["token_ids"] == scripted["token_ids"], (native, scripted)
-print("   12 greedy tokens, the same on both backends")
+work = sys.argv[1]
+for name in sys.argv[2:]:
+    native, scripted = (json.load(open(f"{work}/{side}_{name}.json")) for side in ("native", "scripted"))
+    assert native["token_ids"] == scripted["token_ids"], (name, native, scripted)
+    print(f"   {name}: 12 greedy tokens, the same on both backends")
 PY
 echo "PASS"
