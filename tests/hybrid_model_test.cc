@@ -70,7 +70,7 @@ torch::Tensor ChunksThenSteps(CausalLm& model, const torch::Tensor& tokens, int6
   return torch::cat(out, 1);
 }
 
-TEST(HybridModelTest, ConfigRoundTripsAndHasTorchScriptMethodsBarExperts) {
+TEST(HybridModelTest, ConfigRoundTripsAndHasTorchScriptMethods) {
   const LmConfig c = GraniteShaped();
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
   absl::StatusOr<LmConfig> back = LmConfig::FromJson(c.ToJson());
@@ -79,11 +79,8 @@ TEST(HybridModelTest, ConfigRoundTripsAndHasTorchScriptMethodsBarExperts) {
   EXPECT_TRUE(back->whole_block_ff);
   EXPECT_FALSE(back->rope);
   EXPECT_EQ(back->attention_heads, 2);
-  // tests/torchscript_export_test.cc runs them; experts have none yet.
+  // tests/torchscript_export_test.cc runs them.
   EXPECT_TRUE(HasTorchScriptMethods(c));
-  LmConfig experts = c;
-  experts.moe = {4, 2, 16};
-  EXPECT_FALSE(HasTorchScriptMethods(experts));
   LmConfig rwkv = c;
   rwkv.mixer = MixerKind::kRwkv4;
   rwkv.norm = NormKind::kLayerNorm;

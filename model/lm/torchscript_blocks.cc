@@ -155,6 +155,21 @@ constexpr char kMixerBlockHelpers[] = R"TS(
 def _swiglu(self, x: Tensor, gate_w: Tensor, up_w: Tensor, down_w: Tensor) -> Tensor:
     return self._rows(torch.silu(self._rows(x, gate_w)) * self._rows(x, up_w), down_w)
 
+def _experts(self, x: Tensor, router_w: Tensor, gates: List[Tensor], ups: List[Tensor],
+             downs: List[Tensor], top_k: int) -> Tensor:
+    rows = x.reshape(-1, x.size(-1))
+    top, chosen = torch.topk(self._dense(rows, router_w, None), top_k, 1)
+    weights = torch.softmax(top, 1)
+    out = torch.zeros_like(rows)
+    for e in range(len(gates)):
+        picks = (chosen == e).reshape(-1).nonzero().squeeze(1)
+        if picks.numel() > 0:
+            row_ids = torch.div(picks, top_k, rounding_mode="floor")
+            served = rows.index_select(0, row_ids).unsqueeze(0)
+            y = self._swiglu(served, gates[e], ups[e], downs[e]).squeeze(0)
+            out.index_add_(0, row_ids, y * weights.reshape(-1, 1).index_select(0, picks))
+    return out.view(x.size())
+
 def _short_conv(self, x: Tensor, in_w: Tensor, conv_w: Tensor, out_w: Tensor,
                 state: List[Tensor], at: int) -> Tensor:
     d, time, width = x.size(2), x.size(1), conv_w.size(2)
@@ -375,17 +390,31 @@ std::vector<std::string> LayerStateInit(const LmConfig& c, int64_t layer) {
 
 // h + FF(Norm(h)), the second half of a mixer block and of a Mamba-2 block
 // with whole_block_ff.
+// + MoE(Norm(h)) where the model has experts beside the feed-forward.
 std::string FeedForwardLine(const LmConfig& c, int64_t l) {
-  const std::string normed = absl::StrCat("self._rmsnorm(h, ", LayerParam(l, "ff_norm.gain"), ", ",
-                                          ScriptFloat(c.norm_eps), ")");
+  std::string code = absl::StrCat("    n = self._rmsnorm(h, ", LayerParam(l, "ff_norm.gain"), ", ",
+                                  ScriptFloat(c.norm_eps), ")\n");
   if (c.ff == FeedForwardKind::kSwiGlu) {
-    return absl::StrCat("    h = h + self._swiglu(", normed, ", ", LayerParam(l, "ff.gate.weight"),
-                        ", ", LayerParam(l, "ff.up.weight"), ", ", LayerParam(l, "ff.down.weight"),
-                        ")\n");
+    absl::StrAppend(&code, "    h = h + self._swiglu(n, ", LayerParam(l, "ff.gate.weight"), ", ",
+                    LayerParam(l, "ff.up.weight"), ", ", LayerParam(l, "ff.down.weight"), ")");
+  } else {
+    absl::StrAppend(&code, "    h = h + self._feed_forward(n, ", LayerParam(l, "ff.up.weight"),
+                    ", ", LayerParam(l, "ff.up.bias"), ", ", LayerParam(l, "ff.down.weight"), ", ",
+                    LayerParam(l, "ff.down.bias"), ")");
   }
-  return absl::StrCat("    h = h + self._feed_forward(", normed, ", ",
-                      LayerParam(l, "ff.up.weight"), ", ", LayerParam(l, "ff.up.bias"), ", ",
-                      LayerParam(l, "ff.down.weight"), ", ", LayerParam(l, "ff.down.bias"), ")\n");
+  if (c.moe.experts > 0) {
+    std::vector<std::string> gates, ups, downs;
+    for (int64_t e = 0; e < c.moe.experts; ++e) {
+      const std::string expert = absl::StrCat("moe.experts.", e, ".");
+      gates.push_back(LayerParam(l, expert + "gate.weight"));
+      ups.push_back(LayerParam(l, expert + "up.weight"));
+      downs.push_back(LayerParam(l, expert + "down.weight"));
+    }
+    absl::StrAppend(&code, " + self._experts(n, ", LayerParam(l, "moe.router.weight"), ", [",
+                    absl::StrJoin(gates, ", "), "], [", absl::StrJoin(ups, ", "), "], [",
+                    absl::StrJoin(downs, ", "), "], ", c.moe.top_k, ")");
+  }
+  return code + "\n";
 }
 
 // A short-conv or gqa layer: norm, mixer, residual, then the feed-forward.

@@ -1,7 +1,8 @@
 // The TorchScript methods of a package whose layers are whole blocks
 // (rwkv7, rwkv4, mamba2) or of a hybrid whose layers differ in kind (LFM2:
 // short-conv and gqa layers; Granite 4.0-H: Mamba-2 blocks, each with a
-// feed-forward after it, and gqa layers; also a model of gqa layers only).
+// feed-forward and optionally top-k experts after it, and gqa layers; also
+// a model of gqa layers only).
 // model/lm/torchscript_methods.h gives the contract: init_state, prefill,
 // step and forward over the blocks of model/mixers/rwkv7.h, rwkv4.h,
 // mamba2.h, short_conv.h and grouped_attention.h, in torch operations only,

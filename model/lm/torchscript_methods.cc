@@ -568,7 +568,7 @@ std::string GeneratedMethods(const LmConfig& c) {
 }  // namespace
 
 bool HasTorchScriptMethods(const LmConfig& config) {
-  if (config.mixer == MixerKind::kRelative || config.moe.experts > 0) return false;
+  if (config.mixer == MixerKind::kRelative) return false;
   if (HasBlockTorchScriptMethods(config)) return BlockTorchScriptMethodsCover(config);
   return config.ff == FeedForwardKind::kGelu &&
          (config.norm_eps == 1e-5 || config.norm == NormKind::kRmsNorm);

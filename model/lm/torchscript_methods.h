@@ -43,9 +43,9 @@ namespace attn {
 
 // Whether the methods cover a model of `config`: every kind and hybrid
 // (LFM2's short-conv and gqa layers, Granite 4.0-H's Mamba-2 blocks with
-// their feed-forwards and gqa layers) but relative, whose segment memory
-// has no TorchScript form yet, and mixtures of experts. Such packages hold
-// weights only: the native backend serves them.
+// their feed-forwards and experts, and gqa layers) but relative, whose
+// segment memory has no TorchScript form yet. Such packages hold weights
+// only: the native backend serves them.
 bool HasTorchScriptMethods(const LmConfig& config);
 
 // The buffer name of the model tensor `name` ("layers.0.ff.up.weight").

@@ -10,8 +10,7 @@
 # float32 untied and sharded; Granite without positions and with rotary
 # ones, and with a mixture of experts) into packages; each package's
 # forward, run by PyTorch alone, equals a float64 implementation of the
-# model on the checkpoint (the package with experts carries weights only:
-# the server's Score and greedy tokens stand for it), and the TorchScript
+# model on the checkpoint, and the TorchScript
 # backend serves the Mamba-2, LFM2 and Granite packages to the native
 # backend's greedy tokens; the hybrids' states are cached and resume on another server,
 # through the client and through Redis, within --max_exported_state_bytes;
@@ -139,7 +138,8 @@ spec = importlib.util.spec_from_file_location("hc", sys.argv[1])
 hc = importlib.util.module_from_spec(spec); spec.loader.exec_module(hc)
 work = sys.argv[2]
 tokens = [5, 257, 17, 299, 42, 0, 3, 260, 1, 2, 99, 150, 271, 276, 511, 40, 41, 42]
-for name in ("mamba2", "mamba2-ssm", "rwkv4", "lfm2", "lfm2-untied", "granite", "granite-untied"):
+for name in ("mamba2", "mamba2-ssm", "rwkv4", "lfm2", "lfm2-untied", "granite", "granite-untied",
+             "granite-moe"):
     module = torch.jit.load(f"{work}/{name}.pt")
     got = module.forward(torch.tensor([tokens])).double().numpy()[0]
     want = hc.reference_logits(f"{work}/{name}", tokens)
