@@ -145,6 +145,8 @@ def _mamba2_chunked(self, xs: Tensor, bm: Tensor, cm: Tensor, dt: Tensor, a: Ten
 
 // The layers of a hybrid that are not whole blocks: norm, mixer, residual,
 // then norm, feed-forward, residual (MixerBlock in model/lm/block.cc).
+// _swiglu is feed_forward.h's swiglu over rows [B, T, d]; _experts
+// model/layers/mixture_of_experts.h's top-k mixture over any leading dims.
 // _short_conv is model/mixers/short_conv.h over x [B, T, d], continuing
 // state[at] (the last L - 1 gated inputs [B, L - 1, d]). _gqa is
 // model/mixers/grouped_attention.h over x [B, T, d] whose rows start at
@@ -388,9 +390,9 @@ std::vector<std::string> LayerStateInit(const LmConfig& c, int64_t layer) {
   }
 }
 
-// h + FF(Norm(h)), the second half of a mixer block and of a Mamba-2 block
+// h + FF(Norm(h)), plus MoE(Norm(h)) where the model has experts beside the
+// feed-forward: the second half of a mixer block and of a Mamba-2 block
 // with whole_block_ff.
-// + MoE(Norm(h)) where the model has experts beside the feed-forward.
 std::string FeedForwardLine(const LmConfig& c, int64_t l) {
   std::string code = absl::StrCat("    n = self._rmsnorm(h, ", LayerParam(l, "ff_norm.gain"), ", ",
                                   ScriptFloat(c.norm_eps), ")\n");
