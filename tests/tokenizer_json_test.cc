@@ -119,6 +119,18 @@ TEST(TokenizerJson, RefusalsNameTheComponent) {
   auto strip = TokenizerJson::Parse(t.dump());
   EXPECT_NE(strip.status().message().find("decoder.decoders[0]"), std::string::npos)
       << strip.status();
+  // Fields of the wrong type are refused by name, never thrown (a Strip's
+  // numbers as strings; prepend_scheme as a number, found by the fuzzer).
+  t["decoder"]["decoders"][0]["start"] = "1";
+  EXPECT_EQ(TokenizerJson::Parse(t.dump()).status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* part : {"pre_tokenizer", "decoder"}) {
+    Json metaspace = MetaspaceTokenizer(true);
+    metaspace[part]["prepend_scheme"] = 7;
+    auto scheme = TokenizerJson::Parse(metaspace.dump());
+    EXPECT_NE(scheme.status().message().find(std::string(part) + ".prepend_scheme"),
+              std::string::npos)
+        << scheme.status();
+  }
 }
 
 TEST(TokenizerJson, PackagesOfTheOlderKindNameLoad) {

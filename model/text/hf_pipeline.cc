@@ -58,6 +58,21 @@ absl::StatusOr<std::string> StringAt(const Json& object, const char* key, absl::
   return it->get<std::string>();
 }
 
+// Metaspace's prepend_scheme: always, first or never; older files say
+// add_prefix_space instead (`prefix`, read by the caller).
+absl::StatusOr<std::string> PrependScheme(const Json& object, bool prefix,
+                                          absl::string_view where) {
+  auto it = object.find("prepend_scheme");
+  if (it == object.end()) return std::string(prefix ? "always" : "never");
+  const std::string field = absl::StrCat(where, ".prepend_scheme");
+  if (!it->is_string()) return Invalid(field, "must be a string: always, first or never");
+  std::string scheme = it->get<std::string>();
+  if (scheme != "always" && scheme != "first" && scheme != "never") {
+    return Invalid(field, absl::StrCat("\"", scheme, "\" is not always, first or never"));
+  }
+  return scheme;
+}
+
 // Pieces of `text` as a Split with `pattern` makes them: each match is a
 // delimiter (or, inverted, each gap between matches), and `behavior` says
 // what becomes of delimiters.
@@ -370,14 +385,11 @@ absl::Status PreTokenizer::ParseOne(const Json& json, const std::string& where) 
     // Older files say add_prefix_space instead of prepend_scheme.
     absl::StatusOr<bool> prefix = BoolAt(json, "add_prefix_space", true, where);
     if (!prefix.ok()) return prefix.status();
-    const std::string scheme = json.value("prepend_scheme", *prefix ? "always" : "never");
-    if (scheme != "always" && scheme != "first" && scheme != "never") {
-      return Invalid(absl::StrCat(where, ".prepend_scheme"),
-                     absl::StrCat("\"", scheme, "\" is not always, first or never"));
-    }
-    step->prepend = scheme == "always"  ? Step::kAlways
-                    : scheme == "first" ? Step::kFirst
-                                        : Step::kNever;
+    absl::StatusOr<std::string> scheme = PrependScheme(json, *prefix, where);
+    if (!scheme.ok()) return scheme.status();
+    step->prepend = *scheme == "always"  ? Step::kAlways
+                    : *scheme == "first" ? Step::kFirst
+                                         : Step::kNever;
   } else if (type == "Digits") {
     step->kind = Step::kDigits;
     absl::StatusOr<bool> individual = BoolAt(json, "individual_digits", false, where);
@@ -462,8 +474,13 @@ absl::Status Decoder::Parse(const Json& json) {
     }
     if (type == "Strip") {
       // After Fuse the text is one piece: Strip takes spaces from its ends.
-      const bool leading_space = part.value("content", "") == " " && part.value("start", 0) == 1 &&
-                                 part.value("stop", 0) == 0;
+      // Compared as JSON values: a field of another type is simply unequal.
+      auto is = [&part](const char* key, const Json& want) {
+        auto it = part.find(key);
+        return it != part.end() && *it == want;
+      };
+      const bool leading_space = is("content", Json(" ")) && is("start", Json(1)) &&
+                                 (!part.contains("stop") || is("stop", Json(0)));
       if (!fused || !leading_space) {
         return Invalid(where, "only Strip of one leading space after Fuse is supported");
       }
@@ -495,7 +512,9 @@ absl::Status Decoder::ParseOne(const Json& json, const std::string& where) {
     replacements_.emplace_back(*replacement, " ");
     absl::StatusOr<bool> prefix = BoolAt(json, "add_prefix_space", true, where);
     if (!prefix.ok()) return prefix.status();
-    strips_leading_space_ = json.value("prepend_scheme", *prefix ? "always" : "never") != "never";
+    absl::StatusOr<std::string> scheme = PrependScheme(json, *prefix, where);
+    if (!scheme.ok()) return scheme.status();
+    strips_leading_space_ = *scheme != "never";
   } else {
     return Invalid(where, absl::StrCat("\"", type, "\" is not supported (ByteLevel, Metaspace, ",
                                        "or a Sequence of Replace, ByteFallback, Fuse, Strip)"));
