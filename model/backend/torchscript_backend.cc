@@ -4,8 +4,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/backend/guarded.h"
 #include "model/lm/checked_archive.h"
@@ -13,6 +15,7 @@
 #include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "util/memory.h"
 
 namespace attn {
 namespace {
@@ -105,6 +108,22 @@ bool Consecutive(const torch::Tensor& ids, int64_t* first) {
   }
   *first = ids.numel() > 0 ? p[0] : 0;
   return true;
+}
+
+// Whether `rows` rows of `row_bytes` fit in the memory left, counting the
+// `held` bytes of the rows they replace. init_state writes every byte at
+// once (a key/value cache max_context deep), so rows that do not fit would
+// bring the kernel's out-of-memory killer, not an allocation error.
+absl::Status RowsFitInMemory(int64_t rows, int64_t row_bytes, int64_t held) {
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  if (!available.has_value() || rows <= 0 || row_bytes <= 0) return absl::OkStatus();
+  const double need = static_cast<double>(rows) * static_cast<double>(row_bytes);
+  const double room = static_cast<double>(*available) + static_cast<double>(held);
+  if (need <= room) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%d state rows of %.1f MB each (init_state(1)) need %.2f GB, more than the %.2f GB of "
+      "memory available; serve fewer rows at once",
+      rows, row_bytes / 1e6, need / 1e9, room / 1e9));
 }
 
 }  // namespace
@@ -252,8 +271,14 @@ std::unique_ptr<LmBackend> TorchScriptBackend::ShareWeights() const {
 }
 
 absl::Status TorchScriptBackend::AllocateRows(int64_t rows) {
+  if (device_.is_cpu()) {
+    absl::Status fits = RowsFitInMemory(rows, row_bytes_, rows_ * row_bytes_);
+    if (!fits.ok()) return fits;
+  }
   return GuardedCall("allocating state rows", [&] {
     c10::InferenceMode inference;
+    pool_.clear();  // before the new rows: both at once may not fit
+    rows_ = 0;
     pool_ = StateList(module_->get_method("init_state")({rows}), "init_state");
     CheckState(pool_, "init_state", rows, {});
     rows_ = rows;

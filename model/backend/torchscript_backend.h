@@ -67,6 +67,8 @@ class TorchScriptBackend : public LmBackend {
   // A row's bytes whatever the context: the pool holds init_state's shapes.
   int64_t state_bytes_per_sequence(int64_t /*context*/) const override { return row_bytes_; }
 
+  // On the CPU, rows whose init_state bytes exceed the memory available
+  // (util/memory.h) are RESOURCE_EXHAUSTED before anything is allocated.
   absl::Status AllocateRows(int64_t rows) override;
   int64_t rows() const override { return rows_; }
   int64_t bytes_per_row() const override { return row_bytes_; }

@@ -357,6 +357,11 @@ std::string LayerParam(int64_t layer, const std::string& name) {
 
 bool IsMixerBlock(const LmConfig& c, int64_t layer) { return !IsWholeBlock(c.layer_mixer(layer)); }
 
+// Whether some layer is a mixer block (norm, mixer, residual, norm, feed-forward, residual).
+bool HasMixerBlocks(const LmConfig& c) {
+  return c.mixer == MixerKind::kShortConv || c.has_attention();
+}
+
 int64_t KvHeads(const LmConfig& c) { return c.kv_heads > 0 ? c.kv_heads : c.gqa_heads(); }
 
 // Layer `layer`'s state tensors, as init_state creates them.
@@ -480,8 +485,7 @@ std::string KindHelpers(const LmConfig& c) {
     default:
       break;
   }
-  const bool mixer_blocks = c.mixer == MixerKind::kShortConv || c.has_attention();
-  return mixer_blocks ? absl::StrCat(helpers, kMixerBlockHelpers) : helpers;
+  return HasMixerBlocks(c) ? absl::StrCat(helpers, kMixerBlockHelpers) : helpers;
 }
 
 std::string FinalNormAndHead(const LmConfig& c) {
@@ -506,12 +510,11 @@ std::string ScriptFloat(double value) {
 }
 
 bool HasBlockTorchScriptMethods(const LmConfig& c) {
-  return IsWholeBlock(c.mixer) || c.mixer == MixerKind::kShortConv || c.has_attention();
+  return IsWholeBlock(c.mixer) || HasMixerBlocks(c);
 }
 
 bool BlockTorchScriptMethodsCover(const LmConfig& c) {
-  const bool mixer_blocks = c.mixer == MixerKind::kShortConv || c.has_attention();
-  if (mixer_blocks || c.whole_block_ff) {
+  if (HasMixerBlocks(c) || c.whole_block_ff) {
     return c.norm == NormKind::kRmsNorm && c.positions == PositionKind::kNone;
   }
   return c.norm == NormKind::kRmsNorm || c.norm_eps == 1e-5;

@@ -59,11 +59,12 @@ absl::StatusOr<std::string> StringAt(const Json& object, const char* key, absl::
 }
 
 // Metaspace's prepend_scheme: always, first or never; older files say
-// add_prefix_space instead (`prefix`, read by the caller).
-absl::StatusOr<std::string> PrependScheme(const Json& object, bool prefix,
-                                          absl::string_view where) {
+// add_prefix_space instead (a boolean, true when absent).
+absl::StatusOr<std::string> PrependScheme(const Json& object, absl::string_view where) {
+  absl::StatusOr<bool> prefix = BoolAt(object, "add_prefix_space", true, where);
+  if (!prefix.ok()) return prefix.status();
   auto it = object.find("prepend_scheme");
-  if (it == object.end()) return std::string(prefix ? "always" : "never");
+  if (it == object.end()) return std::string(*prefix ? "always" : "never");
   const std::string field = absl::StrCat(where, ".prepend_scheme");
   if (!it->is_string()) return Invalid(field, "must be a string: always, first or never");
   std::string scheme = it->get<std::string>();
@@ -382,10 +383,7 @@ absl::Status PreTokenizer::ParseOne(const Json& json, const std::string& where) 
       if (!compiled.ok()) return compiled.status();
       step->pattern = *std::move(compiled);  // splits before each replacement
     }
-    // Older files say add_prefix_space instead of prepend_scheme.
-    absl::StatusOr<bool> prefix = BoolAt(json, "add_prefix_space", true, where);
-    if (!prefix.ok()) return prefix.status();
-    absl::StatusOr<std::string> scheme = PrependScheme(json, *prefix, where);
+    absl::StatusOr<std::string> scheme = PrependScheme(json, where);
     if (!scheme.ok()) return scheme.status();
     step->prepend = *scheme == "always"  ? Step::kAlways
                     : *scheme == "first" ? Step::kFirst
@@ -510,9 +508,7 @@ absl::Status Decoder::ParseOne(const Json& json, const std::string& where) {
     absl::StatusOr<std::string> replacement = StringAt(json, "replacement", where);
     if (!replacement.ok()) return replacement.status();
     replacements_.emplace_back(*replacement, " ");
-    absl::StatusOr<bool> prefix = BoolAt(json, "add_prefix_space", true, where);
-    if (!prefix.ok()) return prefix.status();
-    absl::StatusOr<std::string> scheme = PrependScheme(json, *prefix, where);
+    absl::StatusOr<std::string> scheme = PrependScheme(json, where);
     if (!scheme.ok()) return scheme.status();
     strips_leading_space_ = *scheme != "never";
   } else {

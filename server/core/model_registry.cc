@@ -317,7 +317,8 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   EngineOptions engine_options = options.engine;
   // Rows now, so that a model whose state does not fit fails the start-up.
   if (absl::Status rows = loaded->backend->AllocateRows(engine_options.max_active); !rows.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(path, ": ", rows.message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": --max_active=", engine_options.max_active, ": ", rows.message()));
   }
   auto hosted = std::make_unique<HostedModel>();
   if (auto files = options.initial_states.find(name); files != options.initial_states.end()) {

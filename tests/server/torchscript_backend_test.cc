@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -24,6 +25,7 @@
 #include "tests/tiny_model.h"
 #include "util/files.h"
 #include "util/hash64.h"
+#include "util/memory.h"
 
 namespace attn::serving {
 namespace {
@@ -41,7 +43,8 @@ void RunCommand(const std::string& command) {
 }
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const std::vector<std::string>& paths,
-                                                       const std::string& backend = "auto") {
+                                                       const std::string& backend = "auto",
+                                                       int64_t max_active = 32) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
@@ -49,7 +52,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const std::vector<std::st
   options.metrics_port = 0;
   options.registry.paths = paths;
   options.registry.default_model = "";
-  options.registry.engine.max_active = 32;
+  options.registry.engine.max_active = max_active;
   options.shutdown_grace = absl::Seconds(10);
   if (absl::Status parsed = ParseBackendFlag(backend, &options.registry); !parsed.ok()) {
     return parsed;
@@ -251,6 +254,31 @@ TEST_F(TorchScriptBackendTest, ContractViolationsAreStartupErrorsNamingTheProble
     EXPECT_TRUE(absl::StrContains(server.status().message(), message)) << server.status();
     EXPECT_TRUE(absl::StrContains(server.status().message(), file)) << server.status();
   }
+}
+
+// init_state writes all its rows at once, so rows that cannot fit in memory
+// are refused up front (RESOURCE_EXHAUSTED naming --max_active) instead of
+// the allocation filling memory; the backend then takes rows that fit.
+TEST_F(TorchScriptBackendTest, RowsBeyondTheMemoryAvailableAreRefusedByName) {
+  auto backend = TorchScriptBackend::Load(Path("rwkv.pt"), torch::kCPU);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  ASSERT_TRUE(available.has_value());
+  ASSERT_GT((*backend)->bytes_per_row(), 0);
+  const int64_t too_many = 2 * (*available / (*backend)->bytes_per_row()) + 1;
+  absl::Status refused = (*backend)->AllocateRows(too_many);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "serve fewer rows")) << refused;
+  ASSERT_TRUE((*backend)->AllocateRows(2).ok());
+  ASSERT_TRUE((*backend)->ResetRow(1).ok());
+  EXPECT_TRUE((*backend)->Step(torch::tensor({int64_t{3}}), torch::tensor({int64_t{1}})).ok());
+
+  auto server = Start({Path("rwkv.pt")}, "auto", too_many);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kResourceExhausted) << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(), absl::StrCat("--max_active=", too_many)))
+      << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "rwkv.pt")) << server.status();
 }
 
 // A model written by PyTorch passes the zip check (the suite's server
