@@ -6,6 +6,7 @@
 
 #include "model/backend/native_backend.h"
 #include "model/backend/row_pool.h"
+#include "model/mixers/state_pool.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -244,6 +245,45 @@ TEST(RowPool, HandsOutEveryRowOnceThenRefuses) {
   EXPECT_EQ(pool.Release(*a).code(), absl::StatusCode::kInvalidArgument);  // twice
   EXPECT_EQ(pool.Release(7).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(pool.Acquire().ok());
+}
+
+// The most recently returned row keeps its memory until another row is
+// returned (row_pool.h); the next sequence takes it first, reset, and runs
+// as on a fresh row although its old keys are still in the pages.
+TEST(RowPool, TheLastReturnedRowKeepsItsMemoryUntilAnotherIsReturned) {
+  torch::NoGradGuard no_grad;
+  LmConfig config = TinyConfig(MixerKind::kMha);
+  config.max_context = 4096;
+  NativeBackend backend{CausalLm(config)};
+  NativeBackend fresh(backend.model());  // the same weights, rows of its own
+  ASSERT_TRUE(backend.AllocateRows(4).ok() && fresh.AllocateRows(1).ok());
+  RowPool pool(backend);
+  const torch::Tensor keys = backend.state().layers[0].tensors[0];
+  torch::manual_seed(4);
+  const auto prompt = torch::randint(0, config.vocab_size, {1, 300}, torch::kLong);
+  auto a = pool.Acquire(), b = pool.Acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int64_t row : {*a, *b}) {
+    ASSERT_TRUE(backend.Prefill(prompt, torch::tensor({row}), PrefillLogits::kNone).ok());
+  }
+  const int64_t both = ResidentBytes(keys);
+  ASSERT_GT(both, 0);
+  ASSERT_TRUE(pool.Release(*a).ok());
+  EXPECT_EQ(ResidentBytes(keys), both) << "the last returned row keeps its pages";
+  ASSERT_TRUE(pool.Release(*b).ok());
+  const int64_t one = ResidentBytes(keys);
+  EXPECT_GT(one, 0);
+  EXPECT_LE(one, both / 2 + 2 * 4096) << "the row returned before it gave its pages back";
+
+  auto c = pool.Acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, *b) << "the row still mapped is taken first";
+  EXPECT_EQ(backend.state().layers[0].length[*c].item<int64_t>(), 0) << "and reset";
+  const auto other = torch::randint(0, config.vocab_size, {1, 40}, torch::kLong);
+  auto got = backend.Prefill(other, torch::tensor({*c}), PrefillLogits::kAll);
+  auto expected = fresh.Prefill(other, torch::tensor({int64_t{0}}), PrefillLogits::kAll);
+  ASSERT_TRUE(got.ok() && expected.ok());
+  EXPECT_LT(MaxAbsDiff(*got, *expected), kLmTolerance);
 }
 
 TEST(CausalLm, ReportsStateSizeByKind) {

@@ -17,6 +17,7 @@ absl::StatusOr<int64_t> RowPool::Acquire() {
   const int64_t row = free_.back();
   if (absl::Status reset = backend_.ResetRow(row); !reset.ok()) return reset;
   free_.pop_back();
+  if (row == unreleased_) unreleased_ = -1;  // reset: nothing left to release
   in_use_[row] = true;
   ++in_use_count_;
   return row;
@@ -29,7 +30,9 @@ absl::Status RowPool::Release(int64_t row) {
   in_use_[row] = false;
   --in_use_count_;
   free_.push_back(row);
-  return backend_.ReleaseRow(row);
+  const int64_t previous = unreleased_;
+  unreleased_ = row;
+  return previous >= 0 ? backend_.ReleaseRow(previous) : absl::OkStatus();
 }
 
 }  // namespace attn
