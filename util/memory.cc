@@ -1,24 +1,19 @@
 #include "util/memory.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "util/files.h"
 
 namespace attn {
 namespace {
 
-std::string ReadWhole(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// The file's text, or "" when it cannot be read (no cgroup v2, no /proc).
+std::string ReadWhole(const char* path) { return ReadFileBytes(path).value_or(""); }
 
 std::optional<int64_t> Bytes(absl::string_view text) {
   int64_t value = 0;
