@@ -1,7 +1,8 @@
 // SaveRow and LoadRow (CausalLm, SequenceMixer, NativeBackend): a sequence
 // copied out of one row and into another, of another pool, continues
 // exactly as it would have, for every mixer kind; a copy that does not fit
-// is refused before anything is written.
+// is refused before anything is written; a row rolled back to a prefix of
+// a checked chunk holds what feeding only that prefix leaves.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -150,6 +151,80 @@ TEST_P(SavedRowTest, ASaveOntoAnEarlierCopyWritesOnlyWhatIsNew) {
   ASSERT_TRUE(third.ok()) << third.status();
   ExpectSameRow(*third, *backend.SaveRow(0));
   EXPECT_EQ(SharedTensors(*third, *first) > 0, grows);
+}
+
+// Every state tensor of rows `a` and `b` of `backend`, and the logits after
+// one more token, agree within rounding.
+void ExpectRowsAgree(NativeBackend& backend, int64_t a, int64_t b) {
+  absl::StatusOr<SavedRow> row_a = backend.SaveRow(a), row_b = backend.SaveRow(b);
+  ASSERT_TRUE(row_a.ok() && row_b.ok());
+  ASSERT_EQ(row_a->tensors.size(), row_b->tensors.size());
+  for (size_t i = 0; i < row_a->tensors.size(); ++i) {
+    ASSERT_EQ(row_a->tensors[i].sizes(), row_b->tensors[i].sizes()) << "tensor " << i;
+    if (row_a->tensors[i].numel() == 0) continue;
+    EXPECT_LE(MaxAbsDiff(row_a->tensors[i], row_b->tensors[i]), 1e-5) << "tensor " << i;
+  }
+  const torch::Tensor token = torch::tensor({int64_t{12}});
+  absl::StatusOr<torch::Tensor> after_a = backend.Step(token, torch::tensor({a}));
+  absl::StatusOr<torch::Tensor> after_b = backend.Step(token, torch::tensor({b}));
+  ASSERT_TRUE(after_a.ok() && after_b.ok());
+  EXPECT_LE(MaxAbsDiff(*after_a, *after_b), 1e-5);
+}
+
+// ReplayPrefix: the layers' recorded inputs for the first `kept` positions
+// of a chunk advance the state as a prefill of those tokens alone does.
+TEST_P(SavedRowTest, AReplayedPrefixEqualsFeedingItAlone) {
+  torch::NoGradGuard no_grad;
+  CausalLm model = testing::TinyModel(GetParam());
+  NativeBackend backend(model);
+  ASSERT_TRUE(backend.AllocateRows(2).ok());
+  const torch::Tensor row0 = torch::tensor({int64_t{0}});
+  const torch::Tensor row1 = torch::tensor({int64_t{1}});
+  ASSERT_TRUE(backend.Prefill(Ids(9, 0), row0, PrefillLogits::kNone).ok());
+  const torch::Tensor chunk = Ids(7, 50);
+  for (int64_t kept : {0, 1, 3, 7}) {
+    SCOPED_TRACE(kept);
+    absl::StatusOr<SavedRow> saved = backend.SaveRow(0);
+    ASSERT_TRUE(saved.ok());
+    ASSERT_TRUE(backend.LoadRow(1, *saved).ok());
+    PrefillRecord record;
+    const torch::Tensor checked =
+        model->prefill(chunk, backend.state(), row0, PrefillLogits::kAll, &record);
+    ASSERT_EQ(record.inputs.size(), static_cast<size_t>(model->config().layers));
+    ASSERT_TRUE(backend.LoadRow(0, *saved).ok());
+    model->ReplayPrefix(record, kept, backend.state());
+    if (kept > 0) model->prefill(chunk.narrow(1, 0, kept), backend.state(), row1);
+    ExpectRowsAgree(backend, 0, 1);
+  }
+  // Rows at other lengths than the recorded prefill's start are refused.
+  PrefillRecord record;
+  model->prefill(chunk, backend.state(), row0, PrefillLogits::kNone, &record);
+  EXPECT_THROW(model->ReplayPrefix(record, 2, backend.state()), c10::Error);
+}
+
+// The backend's rollback replays its last check when the kept tokens are a
+// prefix of it, and otherwise feeds them again: either way the row is what
+// plain feeding leaves.
+TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
+  torch::NoGradGuard no_grad;
+  NativeBackend backend(testing::TinyModel(GetParam()));
+  ASSERT_TRUE(backend.AllocateRows(2).ok());
+  ASSERT_TRUE(backend.Prefill(Ids(9, 0), torch::tensor({int64_t{0}}), PrefillLogits::kNone).ok());
+  const std::vector<int64_t> checked = {11, 4, 33, 6, 21, 17};
+  for (const std::vector<int64_t>& kept :
+       {std::vector<int64_t>{11, 4, 33}, std::vector<int64_t>{11, 5}, checked}) {
+    absl::StatusOr<SavedRow> saved = backend.SaveRow(0);
+    ASSERT_TRUE(saved.ok());
+    ASSERT_TRUE(backend.LoadRow(1, *saved).ok());
+    absl::StatusOr<torch::Tensor> logits = backend.PrefillForRollBack(0, checked);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    EXPECT_EQ(logits->size(1), static_cast<int64_t>(checked.size()));
+    ASSERT_TRUE(backend.RollBackRow(0, *saved, kept).ok());
+    ASSERT_TRUE(
+        backend.Prefill(RowTokens(kept, torch::kCPU), RowIds(1, torch::kCPU), PrefillLogits::kNone)
+            .ok());
+    ExpectRowsAgree(backend, 0, 1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, SavedRowTest, ::testing::ValuesIn(AllMixerKinds()),

@@ -5,7 +5,9 @@
 // this machine's speed drifts between runs. Where the TorchScript time goes:
 // the same step called on the module directly, without the backend's
 // gather and write-back of pool rows. Then a prefill of --prefill_tokens,
-// float32 against int8 and bf16 weights.
+// float32 against int8 and bf16 weights. With --check_tokens, a speculation
+// round's check of that many tokens and its rollbacks, by replaying the
+// layers' recorded inputs against feeding the kept tokens again.
 //
 //   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
 //
@@ -47,6 +49,10 @@ ABSL_FLAG(int64_t, prefill_tokens, 512,
           "Prompt length of the prefill comparison, float32 against int8 and bf16 weights (0: "
           "none).");
 ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
+ABSL_FLAG(int64_t, check_tokens, 0,
+          "With N > 0: a speculation round's check of N tokens in row 0 (PrefillForRollBack) and "
+          "its rollback to the first 1 and (N + 1) / 2 tokens, replayed (RollBackRow) against fed "
+          "again (LmBackend's default), timed per weight type.");
 
 namespace {
 
@@ -85,6 +91,38 @@ void Check(const absl::Status& status) {
     std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
     std::exit(1);
   }
+}
+
+// A check of `length` random tokens in row 0 of `backend` and the rollbacks
+// to `kept` tokens after it, replayed and fed again, timed in one
+// interleaved loop: "check X ms, to K: replay Y ms, fed again Z ms (Rx)".
+std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repeats) {
+  const torch::Tensor drawn = torch::randint(3, backend.vocab_size(), {length}, torch::kLong);
+  const std::vector<int64_t> tokens(drawn.data_ptr<int64_t>(), drawn.data_ptr<int64_t>() + length);
+  const absl::StatusOr<attn::SavedRow> saved = backend.SaveRow(0);
+  Check(saved.status());
+  std::vector<double> check_ms;
+  std::string line;
+  for (int64_t kept : {int64_t{1}, (length + 1) / 2}) {
+    const std::vector<int64_t> prefix(tokens.begin(), tokens.begin() + kept);
+    std::vector<double> replay_ms, refeed_ms;
+    // Each check starts where `saved` was taken, as a round's does.
+    for (int i = 0; i < repeats; ++i) {
+      Check(backend.LoadRow(0, *saved));
+      check_ms.push_back(
+          Milliseconds([&] { Check(backend.PrefillForRollBack(0, tokens).status()); }));
+      replay_ms.push_back(Milliseconds([&] { Check(backend.RollBackRow(0, *saved, prefix)); }));
+      Check(backend.LoadRow(0, *saved));
+      Check(backend.PrefillForRollBack(0, tokens).status());
+      refeed_ms.push_back(
+          Milliseconds([&] { Check(backend.LmBackend::RollBackRow(0, *saved, prefix)); }));
+    }
+    const double replay = Median(replay_ms), refeed = Median(refeed_ms);
+    absl::StrAppendFormat(&line, ", to %ld: replay %.3f ms, fed again %.3f ms (%.2fx)",
+                          static_cast<long>(kept), replay, refeed, refeed / replay);
+  }
+  return absl::StrFormat("check %ld tokens %.3f ms", static_cast<long>(length), Median(check_ms)) +
+         line;
 }
 
 }  // namespace
@@ -221,6 +259,16 @@ int main(int argc, char** argv) {
                 StepLine(f, q, h, 0, 0).c_str());
     prefill_json = absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
                                 ", \"native_int8_ms\": ", q, ", \"native_bf16_ms\": ", h, "}");
+  }
+  if (const int64_t length = absl::GetFlag(FLAGS_check_tokens); length > 0) {
+    std::vector<std::pair<const char*, attn::NativeBackend*>> timings;
+    if (timed("native")) timings.emplace_back("float32", &native);
+    if (native_int8 != nullptr) timings.emplace_back("int8", native_int8.get());
+    if (native_bf16 != nullptr) timings.emplace_back("bf16", native_bf16.get());
+    for (auto [name, backend] : timings) {
+      std::printf("%s: %s\n", name,
+                  TimeRollBacks(*backend, length, absl::GetFlag(FLAGS_prefill_repeats)).c_str());
+    }
   }
   std::printf("{\"model\": \"%s\", \"threads\": %d, \"context\": %ld, \"steps\": {%s}%s}\n",
               path.c_str(), threads, static_cast<long>(context), absl::StrJoin(json, ", ").c_str(),

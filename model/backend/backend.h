@@ -45,6 +45,11 @@ struct SavedRow {
   int64_t bytes() const;
 };
 
+// One row's tokens [1, C] and the row's id [1], on `device`: the arguments
+// of a one-row Prefill.
+torch::Tensor RowTokens(const std::vector<int64_t>& tokens, torch::Device device);
+torch::Tensor RowIds(int64_t row, torch::Device device);
+
 class LmBackend {
  public:
   virtual ~LmBackend() = default;
@@ -91,6 +96,23 @@ class LmBackend {
                                                 PrefillLogits logits) = 0;
   virtual absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                              const torch::Tensor& rows) = 0;
+
+  // Speculation (server/engine/speculation.cc) checks drafted tokens in one
+  // prefill and then keeps only those it accepted:
+  //
+  // PrefillForRollBack feeds `tokens` to row `row` and returns every
+  // position's logits [1, C, V], remembering what RollBackRow needs to keep
+  // a prefix of them. The default is Prefill.
+  virtual absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
+                                                           const std::vector<int64_t>& tokens);
+  // Makes `row` hold `saved`, a SaveRow(row) copy taken just before the
+  // last PrefillForRollBack, followed by `kept`, a prefix of the tokens it
+  // fed. The default loads `saved` and prefills `kept` again; NativeBackend
+  // replays the layers' recorded inputs instead (CausalLm::ReplayPrefix),
+  // and falls back to the default when `kept` is not a prefix of the last
+  // check of that row.
+  virtual absl::Status RollBackRow(int64_t row, const SavedRow& saved,
+                                   const std::vector<int64_t>& kept);
 
   // One sequence's state read from an initial-state file (RWKV-7's tuned
   // states, docs/rwkv7.md), ready for LoadRow. kFailedPrecondition for a

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "model/backend/guarded.h"
 #include "model/checkpoints/rwkv7_checkpoint.h"
@@ -21,16 +24,19 @@ std::unique_ptr<LmBackend> NativeBackend::ShareWeights() const {
 }
 
 absl::Status NativeBackend::AllocateRows(int64_t rows) {
+  check_.reset();
   return GuardedCall("allocating state rows",
                      [&] { state_ = model_->initial_state(rows, device_); });
 }
 
 absl::Status NativeBackend::ResetRow(int64_t row) {
+  if (check_.has_value() && check_->row == row) check_.reset();
   return GuardedCall("resetting a state row",
                      [&] { model_->ResetSlots(state_, torch::tensor({row}, torch::kLong)); });
 }
 
 absl::Status NativeBackend::ReleaseRow(int64_t row) {
+  if (check_.has_value() && check_->row == row) check_.reset();
   return GuardedCall("releasing a state row",
                      [&] { model_->ReleaseSlots(state_, torch::tensor({row}, torch::kLong)); });
 }
@@ -81,6 +87,31 @@ absl::StatusOr<torch::Tensor> NativeBackend::Prefill(const torch::Tensor& tokens
 absl::StatusOr<torch::Tensor> NativeBackend::Step(const torch::Tensor& tokens,
                                                   const torch::Tensor& rows) {
   return Guarded("decode step", [&] { return model_->step(tokens, rows, state_); });
+}
+
+absl::StatusOr<torch::Tensor> NativeBackend::PrefillForRollBack(
+    int64_t row, const std::vector<int64_t>& tokens) {
+  check_.reset();
+  return Guarded("prefill", [&] {
+    Check check{row, tokens, {}};
+    torch::Tensor logits = model_->prefill(RowTokens(tokens, device_), state_, RowIds(row, device_),
+                                           PrefillLogits::kAll, &check.record);
+    check_ = std::move(check);
+    return logits;
+  });
+}
+
+absl::Status NativeBackend::RollBackRow(int64_t row, const SavedRow& saved,
+                                        const std::vector<int64_t>& kept) {
+  const std::optional<Check> check = std::exchange(check_, std::nullopt);
+  if (!check.has_value() || check->row != row || kept.size() > check->tokens.size() ||
+      !std::equal(kept.begin(), kept.end(), check->tokens.begin())) {
+    return LmBackend::RollBackRow(row, saved, kept);
+  }
+  if (absl::Status loaded = LoadRow(row, saved); !loaded.ok()) return loaded;
+  return GuardedCall("rolling back a state row", [&] {
+    model_->ReplayPrefix(check->record, static_cast<int64_t>(kept.size()), state_);
+  });
 }
 
 absl::StatusOr<SavedRow> NativeBackend::ReadInitialState(const std::string& path) const {

@@ -2,6 +2,9 @@
 // LmState rows, the key/value cache that gives pages back.
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "model/backend/backend.h"
 
 namespace attn {
@@ -33,6 +36,10 @@ class NativeBackend : public LmBackend {
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                      const torch::Tensor& rows) override;
+  absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
+                                                   const std::vector<int64_t>& tokens) override;
+  absl::Status RollBackRow(int64_t row, const SavedRow& saved,
+                           const std::vector<int64_t>& kept) override;
   absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const override;
   // The modules are shared: forward passes keep no state in them, and the
   // weights' packed and int8 copies are looked up under a lock.
@@ -47,6 +54,14 @@ class NativeBackend : public LmBackend {
   CausalLm model_;
   torch::Device device_;
   LmState state_;
+  // The last PrefillForRollBack's row, tokens and layer inputs; RollBackRow
+  // uses it once.
+  struct Check {
+    int64_t row = -1;
+    std::vector<int64_t> tokens;
+    PrefillRecord record;
+  };
+  std::optional<Check> check_;
 };
 
 }  // namespace attn

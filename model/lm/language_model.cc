@@ -177,7 +177,8 @@ std::vector<torch::Tensor> CausalLmImpl::SaveRowInto(const LmState& state, int64
 }
 
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
-                                    const torch::Tensor& slots, PrefillLogits logits) {
+                                    const torch::Tensor& slots, PrefillLogits logits,
+                                    PrefillRecord* record) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
   CheckTokens(tokens);
   auto rows =
@@ -192,12 +193,34 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   const int64_t last_keep = logits == PrefillLogits::kAll    ? chunk
                             : logits == PrefillLogits::kLast ? 1
                                                              : 0;
+  if (record != nullptr) *record = PrefillRecord{rows, start, {}};
   LayerCarry carry;
   for (size_t l = 0; l < layers_.size(); ++l) {
+    if (record != nullptr) record->inputs.push_back(h);
     const int64_t keep = l + 1 == layers_.size() ? last_keep : chunk;
     h = layers_[l]->Prefill(h, state.layers[l], rows, keep, carry);
   }
   return last_keep == 0 ? torch::Tensor() : Head(h);
+}
+
+void CausalLmImpl::ReplayPrefix(const PrefillRecord& record, int64_t count, LmState& state) {
+  TORCH_CHECK(record.inputs.size() == layers_.size(), "ReplayPrefix: a record of ",
+              record.inputs.size(), " layers for a model of ", layers_.size());
+  const int64_t chunk = record.inputs.front().size(1);
+  TORCH_CHECK(count >= 0 && count <= chunk, "ReplayPrefix: ", count, " tokens of a chunk of ",
+              chunk);
+  const torch::Tensor lengths =
+      state.length().index_select(0, record.rows.to(state.length().device()));
+  TORCH_CHECK(torch::equal(lengths, record.start.to(lengths.device())),
+              "ReplayPrefix: the rows are not at the lengths the recorded prefill started from");
+  if (count == 0) return;
+  // Layer 0 computes the carry (RWKV-7's first values) for these positions
+  // again, as a prefill of them would.
+  LayerCarry carry;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l]->Prefill(record.inputs[l].narrow(1, 0, count), state.layers[l], record.rows, 0,
+                        carry);
+  }
 }
 
 torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tensor& slots,

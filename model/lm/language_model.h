@@ -53,6 +53,18 @@ namespace attn {
 // that one row. A 4-layer model skips about a fifth of a prefill's products.
 enum class PrefillLogits { kAll, kLast, kNone };
 
+// What one prefill fed each layer, kept when asked (prefill's `record`) so
+// that ReplayPrefix can later keep only a prefix of that chunk: the rows it
+// continued, their lengths before it, and each layer's input [B, C, d].
+// Causality makes a layer's input at a position independent of the
+// positions after it, so a prefix's inputs are what a prefill of the prefix
+// alone would have computed (up to rounding).
+struct PrefillRecord {
+  torch::Tensor rows;
+  torch::Tensor start;
+  std::vector<torch::Tensor> inputs;
+};
+
 // The recurrent state of N sequences: one MixerState per layer.
 struct LmState {
   std::vector<MixerState> layers;
@@ -72,9 +84,20 @@ class CausalLmImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens);
 
   LmState initial_state(int64_t rows, torch::Device device) const;
+  // With `record`, also what ReplayPrefix needs (references to tensors the
+  // prefill computes anyway: the layers do not write their inputs).
   torch::Tensor prefill(const torch::Tensor& tokens, LmState& state,
-                        const torch::Tensor& slots = {},
-                        PrefillLogits logits = PrefillLogits::kAll);
+                        const torch::Tensor& slots = {}, PrefillLogits logits = PrefillLogits::kAll,
+                        PrefillRecord* record = nullptr);
+  // Rows `record.rows` of `state`, back at the lengths the recorded prefill
+  // started from (LoadRow of a copy taken before it), continue by the first
+  // `count` tokens of that chunk, as prefill() of those tokens would leave
+  // them. Each layer runs its prefill on its recorded inputs and computes
+  // no outputs (keep 0), so the embedding, the head and the products only
+  // outputs need are skipped: speculation's rollback at a fraction of
+  // feeding the kept tokens again. Throws c10::Error when the rows are at
+  // other lengths or `count` exceeds the chunk.
+  void ReplayPrefix(const PrefillRecord& record, int64_t count, LmState& state);
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   // Resets rows `slots` to empty sequences.
   void ResetSlots(LmState& state, const torch::Tensor& slots) const;

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "model/layers/dense.h"
 
 namespace attn {
@@ -31,5 +33,7 @@ ShiftedTail ShiftTail(const torch::Tensor& b, const torch::Tensor& h, torch::Ten
   shift = b.select(1, time - 1);
   return tail;
 }
+
+int64_t OutputTail(int64_t time, int64_t keep) { return keep == 0 ? 1 : std::min(time, keep + 1); }
 
 }  // namespace attn

@@ -26,4 +26,12 @@ struct ShiftedTail {
 };
 ShiftedTail ShiftTail(const torch::Tensor& b, const torch::Tensor& h, torch::Tensor& shift);
 
+// The tokens at the end of a chunk of `time` whose time-mix outputs an RWKV
+// block computes when `keep` outputs are wanted: those, and the token
+// before them where the chunk has it (each token's channel mix needs the
+// one before); with keep 0 the last token alone, whose channel-mix input
+// is the shift the state keeps (the channel mix itself is then skipped: a
+// prompt's earlier chunks, speculation's rollback).
+int64_t OutputTail(int64_t time, int64_t keep);
+
 }  // namespace attn

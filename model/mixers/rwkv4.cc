@@ -111,10 +111,7 @@ torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t k
   const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model;
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
-  // Outputs for max(keep, 1) tokens plus the one before them when the chunk
-  // has it: the channel mix's shift needs the last token's b, and each
-  // token's channel mix the b before it (ShiftTail).
-  const int64_t tail = std::min(time, std::max<int64_t>(keep, 1) + 1);
+  const int64_t tail = OutputTail(time, keep);
   const auto previous = Shifted(a, rows[0]);
   const auto k = Project(Mix(previous, a, mix_k_), key_);
   const auto v = Project(Mix(previous, a, mix_v_), value_);
@@ -144,6 +141,10 @@ torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t k
     wkv = WkvByOps(k, v, rows[1], rows[2], rows[3], tail);
   }
   const torch::Tensor h = last(input) + Project(r * wkv, output_);
+  if (keep == 0) {
+    rows[4] = ln2_->forward(h).select(1, tail - 1).clone();
+    return h.narrow(1, 0, 0);
+  }
   torch::Tensor shift = tail == time ? rows[4] : torch::Tensor();
   const ShiftedTail mix = ShiftTail(ln2_->forward(h), h, shift);
   rows[4] = shift.clone();

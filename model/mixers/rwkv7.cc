@@ -311,17 +311,17 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   const int64_t time = x.size(1);
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
-  // Outputs for max(keep, 1) tokens, plus the token before them when the
-  // chunk has one: the channel mix's shift needs the last token's, and each
-  // token's channel mix needs the one before it.
-  const int64_t outputs = std::max<int64_t>(keep, 1);
-  const int64_t tail = std::min(time, outputs + 1);
+  const int64_t tail = OutputTail(time, keep);
   Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, rows.fused);
   rows.tensors[kAttShift] = a.select(1, time - 1).clone();
   const torch::Tensor y =
       rows.fused ? UpdateFused(m, rows, time) : OutputByOps(UpdateByOps(m, rows.tensors[kWkv]), m);
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   const torch::Tensor h = last(input) + Project(y * m.g, output_);
+  if (keep == 0) {
+    rows.tensors[kFfnShift] = ln2_->forward(h).select(1, tail - 1).clone();
+    return h.narrow(1, 0, 0);
+  }
   const bool whole_chunk = tail == time;
   torch::Tensor shift = whole_chunk ? rows.tensors[kFfnShift] : torch::Tensor();
   torch::Tensor out = ChannelMix(h, shift);

@@ -209,9 +209,6 @@ class Engine::Impl {
     one_row_step_seconds_ =
         one_row_step_seconds_ > 0 ? 0.9 * one_row_step_seconds_ + 0.1 * seconds : seconds;
   }
-  // Puts row `seq.slot` back to `saved` and feeds it `tokens`.
-  absl::Status RollBack(const Sequence& seq, const SavedRow& saved,
-                        const std::vector<int64_t>& tokens);
   // Pushes the last event (with usage for a success) and frees the slot.
   void End(Sequence& seq, StreamEvent last);
   void EndWithError(Sequence& seq, const absl::Status& status) {

@@ -5,7 +5,8 @@
 // plain decoding would have, while each chosen token equals the draft fed
 // after it. With e tokens emitted, the state must hold the next token and
 // the first e - 1 drafts: when e < k + 1 the row goes back to a copy taken
-// before the round and is fed those (a prefill that computes no logits).
+// before the round and takes those again (LmBackend::RollBackRow: the
+// native backend replays what the check fed each layer for them).
 // The copy is what limits this to states that stop growing with the
 // context (recurrent ones, windows).
 //
@@ -62,16 +63,6 @@ struct Chosen {
   SampledToken token;
   AcceptedToken accepted;
 };
-
-// Feeds `tokens` to row `slot` of `backend` in one prefill.
-absl::StatusOr<torch::Tensor> PrefillRow(LmBackend& backend, int64_t slot,
-                                         const std::vector<int64_t>& tokens, PrefillLogits wanted) {
-  const torch::Device device = backend.device();
-  const auto count = static_cast<int64_t>(tokens.size());
-  return backend.Prefill(
-      torch::tensor(tokens, torch::dtype(torch::kLong)).view({1, count}).to(device),
-      torch::tensor(std::vector<int64_t>{slot}, torch::dtype(torch::kLong)).to(device), wanted);
-}
 
 // The tokens plain decoding chooses from `logits` [k + 1, V] (after the next
 // token and after each of the k drafts), while each equals the draft fed
@@ -154,12 +145,6 @@ std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit,
   return (*from_model)->tokens;
 }
 
-absl::Status Engine::Impl::RollBack(const Sequence& seq, const SavedRow& saved,
-                                    const std::vector<int64_t>& tokens) {
-  if (absl::Status loaded = backend_->LoadRow(seq.slot, saved); !loaded.ok()) return loaded;
-  return PrefillRow(*backend_, seq.slot, tokens, PrefillLogits::kNone).status();
-}
-
 bool Engine::Impl::Speculate(Sequence& seq) {
   Sequence::Drafting& drafting = seq.drafting;
   int64_t limit = drafting.length > 0   ? drafting.length
@@ -185,7 +170,7 @@ bool Engine::Impl::Speculate(Sequence& seq) {
   const auto drafted = static_cast<int64_t>(draft.size());
   std::vector<int64_t> fed = {seq.next_token};
   fed.insert(fed.end(), draft.begin(), draft.end());
-  absl::StatusOr<torch::Tensor> checked = PrefillRow(*backend_, seq.slot, fed, PrefillLogits::kAll);
+  absl::StatusOr<torch::Tensor> checked = backend_->PrefillForRollBack(seq.slot, fed);
   torch::Tensor logits;
   if (checked.ok()) {
     try {
@@ -208,7 +193,7 @@ bool Engine::Impl::Speculate(Sequence& seq) {
   }
   if (emitted < drafted + 1) {
     fed.resize(emitted);  // the next token and the drafts the state keeps
-    if (absl::Status rolled = RollBack(seq, *saved, fed); !rolled.ok()) {
+    if (absl::Status rolled = backend_->RollBackRow(seq.slot, *saved, fed); !rolled.ok()) {
       EndWithError(seq, rolled);
       return true;
     }
