@@ -8,10 +8,11 @@
 // (granite-4.0-h-1b holds 57 MB per sequence: 256 rows allocated eagerly
 // would need 14.6 GB). A row's pages go back to the system when its
 // sequence ends (a server's RowPool keeps the last ended row's until
-// another ends: model/backend/row_pool.h) and read as zeros again. The key/value caches
-// (kv_cache.h) and the recurrent states whose empty row is zeros (Mamba-2, short convolution,
-// linear attention, RWKV-7) are pooled this way; other devices, and states whose empty row is not
-// zeros (AFT's running maximum), are plain tensors.
+// another ends: model/backend/row_pool.h) and read as zeros again. The
+// key/value caches (kv_cache.h) and the recurrent states whose empty row
+// is zeros (Mamba-2, short convolution, linear attention, RWKV-7) are
+// pooled this way; other devices, and states whose empty row is not zeros
+// (AFT's running maximum), are plain tensors.
 #pragma once
 
 #include <torch/types.h>
