@@ -101,14 +101,24 @@ int SharedTensors(const SavedRow& a, const SavedRow& b) {
   return shared;
 }
 
-TEST_P(SavedRowTest, ASaveOntoAnEarlierCopyWritesOnlyWhatIsNew) {
-  torch::NoGradGuard no_grad;
-  CausalLm model = testing::TinyModel(GetParam());
-  NativeBackend backend(model);
-  ASSERT_TRUE(backend.AllocateRows(2).ok());
+// A backend of two rows over a tiny model of `kind`, row 0 holding
+// `history` tokens.
+struct TwoRows {
+  TwoRows(MixerKind kind, int64_t history) : model(testing::TinyModel(kind)), backend(model) {
+    EXPECT_TRUE(backend.AllocateRows(2).ok());
+    EXPECT_TRUE(backend.Prefill(Ids(history, 0), row0, PrefillLogits::kNone).ok());
+  }
+  CausalLm model;
+  NativeBackend backend;
   const torch::Tensor row0 = torch::tensor({int64_t{0}});
   const torch::Tensor row1 = torch::tensor({int64_t{1}});
-  ASSERT_TRUE(backend.Prefill(Ids(3, 0), row0, PrefillLogits::kNone).ok());
+};
+
+TEST_P(SavedRowTest, ASaveOntoAnEarlierCopyWritesOnlyWhatIsNew) {
+  torch::NoGradGuard no_grad;
+  TwoRows two(GetParam(), 3);
+  NativeBackend& backend = two.backend;
+  const torch::Tensor &row0 = two.row0, &row1 = two.row1;
   absl::StatusOr<SavedRow> first = backend.SaveRowOnto(0, nullptr);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->length, 3);
@@ -175,12 +185,10 @@ void ExpectRowsAgree(NativeBackend& backend, int64_t a, int64_t b) {
 // of a chunk advance the state as a prefill of those tokens alone does.
 TEST_P(SavedRowTest, AReplayedPrefixEqualsFeedingItAlone) {
   torch::NoGradGuard no_grad;
-  CausalLm model = testing::TinyModel(GetParam());
-  NativeBackend backend(model);
-  ASSERT_TRUE(backend.AllocateRows(2).ok());
-  const torch::Tensor row0 = torch::tensor({int64_t{0}});
-  const torch::Tensor row1 = torch::tensor({int64_t{1}});
-  ASSERT_TRUE(backend.Prefill(Ids(9, 0), row0, PrefillLogits::kNone).ok());
+  TwoRows two(GetParam(), 9);
+  CausalLm& model = two.model;
+  NativeBackend& backend = two.backend;
+  const torch::Tensor &row0 = two.row0, &row1 = two.row1;
   const torch::Tensor chunk = Ids(7, 50);
   for (int64_t kept : {0, 1, 3, 7}) {
     SCOPED_TRACE(kept);
@@ -207,9 +215,8 @@ TEST_P(SavedRowTest, AReplayedPrefixEqualsFeedingItAlone) {
 // plain feeding leaves.
 TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
   torch::NoGradGuard no_grad;
-  NativeBackend backend(testing::TinyModel(GetParam()));
-  ASSERT_TRUE(backend.AllocateRows(2).ok());
-  ASSERT_TRUE(backend.Prefill(Ids(9, 0), torch::tensor({int64_t{0}}), PrefillLogits::kNone).ok());
+  TwoRows two(GetParam(), 9);
+  NativeBackend& backend = two.backend;
   const std::vector<int64_t> checked = {11, 4, 33, 6, 21, 17};
   for (const std::vector<int64_t>& kept :
        {std::vector<int64_t>{11, 4, 33}, std::vector<int64_t>{11, 5}, checked}) {
