@@ -220,9 +220,14 @@ TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
   const std::vector<int64_t> checked = {11, 4, 33, 6, 21, 17};
   for (const std::vector<int64_t>& kept :
        {std::vector<int64_t>{11, 4, 33}, std::vector<int64_t>{11, 5}, checked}) {
-    absl::StatusOr<SavedRow> saved = backend.SaveRow(0);
+    absl::StatusOr<SavedRow> whole = backend.SaveRow(0);
+    ASSERT_TRUE(whole.ok());
+    ASSERT_TRUE(backend.LoadRow(1, *whole).ok());
+    // The round's copy leaves a key/value cache's positions in the row.
+    absl::StatusOr<SavedRow> saved = backend.SaveRowForRollBack(0);
     ASSERT_TRUE(saved.ok());
-    ASSERT_TRUE(backend.LoadRow(1, *saved).ok());
+    EXPECT_EQ(saved->bytes(),
+              backend.rollback_bytes_per_sequence(backend.state().length()[0].item<int64_t>()));
     absl::StatusOr<torch::Tensor> logits = backend.PrefillForRollBack(0, checked);
     ASSERT_TRUE(logits.ok()) << logits.status();
     EXPECT_EQ(logits->size(1), static_cast<int64_t>(checked.size()));
@@ -231,6 +236,14 @@ TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
         backend.Prefill(RowTokens(kept, torch::kCPU), RowIds(1, torch::kCPU), PrefillLogits::kNone)
             .ok());
     ExpectRowsAgree(backend, 0, 1);
+  }
+  // Where the copy leaves positions in the row, a copy longer than the row
+  // cannot be the row's own, and is refused.
+  if (backend.rollback_bytes_per_sequence(64) < backend.state_bytes_per_sequence(64)) {
+    absl::StatusOr<SavedRow> longer = backend.SaveRowForRollBack(0);
+    ASSERT_TRUE(longer.ok());
+    ASSERT_TRUE(backend.ResetRow(0).ok());
+    EXPECT_FALSE(backend.RollBackRow(0, *longer, {}).ok());
   }
 }
 

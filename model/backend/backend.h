@@ -100,17 +100,26 @@ class LmBackend {
   // Speculation (server/engine/speculation.cc) checks drafted tokens in one
   // prefill and then keeps only those it accepted:
   //
+  // SaveRowForRollBack copies row `row` before a check; the default is
+  // SaveRow. NativeBackend leaves a key/value cache's positions in the row
+  // (CausalLm::SaveRowForRollBack): a check only appends past them.
+  virtual absl::StatusOr<SavedRow> SaveRowForRollBack(int64_t row) { return SaveRow(row); }
+  // Bytes that copy holds at `context` tokens: where it stops growing with
+  // the context, speculation pays at any length.
+  virtual int64_t rollback_bytes_per_sequence(int64_t context) const {
+    return state_bytes_per_sequence(context);
+  }
   // PrefillForRollBack feeds `tokens` to row `row` and returns every
   // position's logits [1, C, V], remembering what RollBackRow needs to keep
   // a prefix of them. The default is Prefill.
   virtual absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
                                                            const std::vector<int64_t>& tokens);
-  // Makes `row` hold `saved`, a SaveRow(row) copy taken just before the
-  // last PrefillForRollBack, followed by `kept`, a prefix of the tokens it
-  // fed. The default loads `saved` and prefills `kept` again; NativeBackend
-  // replays the layers' recorded inputs instead (CausalLm::ReplayPrefix),
-  // and falls back to the default when `kept` is not a prefix of the last
-  // check of that row.
+  // Makes `row` hold `saved`, a SaveRowForRollBack(row) copy taken just
+  // before the last PrefillForRollBack, followed by `kept`, a prefix of the
+  // tokens it fed. The default loads `saved` and prefills `kept` again;
+  // NativeBackend puts the copy back (CausalLm::RestoreRow) and replays the
+  // layers' recorded inputs (CausalLm::ReplayPrefix), or prefills `kept`
+  // when it is not a prefix of the last check of that row.
   virtual absl::Status RollBackRow(int64_t row, const SavedRow& saved,
                                    const std::vector<int64_t>& kept);
 

@@ -101,16 +101,25 @@ absl::StatusOr<torch::Tensor> NativeBackend::PrefillForRollBack(
   });
 }
 
+absl::StatusOr<SavedRow> NativeBackend::SaveRowForRollBack(int64_t row) {
+  return Guarded("saving a state row", [&] {
+    return SavedRow{model_->SaveRowForRollBack(state_, row), nullptr, 0};
+  });
+}
+
 absl::Status NativeBackend::RollBackRow(int64_t row, const SavedRow& saved,
                                         const std::vector<int64_t>& kept) {
   const std::optional<Check> check = std::exchange(check_, std::nullopt);
-  if (!check.has_value() || check->row != row || kept.size() > check->tokens.size() ||
-      !std::equal(kept.begin(), kept.end(), check->tokens.begin())) {
-    return LmBackend::RollBackRow(row, saved, kept);
-  }
-  if (absl::Status loaded = LoadRow(row, saved); !loaded.ok()) return loaded;
+  const bool replay = check.has_value() && check->row == row &&
+                      kept.size() <= check->tokens.size() &&
+                      std::equal(kept.begin(), kept.end(), check->tokens.begin());
   return GuardedCall("rolling back a state row", [&] {
-    model_->ReplayPrefix(check->record, static_cast<int64_t>(kept.size()), state_);
+    model_->RestoreRow(state_, row, saved.tensors);
+    if (replay) {
+      model_->ReplayPrefix(check->record, static_cast<int64_t>(kept.size()), state_);
+    } else if (!kept.empty()) {
+      model_->prefill(RowTokens(kept, device_), state_, RowIds(row, device_), PrefillLogits::kNone);
+    }
   });
 }
 

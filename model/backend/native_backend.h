@@ -36,6 +36,10 @@ class NativeBackend : public LmBackend {
                                         PrefillLogits logits) override;
   absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                      const torch::Tensor& rows) override;
+  absl::StatusOr<SavedRow> SaveRowForRollBack(int64_t row) override;
+  int64_t rollback_bytes_per_sequence(int64_t context) const override {
+    return model_->rollback_bytes_per_sequence(context);
+  }
   absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
                                                    const std::vector<int64_t>& tokens) override;
   absl::Status RollBackRow(int64_t row, const SavedRow& saved,

@@ -157,6 +157,29 @@ void CausalLmImpl::LoadRow(LmState& state, int64_t row,
   }
 }
 
+std::vector<torch::Tensor> CausalLmImpl::SaveRowForRollBack(const LmState& state,
+                                                            int64_t row) const {
+  std::vector<torch::Tensor> saved;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    AppendLayer(layers_[l]->mixer().SaveRowForRollBack(state.layers[l], row), saved);
+  }
+  return saved;
+}
+
+void CausalLmImpl::RestoreRow(LmState& state, int64_t row,
+                              const std::vector<torch::Tensor>& saved) const {
+  const std::vector<MixerState> layers = SplitSaved(state, saved);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l]->mixer().RestoreRow(state.layers[l], row, layers[l]);
+  }
+}
+
+int64_t CausalLmImpl::rollback_bytes_per_sequence(int64_t context) const {
+  int64_t bytes = 0;
+  for (const auto& layer : layers_) bytes += layer->mixer().rollback_bytes_per_sequence(context);
+  return bytes;
+}
+
 bool CausalLmImpl::FitsInto(const LmState& state, int64_t row,
                             const std::vector<torch::Tensor>& base) const {
   const std::vector<MixerState> layers = SplitSaved(state, base);

@@ -117,6 +117,13 @@ class CausalLmImpl : public torch::nn::Module {
   // `row` that shares the memory of `base`, an earlier copy of it, writing
   // only the positions past base's. Throws c10::Error when `base` does not
   // fit this model.
+  // SequenceMixer::SaveRowForRollBack and RestoreRow for every layer, in
+  // SaveRow's list: the copy a speculation round takes, and putting it back
+  // into the row it came from.
+  std::vector<torch::Tensor> SaveRowForRollBack(const LmState& state, int64_t row) const;
+  void RestoreRow(LmState& state, int64_t row, const std::vector<torch::Tensor>& saved) const;
+  // Bytes SaveRowForRollBack copies at `context` tokens, summed over layers.
+  int64_t rollback_bytes_per_sequence(int64_t context) const;
   bool FitsInto(const LmState& state, int64_t row, const std::vector<torch::Tensor>& base) const;
   std::vector<torch::Tensor> SaveRowInto(const LmState& state, int64_t row,
                                          const std::vector<torch::Tensor>& base) const;

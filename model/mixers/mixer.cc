@@ -176,11 +176,7 @@ bool SequenceMixer::FitsInto(const MixerState& state, int64_t row, const MixerSt
   if (base.tensors.size() != state.tensors.size() || !base.length.defined()) return false;
   const int64_t length = state.length[row].item<int64_t>();
   const int64_t from = base.length.item<int64_t>();
-  // Only a key/value cache's entries never change once written: it holds
-  // positions from its first tensor on, without a window. AFT's (from its
-  // fourth tensor) are rescaled as the sequence goes on.
-  const bool append_only = held.first == 0 && held.window < 0;
-  if (!append_only || from > length) return false;
+  if (!AppendOnly() || from > length) return false;
   for (size_t i = held.first; i < base.tensors.size(); ++i) {
     if (!HasRoom(base.tensors[i], held.dim, length)) return false;
   }
@@ -210,6 +206,35 @@ MixerState SequenceMixer::SaveRowInto(const MixerState& state, int64_t row,
     saved.tensors.push_back(grown);
   }
   return saved;
+}
+
+MixerState SequenceMixer::SaveRowForRollBack(const MixerState& state, int64_t row) const {
+  if (!AppendOnly()) return SaveRow(state, row);
+  TORCH_CHECK(row >= 0 && row < state.rows(), "SaveRowForRollBack: row ", row, " of ",
+              state.rows());
+  MixerState saved;
+  saved.length = state.length.narrow(0, row, 1).clone();
+  const int64_t dim = held_positions().dim;
+  for (const torch::Tensor& t : state.tensors) {
+    saved.tensors.push_back(t.narrow(0, row, 1).narrow(dim, 0, 0).clone());
+  }
+  return saved;
+}
+
+void SequenceMixer::RestoreRow(MixerState& state, int64_t row, const MixerState& saved) const {
+  if (!AppendOnly()) {
+    LoadRow(state, row, saved);
+    return;
+  }
+  TORCH_CHECK(row >= 0 && row < state.rows(), "RestoreRow: row ", row, " of ", state.rows());
+  TORCH_CHECK(saved.length.defined() && saved.length.numel() == 1 &&
+                  saved.length.scalar_type() == torch::kLong,
+              "saved state: expected one int64 length");
+  const int64_t length = saved.length.item<int64_t>();
+  const int64_t now = state.length[row].item<int64_t>();
+  TORCH_CHECK(length >= 0 && length <= now, "RestoreRow: a copy at length ", length,
+              " cannot come from row ", row, ", which holds ", now);
+  state.length.narrow(0, row, 1).fill_(length);
 }
 
 void SequenceMixer::LoadRow(MixerState& state, int64_t row, const MixerState& saved) const {

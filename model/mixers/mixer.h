@@ -159,6 +159,22 @@ class SequenceMixer : public torch::nn::Module {
   // positions past base's into that room and returns views of the memory;
   // the other tensors are copied.
   MixerState SaveRowInto(const MixerState& state, int64_t row, const MixerState& base) const;
+  // Speculation's copy of row `row`, taken before a check that RestoreRow
+  // may undo: SaveRow, except that an append-only cache's positions (a
+  // key/value cache's: entries never change once written) stay in the row,
+  // each such tensor copied with none. A check only appends past the row's
+  // length, so RestoreRow, which puts such a copy back into the row it came
+  // from, sets the length back and copies the other tensors: what was
+  // appended past the length is never read and is later overwritten.
+  // RestoreRow throws c10::Error when the row is shorter than the copy (it
+  // cannot be the row the copy came from).
+  MixerState SaveRowForRollBack(const MixerState& state, int64_t row) const;
+  void RestoreRow(MixerState& state, int64_t row, const MixerState& saved) const;
+  // Bytes SaveRowForRollBack copies at `context` tokens: an append-only
+  // cache's copy holds what an empty row does.
+  int64_t rollback_bytes_per_sequence(int64_t context) const {
+    return state_bytes_per_sequence(AppendOnly() ? 0 : context);
+  }
 
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.
@@ -175,6 +191,13 @@ class SequenceMixer : public torch::nn::Module {
   // once a sequence reaches them (a key/value cache, an AFT ring), which
   // SaveRow leaves out. Default: none.
   virtual HeldPositions held_positions() const { return {}; }
+  // Whether every tensor of the state is a key/value cache's held positions,
+  // whose entries never change once written. AFT's (from its fourth
+  // tensor, in a ring) are rescaled as the sequence goes on.
+  bool AppendOnly() const {
+    const HeldPositions held = held_positions();
+    return held.dim >= 0 && held.first == 0 && held.window < 0;
+  }
   // The checks of a fused step: validates `slots` and that each row can take
   // one more token. Returns the rows' ids, or null for rows 0..B-1;
   // `holder` keeps converted ids alive.

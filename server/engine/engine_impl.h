@@ -63,7 +63,7 @@ class Engine::Impl {
         rows_(pool_.capacity()),
         budget_(StateBudget(options, backend_->bytes_per_row())),
         free_slots_(pool_.capacity()),
-        bounded_state_(StopsGrowing(*backend_)),
+        cheap_rollback_(RollsBackCheaply(*backend_)),
         scheduler_(options_, options.state_cache_bytes > 0) {
     if (options.state_cache_bytes > 0) {
       cache_ = std::make_unique<StateCache>(options.state_cache_bytes);
@@ -141,13 +141,14 @@ class Engine::Impl {
     }
     return backend;
   }
-  // Whether a row's state stops growing within the model's context (half
-  // the longest context holds as much as all of it): a recurrent state, or
-  // a window; not a key/value cache.
-  static bool StopsGrowing(const LmBackend& backend) {
+  // Whether the copy a speculation round takes stops growing within the
+  // model's context (half the longest context copies as much as all of it):
+  // a recurrent state, a window, or a native key/value cache, whose
+  // positions stay in the row; not a TorchScript model's cache.
+  static bool RollsBackCheaply(const LmBackend& backend) {
     const int64_t longest = backend.max_context() > 0 ? backend.max_context() : int64_t{1} << 21;
-    return backend.state_bytes_per_sequence(longest) ==
-           backend.state_bytes_per_sequence(longest / 2);
+    return backend.rollback_bytes_per_sequence(longest) ==
+           backend.rollback_bytes_per_sequence(longest / 2);
   }
   // The draft model's drafter; none (and a warning) if its rows cannot be
   // allocated: the engine then decodes without it.
@@ -283,9 +284,9 @@ class Engine::Impl {
   EngineWarmUp warm_up_;
 
   std::atomic<int64_t> free_slots_;
-  // The state stops growing with the context (a recurrent state, or a
-  // window): a row copies cheaply at any length.
-  const bool bounded_state_;
+  // A round's copy of a row stops growing with the context: speculation
+  // pays at any length (RollsBackCheaply).
+  const bool cheap_rollback_;
   std::unique_ptr<ModelDrafter> drafter_;  // engine thread only; null: no draft model
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> waiting_count_{0};

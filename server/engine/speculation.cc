@@ -7,8 +7,9 @@
 // the first e - 1 drafts: when e < k + 1 the row goes back to a copy taken
 // before the round and takes those again (LmBackend::RollBackRow: the
 // native backend replays what the check fed each layer for them).
-// The copy is what limits this to states that stop growing with the
-// context (recurrent ones, windows).
+// The copy is what limits this to states whose copy stops growing with the
+// context (recurrent ones, windows, and key/value caches, whose positions
+// stay in the row: LmBackend::SaveRowForRollBack).
 //
 // Sampled sequences draft too, and keep their distribution: speculative
 // sampling (Leviathan et al. 2023; Chen et al. 2023) accepts a draft token
@@ -110,7 +111,7 @@ void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t
 bool Engine::Impl::MaySpeculate(const Sequence& seq) const {
   const bool drafts =
       options_.speculative != Speculation::kOff || (drafter_ != nullptr && !seq.drafting.model_off);
-  return drafts && bounded_state_ && one_row_step_timed_ && !seq.finishing && seq.generated > 0 &&
+  return drafts && cheap_rollback_ && one_row_step_timed_ && !seq.finishing && seq.generated > 0 &&
          decode_steps_ >= seq.drafting.resume_at;
 }
 
@@ -161,7 +162,7 @@ bool Engine::Impl::Speculate(Sequence& seq) {
   std::optional<ModelDrafter::Drafts> from_model;
   const std::vector<int64_t> draft = DraftFor(seq, limit, &from_model);
   if (draft.empty()) return false;
-  absl::StatusOr<SavedRow> saved = backend_->SaveRow(seq.slot);
+  absl::StatusOr<SavedRow> saved = backend_->SaveRowForRollBack(seq.slot);
   if (!saved.ok()) {  // decodes plainly instead
     SettleDraftModel(seq, from_model, 1);
     return false;

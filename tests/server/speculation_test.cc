@@ -269,7 +269,8 @@ TEST_P(SpeculationTest, DraftModelKeepsPlainOutput) {
 
 INSTANTIATE_TEST_SUITE_P(Mixers, SpeculationTest,
                          ::testing::Values(MixerKind::kLinearElu, MixerKind::kAftDecay,
-                                           MixerKind::kRwkv7, MixerKind::kMamba2),
+                                           MixerKind::kRwkv7, MixerKind::kMamba2,
+                                           MixerKind::kShortConv),
                          [](const auto& info) {
                            std::string name;  // letters and digits only
                            for (char c : std::string(MixerKindName(info.param))) {
@@ -301,16 +302,23 @@ TEST_P(SpeculationTest, SeededSamplingEqualsPlainDecoding) {
   EXPECT_LT(rounds.accepted, rounds.drafted);
 }
 
-// States that grow with the context (a key/value cache, which a rollback
-// would copy whole) decode plainly.
-TEST(Speculation, KeyValueCachesDoNotDraft) {
+// A key/value cache drafts too: a round's copy leaves its positions in the
+// row, and a rollback sets the row's length back. Greedy output is plain
+// decoding's, after rounds that threw drafts away.
+TEST(Speculation, KeyValueCachesDraftAndRollBackByLength) {
   torch::InferenceMode guard;
-  const EngineRequest greedy = testing::GreedyEngineRequest(QuotingPrompt(0), 30);
-  DraftCounts rounds;
-  const Generated plain = GenerateAlone(TinyModel(MixerKind::kMha), greedy, Speculation::kOff);
-  ExpectSameOutput(plain,
-                   GenerateAlone(TinyModel(MixerKind::kMha), greedy, Speculation::kNgram, &rounds));
-  EXPECT_EQ(rounds.rounds, 0);
+  for (MixerKind kind : {MixerKind::kMha, MixerKind::kGqa}) {
+    SCOPED_TRACE(MixerKindName(kind));
+    CausalLm model = TinyModel(kind);
+    DraftCounts rounds;
+    for (int64_t offset : {0, 5, 11}) {
+      const EngineRequest greedy = testing::GreedyEngineRequest(QuotingPrompt(offset), 40);
+      ExpectSameOutput(GenerateAlone(model, greedy, Speculation::kOff),
+                       GenerateAlone(model, greedy, Speculation::kNgram, &rounds));
+    }
+    EXPECT_GT(rounds.rounds, 0);
+    EXPECT_LT(rounds.accepted, rounds.drafted);
+  }
 }
 
 // A model whose embedding is padded far past its tokenizer (as RWKV World
