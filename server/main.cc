@@ -140,11 +140,14 @@ ABSL_FLAG(int64_t, stream_interval, EngineDefaults().stream_interval,
           "Tokens per streamed message after the first (which goes out at once): 1 streams "
           "every token; more send fewer messages, trading smoothness for throughput.");
 ABSL_FLAG(std::string, speculative, attn::serving::SpeculationName(EngineDefaults().speculative),
-          "Speculative decoding: off, or ngram (a stream decoding alone drafts tokens "
-          "by finding its last few tokens earlier in its prompt and output, and checks them "
-          "in one pass; the output is unchanged).");
+          "Speculative decoding: off, or ngram (a stream in a decode batch of at most "
+          "--speculative_max_batch drafts tokens by finding its last few tokens earlier in its "
+          "prompt and output, and the batch checks them in one pass; the output is unchanged).");
 ABSL_FLAG(int64_t, draft_tokens, EngineDefaults().draft_tokens,
           "The most tokens one speculative round drafts (at most 32).");
+ABSL_FLAG(int64_t, speculative_max_batch, EngineDefaults().speculative_max_batch,
+          "The largest decode batch whose streams draft; each stream's rounds are judged "
+          "against the measured plain step at that batch size and pause while they do not pay.");
 ABSL_FLAG(std::string, draft_model, RegistryDefaults().draft_model,
           "A model of --models, by name, that drafts for the others with its vocabulary: it "
           "decodes --draft_tokens tokens greedily ahead of a stream decoding alone (after "
@@ -185,6 +188,13 @@ void ApplyEnvironment() {
   }
 }
 
+// A flag that does not parse is a startup error.
+void ExitIfBad(const absl::Status& parsed) {
+  if (parsed.ok()) return;
+  std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
+  std::exit(2);
+}
+
 attn::serving::ServerOptions OptionsFromFlags() {
   attn::serving::ServerOptions options;
   options.host = absl::GetFlag(FLAGS_host);
@@ -210,18 +220,8 @@ attn::serving::ServerOptions OptionsFromFlags() {
   options.registry.draft_model = absl::GetFlag(FLAGS_draft_model);
   options.registry.device = absl::GetFlag(FLAGS_device);
   options.registry.chat_template = absl::GetFlag(FLAGS_chat_template);
-  if (absl::Status parsed =
-          attn::serving::ParseBackendFlag(absl::GetFlag(FLAGS_backend), &options.registry);
-      !parsed.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
-    std::exit(2);
-  }
-  if (absl::Status parsed =
-          attn::serving::ParseQuantizeFlag(absl::GetFlag(FLAGS_quantize), &options.registry);
-      !parsed.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
-    std::exit(2);
-  }
+  ExitIfBad(attn::serving::ParseBackendFlag(absl::GetFlag(FLAGS_backend), &options.registry));
+  ExitIfBad(attn::serving::ParseQuantizeFlag(absl::GetFlag(FLAGS_quantize), &options.registry));
   attn::serving::EngineOptions& engine = options.registry.engine;
   engine.max_active = absl::GetFlag(FLAGS_max_active);
   engine.max_waiting = absl::GetFlag(FLAGS_max_waiting);
@@ -235,26 +235,14 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   engine.draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
-  if (absl::Status parsed =
-          attn::serving::ParseSpeculation(absl::GetFlag(FLAGS_speculative), &engine.speculative);
-      !parsed.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
-    std::exit(2);
-  }
+  engine.speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch);
+  ExitIfBad(attn::serving::ParseSpeculation(absl::GetFlag(FLAGS_speculative), &engine.speculative));
   engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
   engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);
-  if (absl::Status parsed = attn::serving::ParseInitialStatesFlag(
-          absl::GetFlag(FLAGS_initial_states), &options.registry.initial_states);
-      !parsed.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
-    std::exit(2);
-  }
-  if (absl::Status parsed =
-          attn::serving::ParseStateCacheFlag(absl::GetFlag(FLAGS_state_cache), &options.registry);
-      !parsed.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(parsed.message()).c_str());
-    std::exit(2);
-  }
+  ExitIfBad(attn::serving::ParseInitialStatesFlag(absl::GetFlag(FLAGS_initial_states),
+                                                  &options.registry.initial_states));
+  ExitIfBad(
+      attn::serving::ParseStateCacheFlag(absl::GetFlag(FLAGS_state_cache), &options.registry));
   options.shutdown_grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   const int http_timeout = absl::GetFlag(FLAGS_http_timeout_seconds);
   if (http_timeout < 0) {

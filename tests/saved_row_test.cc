@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <string>
 #include <vector>
 
 #include "model/backend/native_backend.h"
@@ -228,7 +229,7 @@ TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
     ASSERT_TRUE(saved.ok());
     EXPECT_EQ(saved->bytes(),
               backend.rollback_bytes_per_sequence(backend.state().length()[0].item<int64_t>()));
-    absl::StatusOr<torch::Tensor> logits = backend.PrefillForRollBack(0, checked);
+    absl::StatusOr<torch::Tensor> logits = backend.PrefillForRollBack({0}, {checked});
     ASSERT_TRUE(logits.ok()) << logits.status();
     EXPECT_EQ(logits->size(1), static_cast<int64_t>(checked.size()));
     ASSERT_TRUE(backend.RollBackRow(0, *saved, kept).ok());
@@ -245,6 +246,53 @@ TEST_P(SavedRowTest, ARolledBackRowHoldsOnlyTheKeptTokens) {
     ASSERT_TRUE(backend.ResetRow(0).ok());
     EXPECT_FALSE(backend.RollBackRow(0, *longer, {}).ok());
   }
+}
+
+// Rows checked in one prefill roll back each to its own prefix, replayed
+// from its own part of the record, as feeding that prefix alone leaves it;
+// a row whose kept tokens are not a prefix of what it was fed is fed them.
+// The rows start at different lengths where the backend says a prefill
+// may continue them so (and that prefill is refused where it says not).
+TEST_P(SavedRowTest, RowsCheckedTogetherRollBackEachToItsOwnPrefix) {
+  torch::NoGradGuard no_grad;
+  CausalLm model = testing::TinyModel(GetParam());
+  NativeBackend backend(model);
+  ASSERT_TRUE(backend.AllocateRows(6).ok());
+  const bool any_lengths = backend.PrefillsRowsAtAnyLengths();
+  const auto rows = [](std::vector<int64_t> ids) { return torch::tensor(ids, torch::kLong); };
+  ASSERT_TRUE(backend.Prefill(Ids(6, 0), rows({0}), PrefillLogits::kNone).ok());
+  ASSERT_TRUE(backend.Prefill(Ids(any_lengths ? 9 : 6, 3), rows({1}), PrefillLogits::kNone).ok());
+  // Rows 4 and 5 only show what the backend says of lengths.
+  ASSERT_TRUE(backend.Prefill(Ids(4, 5), rows({4}), PrefillLogits::kNone).ok());
+  EXPECT_EQ(
+      backend.Prefill(torch::cat({Ids(2, 1), Ids(2, 2)}), rows({4, 5}), PrefillLogits::kNone).ok(),
+      any_lengths);
+  const std::vector<std::vector<int64_t>> checked = {{11, 4, 33, 6, 21}, {7, 8, 9, 10, 12}};
+  const std::vector<std::vector<int64_t>> kept = {{11, 4}, {7, 13, 9}};
+  std::vector<SavedRow> saved;
+  for (int64_t row : {0, 1}) {
+    absl::StatusOr<SavedRow> whole = backend.SaveRow(row);
+    ASSERT_TRUE(whole.ok());
+    ASSERT_TRUE(backend.LoadRow(row + 2, *whole).ok());  // rows 2 and 3: the twins
+    absl::StatusOr<SavedRow> copy = backend.SaveRowForRollBack(row);
+    ASSERT_TRUE(copy.ok());
+    saved.push_back(*std::move(copy));
+  }
+  absl::StatusOr<torch::Tensor> logits = backend.PrefillForRollBack({0, 1}, checked);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_EQ(logits->sizes(), (std::vector<int64_t>{2, 5, backend.vocab_size()}));
+  for (int64_t row : {1, 0}) {  // either order
+    ASSERT_TRUE(backend.RollBackRow(row, saved[row], kept[row]).ok());
+    ASSERT_TRUE(backend
+                    .Prefill(RowTokens(kept[row], torch::kCPU), RowIds(row + 2, torch::kCPU),
+                             PrefillLogits::kNone)
+                    .ok());
+    ExpectRowsAgree(backend, row, row + 2);
+  }
+  // Token lists of different lengths are refused, naming the rows.
+  absl::StatusOr<torch::Tensor> ragged = backend.PrefillForRollBack({0, 1}, {{1, 2}, {3}});
+  EXPECT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ragged.status().message().find("row 1 has 1 tokens"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, SavedRowTest, ::testing::ValuesIn(AllMixerKinds()),

@@ -110,10 +110,10 @@ std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repe
     for (int i = 0; i < repeats; ++i) {
       Check(backend.LoadRow(0, *saved));
       check_ms.push_back(
-          Milliseconds([&] { Check(backend.PrefillForRollBack(0, tokens).status()); }));
+          Milliseconds([&] { Check(backend.PrefillForRollBack({0}, {tokens}).status()); }));
       replay_ms.push_back(Milliseconds([&] { Check(backend.RollBackRow(0, *saved, prefix)); }));
       Check(backend.LoadRow(0, *saved));
-      Check(backend.PrefillForRollBack(0, tokens).status());
+      Check(backend.PrefillForRollBack({0}, {tokens}).status());
       refeed_ms.push_back(
           Milliseconds([&] { Check(backend.LmBackend::RollBackRow(0, *saved, prefix)); }));
     }

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
 #include "model/backend/backend_kind.h"
 #include "util/enum_names.h"
 
@@ -26,6 +27,31 @@ torch::Tensor RowIds(int64_t row, torch::Device device) {
   return torch::tensor(std::vector<int64_t>{row}, torch::dtype(torch::kLong)).to(device);
 }
 
+absl::StatusOr<torch::Tensor> RowsTokens(const std::vector<int64_t>& rows,
+                                         const std::vector<std::vector<int64_t>>& tokens,
+                                         torch::Device device) {
+  if (rows.empty() || tokens.size() != rows.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens: ", tokens.size(), " lists for ",
+                                                   rows.size(), " rows (at least one)"));
+  }
+  std::vector<int64_t> flat;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].size() != tokens[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens: row ", rows[i], " has ",
+                                                     tokens[i].size(), " tokens, row ", rows[0],
+                                                     " has ", tokens[0].size()));
+    }
+    flat.insert(flat.end(), tokens[i].begin(), tokens[i].end());
+  }
+  return torch::tensor(flat, torch::dtype(torch::kLong))
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(tokens[0].size())})
+      .to(device);
+}
+
+torch::Tensor RowsIds(const std::vector<int64_t>& rows, torch::Device device) {
+  return torch::tensor(rows, torch::dtype(torch::kLong)).to(device);
+}
+
 int64_t SavedRow::bytes() const {
   int64_t bytes = 0;
   for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
@@ -36,9 +62,11 @@ absl::StatusOr<SavedRow> LmBackend::SaveRowOnto(int64_t row, const SavedRow* /*b
   return SaveRow(row);
 }
 
-absl::StatusOr<torch::Tensor> LmBackend::PrefillForRollBack(int64_t row,
-                                                            const std::vector<int64_t>& tokens) {
-  return Prefill(RowTokens(tokens, device()), RowIds(row, device()), PrefillLogits::kAll);
+absl::StatusOr<torch::Tensor> LmBackend::PrefillForRollBack(
+    const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& tokens) {
+  absl::StatusOr<torch::Tensor> fed = RowsTokens(rows, tokens, device());
+  if (!fed.ok()) return fed.status();
+  return Prefill(*fed, RowsIds(rows, device()), PrefillLogits::kAll);
 }
 
 absl::Status LmBackend::RollBackRow(int64_t row, const SavedRow& saved,

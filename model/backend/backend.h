@@ -49,6 +49,12 @@ struct SavedRow {
 // of a one-row Prefill.
 torch::Tensor RowTokens(const std::vector<int64_t>& tokens, torch::Device device);
 torch::Tensor RowIds(int64_t row, torch::Device device);
+// Several rows' tokens [R, C] and their ids [R]: kInvalidArgument unless
+// there are as many token lists as rows, at least one, all of one length.
+absl::StatusOr<torch::Tensor> RowsTokens(const std::vector<int64_t>& rows,
+                                         const std::vector<std::vector<int64_t>>& tokens,
+                                         torch::Device device);
+torch::Tensor RowsIds(const std::vector<int64_t>& rows, torch::Device device);
 
 class LmBackend {
  public:
@@ -109,17 +115,24 @@ class LmBackend {
   virtual int64_t rollback_bytes_per_sequence(int64_t context) const {
     return state_bytes_per_sequence(context);
   }
-  // PrefillForRollBack feeds `tokens` to row `row` and returns every
-  // position's logits [1, C, V], remembering what RollBackRow needs to keep
-  // a prefix of them. The default is Prefill.
-  virtual absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
-                                                           const std::vector<int64_t>& tokens);
+  // PrefillForRollBack feeds tokens[i] to row rows[i], all in one prefill
+  // (RowsTokens' rules; the rows at one length unless
+  // PrefillsRowsAtAnyLengths), and returns every position's logits
+  // [R, C, V], remembering what RollBackRow needs to keep a prefix of each
+  // row's tokens. The default is Prefill.
+  virtual absl::StatusOr<torch::Tensor> PrefillForRollBack(
+      const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& tokens);
+  // Whether Prefill continues rows at different lengths: true where no
+  // layer places tokens by position (recurrences; NativeBackend over RWKV,
+  // Mamba-2, short-conv and linear-attention layers).
+  virtual bool PrefillsRowsAtAnyLengths() const { return false; }
   // Makes `row` hold `saved`, a SaveRowForRollBack(row) copy taken just
   // before the last PrefillForRollBack, followed by `kept`, a prefix of the
-  // tokens it fed. The default loads `saved` and prefills `kept` again;
-  // NativeBackend puts the copy back (CausalLm::RestoreRow) and replays the
-  // layers' recorded inputs (CausalLm::ReplayPrefix), or prefills `kept`
-  // when it is not a prefix of the last check of that row.
+  // tokens it fed that row. The default loads `saved` and prefills `kept`
+  // again; NativeBackend puts the copy back (CausalLm::RestoreRow) and
+  // replays the row's recorded layer inputs (CausalLm::ReplayPrefix), or
+  // prefills `kept` when it is not a prefix of what the last check fed the
+  // row or that row rolled back once already.
   virtual absl::Status RollBackRow(int64_t row, const SavedRow& saved,
                                    const std::vector<int64_t>& kept);
 

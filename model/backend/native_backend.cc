@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -30,13 +31,13 @@ absl::Status NativeBackend::AllocateRows(int64_t rows) {
 }
 
 absl::Status NativeBackend::ResetRow(int64_t row) {
-  if (check_.has_value() && check_->row == row) check_.reset();
+  ForgetCheckOf(row);
   return GuardedCall("resetting a state row",
                      [&] { model_->ResetSlots(state_, torch::tensor({row}, torch::kLong)); });
 }
 
 absl::Status NativeBackend::ReleaseRow(int64_t row) {
-  if (check_.has_value() && check_->row == row) check_.reset();
+  ForgetCheckOf(row);
   return GuardedCall("releasing a state row",
                      [&] { model_->ReleaseSlots(state_, torch::tensor({row}, torch::kLong)); });
 }
@@ -90,15 +91,56 @@ absl::StatusOr<torch::Tensor> NativeBackend::Step(const torch::Tensor& tokens,
 }
 
 absl::StatusOr<torch::Tensor> NativeBackend::PrefillForRollBack(
-    int64_t row, const std::vector<int64_t>& tokens) {
+    const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& tokens) {
   check_.reset();
+  absl::StatusOr<torch::Tensor> fed = RowsTokens(rows, tokens, device_);
+  if (!fed.ok()) return fed.status();
   return Guarded("prefill", [&] {
-    Check check{row, tokens, {}};
-    torch::Tensor logits = model_->prefill(RowTokens(tokens, device_), state_, RowIds(row, device_),
-                                           PrefillLogits::kAll, &check.record);
+    Check check{rows, tokens, {}, std::vector<bool>(rows.size(), false)};
+    torch::Tensor logits =
+        model_->prefill(*fed, state_, RowsIds(rows, device_), PrefillLogits::kAll, &check.record);
     check_ = std::move(check);
     return logits;
   });
+}
+
+bool NativeBackend::PrefillsRowsAtAnyLengths() const {
+  // Recurrences: no layer of these kinds places tokens by position (the
+  // attention and AFT kinds do).
+  constexpr MixerKind kPositionFree[] = {
+      MixerKind::kLinearElu, MixerKind::kLinearExp, MixerKind::kLinearDecay, MixerKind::kRwkv7,
+      MixerKind::kRwkv4,     MixerKind::kMamba2,    MixerKind::kShortConv};
+  const LmConfig& config = model_->config();
+  for (int64_t l = 0; l < config.layers; ++l) {
+    if (std::find(std::begin(kPositionFree), std::end(kPositionFree), config.layer_mixer(l)) ==
+        std::end(kPositionFree)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int64_t NativeBackend::ReplayableIndex(int64_t row, const std::vector<int64_t>& kept) const {
+  if (!check_.has_value()) return -1;
+  for (size_t i = 0; i < check_->rows.size(); ++i) {
+    if (check_->rows[i] != row || check_->used[i]) continue;
+    const std::vector<int64_t>& fed = check_->tokens[i];
+    const bool prefix =
+        kept.size() <= fed.size() && std::equal(kept.begin(), kept.end(), fed.begin());
+    return prefix ? static_cast<int64_t>(i) : -1;
+  }
+  return -1;
+}
+
+void NativeBackend::ForgetCheckOf(int64_t row) {
+  if (!check_.has_value()) return;
+  for (size_t i = 0; i < check_->rows.size(); ++i) {
+    if (check_->rows[i] == row) check_->used[i] = true;
+  }
+  // The layer inputs are freed once no row can replay them.
+  if (std::all_of(check_->used.begin(), check_->used.end(), [](bool used) { return used; })) {
+    check_.reset();
+  }
 }
 
 absl::StatusOr<SavedRow> NativeBackend::SaveRowForRollBack(int64_t row) {
@@ -109,14 +151,17 @@ absl::StatusOr<SavedRow> NativeBackend::SaveRowForRollBack(int64_t row) {
 
 absl::Status NativeBackend::RollBackRow(int64_t row, const SavedRow& saved,
                                         const std::vector<int64_t>& kept) {
-  const std::optional<Check> check = std::exchange(check_, std::nullopt);
-  const bool replay = check.has_value() && check->row == row &&
-                      kept.size() <= check->tokens.size() &&
-                      std::equal(kept.begin(), kept.end(), check->tokens.begin());
+  std::optional<PrefillRecord> replay;
+  if (const int64_t i = ReplayableIndex(row, kept); i >= 0) {
+    const PrefillRecord& all = check_->record;
+    replay = PrefillRecord{all.rows.narrow(0, i, 1), all.start.narrow(0, i, 1), {}};
+    for (const torch::Tensor& input : all.inputs) replay->inputs.push_back(input.narrow(0, i, 1));
+  }
+  ForgetCheckOf(row);
   return GuardedCall("rolling back a state row", [&] {
     model_->RestoreRow(state_, row, saved.tensors);
-    if (replay) {
-      model_->ReplayPrefix(check->record, static_cast<int64_t>(kept.size()), state_);
+    if (replay.has_value()) {
+      model_->ReplayPrefix(*replay, static_cast<int64_t>(kept.size()), state_);
     } else if (!kept.empty()) {
       model_->prefill(RowTokens(kept, device_), state_, RowIds(row, device_), PrefillLogits::kNone);
     }

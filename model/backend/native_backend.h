@@ -40,8 +40,9 @@ class NativeBackend : public LmBackend {
   int64_t rollback_bytes_per_sequence(int64_t context) const override {
     return model_->rollback_bytes_per_sequence(context);
   }
-  absl::StatusOr<torch::Tensor> PrefillForRollBack(int64_t row,
-                                                   const std::vector<int64_t>& tokens) override;
+  absl::StatusOr<torch::Tensor> PrefillForRollBack(
+      const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& tokens) override;
+  bool PrefillsRowsAtAnyLengths() const override;
   absl::Status RollBackRow(int64_t row, const SavedRow& saved,
                            const std::vector<int64_t>& kept) override;
   absl::StatusOr<SavedRow> ReadInitialState(const std::string& path) const override;
@@ -58,13 +59,18 @@ class NativeBackend : public LmBackend {
   CausalLm model_;
   torch::Device device_;
   LmState state_;
-  // The last PrefillForRollBack's row, tokens and layer inputs; RollBackRow
-  // uses it once.
+  // The last PrefillForRollBack's rows, tokens and layer inputs; RollBackRow
+  // replays each row's once.
   struct Check {
-    int64_t row = -1;
-    std::vector<int64_t> tokens;
+    std::vector<int64_t> rows;
+    std::vector<std::vector<int64_t>> tokens;
     PrefillRecord record;
+    std::vector<bool> used;  // per row: rolled back, reset or released since
   };
+  // The check's index of `row`, when it may replay the first kept.size()
+  // tokens fed to it; -1 otherwise.
+  int64_t ReplayableIndex(int64_t row, const std::vector<int64_t>& kept) const;
+  void ForgetCheckOf(int64_t row);
   std::optional<Check> check_;
 };
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Speculative decoding at batch 1 (docs/benchmarks.md "Speculative
-# decoding"): one stream at a time, greedy or seeded, against two attn-server processes
+# Speculative decoding (docs/benchmarks.md "Speculative decoding"): STREAMS
+# streams of one prompt at a time (1: batch 1), greedy or seeded, against
+# two attn-server processes
 # over the same package, one plain and one speculating, in alternating
 # rounds: with --speculative=ngram, or with DRAFT_MODEL (a package served
 # beside MODEL as --draft_model, quantised as DRAFT_QUANTIZE says; MODEL's
@@ -8,8 +9,9 @@
 # int8 twin). Per prompt: median tokens/s of each side, their ratio,
 # whether the tokens were identical, and the drafts' acceptance. Times are
 # the servers' own (attn_e2e_request_latency_seconds, prefill included),
-# acceptance from the speculative server's counters.
-#   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 TEMPERATURE=0 \
+# acceptance from the speculative server's counters; with several streams
+# tokens/s is each stream's (the latencies' mean).
+#   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 TEMPERATURE=0 STREAMS=1 \
 #     [DRAFT_MODEL=PATH DRAFT_QUANTIZE=none SPECULATIVE=off] scripts/bench/speculative.sh
 # Prompts: "quote" repeats a passage and asks for it again (extraction, a
 # quoting answer), "edit" is a C function to be rewritten with one change,
@@ -25,6 +27,7 @@ DRAFT_MODEL=${DRAFT_MODEL:-}
 DRAFT_QUANTIZE=${DRAFT_QUANTIZE:-none}
 SPECULATIVE=${SPECULATIVE:-$([ -n "$DRAFT_MODEL" ] && echo off || echo ngram)}
 TEMPERATURE=${TEMPERATURE:-0}  # above 0: seeded sampling (--seed=7)
+STREAMS=${STREAMS:-1}
 BUILD_DIR=${BUILD_DIR:-build}
 EXTRA_FLAGS=${EXTRA_FLAGS:-}  # more attn-server flags for both sides (--backend=torchscript)
 OUT=${OUT:-/tmp/attn-speculative}
@@ -78,19 +81,25 @@ for ((round = 1; round <= ROUNDS; round++)); do
       [ "$side" = spec ] && port=$spec_port mport=$spec_metrics
       drafted=$(counter draft) accepted=$(counter accepted)
       start=$(served "$mport")
-      "$ctl_bin" --server=127.0.0.1:$port --timeout_s=600 generate --prompt="${prompts[$i]}" \
-        --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json > "$OUT/$side-${names[$i]}-$round.json"
+      clients=()
+      for ((k = 1; k <= STREAMS; k++)); do
+        "$ctl_bin" --server=127.0.0.1:$port --timeout_s=600 generate --prompt="${prompts[$i]}" \
+          --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json \
+          > "$OUT/$side-${names[$i]}-$round-$k.json" &
+        clients+=($!)
+      done
+      wait "${clients[@]}"
       end=$(served "$mport")
-      echo "{\"prompt\": \"${names[$i]}\", \"side\": \"$side\", \"round\": $round, \"seconds\": $(awk "BEGIN {print $end - $start}")," \
+      echo "{\"prompt\": \"${names[$i]}\", \"side\": \"$side\", \"round\": $round, \"seconds\": $(awk "BEGIN {print ($end - $start) / $STREAMS}")," \
         "\"drafted\": $(awk "BEGIN {print $(counter draft) - $drafted}"), \"accepted\": $(awk "BEGIN {print $(counter accepted) - $accepted}")}" \
         >> "$OUT/runs.jsonl"
     done
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-$py - "$OUT" "$TOKENS" "$ROUNDS" <<'PY'
+$py - "$OUT" "$TOKENS" "$ROUNDS" "$STREAMS" <<'PY'
 import json, os, statistics, sys
-out, tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, tokens, rounds, streams = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
 print(f"| prompt | plain tokens/s | speculative tokens/s | ratio | drafted | accepted | same tokens |")
 print(f"|---|---|---|---|---|---|---|")
@@ -99,9 +108,9 @@ for name in ("quote", "edit", "open"):
                                  if r["prompt"] == name and r["side"] == s) for s in ("plain", "spec")}
     spec = [r for r in runs if r["prompt"] == name and r["side"] == "spec"]
     drafted, accepted = sum(r["drafted"] for r in spec), sum(r["accepted"] for r in spec)
-    same = all(json.load(open(os.path.join(out, f"plain-{name}-{k}.json")))["token_ids"] ==
-               json.load(open(os.path.join(out, f"spec-{name}-{k}.json")))["token_ids"]
-               for k in range(1, rounds + 1))
+    same = all(json.load(open(os.path.join(out, f"plain-{name}-{k}-{j}.json")))["token_ids"] ==
+               json.load(open(os.path.join(out, f"spec-{name}-{k}-{j}.json")))["token_ids"]
+               for k in range(1, rounds + 1) for j in range(1, streams + 1))
     print(f"| {name} | {rate['plain']:.1f} | {rate['spec']:.1f} | {rate['spec'] / rate['plain']:.2f}x"
           f" | {drafted:.0f} | {accepted:.0f} ({accepted / max(drafted, 1):.0%}) | {'yes' if same else 'NO'} |")
 PY

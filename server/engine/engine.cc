@@ -82,7 +82,8 @@ absl::Status EngineOptions::Validate() const {
                 {"max_context", limits.max_context, 0},
                 {"state_cache_bytes", state_cache_bytes, 0},
                 {"state_cache_interval", state_cache_interval, 1},
-                {"draft_tokens", draft_tokens, 1}};
+                {"draft_tokens", draft_tokens, 1},
+                {"speculative_max_batch", speculative_max_batch, 1}};
   for (const auto& bound : bounds) {
     if (bound.value < bound.min) {
       return InvalidField(bound.name, "must be at least ", bound.min, ", got ", bound.value);

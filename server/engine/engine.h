@@ -121,18 +121,22 @@ struct EngineOptions {
   StateStore* state_store = nullptr;
   std::string state_fingerprint;
   // Speculative decoding (server/engine/speculation.cc; attn-server's
-  // --speculative and --draft_tokens). With kNgram, a sequence that decodes
-  // alone drafts up to draft_tokens tokens by finding its last few tokens
-  // earlier in its prompt and output, and checks them all in one prefill:
-  // the output is the tokens plain decoding gives, seeded sampling
-  // included. Off by default, as in llama.cpp's and vLLM's servers.
+  // --speculative, --draft_tokens and --speculative_max_batch). With
+  // kNgram, a sequence in a decode batch of at most speculative_max_batch
+  // rows drafts up to draft_tokens tokens by finding its last few tokens
+  // earlier in its prompt and output, and the batch's drafts are checked in
+  // one prefill: the output is the tokens plain decoding gives, seeded
+  // sampling included. Each sequence's rounds are judged against the
+  // measured plain step at that batch size, and pause while they do not
+  // pay. Off by default, as in llama.cpp's and vLLM's servers.
   Speculation speculative = Speculation::kOff;
   int64_t draft_tokens = 8;
+  int64_t speculative_max_batch = 2;
   // A smaller model with the same vocabulary that drafts when n-gram lookup
   // (if on) finds nothing (attn-server's --draft_model; server/engine/
   // model_draft.h): it decodes draft_tokens tokens greedily ahead of a
-  // sequence decoding alone. The engine gives it max_active rows of its
-  // own. Null: none.
+  // sequence decoding alone (in a batch of one: its own steps are per row). The engine gives it
+  // max_active rows of its own. Null: none.
   std::shared_ptr<LmBackend> draft_model;
 
   // kInvalidArgument naming the first field out of range, by the name of

@@ -43,11 +43,15 @@ struct Signal {
   bool WokenOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return woken || stopping; }
 };
 
+// One sequence's part of a speculative decode iteration (speculation.cc).
+struct SpeculationRound;
+
 }  // namespace engine_internal
 
 using engine_internal::Scheduler;
 using engine_internal::Sequence;
 using engine_internal::Signal;
+using engine_internal::SpeculationRound;
 
 class Engine::Impl {
  public:
@@ -187,28 +191,60 @@ class Engine::Impl {
   // Emit for a token the continuation has accepted already.
   void Deliver(Sequence& seq, const SampledToken& token, const AcceptedToken& accepted);
 
+  // One plain decode step of `batch`: each row feeds its next token and
+  // samples the one after it.
+  void PlainStep(const std::vector<Sequence*>& batch);
+
   // --- Speculative decoding (speculation.cc) ---
-  // Whether `seq`, decoding alone, may draft now: not finishing, a bounded
-  // state (rolling back copies it), not backing off.
-  bool MaySpeculate(const Sequence& seq) const;
+  // Whether `seq`, in a decode batch of `rows`, may draft now: not
+  // finishing, a copy that stops growing (rolling back copies the row), a
+  // plain step of that many rows timed, not backing off; a draft model
+  // drafts only for a sequence decoding alone.
+  bool MaySpeculate(const Sequence& seq, int64_t rows) const;
   // Drafts for `seq`'s next round, at most `limit` tokens: n-gram lookup
-  // (if on), else the draft model (if any); empty when neither has one.
-  std::vector<int64_t> DraftFor(Sequence& seq, int64_t limit,
+  // (if on), else the draft model (if any and `rows` is 1); empty when
+  // neither has one.
+  std::vector<int64_t> DraftFor(Sequence& seq, int64_t limit, int64_t rows,
                                 std::optional<ModelDrafter::Drafts>* from_model);
   // After a round that emitted `emitted` tokens: the draft model's row
   // keeps what they confirm (nothing when from_model is empty).
   void SettleDraftModel(Sequence& seq, const std::optional<ModelDrafter::Drafts>& from_model,
                         int64_t emitted);
-  // One round for `seq`: drafts, checks the drafts in one prefill, emits the
-  // tokens plain decoding gives and leaves the state after the last token
-  // fed. False, having done nothing, when there is no draft.
-  bool Speculate(Sequence& seq);
-  // A plain decode step of one row took `took`: what a round must beat.
-  void NoteOneRowStep(absl::Duration took) {
-    one_row_step_timed_ = true;
+  // One decode iteration for `batch` with drafts: the rows that have some
+  // check them, each row group in one prefill, and emit the tokens plain
+  // decoding gives, each state left after the last token fed; the others
+  // take a plain step. False, having done nothing, when no row drafts.
+  bool Speculate(const std::vector<Sequence*>& batch);
+  // Speculate's parts: a round's drafts and copy (none without drafts);
+  // the checks of `rounds` (a failed one ends its sequence); each round's
+  // judgement, adaptation and tokens, given the iteration's time spent
+  // checking and in all.
+  std::optional<SpeculationRound> StartRound(Sequence& seq, int64_t rows);
+  void CheckRounds(std::vector<SpeculationRound>& rounds);
+  void CheckGroup(std::vector<SpeculationRound>& rounds, const std::vector<size_t>& group);
+  void FinishRounds(std::vector<SpeculationRound>& rounds, absl::Duration checking,
+                    absl::Duration took, int64_t rows);
+  // Whether `round` paid (its tokens came faster than plain steps of
+  // `step_seconds` would have given them, after `round_seconds`), and what
+  // its sequence drafts next.
+  void Judge(SpeculationRound& round, double round_seconds, double step_seconds);
+  // A plain decode step of `rows` rows took `took`: what a round at that
+  // batch must beat.
+  void NoteStep(int64_t rows, absl::Duration took) {
+    if (rows > options_.speculative_max_batch) return;
+    if (step_seconds_.size() <= static_cast<size_t>(rows)) step_seconds_.resize(rows + 1, -1);
     const double seconds = absl::ToDoubleSeconds(took);
-    one_row_step_seconds_ =
-        one_row_step_seconds_ > 0 ? 0.9 * one_row_step_seconds_ + 0.1 * seconds : seconds;
+    double& average = step_seconds_[rows];
+    average = average > 0 ? 0.9 * average + 0.1 * seconds : seconds;
+  }
+  // After a speculative iteration of `rows` rows, some of which did not
+  // draft, that took `took`: what they lost against a plain step of that
+  // many rows, and how long drafting pauses at that batch size for it.
+  void JudgeBatch(int64_t rows, absl::Duration took);
+  // The moving average of plain steps of `rows` rows, in seconds (0 on a
+  // clock where they take no time); -1 until one ran.
+  double StepSeconds(int64_t rows) const {
+    return static_cast<size_t>(rows) < step_seconds_.size() ? step_seconds_[rows] : -1;
   }
   // Pushes the last event (with usage for a success) and frees the slot.
   void End(Sequence& seq, StreamEvent last);
@@ -274,12 +310,18 @@ class Engine::Impl {
 
   std::unique_ptr<StateCache> cache_;  // engine thread only; null when off
   int64_t decode_steps_ = 0;           // engine thread only
-  // Engine thread only: a moving average of plain one-row decode steps'
-  // time (NoteOneRowStep); 0 until one ran.
-  double one_row_step_seconds_ = 0;
-  // Whether a plain step of one row has run: rounds wait for one, so that
-  // each is judged against what plain decoding spends.
-  bool one_row_step_timed_ = false;
+  // Engine thread only: per batch size up to speculative_max_batch, a
+  // moving average of plain decode steps' time (NoteStep), -1 until one
+  // ran: rounds wait for one, so that each is judged against what plain
+  // decoding spends.
+  std::vector<double> step_seconds_;
+  // Engine thread only: per batch size above 1, the speculative iterations
+  // in a row that lost, and the decode step drafting resumes at.
+  struct BatchJudgement {
+    int64_t misses = 0;
+    int64_t resume_at = 0;
+  };
+  std::vector<BatchJudgement> batch_judgements_;
   // Written by the engine thread before Start() returns, read after.
   EngineWarmUp warm_up_;
 

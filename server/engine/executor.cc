@@ -123,9 +123,16 @@ bool Engine::Impl::DecodeStep() {
   if (batch.empty()) return false;
   ++decode_steps_;
   for (Sequence* seq : batch) seq->last_decoded = decode_steps_;
-  // A sequence decoding alone reads every weight for one token: checking a
-  // few drafted tokens in one prefill reads them about once too.
-  if (batch.size() == 1 && MaySpeculate(*batch[0]) && Speculate(*batch[0])) return true;
+  // A small batch reads every weight for a token per row: checking a few
+  // drafted tokens per row in one prefill reads them about once too.
+  if (static_cast<int64_t>(batch.size()) <= options_.speculative_max_batch && Speculate(batch)) {
+    return true;
+  }
+  PlainStep(batch);
+  return true;
+}
+
+void Engine::Impl::PlainStep(const std::vector<Sequence*>& batch) {
   const auto rows = static_cast<int64_t>(batch.size());
   std::vector<int64_t> tokens(rows), slots(rows);
   for (int64_t i = 0; i < rows; ++i) {
@@ -147,11 +154,11 @@ bool Engine::Impl::DecodeStep() {
   }
   if (!stepped.ok()) {
     for (Sequence* seq : batch) EndWithError(*seq, stepped.status());
-    return true;
+    return;
   }
   const absl::Duration took = clock_.Now() - started;
   observer_->OnStep(EngineObserver::Phase::kDecode, took, rows, rows);
-  if (rows == 1) NoteOneRowStep(took);
+  NoteStep(rows, took);
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
   // Each row has its own sampler, so the rows sample on all intra-op
@@ -172,7 +179,6 @@ bool Engine::Impl::DecodeStep() {
       Emit(*batch[i], sampled[i]);
     }
   }
-  return true;
 }
 
 void Engine::Impl::Deliver(Sequence& seq, const SampledToken& token,

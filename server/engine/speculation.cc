@@ -37,6 +37,18 @@
 #include "server/engine/ngram_draft.h"
 
 namespace attn::serving {
+namespace engine_internal {
+
+// A token plain decoding chooses, as the continuation took it.
+struct Chosen {
+  SampledToken token;
+  AcceptedToken accepted;
+};
+
+}  // namespace engine_internal
+
+using engine_internal::Chosen;
+
 namespace {
 
 // A round that did not pay makes the sequence wait 2^misses decode steps,
@@ -59,11 +71,12 @@ constexpr int64_t kMaxPauseSteps = 1024;
 // patch.
 constexpr int64_t kFirstModelDraft = 2;
 constexpr int64_t kMaxModelMisses = 2;
-
-struct Chosen {
-  SampledToken token;
-  AcceptedToken accepted;
-};
+// In a batch of several rows, a row without drafts waits for the others'
+// checks: an iteration that took longer than a plain step of that many rows
+// made it lose the difference, so drafting at that batch size pauses as a
+// draft model's round pauses its sequence, for 2, 4, ... kMaxBackoffSteps
+// steps, or kPlainStepsPerLostStep for each step lost if longer: the rows
+// that do not draft stay within about 5% of plain decoding.
 
 // The tokens plain decoding chooses from `logits` [k + 1, V] (after the next
 // token and after each of the k drafts), while each equals the draft fed
@@ -84,6 +97,15 @@ std::vector<Chosen> ChooseTokens(Continuation& continuation, const torch::Tensor
   return chosen;
 }
 
+// The plain decode steps to wait after the `misses`-th loss in a row, which
+// cost `lost_steps` plain steps: 2^misses up to kMaxBackoffSteps, or
+// kPlainStepsPerLostStep per step lost if longer, up to kMaxPauseSteps.
+int64_t PauseSteps(int64_t misses, double lost_steps) {
+  const int64_t backoff = std::min<int64_t>(kMaxBackoffSteps, int64_t{1} << misses);
+  const double payback = std::ceil(std::max(0.0, lost_steps) * kPlainStepsPerLostStep);
+  return std::max(backoff, static_cast<int64_t>(std::min<double>(payback, kMaxPauseSteps)));
+}
+
 // The next round drafts more after a full acceptance, fewer after a miss.
 // A round that did not pay (it took longer per token than a plain step,
 // measured; or, on a clock where plain steps take no time, accepted
@@ -99,20 +121,60 @@ void Adapt(Sequence::Drafting& drafting, int64_t limit, int64_t drafted, int64_t
     return;
   }
   drafting.misses = std::min<int64_t>(drafting.misses + 1, 7);
-  const int64_t backoff = std::min<int64_t>(kMaxBackoffSteps, int64_t{1} << drafting.misses);
-  const double payback = std::ceil(std::max(0.0, lost_steps) * kPlainStepsPerLostStep);
-  drafting.resume_at =
-      decode_step +
-      std::max(backoff, static_cast<int64_t>(std::min<double>(payback, kMaxPauseSteps)));
+  drafting.resume_at = decode_step + PauseSteps(drafting.misses, lost_steps);
+}
+
+// The tokens a sequence's row holds: every token but the next one.
+int64_t RowLength(const Sequence& seq) {
+  return seq.request.start_tokens + static_cast<int64_t>(seq.request.prompt.size()) +
+         seq.generated - 1;
 }
 
 }  // namespace
 
-bool Engine::Impl::MaySpeculate(const Sequence& seq) const {
-  const bool drafts =
-      options_.speculative != Speculation::kOff || (drafter_ != nullptr && !seq.drafting.model_off);
-  return drafts && cheap_rollback_ && one_row_step_timed_ && !seq.finishing && seq.generated > 0 &&
-         decode_steps_ >= seq.drafting.resume_at;
+namespace engine_internal {
+
+struct SpeculationRound {
+  Sequence* seq = nullptr;
+  int64_t limit = 0;   // the most tokens it could draft
+  int64_t length = 0;  // RowLength before the round
+  std::optional<ModelDrafter::Drafts> from_model;
+  SavedRow saved;              // the row before the round (SaveRowForRollBack)
+  std::vector<int64_t> fed;    // the next token, then the drafts
+  std::vector<Chosen> chosen;  // what plain decoding emits from the check
+  bool failed = false;         // the round ended its sequence with an error
+};
+
+}  // namespace engine_internal
+
+namespace {
+
+// The rounds' indices in groups that one prefill can check: all together
+// where the backend continues rows at any lengths, else by row length.
+std::vector<std::vector<size_t>> CheckGroups(const std::vector<SpeculationRound>& rounds,
+                                             bool any_lengths) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<int64_t> lengths;
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const int64_t length = any_lengths ? 0 : rounds[i].length;
+    const auto found = std::find(lengths.begin(), lengths.end(), length);
+    if (found == lengths.end()) {
+      lengths.push_back(length);
+      groups.push_back({i});
+    } else {
+      groups[found - lengths.begin()].push_back(i);
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+bool Engine::Impl::MaySpeculate(const Sequence& seq, int64_t rows) const {
+  const bool drafts = options_.speculative != Speculation::kOff ||
+                      (rows == 1 && drafter_ != nullptr && !seq.drafting.model_off);
+  return drafts && cheap_rollback_ && StepSeconds(rows) >= 0 && !seq.finishing &&
+         seq.generated > 0 && decode_steps_ >= seq.drafting.resume_at;
 }
 
 void Engine::Impl::SettleDraftModel(Sequence& seq,
@@ -124,13 +186,13 @@ void Engine::Impl::SettleDraftModel(Sequence& seq,
   }
 }
 
-std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit,
+std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit, int64_t rows,
                                             std::optional<ModelDrafter::Drafts>* from_model) {
   if (options_.speculative == Speculation::kNgram) {
     std::vector<int64_t> draft = NgramDraft(seq.request.prompt, seq.generated_ids, limit);
     if (!draft.empty() || drafter_ == nullptr) return draft;
   }
-  if (drafter_ == nullptr || seq.drafting.model_off) return {};
+  if (rows > 1 || drafter_ == nullptr || seq.drafting.model_off) return {};
   // The draft model continues the prompt and the output so far, whose last
   // token is the next one to feed.
   absl::StatusOr<ModelDrafter::Drafts> drafts = drafter_->Draft(
@@ -146,84 +208,175 @@ std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit,
   return (*from_model)->tokens;
 }
 
-bool Engine::Impl::Speculate(Sequence& seq) {
-  Sequence::Drafting& drafting = seq.drafting;
-  int64_t limit = drafting.length > 0   ? drafting.length
-                  : drafter_ != nullptr ? std::min(options_.draft_tokens, kFirstModelDraft)
-                                        : options_.draft_tokens;
-  if (const int64_t context = backend_->max_context(); context > 0) {
-    // The state holds every token but the next one; the round adds it too.
-    const int64_t fed = seq.request.start_tokens + static_cast<int64_t>(seq.request.prompt.size()) +
-                        seq.generated - 1;
-    limit = std::min(limit, context - fed - 1);
-  }
-  // Drafting, and the copy, are part of the round's cost.
+bool Engine::Impl::Speculate(const std::vector<Sequence*>& batch) {
+  // Drafting, the copies and the plain rows' step are part of the cost.
   const absl::Time started = clock_.Now();
-  std::optional<ModelDrafter::Drafts> from_model;
-  const std::vector<int64_t> draft = DraftFor(seq, limit, &from_model);
-  if (draft.empty()) return false;
+  const auto rows = static_cast<int64_t>(batch.size());
+  if (batch_judgements_.size() <= static_cast<size_t>(rows)) batch_judgements_.resize(rows + 1);
+  if (decode_steps_ < batch_judgements_[rows].resume_at) return false;
+  std::vector<SpeculationRound> rounds;
+  std::vector<Sequence*> plain;
+  for (Sequence* seq : batch) {
+    std::optional<SpeculationRound> round;
+    if (MaySpeculate(*seq, rows)) round = StartRound(*seq, rows);
+    if (round.has_value()) {
+      rounds.push_back(*std::move(round));
+    } else {
+      plain.push_back(seq);
+    }
+  }
+  if (rounds.empty()) return false;
+  CheckRounds(rounds);
+  const absl::Duration checking = clock_.Now() - started;
+  if (!plain.empty()) PlainStep(plain);
+  const absl::Duration took = clock_.Now() - started;
+  FinishRounds(rounds, checking, took, rows);
+  if (!plain.empty()) JudgeBatch(rows, took);
+  return true;
+}
+
+void Engine::Impl::JudgeBatch(int64_t rows, absl::Duration took) {
+  const double step_seconds = StepSeconds(rows);
+  if (step_seconds <= 0) return;  // a clock where steps take no time
+  BatchJudgement& judgement = batch_judgements_[rows];
+  const double lost_steps = absl::ToDoubleSeconds(took) / step_seconds - 1;
+  if (lost_steps <= 0) {
+    judgement.misses = 0;
+    return;
+  }
+  judgement.misses = std::min<int64_t>(judgement.misses + 1, 7);
+  judgement.resume_at = decode_steps_ + PauseSteps(judgement.misses, lost_steps);
+}
+
+std::optional<SpeculationRound> Engine::Impl::StartRound(Sequence& seq, int64_t rows) {
+  const Sequence::Drafting& drafting = seq.drafting;
+  int64_t limit = drafting.length > 0 ? drafting.length
+                  : drafter_ != nullptr && rows == 1
+                      ? std::min(options_.draft_tokens, kFirstModelDraft)
+                      : options_.draft_tokens;
+  const int64_t length = RowLength(seq);
+  if (const int64_t context = backend_->max_context(); context > 0) {
+    limit = std::min(limit, context - length - 1);  // the round feeds the next token too
+  }
+  SpeculationRound round;
+  round.seq = &seq;
+  round.limit = limit;
+  round.length = length;
+  const std::vector<int64_t> draft = DraftFor(seq, limit, rows, &round.from_model);
+  if (draft.empty()) return std::nullopt;
   absl::StatusOr<SavedRow> saved = backend_->SaveRowForRollBack(seq.slot);
   if (!saved.ok()) {  // decodes plainly instead
-    SettleDraftModel(seq, from_model, 1);
-    return false;
+    SettleDraftModel(seq, round.from_model, 1);
+    return std::nullopt;
   }
+  round.saved = *std::move(saved);
+  round.fed = {seq.next_token};
+  round.fed.insert(round.fed.end(), draft.begin(), draft.end());
+  return round;
+}
 
-  const auto drafted = static_cast<int64_t>(draft.size());
-  std::vector<int64_t> fed = {seq.next_token};
-  fed.insert(fed.end(), draft.begin(), draft.end());
-  absl::StatusOr<torch::Tensor> checked = backend_->PrefillForRollBack(seq.slot, fed);
+void Engine::Impl::CheckRounds(std::vector<SpeculationRound>& rounds) {
+  for (const std::vector<size_t>& group :
+       CheckGroups(rounds, backend_->PrefillsRowsAtAnyLengths())) {
+    CheckGroup(rounds, group);
+  }
+}
+
+void Engine::Impl::CheckGroup(std::vector<SpeculationRound>& rounds,
+                              const std::vector<size_t>& group) {
+  // Shorter drafts are padded with their last token to the group's longest:
+  // a prefill's rows are fed as many tokens each, and a row keeps only what
+  // it accepts. Where the context is bounded, no row may be fed past it:
+  // longer drafts are cut to what the fullest row has room for (each has
+  // room for two tokens, or it would not have drafted).
+  size_t longest = 0;
+  for (size_t i : group) longest = std::max(longest, rounds[i].fed.size());
+  if (const int64_t context = backend_->max_context(); context > 0) {
+    for (size_t i : group) {
+      longest = std::min(longest, static_cast<size_t>(context - rounds[i].length));
+    }
+    for (size_t i : group) rounds[i].fed.resize(std::min(rounds[i].fed.size(), longest));
+  }
+  std::vector<int64_t> slots;
+  std::vector<std::vector<int64_t>> fed;
+  for (size_t i : group) {
+    slots.push_back(rounds[i].seq->slot);
+    fed.push_back(rounds[i].fed);
+    fed.back().resize(longest, rounds[i].fed.back());
+  }
+  absl::StatusOr<torch::Tensor> checked = backend_->PrefillForRollBack(slots, fed);
   torch::Tensor logits;
   if (checked.ok()) {
     try {
-      logits = (*checked)[0].to(torch::kCPU, torch::kFloat).contiguous();
+      logits = checked->to(torch::kCPU, torch::kFloat).contiguous();
     } catch (const c10::Error& error) {
       checked = absl::InternalError(
           absl::StrCat("speculative step failed: ", error.what_without_backtrace()));
     }
   }
-  if (!checked.ok()) {
-    EndWithError(seq, checked.status());
-    return true;
-  }
-
-  const std::vector<Chosen> chosen = ChooseTokens(*seq.continuation, logits, draft);
-  const auto emitted = static_cast<int64_t>(chosen.size());
-  int64_t accepted = 0;
-  while (accepted < std::min(emitted, drafted) && chosen[accepted].token.id == draft[accepted]) {
-    ++accepted;
-  }
-  if (emitted < drafted + 1) {
-    fed.resize(emitted);  // the next token and the drafts the state keeps
-    if (absl::Status rolled = backend_->RollBackRow(seq.slot, *saved, fed); !rolled.ok()) {
-      EndWithError(seq, rolled);
-      return true;
+  for (size_t j = 0; j < group.size(); ++j) {
+    SpeculationRound& round = rounds[group[j]];
+    if (!checked.ok()) {
+      round.failed = true;
+      EndWithError(*round.seq, checked.status());
+      continue;
+    }
+    const std::vector<int64_t> draft(round.fed.begin() + 1, round.fed.end());
+    round.chosen = ChooseTokens(*round.seq->continuation, logits[j], draft);
+    if (round.chosen.size() == longest) continue;  // everything fed is kept
+    std::vector<int64_t> kept(round.fed.begin(), round.fed.begin() + round.chosen.size());
+    if (absl::Status rolled = backend_->RollBackRow(round.seq->slot, round.saved, kept);
+        !rolled.ok()) {
+      round.failed = true;
+      EndWithError(*round.seq, rolled);
     }
   }
-  SettleDraftModel(seq, from_model, emitted);
-  const absl::Duration took = clock_.Now() - started;
-  observer_->OnStep(EngineObserver::Phase::kDecode, took, 1, emitted);
-  observer_->OnSpeculation(drafted, accepted);
+}
 
-  // In plain steps: what the round cost beyond the steps it saved. The
-  // draft model's catch-up is left out: the prompt's is the price of
+void Engine::Impl::FinishRounds(std::vector<SpeculationRound>& rounds, absl::Duration checking,
+                                absl::Duration took, int64_t rows) {
+  int64_t emitted = 0;
+  for (const SpeculationRound& round : rounds) {
+    emitted += round.failed ? 0 : static_cast<int64_t>(round.chosen.size());
+  }
+  observer_->OnStep(EngineObserver::Phase::kDecode, checking, static_cast<int64_t>(rounds.size()),
+                    emitted);
+  // Each stream waited the whole iteration for its tokens, where a plain
+  // step of that many rows gives it one.
+  for (SpeculationRound& round : rounds) {
+    if (round.failed) continue;
+    Judge(round, absl::ToDoubleSeconds(took), StepSeconds(rows));
+    for (const Chosen& next : round.chosen) Deliver(*round.seq, next.token, next.accepted);
+  }
+}
+
+void Engine::Impl::Judge(SpeculationRound& round, double round_seconds, double step_seconds) {
+  Sequence& seq = *round.seq;
+  const auto drafted = static_cast<int64_t>(round.fed.size()) - 1;
+  const auto emitted = static_cast<int64_t>(round.chosen.size());
+  int64_t accepted = 0;
+  while (accepted < std::min(emitted, drafted) &&
+         round.chosen[accepted].token.id == round.fed[accepted + 1]) {
+    ++accepted;
+  }
+  SettleDraftModel(seq, round.from_model, emitted);
+  observer_->OnSpeculation(drafted, accepted);
+  // The draft model's catch-up is left out: the prompt's is the price of
   // drafting at all, and a pause's is bounded by the stop after
   // kMaxModelMisses rounds in a row that did not pay (which counts it).
-  const absl::Duration judged = took - (from_model ? from_model->catch_up : absl::ZeroDuration());
-  const double lost_steps = one_row_step_seconds_ > 0
-                                ? absl::ToDoubleSeconds(judged) / one_row_step_seconds_ - emitted
-                                : 0;
-  const bool paid = one_row_step_seconds_ > 0 ? lost_steps < 0 : accepted > 0;
-  Adapt(drafting, limit, drafted, accepted, options_.draft_tokens, decode_steps_, paid,
-        from_model.has_value() ? lost_steps : 0);
-  if (from_model.has_value() && one_row_step_seconds_ > 0) {
-    drafting.model_gain_steps -=
-        lost_steps + absl::ToDoubleSeconds(from_model->catch_up) / one_row_step_seconds_;
+  const double catch_up =
+      round.from_model ? absl::ToDoubleSeconds(round.from_model->catch_up) : 0.0;
+  const double lost = step_seconds > 0 ? (round_seconds - catch_up) / step_seconds - emitted : 0;
+  const bool paid = step_seconds > 0 ? lost < 0 : accepted > 0;
+  Sequence::Drafting& drafting = seq.drafting;
+  Adapt(drafting, round.limit, drafted, accepted, options_.draft_tokens, decode_steps_, paid,
+        round.from_model.has_value() ? lost : 0);
+  if (round.from_model.has_value() && step_seconds > 0) {
+    drafting.model_gain_steps -= lost + catch_up / step_seconds;
     if (drafting.misses >= kMaxModelMisses && drafting.model_gain_steps < 0) {
       drafting.model_off = true;
     }
   }
-  for (const Chosen& next : chosen) Deliver(seq, next.token, next.accepted);
-  return true;
 }
 
 }  // namespace attn::serving

@@ -5,7 +5,8 @@
 # and the seeded sampled tokens, and the logprobs, a server without it
 # streams (within 1e-4: a prefill's rounding differs from a step's), and
 # /metrics counts drafted, accepted and rejected tokens (drafted = accepted
-# + rejected, some drafted) in an exposition promtool accepts. A
+# + rejected, some drafted) in an exposition promtool accepts; two streams
+# at once give what each gives alone. A
 # --draft_model that names no served package stops the start, naming it.
 #   speculative_serves.sh ATTN_SERVER ATTNCTL
 set -euo pipefail
@@ -63,6 +64,27 @@ worst = max(abs(a - b) for a, b in zip(plain_lp, spec_lp))
 assert len(spec_lp) == 80 and worst < 1e-4, f"max |logprob difference| = {worst}"
 PY
   done
+done
+
+# Two streams at once (a decode batch of two, which drafts together by
+# default): each greedy output is what plain decoding gives it alone.
+for k in 0 1; do
+  "$ctl_bin" --server=127.0.0.1:$plain_port --timeout_s=120 generate --prompt="${prompts[$k]}" \
+    --max_tokens=400 --temperature=0 --ignore_eos --json > "$work/plain-pair-$k.json"
+done
+pair=()
+for k in 0 1; do
+  "$ctl_bin" --server=127.0.0.1:$spec_port --timeout_s=120 generate --prompt="${prompts[$k]}" \
+    --max_tokens=400 --temperature=0 --ignore_eos --json > "$work/spec-pair-$k.json" &
+  pair+=($!)
+done
+wait "${pair[@]}"
+for k in 0 1; do
+  $py - "$work/plain-pair-$k.json" "$work/spec-pair-$k.json" <<'PY'
+import json, sys
+plain, spec = (json.load(open(path))["token_ids"] for path in sys.argv[1:])
+assert len(plain) == 400 and spec == plain, f"tokens differ:\n{plain}\n{spec}"
+PY
 done
 
 for side in spec draft; do
