@@ -135,8 +135,8 @@ struct EngineOptions {
   // A smaller model with the same vocabulary that drafts when n-gram lookup
   // (if on) finds nothing (attn-server's --draft_model; server/engine/
   // model_draft.h): it decodes draft_tokens tokens greedily ahead of a
-  // sequence decoding alone (in a batch of one: its own steps are per row). The engine gives it
-  // max_active rows of its own. Null: none.
+  // sequence decoding alone (its own steps are one row each). The engine
+  // gives it max_active rows of its own. Null: none.
   std::shared_ptr<LmBackend> draft_model;
 
   // kInvalidArgument naming the first field out of range, by the name of

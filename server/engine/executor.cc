@@ -124,10 +124,12 @@ bool Engine::Impl::DecodeStep() {
   ++decode_steps_;
   for (Sequence* seq : batch) seq->last_decoded = decode_steps_;
   // A small batch reads every weight for a token per row: checking a few
-  // drafted tokens per row in one prefill reads them about once too.
-  if (static_cast<int64_t>(batch.size()) <= options_.speculative_max_batch && Speculate(batch)) {
-    return true;
-  }
+  // drafted tokens per row in one prefill reads them about once too. An
+  // engine where nothing drafts skips the per-row questions.
+  const bool drafts = (options_.speculative != Speculation::kOff || drafter_ != nullptr) &&
+                      cheap_rollback_ &&
+                      static_cast<int64_t>(batch.size()) <= options_.speculative_max_batch;
+  if (drafts && Speculate(batch)) return true;
   PlainStep(batch);
   return true;
 }
