@@ -83,6 +83,16 @@ absl::StatusOr<SavedRow> LmBackend::ReadInitialState(const std::string& /*path*/
 
 std::unique_ptr<LmBackend> LmBackend::ShareWeights() const { return nullptr; }
 
+bool MixerStateGrows(const std::string& mixer) {
+  return mixer == "mha" || mixer == "mha-alibi" || mixer == "relative" || mixer == "gqa";
+}
+
+bool RollsBackCheaply(const LmBackend& backend) {
+  const int64_t longest = backend.max_context() > 0 ? backend.max_context() : int64_t{1} << 21;
+  return backend.rollback_bytes_per_sequence(longest) ==
+         backend.rollback_bytes_per_sequence(longest / 2);
+}
+
 std::string BackendKindName(BackendKind kind) { return EnumName(kBackendNames, kind); }
 
 bool ParseBackendKind(const std::string& name, BackendKind* kind) {

@@ -149,4 +149,16 @@ class LmBackend {
   virtual std::unique_ptr<LmBackend> ShareWeights() const;
 };
 
+// Whether the copy a speculation round takes stops growing within the
+// model's context (half the longest context copies as much as all of it):
+// a recurrent state, a window, or a native key/value cache, whose
+// positions stay in the row; not a TorchScript model's cache. Where it
+// does, speculation pays at any length.
+bool RollsBackCheaply(const LmBackend& backend);
+
+// Whether the mixer kind named `mixer` (a package config's "mixer") keeps a
+// key/value cache, which grows with the context: mha, mha-alibi, relative
+// and gqa.
+bool MixerStateGrows(const std::string& mixer);
+
 }  // namespace attn

@@ -388,4 +388,9 @@ absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& toke
   });
 }
 
+int64_t TorchScriptBackend::rollback_bytes_per_sequence(int64_t context) const {
+  if (!MixerStateGrows(config_.mixer) || config_.max_context <= 0) return row_bytes_;
+  return row_bytes_ * std::clamp<int64_t>(context, 1, config_.max_context) / config_.max_context;
+}
+
 }  // namespace attn

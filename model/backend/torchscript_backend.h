@@ -66,6 +66,11 @@ class TorchScriptBackend : public LmBackend {
   int64_t max_context() const override { return config_.max_context; }
   // A row's bytes whatever the context: the pool holds init_state's shapes.
   int64_t state_bytes_per_sequence(int64_t /*context*/) const override { return row_bytes_; }
+  // A speculation round copies the whole row. A key/value cache's row is
+  // sized for the longest context, so its copy costs what a cache grown to
+  // that length would: reported as growing with the context, so that it
+  // does not draft (RollsBackCheaply).
+  int64_t rollback_bytes_per_sequence(int64_t context) const override;
 
   // On the CPU, rows whose init_state bytes exceed the memory available
   // (util/memory.h) are RESOURCE_EXHAUSTED before anything is allocated.

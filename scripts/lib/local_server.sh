@@ -36,15 +36,28 @@ free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# running PID: whether process PID still runs. A child that exited stays a
+# zombie until its parent waits for it, and kill -0 still finds a zombie.
+running() {
+  local state=
+  if [ -r "/proc/$1/stat" ]; then read -r _ _ state _ < "/proc/$1/stat" 2> /dev/null || true; fi
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # wait_healthy ATTNCTL PORT PID LOG: waits up to ATTN_START_SECONDS (120)
 # for the server (process PID, writing LOG) to answer health on PORT. If it
-# exits or never answers, prints its log and fails.
+# exits (a bad flag, a package refused) or never answers, prints its log
+# and fails at once.
 wait_healthy() {
   local attnctl=$1 port=$2 pid=$3 log=$4
   local deadline=$((SECONDS + ${ATTN_START_SECONDS:-120}))
   while [ "$SECONDS" -lt "$deadline" ]; do
     "$attnctl" --server="127.0.0.1:$port" health > /dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || break
+    if ! running "$pid"; then
+      echo "attn-server exited before it answered health on port $port; its log:" >&2
+      cat "$log" >&2
+      return 1
+    fi
     sleep 0.2
   done
   echo "attn-server on port $port did not become healthy within ${ATTN_START_SECONDS:-120} s" \

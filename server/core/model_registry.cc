@@ -202,11 +202,6 @@ absl::Status AttachChatTemplate(const std::string& path, const std::string& json
   return absl::OkStatus();
 }
 
-// Whether a mixer's state grows with the context (a key/value cache).
-bool StateGrows(const std::string& mixer) {
-  return mixer == "mha" || mixer == "mha-alibi" || mixer == "relative" || mixer == "gqa";
-}
-
 // The package at `path` with the backend and quantisation its name is given
 // (--backend, --quantize).
 absl::StatusOr<LoadedModel> LoadAsNamed(const std::string& path, const torch::Device& device,
@@ -248,7 +243,7 @@ absl::StatusOr<DraftPackage> LoadDraftPackage(const std::string& path, const tor
     return absl::Status(loaded.status().code(),
                         absl::StrCat("--draft_model: ", path, ": ", loaded.status().message()));
   }
-  if (StateGrows(loaded->description.mixer)) {
+  if (MixerStateGrows(loaded->description.mixer)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--draft_model: ", options.draft_model, "'s state grows with the context (",
                      loaded->description.mixer, "); name a recurrent model"));
@@ -279,12 +274,14 @@ absl::StatusOr<LoadedModel> LoadOrShare(const std::string& path, const DraftPack
                      from.file_hash};
 }
 
-// The draft model's backend for `hosted`'s engine, or null where it cannot
-// draft: for itself, for a model whose state grows with the context
-// (rolling back would copy it whole), or with another vocabulary; a
-// progress line says which.
+// The draft model's backend for `hosted`'s engine (on `backend`), or null
+// where it cannot draft: for itself, where a round's copy of a row grows
+// with the context (a TorchScript model's key/value cache: rolling back
+// would copy it whole; a native one's positions stay in the row), or with
+// another vocabulary; a progress line says which.
 absl::StatusOr<std::shared_ptr<LmBackend>> DraftModelFor(const DraftPackage* draft,
                                                          const HostedModel& hosted,
+                                                         const LmBackend& backend,
                                                          const torch::Device& device,
                                                          const RegistryOptions& options) {
   const ModelDescription& d = hosted.description;
@@ -292,18 +289,18 @@ absl::StatusOr<std::shared_ptr<LmBackend>> DraftModelFor(const DraftPackage* dra
   auto say = [&](const std::string& line) {
     if (options.progress) options.progress(absl::StrCat("  ", d.name, line, options.draft_model));
   };
-  if (StateGrows(d.mixer)) {
-    say(" does not draft (its state grows with the context) with ");
+  if (!RollsBackCheaply(backend)) {
+    say(" does not draft (a round's copy of its state grows with the context) with ");
     return nullptr;
   }
   if (!SameVocabulary(*draft->loaded.tokenizer, *hosted.tokenizer)) {
     say(" does not draft (another vocabulary) with ");
     return nullptr;
   }
-  absl::StatusOr<std::unique_ptr<LmBackend>> backend = DraftBackend(*draft, device, options);
-  if (!backend.ok()) return backend.status();
+  absl::StatusOr<std::unique_ptr<LmBackend>> drafter = DraftBackend(*draft, device, options);
+  if (!drafter.ok()) return drafter.status();
   say(" drafts with ");
-  return std::shared_ptr<LmBackend>(*std::move(backend));
+  return std::shared_ptr<LmBackend>(*std::move(drafter));
 }
 
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
@@ -344,7 +341,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
   // A hybrid (short-conv or mamba2 with some gqa layers) is cached: most
   // of its layers' state is constant, and its prefix is what the cache
   // saves; --max_exported_state_bytes bounds what of it leaves the process.
-  const bool grows = StateGrows(d.mixer);
+  const bool grows = MixerStateGrows(d.mixer);
   if (options.state_cache == RegistryOptions::StateCache::kOff ||
       (options.state_cache == RegistryOptions::StateCache::kRecurrent && grows)) {
     engine_options.state_cache_bytes = 0;
@@ -361,7 +358,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
                                   d.backend, engine_options.state_cache_bytes, d.weight_dtype});
   }
   absl::StatusOr<std::shared_ptr<LmBackend>> drafter =
-      DraftModelFor(draft, *hosted, device, options);
+      DraftModelFor(draft, *hosted, *loaded->backend, device, options);
   if (!drafter.ok()) return drafter.status();
   engine_options.draft_model = *std::move(drafter);
   hosted->engine = std::make_unique<Engine>(std::move(loaded->backend), *hosted->tokenizer,

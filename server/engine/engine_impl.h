@@ -145,15 +145,6 @@ class Engine::Impl {
     }
     return backend;
   }
-  // Whether the copy a speculation round takes stops growing within the
-  // model's context (half the longest context copies as much as all of it):
-  // a recurrent state, a window, or a native key/value cache, whose
-  // positions stay in the row; not a TorchScript model's cache.
-  static bool RollsBackCheaply(const LmBackend& backend) {
-    const int64_t longest = backend.max_context() > 0 ? backend.max_context() : int64_t{1} << 21;
-    return backend.rollback_bytes_per_sequence(longest) ==
-           backend.rollback_bytes_per_sequence(longest / 2);
-  }
   // The draft model's drafter; none (and a warning) if its rows cannot be
   // allocated: the engine then decodes without it.
   static std::unique_ptr<ModelDrafter> MakeDrafter(const EngineOptions& options, int64_t rows,

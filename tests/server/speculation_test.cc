@@ -389,22 +389,27 @@ TEST_P(SpeculationTest, SeededSamplingEqualsPlainDecoding) {
   EXPECT_LT(rounds.accepted, rounds.drafted);
 }
 
-// A key/value cache drafts too: a round's copy leaves its positions in the
-// row, and a rollback sets the row's length back. Greedy output is plain
-// decoding's, after rounds that threw drafts away.
+// A key/value cache drafts too, from n-gram lookup and from a draft model:
+// a round's copy leaves its positions in the row, and a rollback sets the
+// row's length back. Greedy output is plain decoding's, after rounds that
+// threw drafts away.
 TEST(Speculation, KeyValueCachesDraftAndRollBackByLength) {
   torch::InferenceMode guard;
   for (MixerKind kind : {MixerKind::kMha, MixerKind::kGqa}) {
     SCOPED_TRACE(MixerKindName(kind));
     CausalLm model = TinyModel(kind);
-    DraftCounts rounds;
+    DraftCounts rounds, modelled;
     for (int64_t offset : {0, 5, 11}) {
       const EngineRequest greedy = testing::GreedyEngineRequest(QuotingPrompt(offset), 40);
-      ExpectSameOutput(GenerateAlone(model, greedy, Speculation::kOff),
-                       GenerateAlone(model, greedy, Speculation::kNgram, &rounds));
+      const Generated plain = GenerateAlone(model, greedy, Speculation::kOff);
+      ExpectSameOutput(plain, GenerateAlone(model, greedy, Speculation::kNgram, &rounds));
+      ExpectSameOutput(plain, GenerateAlone(model, greedy, Speculation::kOff, &modelled, 4,
+                                            DraftBackend(MixerKind::kRwkv7, 5)));
     }
-    EXPECT_GT(rounds.rounds, 0);
-    EXPECT_LT(rounds.accepted, rounds.drafted);
+    for (const DraftCounts* counts : {&rounds, &modelled}) {
+      EXPECT_GT(counts->rounds, 0);
+      EXPECT_LT(counts->accepted, counts->drafted);
+    }
   }
 }
 
@@ -576,8 +581,8 @@ TEST(Speculation, DraftModelFlagLoadsItOnceForWhereItCanDraft) {
   ASSERT_TRUE(registry.ok()) << registry.status();
   const std::string log = absl::StrJoin(lines, "\n");
   EXPECT_TRUE(absl::StrContains(log, "  target drafts with draft")) << log;
-  EXPECT_TRUE(absl::StrContains(log, "  kv does not draft (its state grows with the context)"))
-      << log;
+  // A native key/value cache rolls back by length: its round copies little.
+  EXPECT_TRUE(absl::StrContains(log, "  kv drafts with draft")) << log;
   EXPECT_FALSE(absl::StrContains(log, "  draft drafts")) << log;
   // One load of the draft package; its served copy and the drafters share it.
   EXPECT_EQ(
@@ -586,6 +591,17 @@ TEST(Speculation, DraftModelFlagLoadsItOnceForWhereItCanDraft) {
       1)
       << log;
   registry->reset();
+  // TorchScript's cache would be copied whole each round.
+  options.model_backends["kv"] = BackendKind::kTorchScript;
+  lines.clear();
+  registry = ModelRegistry::Load(options, nullptr);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(lines, "\n"),
+                                "  kv does not draft (a round's copy of its state grows with the "
+                                "context) with draft"))
+      << absl::StrJoin(lines, "\n");
+  registry->reset();
+  options.model_backends.clear();
 
   options.draft_model = "absent";
   absl::Status absent = ModelRegistry::Load(options, nullptr).status();

@@ -6,7 +6,9 @@
 # streams (within 1e-4: a prefill's rounding differs from a step's), and
 # /metrics counts drafted, accepted and rejected tokens (drafted = accepted
 # + rejected, some drafted) in an exposition promtool accepts; two streams
-# at once give what each gives alone. A
+# at once give what each gives alone, with either drafter; an attention
+# model (the bundled mha-alibi) drafted for by aft-decay gives its greedy
+# tokens. A
 # --draft_model that names no served package stops the start, naming it.
 #   speculative_serves.sh ATTN_SERVER ATTNCTL
 set -euo pipefail
@@ -18,14 +20,16 @@ work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
-start_server "$work/plain.log" --models="$model" --metrics_port=-1
+start_server "$work/plain.log" --models="$model,$repo/models/mha-alibi.pt" --metrics_port=-1
 plain_port=$server_port
 start_server "$work/spec.log" --models="$model" --speculative=ngram --draft_tokens=6
 spec_port=$server_port spec_metrics=$metrics_port
-start_server "$work/draft.log" --models="$model,$repo/models/aft-decay.pt" --draft_model=aft-decay \
-  --draft_tokens=4
+start_server "$work/draft.log" --models="$model,$repo/models/aft-decay.pt,$repo/models/mha-alibi.pt" \
+  --draft_model=aft-decay --draft_tokens=4
 draft_port=$server_port draft_metrics=$metrics_port
-grep -q "rwkv7 drafts with aft-decay" "$work/draft.log" || { cat "$work/draft.log"; exit 1; }
+for drafted in rwkv7 mha-alibi; do
+  grep -q "$drafted drafts with aft-decay" "$work/draft.log" || { cat "$work/draft.log"; exit 1; }
+done
 if "$server_bin" --models="$model" --draft_model=nosuch --port=0 --http_port=-1 --metrics_port=-1 \
     > "$work/bad.log" 2>&1; then
   echo "FAIL: a --draft_model naming no package started"; exit 1
@@ -66,25 +70,47 @@ PY
   done
 done
 
-# Two streams at once (a decode batch of two, which drafts together by
-# default): each greedy output is what plain decoding gives it alone.
+# An attention model drafts with the draft model too (its key/value cache
+# rolls back by length): greedy tokens as without it.
+for i in 0 1 2; do
+  for side in plain draft; do
+    port=$plain_port
+    [ "$side" = draft ] && port=$draft_port
+    "$ctl_bin" --server=127.0.0.1:$port --timeout_s=120 --model=mha-alibi generate \
+      --prompt="${prompts[$i]}" --max_tokens=80 --temperature=0 --ignore_eos --json \
+      > "$work/$side-kv-$i.json"
+  done
+  $py - "$work/plain-kv-$i.json" "$work/draft-kv-$i.json" <<'PY'
+import json, sys
+plain, drafted = (json.load(open(path))["token_ids"] for path in sys.argv[1:])
+assert len(plain) == 80 and drafted == plain, f"tokens differ:\n{plain}\n{drafted}"
+PY
+done
+
+# Two streams at once (a decode batch of two: n-gram lookup drafts for
+# both together, the draft model for neither): each greedy output is what
+# plain decoding gives it alone.
 for k in 0 1; do
   "$ctl_bin" --server=127.0.0.1:$plain_port --timeout_s=120 generate --prompt="${prompts[$k]}" \
     --max_tokens=400 --temperature=0 --ignore_eos --json > "$work/plain-pair-$k.json"
 done
-pair=()
-for k in 0 1; do
-  "$ctl_bin" --server=127.0.0.1:$spec_port --timeout_s=120 generate --prompt="${prompts[$k]}" \
-    --max_tokens=400 --temperature=0 --ignore_eos --json > "$work/spec-pair-$k.json" &
-  pair+=($!)
-done
-wait "${pair[@]}"
-for k in 0 1; do
-  $py - "$work/plain-pair-$k.json" "$work/spec-pair-$k.json" <<'PY'
+for side in spec draft; do
+  port=$spec_port
+  [ "$side" = draft ] && port=$draft_port
+  pair=()
+  for k in 0 1; do
+    "$ctl_bin" --server=127.0.0.1:$port --timeout_s=120 generate --prompt="${prompts[$k]}" \
+      --max_tokens=400 --temperature=0 --ignore_eos --json > "$work/$side-pair-$k.json" &
+    pair+=($!)
+  done
+  wait "${pair[@]}"
+  for k in 0 1; do
+    $py - "$work/plain-pair-$k.json" "$work/$side-pair-$k.json" <<'PY'
 import json, sys
 plain, spec = (json.load(open(path))["token_ids"] for path in sys.argv[1:])
 assert len(plain) == 400 and spec == plain, f"tokens differ:\n{plain}\n{spec}"
 PY
+  done
 done
 
 for side in spec draft; do
@@ -93,16 +119,21 @@ for side in spec draft; do
   curl -sf "http://127.0.0.1:$port/metrics" > "$work/metrics-$side.txt"
   promtool check metrics < "$work/metrics-$side.txt" > "$work/promtool.txt" 2>&1 \
     || { cat "$work/promtool.txt"; exit 1; }
-  $py - "$work/metrics-$side.txt" "$side" <<'PY'
+  models=rwkv7
+  [ "$side" = draft ] && models="rwkv7 mha-alibi"
+  for m in $models; do
+    $py - "$work/metrics-$side.txt" "$side" "$m" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
+text, side, model = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
 def value(kind):
-    m = re.search(r'^attn_spec_decode_num_%s_tokens_total\{model="rwkv7"\} (\S+)$' % kind, text, re.M)
-    assert m, f"no attn_spec_decode_num_{kind}_tokens_total"
+    m = re.search(r'^attn_spec_decode_num_%s_tokens_total\{model="%s"\} (\S+)$' % (kind, model),
+                  text, re.M)
+    assert m, f"no attn_spec_decode_num_{kind}_tokens_total for {model}"
     return float(m.group(1))
 drafted, accepted, rejected = value("draft"), value("accepted"), value("rejected")
-assert drafted > 0 and drafted == accepted + rejected, (drafted, accepted, rejected)
-print(f"PASS ({sys.argv[2]}): 3 prompts x 80 tokens, greedy and seeded, equal with and without "
-      f"speculation; drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
+assert drafted > 0 and drafted == accepted + rejected, (model, drafted, accepted, rejected)
+print(f"PASS ({side}, {model}): greedy tokens equal with and without speculation; "
+      f"drafted {drafted:.0f}, accepted {accepted:.0f}, rejected {rejected:.0f}")
 PY
+  done
 done
