@@ -10,9 +10,13 @@
 # whether the tokens were identical, and the drafts' acceptance. Times are
 # the servers' own (attn_e2e_request_latency_seconds, prefill included),
 # acceptance from the speculative server's counters; with several streams
-# tokens/s is each stream's (the latencies' mean).
+# tokens/s is each stream's (the latencies' mean). MIXED="edit open" (any
+# of the prompts' names) runs those prompts at once instead, one stream
+# each (three need EXTRA_FLAGS=--speculative_max_batch=3 to draft), and
+# times each stream by its client's wall time (attnctl's start-up included
+# on both sides); drafts are then counted per batch.
 #   MODEL=models/rwkv7.pt TOKENS=256 ROUNDS=3 QUANTIZE=none DRAFT_TOKENS=8 TEMPERATURE=0 STREAMS=1 \
-#     [DRAFT_MODEL=PATH DRAFT_QUANTIZE=none SPECULATIVE=off] scripts/bench/speculative.sh
+#     [MIXED="NAME ..."] [DRAFT_MODEL=PATH DRAFT_QUANTIZE=none SPECULATIVE=off] scripts/bench/speculative.sh
 # Prompts: "quote" repeats a passage and asks for it again (extraction, a
 # quoting answer), "edit" is a C function to be rewritten with one change,
 # "open" is text that does not repeat (drafts only from chance matches).
@@ -28,6 +32,7 @@ DRAFT_QUANTIZE=${DRAFT_QUANTIZE:-none}
 SPECULATIVE=${SPECULATIVE:-$([ -n "$DRAFT_MODEL" ] && echo off || echo ngram)}
 TEMPERATURE=${TEMPERATURE:-0}  # above 0: seeded sampling (--seed=7)
 STREAMS=${STREAMS:-1}
+MIXED=${MIXED:-}
 BUILD_DIR=${BUILD_DIR:-build}
 EXTRA_FLAGS=${EXTRA_FLAGS:-}  # more attn-server flags for both sides (--backend=torchscript)
 OUT=${OUT:-/tmp/attn-speculative}
@@ -74,7 +79,47 @@ counter() { metric "$spec_metrics" "attn_spec_decode_num_${1}_tokens_total[{]mod
 # The server's own time from a request's arrival to its end (attnctl's
 # start-up, most of a short request's wall time, left out).
 served() { metric "$1" "attn_e2e_request_latency_seconds_sum[{]model=\"$model_label\",protocol=\"grpc\""; }
+# timed PORT I FILE: prompt I's stream to FILE, its wall seconds to FILE.seconds.
+timed() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$ctl_bin" --server="127.0.0.1:$1" --timeout_s=600 generate --prompt="${prompts[$2]}" \
+    --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json > "$3"
+  t1=$(date +%s.%N)
+  awk "BEGIN {print $t1 - $t0}" > "$3.seconds"
+}
+# mixed_round ROUND: the prompts MIXED names at once on each side.
+mixed_round() {
+  local side port clients i drafted accepted mixed=()
+  for i in "${!names[@]}"; do
+    [[ " $MIXED " == *" ${names[$i]} "* ]] && mixed+=("$i")
+  done
+  for side in plain spec; do
+    port=$plain_port
+    [ "$side" = spec ] && port=$spec_port
+    drafted=$(counter draft) accepted=$(counter accepted)
+    clients=()
+    for i in "${mixed[@]}"; do
+      timed "$port" "$i" "$OUT/$side-${names[$i]}-$1-1.json" &
+      clients+=($!)
+    done
+    wait "${clients[@]}"
+    for i in "${mixed[@]}"; do
+      echo "{\"prompt\": \"${names[$i]}\", \"side\": \"$side\", \"round\": $1," \
+        "\"seconds\": $(cat "$OUT/$side-${names[$i]}-$1-1.json.seconds"), \"drafted\": 0, \"accepted\": 0}" \
+        >> "$OUT/runs.jsonl"
+    done
+    [ "$side" = spec ] && echo "{\"batch\": $1, \"drafted\": $(awk "BEGIN {print $(counter draft) - $drafted}")," \
+      "\"accepted\": $(awk "BEGIN {print $(counter accepted) - $accepted}")}" >> "$OUT/batches.jsonl"
+  done
+}
+rm -f "$OUT/batches.jsonl"
+[ -n "$MIXED" ] && STREAMS=1
 for ((round = 1; round <= ROUNDS; round++)); do
+  if [ -n "$MIXED" ]; then
+    mixed_round "$round"
+    continue
+  fi
   for i in "${!names[@]}"; do
     for side in plain spec; do
       port=$plain_port mport=$plain_metrics
@@ -104,6 +149,8 @@ runs = [json.loads(l) for l in open(os.path.join(out, "runs.jsonl"))]
 print(f"| prompt | plain tokens/s | speculative tokens/s | ratio | drafted | accepted | same tokens |")
 print(f"|---|---|---|---|---|---|---|")
 for name in ("quote", "edit", "open"):
+    if not any(r["prompt"] == name for r in runs):
+        continue
     rate = {s: statistics.median(tokens / r["seconds"] for r in runs
                                  if r["prompt"] == name and r["side"] == s) for s in ("plain", "spec")}
     spec = [r for r in runs if r["prompt"] == name and r["side"] == "spec"]
@@ -113,4 +160,10 @@ for name in ("quote", "edit", "open"):
                for k in range(1, rounds + 1) for j in range(1, streams + 1))
     print(f"| {name} | {rate['plain']:.1f} | {rate['spec']:.1f} | {rate['spec'] / rate['plain']:.2f}x"
           f" | {drafted:.0f} | {accepted:.0f} ({accepted / max(drafted, 1):.0%}) | {'yes' if same else 'NO'} |")
+batches = os.path.join(out, "batches.jsonl")
+if os.path.exists(batches):
+    b = [json.loads(l) for l in open(batches)]
+    drafted, accepted = sum(x["drafted"] for x in b), sum(x["accepted"] for x in b)
+    print(f"the prompts at once: drafted {drafted:.0f}, accepted {accepted:.0f}"
+          f" ({accepted / max(drafted, 1):.0%}); tokens/s from each client's wall time")
 PY
