@@ -79,12 +79,16 @@ counter() { metric "$spec_metrics" "attn_spec_decode_num_${1}_tokens_total[{]mod
 # The server's own time from a request's arrival to its end (attnctl's
 # start-up, most of a short request's wall time, left out).
 served() { metric "$1" "attn_e2e_request_latency_seconds_sum[{]model=\"$model_label\",protocol=\"grpc\""; }
-# timed PORT I FILE: prompt I's stream to FILE, its wall seconds to FILE.seconds.
+# generate PORT I FILE: prompt I's output, as JSON, to FILE.
+generate() {
+  "$ctl_bin" --server="127.0.0.1:$1" --timeout_s=600 generate --prompt="${prompts[$2]}" \
+    --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json > "$3"
+}
+# timed PORT I FILE: generate, and its wall seconds to FILE.seconds.
 timed() {
   local t0 t1
   t0=$(date +%s.%N)
-  "$ctl_bin" --server="127.0.0.1:$1" --timeout_s=600 generate --prompt="${prompts[$2]}" \
-    --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json > "$3"
+  generate "$@"
   t1=$(date +%s.%N)
   awk "BEGIN {print $t1 - $t0}" > "$3.seconds"
 }
@@ -128,9 +132,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       start=$(served "$mport")
       clients=()
       for ((k = 1; k <= STREAMS; k++)); do
-        "$ctl_bin" --server=127.0.0.1:$port --timeout_s=600 generate --prompt="${prompts[$i]}" \
-          --max_tokens="$TOKENS" --temperature="$TEMPERATURE" --seed=7 --ignore_eos --json \
-          > "$OUT/$side-${names[$i]}-$round-$k.json" &
+        generate "$port" "$i" "$OUT/$side-${names[$i]}-$round-$k.json" &
         clients+=($!)
       done
       wait "${clients[@]}"
