@@ -11,7 +11,11 @@
 //
 //   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
 //
+// With --device=cuda the weights and rows live on that GPU and every timing
+// waits for the device to finish.
+//
 // The last line of output is a JSON object with every median.
+#include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
@@ -34,6 +38,8 @@
 #include "util/cpus.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the weights and rows live: cpu, cuda or cuda:N (timings then wait for the GPU).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
 ABSL_FLAG(std::vector<std::string>, batch, std::vector<std::string>({"1", "64"}),
           "Rows per decode step.");
@@ -79,10 +85,14 @@ std::string StepLine(double native, double int8, double bf16, double script, dou
   return absl::StrJoin(parts, ", ");
 }
 
+// Set from --device: a GPU's work is asynchronous, so a timing waits for it.
+bool g_on_gpu = false;
+
 template <typename Fn>
 double Milliseconds(Fn&& fn) {
   const absl::Time start = absl::Now();
   fn();
+  if (g_on_gpu) torch::cuda::synchronize();
   return absl::ToDoubleMilliseconds(absl::Now() - start);
 }
 
@@ -134,7 +144,9 @@ int main(int argc, char** argv) {
   attn::KeepFreedMemoryForReuse();
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
   const std::string path = absl::GetFlag(FLAGS_model);
-  auto package = attn::LoadPackage(path);
+  const torch::Device device(absl::GetFlag(FLAGS_device));
+  g_on_gpu = device.is_cuda();
+  auto package = attn::LoadPackage(path, device);
   Check(package.status());
   const std::vector<std::string> backends = absl::GetFlag(FLAGS_backends);
   const auto timed = [&](const std::string& name) {
@@ -144,7 +156,7 @@ int main(int argc, char** argv) {
   const bool scripted = timed("torchscript") || timed("module");
   absl::StatusOr<std::unique_ptr<attn::TorchScriptBackend>> script;
   if (scripted) {
-    script = attn::TorchScriptBackend::Load(path, torch::kCPU);
+    script = attn::TorchScriptBackend::Load(path, device);
     Check(script.status());
   }
   attn::NativeBackend native(package->model);
@@ -158,7 +170,7 @@ int main(int argc, char** argv) {
   const auto quantized = [&](auto quantize) {
     attn::CausalLm model = package->model;
     if (package_taken) {
-      auto copy = attn::LoadPackage(path);
+      auto copy = attn::LoadPackage(path, device);
       Check(copy.status());
       model = copy->model;
     }
@@ -173,8 +185,8 @@ int main(int argc, char** argv) {
   const int64_t rows = *std::max_element(batches.begin(), batches.end());
   const int64_t context = absl::GetFlag(FLAGS_context);
   const int64_t vocab = native.vocab_size();
-  std::printf("model %s, %d threads, %ld rows at context %ld\n", path.c_str(), threads,
-              static_cast<long>(rows), static_cast<long>(context));
+  std::printf("model %s on %s, %d threads, %ld rows at context %ld\n", path.c_str(),
+              device.str().c_str(), threads, static_cast<long>(rows), static_cast<long>(context));
   torch::InferenceMode inference;
   // Both backends' rows hold the same `context` tokens.
   const torch::Tensor prompt = torch::randint(3, vocab, {rows, context}, torch::kLong);
@@ -193,7 +205,7 @@ int main(int argc, char** argv) {
     Check(backend->Prefill(prompt, all, attn::PrefillLogits::kNone).status());
   }
   // The module itself on its own state, as a Python caller would run it.
-  torch::jit::Module module = scripted ? torch::jit::load(path) : torch::jit::Module();
+  torch::jit::Module module = scripted ? torch::jit::load(path, device) : torch::jit::Module();
   std::vector<std::string> json;
   for (int64_t batch : batches) {
     const torch::Tensor ids = torch::arange(batch, torch::kLong);
@@ -201,7 +213,7 @@ int main(int argc, char** argv) {
     c10::IValue state;
     if (scripted) {
       state = module.get_method("init_state")({batch});
-      state = module.get_method("prefill")({prompt.narrow(0, 0, batch), state})
+      state = module.get_method("prefill")({prompt.narrow(0, 0, batch).to(device), state})
                   .toTupleRef()
                   .elements()[1];
     }
@@ -223,7 +235,7 @@ int main(int argc, char** argv) {
       }
       if (timed("module")) {
         module_ms.push_back(Milliseconds([&] {
-          state = module.get_method("step")({tokens, state}).toTupleRef().elements()[1];
+          state = module.get_method("step")({tokens.to(device), state}).toTupleRef().elements()[1];
         }));
       }
     }

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine without network, in a copy of this checkout that
+# carries the kit of scripts/gpu/make_kit.sh (scripts/gpu/README.md), in one
+# call of about 8 minutes: unpacks the kit, configures against that
+# machine's PyTorch (its LibTorch, with CUDA), builds with every core, runs
+# the device tests on the GPU, times the backends there, serves the bundled
+# models from the GPU and from the CPU and compares their greedy tokens,
+# and writes summary.md and one log per step to OUT.
+#
+#   scripts/gpu/device_run.sh OUT
+#
+#   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)  CXX_STANDARD (17)
+#   STEPS ("build test bench serve"): the steps to run, in that order
+#   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
+#   BUDGET_S (480): a step that would start after this many seconds is skipped
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
+KIT_DIR=${KIT_DIR:-.gpu-kit}
+BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
+CXX_STANDARD=${CXX_STANDARD:-17}
+STEPS=${STEPS:-build test bench serve}
+BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
+BUDGET_S=${BUDGET_S:-480}
+KIT_ROOT=/tmp/attn-kit
+mkdir -p "$OUT"
+summary="$OUT/summary.md"
+: > "$summary"
+started=$SECONDS
+
+note() { echo "$*" | tee -a "$summary"; }
+# step NAME COMMAND...: runs COMMAND with its output in OUT/NAME.log and
+# notes the outcome, its time and the log's last lines on failure.
+step() {
+  local name=$1
+  shift
+  if [ $((SECONDS - started)) -gt "$BUDGET_S" ]; then
+    note "| $name | skipped: past ${BUDGET_S} s |"
+    return 1
+  fi
+  local t0=$SECONDS rc=0
+  "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    note "| $name | ok in $((SECONDS - t0)) s |"
+  else
+    note "| $name | FAILED (exit $rc) in $((SECONDS - t0)) s: $(tail -n 3 "$OUT/$name.log" | tr '\n|' ' /') |"
+  fi
+  return "$rc"
+}
+
+machine() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())'
+  nvcc --version | tail -n 2
+  c++ --version | head -n 1
+  cmake --version | head -n 1
+  nproc
+}
+
+unpack() {
+  rm -rf "$KIT_ROOT" && mkdir -p "$KIT_ROOT"
+  tar -xJf "$KIT_DIR/deps.tar.xz" -C "$KIT_ROOT"
+  head -n 2 "$KIT_DIR/MANIFEST"
+}
+
+torch_prefix() { python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'; }
+torch_lib() { python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))'; }
+
+# PyTorch's CMake files look for cuDNN; a wheel keeps it in the Python
+# package nvidia-cudnn. If they still cannot, the second try asks for none.
+cudnn_flags() {
+  local dir
+  dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) || return 0
+  echo "-DCUDNN_INCLUDE_PATH=$dir/include"
+  echo "-DCUDNN_LIBRARY_PATH=$(find "$dir/lib" -name 'libcudnn.so*' | sort | head -n 1)"
+}
+
+configure() {
+  local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_PREFIX_PATH="$(torch_prefix);$KIT_ROOT/usr"
+    -DCMAKE_CXX_STANDARD="$CXX_STANDARD" -DATTN_WERROR=OFF -DATTN_BUILD_BENCHMARKS=ON
+    -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90
+    -DPKG_CONFIG_EXECUTABLE="$KIT_ROOT/usr/bin/pkgconf"
+    -DProtobuf_PROTOC_EXECUTABLE="$KIT_ROOT/usr/bin/protoc"
+    -DGRPC_CPP_PLUGIN="$KIT_ROOT/usr/bin/grpc_cpp_plugin")
+  if command -v nvcc > /dev/null; then flags+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)"); fi
+  mapfile -t -O "${#flags[@]}" flags < <(cudnn_flags)
+  cmake -S . -B "$BUILD_DIR" "${flags[@]}" && return
+  echo "== again without cuDNN"
+  rm -rf "$BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" "${flags[@]}" -DCAFFE2_USE_CUDNN=OFF -DUSE_CUDNN=OFF
+}
+
+# Every error, not only the first: -k 0.
+build() {
+  ninja -C "$BUILD_DIR" -k 0 device_tests attn-backend-bench attn-server attnctl
+}
+
+run_tests() {
+  ATTN_TEST_DEVICE=cuda "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
+    --gtest_output="xml:$OUT/device_tests.xml"
+}
+
+bench() {
+  local model
+  for model in $BENCH_MODELS; do
+    "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --model="$model" \
+      --backends=native,torchscript --batch=1,64,256 --repeats=100 --prefill_tokens=512 ||
+      return
+  done
+}
+
+# The bundled models served from the GPU and from the CPU: the same greedy
+# tokens for the same prompts (scripts/gpu/served_greedy.sh).
+serve() {
+  ATTN_SERVER="$BUILD_DIR/server/attn-server" ATTNCTL="$BUILD_DIR/client/attnctl" \
+    bash scripts/gpu/served_greedy.sh
+}
+
+export PATH="$KIT_ROOT/usr/bin:$PATH"
+export PKG_CONFIG_LIBDIR="$KIT_ROOT/usr/lib/x86_64-linux-gnu/pkgconfig:$KIT_ROOT/usr/share/pkgconfig"
+note "# scripts/gpu/device_run.sh on $(hostname), $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null)"
+note ""
+note "| step | outcome |"
+note "| --- | --- |"
+step machine machine
+step unpack unpack || exit 1
+torch_libs=$(torch_lib)
+export LD_LIBRARY_PATH="$KIT_ROOT/usr/lib/x86_64-linux-gnu:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+case " $STEPS " in *" build "*)
+  step configure configure && step build build ;;
+esac
+case " $STEPS " in *" test "*) step device_tests run_tests ;; esac
+case " $STEPS " in *" bench "*) step bench bench ;; esac
+case " $STEPS " in *" serve "*) step serve serve ;; esac
+# The build's errors, deduplicated, for the next change.
+grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
+  sort -rn | head -n 40 > "$OUT/errors.txt" || true
+grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null >> "$summary" || true
+note ""
+note "total $((SECONDS - started)) s"
+cat "$summary"

@@ -1,0 +1,155 @@
+// Every kind on the device a GPU build serves from, against float64 on the
+// CPU: the parallel form, chunked prefill then steps, and a context past
+// 8,192 tokens. The device is ATTN_TEST_DEVICE (cpu, cuda or cuda:N); by
+// default the first GPU where LibTorch sees one, else the CPU, so that the
+// suite runs in every build: here it checks the CPU's fused kernels, on a
+// GPU machine (scripts/gpu/device_run.sh) the op-by-op path a GPU runs.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "model/lm/language_model.h"
+#include "tests/test_util.h"
+#include "tests/tiny_model.h"
+
+namespace attn {
+namespace {
+
+using testing::MaxAbsDiff;
+
+constexpr int64_t kVocab = 61;
+constexpr int64_t kRows = 3;
+constexpr int64_t kTime = 59;
+// float32 logits against float64 ones: the CPU tests' tolerance for two
+// float32 forms (1e-5) with room for one more rounding order.
+constexpr double kFloat32Tolerance = 2e-5;
+// The same float64 arithmetic on two devices differs only in the order of
+// sums (and the GPU's fused multiply-adds).
+constexpr double kFloat64Tolerance = 1e-10;
+
+torch::Device TestDevice() {
+  const char* named = std::getenv("ATTN_TEST_DEVICE");
+  if (named != nullptr && *named != '\0') return torch::Device(named);
+  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+LmConfig DeviceConfig(MixerKind kind, int64_t max_context) {
+  LmConfig c = testing::SmallLmConfig(kind, kVocab);
+  c.window = 8;
+  c.chunk = 16;
+  c.max_context = max_context;
+  if (kind == MixerKind::kMha || kind == MixerKind::kRelative) {
+    c.positions = PositionKind::kSinusoidal;
+  }
+  return c;
+}
+
+// Two models of one seed hold the same weights: one goes to the device, the
+// other stays on the CPU as the reference.
+CausalLm SeededModel(const LmConfig& config) {
+  torch::manual_seed(71);
+  CausalLm model(config);
+  testing::RandomizePositionParameters(*model, 0.3);
+  model->eval();
+  return model;
+}
+
+// Logits [rows, T, V] of `tokens` fed as a stream: prefills of the given
+// sizes, then a step per remaining token. The state takes the model's
+// float type (a served model's is float32; the references are float64).
+torch::Tensor Streamed(CausalLm& model, const torch::Tensor& tokens, torch::Device device,
+                       const std::vector<int64_t>& chunks) {
+  LmState state = model->initial_state(tokens.size(0), device);
+  const torch::ScalarType dtype = model->parameters().front().scalar_type();
+  for (MixerState& layer : state.layers) {
+    for (torch::Tensor& t : layer.tensors) {
+      if (t.is_floating_point()) t = t.to(dtype);
+    }
+  }
+  std::vector<torch::Tensor> outputs;
+  int64_t t = 0;
+  for (int64_t chunk : chunks) {
+    outputs.push_back(model->prefill(tokens.narrow(1, t, chunk), state));
+    t += chunk;
+  }
+  for (; t < tokens.size(1); ++t) {
+    outputs.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
+  }
+  return torch::cat(outputs, 1);
+}
+
+class DeviceTest : public ::testing::TestWithParam<MixerKind> {
+ protected:
+  void SetUp() override {
+    device_ = TestDevice();
+    config_ = DeviceConfig(GetParam(), 128);
+    reference_ = SeededModel(config_);
+    reference_->to(torch::kDouble);
+    model_ = SeededModel(config_);
+    model_->to(device_);
+    tokens_ = torch::randint(0, kVocab, {kRows, kTime}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    expected_ = reference_->forward(tokens_);
+  }
+
+  torch::Device device_{torch::kCPU};
+  LmConfig config_;
+  CausalLm reference_{nullptr}, model_{nullptr};
+  torch::Tensor tokens_, expected_;
+};
+
+TEST_P(DeviceTest, ParallelFormEqualsFloat64) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = model_->forward(tokens_.to(device_));
+  EXPECT_EQ(logits.device(), device_);
+  EXPECT_LT(MaxAbsDiff(logits.cpu(), expected_), kFloat32Tolerance) << "on " << device_;
+}
+
+TEST_P(DeviceTest, ChunkedPrefillThenStepsEqualFloat64) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = Streamed(model_, tokens_.to(device_), device_, {17, 1, 20});
+  EXPECT_LT(MaxAbsDiff(logits.cpu(), expected_), kFloat32Tolerance) << "on " << device_;
+}
+
+// The device's own float64 arithmetic: the same operations as the CPU's,
+// so nothing but rounding order may differ.
+TEST_P(DeviceTest, Float64OnTheDeviceEqualsFloat64OnTheCpu) {
+  if (device_.is_cpu()) GTEST_SKIP() << "the device is the CPU: the reference itself";
+  torch::NoGradGuard no_grad;
+  model_->to(torch::kDouble);
+  EXPECT_LT(MaxAbsDiff(model_->forward(tokens_.to(device_)).cpu(), expected_), kFloat64Tolerance);
+  const torch::Tensor streamed = Streamed(model_, tokens_.to(device_), device_, {17, 1, 20});
+  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected_), kFloat64Tolerance);
+}
+
+// Past 8,192 tokens, where a recurrent state has decayed and been rescaled
+// many times: chunks of 1,000 and steps on the device against the float64
+// reference streamed the same way on the CPU (a whole parallel form would be
+// quadratic for the softmax kinds, so both sides stream).
+TEST_P(DeviceTest, AContextPast8192TokensStaysEqualToFloat64) {
+  constexpr int64_t kLong = 8300;
+  const LmConfig config = DeviceConfig(GetParam(), kLong + 1);
+  CausalLm reference = SeededModel(config), model = SeededModel(config);
+  reference->to(torch::kDouble);
+  model->to(device_);
+  const torch::Tensor tokens = torch::randint(0, kVocab, {1, kLong}, torch::kLong);
+  std::vector<int64_t> chunks(8, 1000);
+  chunks.push_back(290);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor expected = Streamed(reference, tokens, torch::kCPU, chunks);
+  const torch::Tensor logits = Streamed(model, tokens.to(device_), device_, chunks).cpu();
+  for (int64_t t : {int64_t{0}, int64_t{4095}, int64_t{8191}, int64_t{8192}, kLong - 1}) {
+    EXPECT_LT(MaxAbsDiff(logits.select(1, t), expected.select(1, t)), kFloat32Tolerance)
+        << "at t=" << t << " on " << device_;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKind, DeviceTest, ::testing::ValuesIn(AllMixerKinds()),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
+
+}  // namespace
+}  // namespace attn
