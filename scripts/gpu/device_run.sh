@@ -70,10 +70,10 @@ torch_lib() { python3 -c 'import os, torch; print(os.path.join(os.path.dirname(t
 # PyTorch's CMake files look for cuDNN; a wheel keeps it in the Python
 # package nvidia-cudnn. If they still cannot, the second try asks for none.
 cudnn_flags() {
-  local dir
+  local dir lib
   dir=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null) || return 0
-  echo "-DCUDNN_INCLUDE_PATH=$dir/include"
-  echo "-DCUDNN_LIBRARY_PATH=$(find "$dir/lib" -name 'libcudnn.so*' | sort | head -n 1)"
+  lib=$(find "$dir/lib" -name 'libcudnn.so*' 2>/dev/null | sort | head -n 1)
+  if [ -n "$lib" ]; then printf '%s\n' "-DCUDNN_INCLUDE_PATH=$dir/include" "-DCUDNN_LIBRARY_PATH=$lib"; fi
 }
 
 configure() {

@@ -32,8 +32,11 @@ use_binaries() {
 }
 
 # Prints a TCP port on 127.0.0.1 that nothing listens on.
+# (Debian's python3 where it is, else the first on PATH, as on a GPU machine.)
 free_port() {
-  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  local python=/usr/bin/python3
+  [ -x "$python" ] || python=python3
+  "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # running PID: whether process PID still runs. A child that exited stays a
