@@ -5,7 +5,8 @@
 # SECONDS_PER_TARGET defaults to 30 (what CI runs); docs/reliability.md
 # records the long runs. New inputs the fuzzer finds go to a scratch corpus,
 # not the repository's seeds. A crash leaves its input in build-fuzz/findings
-# and fails the script, naming the target and the file to replay.
+# and fails the script, naming the target and the file to replay. FUZZ_JOBS
+# targets run at a time (default: the CPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
@@ -55,23 +56,39 @@ target_asan_options() {
   esac
 }
 mkdir -p "$build/findings"
-failed=0
-for target in "${targets[@]}"; do
+# fuzz_one TARGET: runs it; its verdict goes to $build/TARGET.result.
+fuzz_one() {
+  local target=$1 seeds scratch
   seeds=tests/fuzz/corpus/${target#fuzz_}
   scratch=$build/corpus/${target#fuzz_}
   mkdir -p "$scratch"
-  echo "== $target: ${seconds}s on $seeds"
   # shellcheck disable=SC2046  # the options are words
-  if ! ASAN_OPTIONS=$(target_asan_options "$target")${ASAN_OPTIONS:+:$ASAN_OPTIONS} \
+  if ASAN_OPTIONS=$(target_asan_options "$target")${ASAN_OPTIONS:+:$ASAN_OPTIONS} \
       "$build/tests/fuzz/$target" "$scratch" "$seeds" $(target_seeds "$target") \
       -max_total_time="$seconds" \
       -artifact_prefix="$build/findings/$target-" -print_final_stats=1 \
       $(target_options "$target") > "$build/$target.log" 2>&1; then
-    echo "FAIL: $target found a crash; see $build/$target.log and $build/findings/"
-    tail -40 "$build/$target.log"
-    failed=1
-    continue
+    { echo "== $target: ${seconds}s on $seeds"
+      grep -E "^stat::(number_of_executed_units|peak_rss_mb)|cov: " "$build/$target.log" | tail -3
+    } > "$build/$target.result"
+  else
+    { echo "FAIL: $target found a crash; see $build/$target.log and $build/findings/"
+      tail -40 "$build/$target.log"
+    } > "$build/$target.result"
   fi
-  grep -E "^stat::(number_of_executed_units|peak_rss_mb)|cov: " "$build/$target.log" | tail -3
+}
+# FUZZ_JOBS targets at a time (default: the CPUs; each fuzzer uses one),
+# results printed in the order of the targets.
+jobs=${FUZZ_JOBS:-$(nproc)}
+echo "== ${#targets[@]} targets, ${seconds}s each, $jobs at a time"
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  fuzz_one "$target" &
+done
+wait
+failed=0
+for target in "${targets[@]}"; do
+  cat "$build/$target.result"
+  grep -q '^FAIL' "$build/$target.result" && failed=1
 done
 exit $failed

@@ -58,30 +58,6 @@ CausalLm SeededModel(const LmConfig& config) {
   return model;
 }
 
-// Logits [rows, T, V] of `tokens` fed as a stream: prefills of the given
-// sizes, then a step per remaining token. The state takes the model's
-// float type (a served model's is float32; the references are float64).
-torch::Tensor Streamed(CausalLm& model, const torch::Tensor& tokens, torch::Device device,
-                       const std::vector<int64_t>& chunks) {
-  LmState state = model->initial_state(tokens.size(0), device);
-  const torch::ScalarType dtype = model->parameters().front().scalar_type();
-  for (MixerState& layer : state.layers) {
-    for (torch::Tensor& t : layer.tensors) {
-      if (t.is_floating_point()) t = t.to(dtype);
-    }
-  }
-  std::vector<torch::Tensor> outputs;
-  int64_t t = 0;
-  for (int64_t chunk : chunks) {
-    outputs.push_back(model->prefill(tokens.narrow(1, t, chunk), state));
-    t += chunk;
-  }
-  for (; t < tokens.size(1); ++t) {
-    outputs.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
-  }
-  return torch::cat(outputs, 1);
-}
-
 class DeviceTest : public ::testing::TestWithParam<MixerKind> {
  protected:
   void SetUp() override {
@@ -111,7 +87,8 @@ TEST_P(DeviceTest, ParallelFormEqualsFloat64) {
 
 TEST_P(DeviceTest, ChunkedPrefillThenStepsEqualFloat64) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor logits = Streamed(model_, tokens_.to(device_), device_, {17, 1, 20});
+  const torch::Tensor logits =
+      testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
   EXPECT_LT(MaxAbsDiff(logits.cpu(), expected_), kFloat32Tolerance) << "on " << device_;
 }
 
@@ -122,7 +99,8 @@ TEST_P(DeviceTest, Float64OnTheDeviceEqualsFloat64OnTheCpu) {
   torch::NoGradGuard no_grad;
   model_->to(torch::kDouble);
   EXPECT_LT(MaxAbsDiff(model_->forward(tokens_.to(device_)).cpu(), expected_), kFloat64Tolerance);
-  const torch::Tensor streamed = Streamed(model_, tokens_.to(device_), device_, {17, 1, 20});
+  const torch::Tensor streamed =
+      testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
   EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected_), kFloat64Tolerance);
 }
 
@@ -140,8 +118,9 @@ TEST_P(DeviceTest, AContextPast8192TokensStaysEqualToFloat64) {
   std::vector<int64_t> chunks(8, 1000);
   chunks.push_back(290);
   torch::NoGradGuard no_grad;
-  const torch::Tensor expected = Streamed(reference, tokens, torch::kCPU, chunks);
-  const torch::Tensor logits = Streamed(model, tokens.to(device_), device_, chunks).cpu();
+  const torch::Tensor expected = testing::StreamedLogits(reference, tokens, torch::kCPU, chunks);
+  const torch::Tensor logits =
+      testing::StreamedLogits(model, tokens.to(device_), device_, chunks).cpu();
   for (int64_t t : {int64_t{0}, int64_t{4095}, int64_t{8191}, int64_t{8192}, kLong - 1}) {
     EXPECT_LT(MaxAbsDiff(logits.select(1, t), expected.select(1, t)), kFloat32Tolerance)
         << "at t=" << t << " on " << device_;

@@ -12,6 +12,7 @@
 #include "model/lm/torchscript_methods.h"
 #include "model/mixers/state_pool.h"
 #include "tests/test_util.h"
+#include "tests/tiny_model.h"
 
 namespace attn {
 namespace {
@@ -54,20 +55,12 @@ CausalLm RandomModel(const LmConfig& config, uint64_t seed) {
 // Logits of `tokens` [B, T] by prefill chunks of `first`, then `chunk`,
 // up to `steps_from`, then one step per token.
 torch::Tensor ChunksThenSteps(CausalLm& model, const torch::Tensor& tokens, int64_t first,
-                              int64_t chunk, int64_t steps_from, torch::ScalarType dtype) {
-  torch::NoGradGuard no_grad;
-  LmState state = model->initial_state(tokens.size(0), torch::kCPU);
-  for (MixerState& layer : state.layers) {
-    for (torch::Tensor& t : layer.tensors) t = t.to(dtype);
-  }
-  std::vector<torch::Tensor> out;
+                              int64_t chunk, int64_t steps_from) {
+  std::vector<int64_t> chunks;
   for (int64_t t = 0, n = first; t < steps_from; t += n, n = chunk) {
-    out.push_back(model->prefill(tokens.narrow(1, t, std::min(n, steps_from - t)), state));
+    chunks.push_back(std::min(n, steps_from - t));
   }
-  for (int64_t t = steps_from; t < tokens.size(1); ++t) {
-    out.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
-  }
-  return torch::cat(out, 1);
+  return testing::StreamedLogits(model, tokens, torch::kCPU, chunks);
 }
 
 TEST(HybridModelTest, ConfigRoundTripsAndHasTorchScriptMethods) {
@@ -95,8 +88,7 @@ TEST(HybridModelTest, ChunkedPrefillAndStepsEqualForward) {
   const auto tokens = torch::randint(0, 53, {3, 90}, torch::kLong);
   torch::NoGradGuard no_grad;
   const auto expected = model->forward(tokens);
-  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 17, 23, 70, torch::kFloat), expected),
-            1e-5);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 17, 23, 70), expected), 1e-5);
   // The layers' names are the checkpoint mapping's.
   const auto params = model->named_parameters();
   EXPECT_TRUE(params.contains("layers.0.ff.gate.weight"));
@@ -117,8 +109,7 @@ TEST(HybridModelTest, ExpertsKeepTheFormsEqualAndRowsIndependent) {
   const auto tokens = torch::randint(0, 53, {4, 40}, torch::kLong);
   torch::NoGradGuard no_grad;
   const auto expected = model->forward(tokens);
-  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 9, 13, 30, torch::kFloat), expected),
-            1e-5);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 9, 13, 30), expected), 1e-5);
   const auto alone = model->forward(tokens.narrow(0, 2, 1));
   EXPECT_LT(RelativeError(alone, expected.narrow(0, 2, 1)), 1e-5);
   // int8 weights, the experts' too: a prefill and steps read the same int8
@@ -132,7 +123,7 @@ TEST(HybridModelTest, ExpertsKeepTheFormsEqualAndRowsIndependent) {
   EXPECT_GT(model->QuantizeInt8(), 0);
   const auto int8_forward = model->forward(tokens);
   EXPECT_GT(RelativeError(int8_forward, expected), 1e-3);
-  const auto streamed = ChunksThenSteps(model, tokens, 9, 13, 30, torch::kFloat);
+  const auto streamed = ChunksThenSteps(model, tokens, 9, 13, 30);
   const auto row_errors =
       (streamed - int8_forward).abs().amax({1, 2}) / int8_forward.abs().max();  // [B]
   EXPECT_GE((row_errors < 1e-4).sum().item<int64_t>(), 3) << row_errors;
@@ -191,9 +182,7 @@ TEST(HybridModelTest, FormsAgreeInFloat64PastEightThousandTokens) {
   const auto tokens = torch::randint(0, 53, {1, time}, torch::kLong);
   torch::NoGradGuard no_grad;
   const auto expected = model->forward(tokens);
-  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 1000, 1237, time - 12, torch::kDouble),
-                          expected),
-            1e-10);
+  EXPECT_LT(RelativeError(ChunksThenSteps(model, tokens, 1000, 1237, time - 12), expected), 1e-10);
 }
 
 }  // namespace

@@ -75,4 +75,26 @@ std::string WriteTinyPackage(const std::string& dir, const std::string& name, Mi
   return path;
 }
 
+torch::Tensor StreamedLogits(CausalLm& model, const torch::Tensor& tokens, torch::Device device,
+                             const std::vector<int64_t>& chunks) {
+  torch::NoGradGuard no_grad;
+  LmState state = model->initial_state(tokens.size(0), device);
+  const torch::ScalarType dtype = model->parameters().front().scalar_type();
+  for (MixerState& layer : state.layers) {
+    for (torch::Tensor& t : layer.tensors) {
+      if (t.is_floating_point()) t = t.to(dtype);
+    }
+  }
+  std::vector<torch::Tensor> outputs;
+  int64_t t = 0;
+  for (int64_t chunk : chunks) {
+    outputs.push_back(model->prefill(tokens.narrow(1, t, chunk), state));
+    t += chunk;
+  }
+  for (; t < tokens.size(1); ++t) {
+    outputs.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
+  }
+  return torch::cat(outputs, 1);
+}
+
 }  // namespace attn::testing

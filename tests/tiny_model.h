@@ -4,6 +4,7 @@
 // and numerics, not the text's quality, are under test).
 #pragma once
 #include <string>
+#include <vector>
 
 #include "model/lm/language_model.h"
 #include "model/text/tokenizer.h"
@@ -24,6 +25,13 @@ LmConfig TinyConfig(MixerKind kind);
 
 // A model of TinyConfig(kind).
 CausalLm TinyModel(MixerKind kind, uint64_t seed = 7);
+
+// Logits [B, T, V] of `tokens` [B, T] fed as one stream on `device`: a
+// prefill of each size in `chunks`, then a step per remaining token. The
+// state takes the model's float type (a served model's is float32, the
+// references' float64).
+torch::Tensor StreamedLogits(CausalLm& model, const torch::Tensor& tokens, torch::Device device,
+                             const std::vector<int64_t>& chunks);
 
 // Writes `dir`/`name`.pt holding TinyModel(kind, seed) and TinyTokenizer().
 std::string WriteTinyPackage(const std::string& dir, const std::string& name, MixerKind kind,

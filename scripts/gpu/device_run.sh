@@ -137,7 +137,6 @@ case " $STEPS " in *" serve "*) step serve serve ;; esac
 # The build's errors, deduplicated, for the next change.
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true
-grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null >> "$summary" || true
+grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null | tee -a "$summary" || true
 note ""
 note "total $((SECONDS - started)) s"
-cat "$summary"
