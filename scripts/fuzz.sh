@@ -9,6 +9,7 @@
 # targets run at a time (default: the CPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/parallel.sh
 seconds=${1:-30}
 shift || true
 targets=("$@")
@@ -55,10 +56,10 @@ target_asan_options() {
     fuzz_model_package) echo "allocator_may_return_null=1:max_allocation_size_mb=1024" ;;
   esac
 }
-mkdir -p "$build/findings"
-# fuzz_one TARGET: runs it; its verdict goes to $build/TARGET.result.
+mkdir -p "$build/findings" "$build/results"
+# fuzz_one INDEX TARGET: runs it; its verdict goes to $build/results/INDEX.result.
 fuzz_one() {
-  local target=$1 seeds scratch
+  local result=$build/results/$1.result target=$2 seeds scratch
   seeds=tests/fuzz/corpus/${target#fuzz_}
   scratch=$build/corpus/${target#fuzz_}
   mkdir -p "$scratch"
@@ -70,25 +71,14 @@ fuzz_one() {
       $(target_options "$target") > "$build/$target.log" 2>&1; then
     { echo "== $target: ${seconds}s on $seeds"
       grep -E "^stat::(number_of_executed_units|peak_rss_mb)|cov: " "$build/$target.log" | tail -3
-    } > "$build/$target.result"
+    } > "$result"
   else
     { echo "FAIL: $target found a crash; see $build/$target.log and $build/findings/"
       tail -40 "$build/$target.log"
-    } > "$build/$target.result"
+    } > "$result"
   fi
 }
-# FUZZ_JOBS targets at a time (default: the CPUs; each fuzzer uses one),
-# results printed in the order of the targets.
+# FUZZ_JOBS targets at a time (default: the CPUs; each fuzzer uses one).
 jobs=${FUZZ_JOBS:-$(nproc)}
 echo "== ${#targets[@]} targets, ${seconds}s each, $jobs at a time"
-for target in "${targets[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  fuzz_one "$target" &
-done
-wait
-failed=0
-for target in "${targets[@]}"; do
-  cat "$build/$target.result"
-  grep -q '^FAIL' "$build/$target.result" && failed=1
-done
-exit $failed
+run_parallel "$jobs" fuzz_one "$build/results" "${targets[@]}"

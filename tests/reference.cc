@@ -4,12 +4,12 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/rwkv7_reference.h"  // Sigmoid, shared by the references
+
 namespace attn::reference {
 namespace {
 
 using Acc3 = torch::TensorAccessor<double, 3>;
-
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 void FeatureMap(const double* x, int64_t n, bool exp_feature, double* out) {
   double max = -std::numeric_limits<double>::infinity();

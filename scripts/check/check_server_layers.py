@@ -17,6 +17,30 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # each other.
 LAYERS = [["state"], ["engine"], ["metrics"], ["core"], ["grpc", "http"], ["server"]]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+# Headers that must not reach LibTorch: those of the components above the
+# engine, and the engine's interface.
+TORCH_FREE_COMPONENTS = {"metrics", "core", "grpc", "http", "server"}
+TORCH_FREE_HEADERS = {"server/engine/engine.h"}
+TORCH_INCLUDE = re.compile(r'^#include <((?:torch|ATen|c10|caffe2)/[^>]+)>', re.M)
+PROJECT_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
+
+
+def torch_chain(path, seen):
+    """The includes from `path` (repository-relative) to a LibTorch header,
+    through the project's own headers; None when there is none."""
+    if path in seen or not os.path.isfile(os.path.join(REPO, path)):
+        return None
+    seen.add(path)
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        text = f.read()
+    found = TORCH_INCLUDE.search(text)
+    if found:
+        return [path, f"<{found.group(1)}>"]
+    for header in PROJECT_INCLUDE.findall(text):
+        chain = torch_chain(header, seen)
+        if chain:
+            return [path] + chain
+    return None
 
 
 def component(path):
@@ -46,12 +70,23 @@ def main():
                 if RANK.get(theirs, len(LAYERS)) >= RANK[mine]:
                     errors.append(f"{path} ({mine}) includes {target} ({theirs}), "
                                   "which is not below it")
+    for folder, _, names in os.walk(os.path.join(REPO, "server")):
+        for name in names:
+            path = os.path.relpath(os.path.join(folder, name), REPO)
+            if not name.endswith(".h") or (component(path) not in TORCH_FREE_COMPONENTS
+                                           and path not in TORCH_FREE_HEADERS):
+                continue
+            chain = torch_chain(path, set())
+            if chain:
+                errors.append(f"{path} reaches LibTorch: {' -> '.join(chain)}; the layers above "
+                              "the engine name the model's types by declaration only")
     for error in errors:
         print(f"FAIL: {error}", file=sys.stderr)
     if errors:
         return 1
     print(f"PASS: {files} files of server/ include only their own component and those below: "
-          + " < ".join("/".join(names) for names in LAYERS))
+          + " < ".join("/".join(names) for names in LAYERS)
+          + "; the headers above the engine reach no LibTorch header")
     return 0
 
 

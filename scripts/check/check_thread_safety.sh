@@ -9,6 +9,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
+. "$repo/scripts/lib/parallel.sh"
 clang=${CLANGXX:-clang++-14}
 command -v "$clang" > /dev/null || {
   echo "check_thread_safety: $clang not found; install clang-14 (scripts/install_deps.sh)" >&2
@@ -161,32 +162,24 @@ for cmd in "$work"/shared*.cmd; do
     exit 1
   fi
 done
-# analyse CMD: one file; its verdict goes to CMD.result, clang's words to CMD.log.
+# analyse_one INDEX CMD: one file; its verdict goes to $work/INDEX.result,
+# clang's words to CMD.log.
+# shellcheck disable=SC2317  # called through run_parallel
 analyse_one() {
-  local cmd=$1 dir flags file pch
+  local result=$work/$1.result cmd=$2 dir flags file pch
   { read -r dir; read -r flags; read -r file; read -r pch; } < "$cmd"
   [ -z "$pch" ] || flags+=" -include-pch $pch"
   # shellcheck disable=SC2086
   if (cd "$dir" && eval "$clang" $flags "${analyse[*]}" "$file") 2> "$cmd.log"; then
-    echo "ok   ${file#"$repo"/}" > "$cmd.result"
+    echo "ok   ${file#"$repo"/}" > "$result"
   else
-    { echo "FAIL ${file#"$repo"/}"; grep -E 'warning|error' "$cmd.log" | head -20; } > "$cmd.result"
+    { echo "FAIL ${file#"$repo"/}"; grep -E 'warning|error' "$cmd.log" | head -20; } > "$result"
   fi
 }
-# THREAD_SAFETY_JOBS files at a time (default: the CPUs); results print in
-# file order.
-jobs=${THREAD_SAFETY_JOBS:-$(nproc)}
-for ((i = 0; i < ${#files[@]}; ++i)); do
-  cmd=$work/cmd$i
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-  analyse_one "$cmd" &
-done
-wait
+# THREAD_SAFETY_JOBS files at a time (default: the CPUs).
+commands=()
+for ((i = 0; i < ${#files[@]}; ++i)); do commands+=("$work/cmd$i"); done
 status=0
-for ((i = 0; i < ${#files[@]}; ++i)); do
-  cmd=$work/cmd$i
-  cat "$cmd.result"
-  grep -q '^FAIL' "$cmd.result" && status=1
-done
+run_parallel "${THREAD_SAFETY_JOBS:-$(nproc)}" analyse_one "$work" "${commands[@]}" || status=1
 echo "check_thread_safety: ${#files[@]} files analysed"
 exit $status

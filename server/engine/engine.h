@@ -38,7 +38,7 @@
 #include "model/lm/continuation.h"
 #include "model/lm/sampling.h"
 #include "server/engine/request_stream.h"
-#include "server/state/state_cache.h"
+#include "server/state/sequence_origin.h"
 #include "util/clock.h"
 
 namespace attn {
@@ -175,9 +175,9 @@ struct EngineRequest {
   // model (--initial_states) the sequence starts from instead of the empty
   // one. Its tokens are none of the request's (start_tokens stays 0), so its
   // sequences use the state cache, under `cache_origin`
-  // (StateCache::kEmptySequence for the empty sequence).
+  // (kEmptySequenceOrigin for the empty sequence).
   std::shared_ptr<const SavedRow> initial_state;
-  uint64_t cache_origin = StateCache::kEmptySequence;
+  uint64_t cache_origin = kEmptySequenceOrigin;
   // Generation only: structured output's grammar (model/grammar/), which
   // every generated token must keep; null: none.
   std::shared_ptr<const grammar::Grammar> grammar;

@@ -27,15 +27,6 @@ constexpr absl::Duration kWriteTimeout = absl::Seconds(2);
 
 std::string Hex(uint64_t value) { return absl::StrCat(absl::Hex(value, absl::kZeroPad16)); }
 
-// One lookup's progress through the round trips.
-struct Probe {
-  StoreLookup* lookup = nullptr;
-  std::vector<uint64_t> keys;       // of each prefix
-  std::vector<int64_t> candidates;  // stored positions, longest first
-  int64_t chosen = 0;               // the position read in the last round
-  bool finished = false;
-};
-
 int64_t AnchorOf(int64_t position) { return (position - 1) / kIndexStride * kIndexStride; }
 
 }  // namespace
@@ -178,6 +169,15 @@ class RedisStateStore::LookupRound {
   }
 
  private:
+  // One lookup's progress through the round trips.
+  struct Probe {
+    StoreLookup* lookup = nullptr;
+    std::vector<uint64_t> keys;       // of each prefix
+    std::vector<int64_t> candidates;  // stored positions, longest first
+    int64_t chosen = 0;               // the position read in the last round
+    bool finished = false;
+  };
+
   absl::StatusOr<std::vector<RedisReply>> RoundTrip(const std::vector<Command>& commands);
   void Finish(Probe& probe, Outcome outcome, StoreHit hit = {});
   bool FindCandidates();

@@ -25,6 +25,7 @@
 
 #include "absl/types/span.h"
 #include "model/backend/backend.h"
+#include "server/state/sequence_origin.h"
 
 namespace attn::serving {
 
@@ -48,7 +49,7 @@ class StateCache {
   // Where sequences start before their tokens: the empty sequence, or a
   // named initial state (--initial_states). Entries of different origins
   // never match each other, even with the same tokens.
-  static constexpr uint64_t kEmptySequence = 0x6a09e667f3bcc908ULL;
+  static constexpr uint64_t kEmptySequence = kEmptySequenceOrigin;
   // The longest cached prefix of `tokens` that continues it: one of fewer
   // tokens, or of all of them when the entry has logits (the next token is
   // sampled from them). Marks the entry used.
