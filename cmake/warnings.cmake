@@ -38,12 +38,14 @@ function(attn_test_program target)
   target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo>:-O1>)
 endfunction()
 
-# attn_unity(<target> <batch>): compiles the target's LibTorch files in
-# unity batches of <batch> files. Starting a file from the precompiled
-# LibTorch header costs more than compiling most of these files, so fewer,
-# larger translation units build faster (docs/build.md). Files that skip the
-# precompiled header stay out of the batches. -DATTN_UNITY_BUILD=OFF builds
-# one file at a time (clearer errors while editing).
+# attn_unity(<target> <batch>): compiles the target's files in unity batches
+# of <batch> files. Starting a file from the precompiled LibTorch header, or
+# parsing and instantiating nlohmann/json, Abseil and gRPC's headers again,
+# costs more than compiling most of these files, so fewer, larger
+# translation units build faster (docs/build.md). In a target with the
+# precompiled header, files that skip it stay out of the batches.
+# -DATTN_UNITY_BUILD=OFF builds one file at a time (clearer errors while
+# editing).
 function(attn_unity target batch)
   if(ATTN_UNITY_BUILD)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${batch})

@@ -15,7 +15,7 @@ namespace {
 // The file's text, or "" when it cannot be read (no cgroup v2, no /proc).
 std::string ReadWhole(const char* path) { return ReadFileBytes(path).value_or(""); }
 
-std::optional<int64_t> Bytes(absl::string_view text) {
+std::optional<int64_t> ParseCount(absl::string_view text) {
   int64_t value = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &value) || value < 0) {
     return std::nullopt;
@@ -30,7 +30,7 @@ std::optional<int64_t> MemAvailableFromMeminfo(absl::string_view meminfo) {
     if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
     line = absl::StripAsciiWhitespace(line);
     if (!absl::ConsumeSuffix(&line, "kB")) return std::nullopt;
-    std::optional<int64_t> kib = Bytes(line);
+    std::optional<int64_t> kib = ParseCount(line);
     if (!kib.has_value() || *kib > (INT64_MAX >> 10)) return std::nullopt;
     return *kib << 10;
   }
@@ -39,8 +39,8 @@ std::optional<int64_t> MemAvailableFromMeminfo(absl::string_view meminfo) {
 
 std::optional<int64_t> CgroupV2Headroom(absl::string_view memory_max,
                                         absl::string_view memory_current) {
-  std::optional<int64_t> limit = Bytes(memory_max);
-  std::optional<int64_t> used = Bytes(memory_current);
+  std::optional<int64_t> limit = ParseCount(memory_max);
+  std::optional<int64_t> used = ParseCount(memory_current);
   if (!limit.has_value() || !used.has_value()) return std::nullopt;
   return std::max<int64_t>(0, *limit - *used);
 }

@@ -7,13 +7,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace attn::jinja {
-namespace {
-
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\v'; }
-
 absl::Status LineError(int line, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
 }
+
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\v'; }
 
 // Jinja2 lexes with \n only.
 std::string NormalizeNewlines(std::string_view source) {

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace attn::jinja {
@@ -26,6 +27,10 @@ struct Segment {
   std::vector<Token> tokens;  // kOutput and kStatement
   int line;                   // where the segment starts, from 1
 };
+
+// An InvalidArgument error "line N: message": how the lexer and the parser
+// name where a template is wrong.
+absl::Status LineError(int line, const std::string& message);
 
 // Fails on an unterminated tag, comment or string, or a character no token
 // starts with, naming the line.

@@ -12,10 +12,6 @@ namespace {
 
 constexpr int kMaxNesting = 200;  // expressions and blocks; templates are data
 
-absl::Status LineError(int line, const std::string& message) {
-  return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", message));
-}
-
 ExprPtr MakeExpr(Expr::Kind kind, int line) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;

@@ -8,7 +8,7 @@
 namespace attn {
 namespace {
 
-constexpr std::pair<ChatFormat, const char*> kFormatNames[] = {
+constexpr std::pair<ChatFormat, const char*> kChatFormatNames[] = {
     {ChatFormat::kPlain, "plain"},
     {ChatFormat::kRwkvWorld, "rwkv-world"},
 };
@@ -41,10 +41,10 @@ std::string Turn(ChatFormat format, const ChatMessage& message) {
 
 }  // namespace
 
-std::string ChatFormatName(ChatFormat format) { return EnumName(kFormatNames, format); }
+std::string ChatFormatName(ChatFormat format) { return EnumName(kChatFormatNames, format); }
 
 bool ParseChatFormat(const std::string& name, ChatFormat* format) {
-  return ParseEnumName(kFormatNames, name, format);
+  return ParseEnumName(kChatFormatNames, name, format);
 }
 
 std::string RenderChat(ChatFormat format, const std::vector<ChatMessage>& messages,

@@ -11,7 +11,7 @@ namespace attn {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -23,9 +23,9 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 
 // A special token as tokenizer_config.json writes it: a string, or an
 // AddedToken object with its "content".
-std::string TokenText(const Json& config, const char* key) {
+std::string TokenText(const OrderedJson& config, const char* key) {
   if (!config.contains(key)) return "";
-  const Json& token = config[key];
+  const OrderedJson& token = config[key];
   if (token.is_string()) return token.get<std::string>();
   if (token.is_object() && token.contains("content") && token["content"].is_string()) {
     return token["content"].get<std::string>();
@@ -34,7 +34,7 @@ std::string TokenText(const Json& config, const char* key) {
 }
 
 // tokenizer_config.json's chat_template: a string, or [{"name", "template"}].
-absl::Status ConfigTemplates(const Json& value, const std::string& path,
+absl::Status ConfigTemplates(const OrderedJson& value, const std::string& path,
                              std::map<std::string, std::string>* templates) {
   if (value.is_string()) {
     (*templates)["default"] = value.get<std::string>();
@@ -45,7 +45,7 @@ absl::Status ConfigTemplates(const Json& value, const std::string& path,
         absl::StrCat(path, ": chat_template: must be a string or a list of named templates"));
   }
   for (size_t i = 0; i < value.size(); ++i) {
-    const Json& entry = value[i];
+    const OrderedJson& entry = value[i];
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
         !entry.contains("template") || !entry["template"].is_string()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -57,7 +57,7 @@ absl::Status ConfigTemplates(const Json& value, const std::string& path,
 }
 
 // clean_up_tokenization_spaces when it is a boolean; false otherwise.
-bool CleanUpFlag(const Json& json) {
+bool CleanUpFlag(const OrderedJson& json) {
   const auto flag = json.find("clean_up_tokenization_spaces");
   return flag != json.end() && flag->is_boolean() && flag->get<bool>();
 }
@@ -78,16 +78,16 @@ absl::Status CheckTemplates(const ChatTemplateConfig& config, const std::string&
 }  // namespace
 
 std::string ChatTemplateConfig::ToJson() const {
-  Json json = {{"source", source}, {"templates", Json::object()}};
+  OrderedJson json = {{"source", source}, {"templates", OrderedJson::object()}};
   for (const auto& [name, text] : templates) json["templates"][name] = text;
   json["bos_token"] = bos_token;
   json["eos_token"] = eos_token;
   json["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces;
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return json.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
 absl::StatusOr<ChatTemplateConfig> ChatTemplateConfig::FromJson(const std::string& text) {
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  OrderedJson json = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object() || !json.contains("templates") ||
       !json["templates"].is_object()) {
     return absl::InvalidArgumentError("chat_template: not an object with templates");
@@ -113,7 +113,7 @@ absl::StatusOr<ChatTemplateConfig> ChatTemplateConfig::FromJson(const std::strin
 
 absl::StatusOr<ChatTemplateConfig> ParseTokenizerConfig(const std::string& text,
                                                         const std::string& path) {
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  OrderedJson json = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }
@@ -203,13 +203,13 @@ absl::StatusOr<std::shared_ptr<const ChatTemplate>> ChatTemplate::Create(
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
                                                  const std::string& tools_json) const {
-  Json vars = {{"messages", Json::array()}};
+  OrderedJson vars = {{"messages", OrderedJson::array()}};
   for (const ChatMessage& m : messages) {
-    Json message = Json::parse(m.json, nullptr, /*allow_exceptions=*/false);
+    OrderedJson message = OrderedJson::parse(m.json, nullptr, /*allow_exceptions=*/false);
     if (!message.is_object()) message = {{"role", m.role}, {"content", m.content}};
     vars["messages"].push_back(std::move(message));
   }
-  const Json tool_list = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+  const OrderedJson tool_list = OrderedJson::parse(tools_json, nullptr, /*allow_exceptions=*/false);
   const bool tools = tool_list.is_array() && !tool_list.empty();
   if (tools) vars["tools"] = tool_list;
   vars["add_generation_prompt"] = add_generation_prompt;

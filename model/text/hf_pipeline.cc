@@ -74,10 +74,16 @@ absl::StatusOr<std::string> PrependScheme(const Json& object, absl::string_view 
   return scheme;
 }
 
+}  // namespace
+
 // Pieces of `text` as a Split with `pattern` makes them: each match is a
 // delimiter (or, inverted, each gap between matches), and `behavior` says
-// what becomes of delimiters.
-enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext };
+// what becomes of delimiters. Outside the anonymous namespace because
+// PreTokenizer::Step holds one (a member's type must not have internal
+// linkage when this file is compiled in a unity batch).
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext };
+
+namespace {
 
 struct Span {
   int32_t start, end;
@@ -101,18 +107,18 @@ std::vector<Span> Spans(const icu::RegexPattern& pattern, bool invert,
   return spans;
 }
 
-std::vector<Span> ApplyBehavior(std::vector<Span> spans, Behavior behavior) {
+std::vector<Span> ApplyBehavior(std::vector<Span> spans, SplitBehavior behavior) {
   std::vector<Span> out;
   bool previous_delimiter = false;
   switch (behavior) {
-    case Behavior::kRemoved:
+    case SplitBehavior::kRemoved:
       for (const Span& s : spans) {
         if (!s.delimiter) out.push_back(s);
       }
       return out;
-    case Behavior::kIsolated:
+    case SplitBehavior::kIsolated:
       return spans;
-    case Behavior::kMergedWithPrevious:
+    case SplitBehavior::kMergedWithPrevious:
       for (const Span& s : spans) {
         if (s.delimiter && !previous_delimiter && !out.empty()) {
           out.back().end = s.end;
@@ -122,7 +128,7 @@ std::vector<Span> ApplyBehavior(std::vector<Span> spans, Behavior behavior) {
         previous_delimiter = s.delimiter;
       }
       return out;
-    case Behavior::kMergedWithNext:
+    case SplitBehavior::kMergedWithNext:
       for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
         if (it->delimiter && !previous_delimiter && !out.empty()) {
           out.back().start = it->start;
@@ -136,7 +142,7 @@ std::vector<Span> ApplyBehavior(std::vector<Span> spans, Behavior behavior) {
   return spans;
 }
 
-void SplitPieces(const icu::RegexPattern& pattern, bool invert, Behavior behavior,
+void SplitPieces(const icu::RegexPattern& pattern, bool invert, SplitBehavior behavior,
                  std::vector<icu::UnicodeString>& pieces) {
   std::vector<icu::UnicodeString> out;
   for (const icu::UnicodeString& piece : pieces) {
@@ -147,13 +153,13 @@ void SplitPieces(const icu::RegexPattern& pattern, bool invert, Behavior behavio
   pieces = std::move(out);
 }
 
-absl::StatusOr<Behavior> ParseBehavior(const Json& json, absl::string_view where) {
+absl::StatusOr<SplitBehavior> ParseBehavior(const Json& json, absl::string_view where) {
   auto it = json.find("behavior");
   const std::string name = it != json.end() && it->is_string() ? it->get<std::string>() : "";
-  if (name == "Removed") return Behavior::kRemoved;
-  if (name == "Isolated") return Behavior::kIsolated;
-  if (name == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
-  if (name == "MergedWithNext") return Behavior::kMergedWithNext;
+  if (name == "Removed") return SplitBehavior::kRemoved;
+  if (name == "Isolated") return SplitBehavior::kIsolated;
+  if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   return Invalid(absl::StrCat(where, ".behavior"),
                  absl::StrCat("\"", name, "\" is not supported (Removed, Isolated, ",
                               "MergedWithPrevious or MergedWithNext)"));
@@ -316,7 +322,7 @@ struct PreTokenizer::Step {
   enum Kind { kSplit, kByteLevel, kMetaspace, kDigits } kind;
   std::unique_ptr<icu::RegexPattern> pattern;  // kSplit, kByteLevel (null: no regex), kDigits
   bool invert = false;
-  Behavior behavior = Behavior::kIsolated;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
   bool add_prefix_space = false;   // kByteLevel
   icu::UnicodeString replacement;  // kMetaspace (its pattern: null unless it splits)
   enum Prepend { kAlways, kFirst, kNever } prepend = kAlways;
@@ -413,7 +419,7 @@ void PreTokenizer::Apply(const icu::UnicodeString& stretch, bool at_text_start,
         SplitPieces(*step->pattern, step->invert, step->behavior, pieces);
         break;
       case Step::kDigits:
-        SplitPieces(*step->pattern, false, Behavior::kIsolated, pieces);
+        SplitPieces(*step->pattern, false, SplitBehavior::kIsolated, pieces);
         break;
       case Step::kByteLevel:
         for (icu::UnicodeString& piece : pieces) {
@@ -421,7 +427,7 @@ void PreTokenizer::Apply(const icu::UnicodeString& stretch, bool at_text_start,
             piece.insert(0, u' ');
           }
         }
-        if (step->pattern) SplitPieces(*step->pattern, false, Behavior::kIsolated, pieces);
+        if (step->pattern) SplitPieces(*step->pattern, false, SplitBehavior::kIsolated, pieces);
         break;
       case Step::kMetaspace: {
         for (size_t i = 0; i < pieces.size(); ++i) {
@@ -431,7 +437,8 @@ void PreTokenizer::Apply(const icu::UnicodeString& stretch, bool at_text_start,
                                (step->prepend == Step::kFirst && at_text_start && i == 0);
           if (prepend && !piece.startsWith(step->replacement)) piece.insert(0, step->replacement);
         }
-        if (step->pattern) SplitPieces(*step->pattern, false, Behavior::kMergedWithNext, pieces);
+        if (step->pattern)
+          SplitPieces(*step->pattern, false, SplitBehavior::kMergedWithNext, pieces);
         break;
       }
     }

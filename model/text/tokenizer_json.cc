@@ -26,14 +26,16 @@ bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-struct AddedToken {
-  int64_t id;
-  bool lstrip, rstrip;
-};
-
 }  // namespace
 
 struct TokenizerJson::Impl {
+  // Nested, not in the anonymous namespace: a member's type must not have
+  // internal linkage when this file is compiled in a unity batch.
+  struct AddedToken {
+    int64_t id;
+    bool lstrip, rstrip;
+  };
+
   std::string json;
   absl::flat_hash_map<std::string, int64_t> vocab;  // model string -> id
   // (left id, right id) -> (rank, merged id)
@@ -351,8 +353,8 @@ void TokenizerJson::Impl::EncodeStretch(absl::string_view stretch, bool at_text_
   for (const std::string& word : words) EncodeWord(word, ids);
 }
 
-const std::pair<const std::string, AddedToken>* TokenizerJson::Impl::AddedAt(absl::string_view text,
-                                                                             size_t at) const {
+const std::pair<const std::string, TokenizerJson::Impl::AddedToken>* TokenizerJson::Impl::AddedAt(
+    absl::string_view text, size_t at) const {
   if (!added_first_byte[static_cast<unsigned char>(text[at])]) return nullptr;
   for (size_t n = std::min(longest_added, text.size() - at); n > 0; --n) {
     auto it = added.find(text.substr(at, n));

@@ -9,9 +9,9 @@
 namespace attn {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
-constexpr std::pair<ToolCallFormat, const char*> kFormatNames[] = {
+constexpr std::pair<ToolCallFormat, const char*> kToolCallFormatNames[] = {
     {ToolCallFormat::kNone, ""},
     {ToolCallFormat::kHermes, "hermes"},
     {ToolCallFormat::kLlama3Json, "llama3-json"},
@@ -24,8 +24,8 @@ constexpr char kPythonTag[] = "<|python_tag|>";
 
 // Compact JSON text; bytes that are not UTF-8 (a model may write any)
 // become U+FFFD instead of failing.
-std::string Compact(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+std::string Compact(const OrderedJson& json) {
+  return json.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
 
 // Where a call starts and, for the formats that close it, ends.
@@ -57,14 +57,15 @@ std::string Trim(const std::string& s) {
 }
 
 // {"name": ..., "arguments" or "parameters": an object or its JSON text}.
-bool CallOf(const Json& json, std::vector<ToolCall>* calls) {
+bool CallOf(const OrderedJson& json, std::vector<ToolCall>* calls) {
   if (!json.is_object() || !json.contains("name") || !json["name"].is_string()) return false;
-  Json arguments = Json::object();
+  OrderedJson arguments = OrderedJson::object();
   for (const char* key : {"arguments", "parameters"}) {
     if (!json.contains(key)) continue;
     arguments = json[key];
     if (arguments.is_string()) {
-      arguments = Json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      arguments =
+          OrderedJson::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
     }
     break;
   }
@@ -75,11 +76,11 @@ bool CallOf(const Json& json, std::vector<ToolCall>* calls) {
 
 // One JSON call object, or a list of them.
 bool JsonCalls(const std::string& text, std::vector<ToolCall>* calls) {
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  OrderedJson json = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return false;
   if (!json.is_array()) return CallOf(json, calls);
   if (json.empty()) return false;
-  for (const Json& item : json) {
+  for (const OrderedJson& item : json) {
     if (!CallOf(item, calls)) return false;
   }
   return true;
@@ -97,11 +98,11 @@ class PythonReader {
       if (!calls->empty() && !Eat(',')) return false;
       std::string name = Name();
       if (name.empty() || !Eat('(')) return false;
-      Json arguments = Json::object();
+      OrderedJson arguments = OrderedJson::object();
       while (!Eat(')')) {
         if (!arguments.empty() && !Eat(',')) return false;
         std::string key = Name();
-        Json value;
+        OrderedJson value;
         if (key.empty() || !Eat('=') || !Literal(&value, 0)) return false;
         arguments[key] = std::move(value);
       }
@@ -132,7 +133,7 @@ class PythonReader {
     }
     return s_.substr(start, pos_ - start);
   }
-  bool String(Json* out) {
+  bool String(OrderedJson* out) {
     char quote = s_[pos_++];
     std::string text;
     while (pos_ < s_.size() && s_[pos_] != quote) {
@@ -148,13 +149,13 @@ class PythonReader {
     *out = text;
     return true;
   }
-  bool Sequence(char close, bool dict, Json* out, int depth) {
-    *out = dict ? Json::object() : Json::array();
+  bool Sequence(char close, bool dict, OrderedJson* out, int depth) {
+    *out = dict ? OrderedJson::object() : OrderedJson::array();
     bool first = true;
     while (!Eat(close)) {
       if (!first && !Eat(',')) return false;
       first = false;
-      Json key, value;
+      OrderedJson key, value;
       if (dict) {
         Space();
         if (!Literal(&key, depth + 1) || !key.is_string() || !Eat(':')) return false;
@@ -168,7 +169,7 @@ class PythonReader {
     }
     return true;
   }
-  bool Literal(Json* out, int depth) {
+  bool Literal(OrderedJson* out, int depth) {
     Space();
     if (pos_ >= s_.size() || depth > 64) return false;
     char c = s_[pos_];
@@ -183,7 +184,7 @@ class PythonReader {
     const std::string word = s_.substr(start, pos_ - start);
     if (word == "True" || word == "False") return *out = word == "True", true;
     if (word == "None") return *out = nullptr, true;
-    Json number = Json::parse(word, nullptr, /*allow_exceptions=*/false);
+    OrderedJson number = OrderedJson::parse(word, nullptr, /*allow_exceptions=*/false);
     if (number.is_discarded() || !number.is_number()) return false;
     *out = std::move(number);
     return true;
@@ -203,7 +204,7 @@ bool MistralV11Calls(const std::string& text, std::vector<ToolCall>* calls) {
     size_t next = text.find("[TOOL_CALLS]", args);
     const std::string body =
         text.substr(args + 6, next == std::string::npos ? std::string::npos : next - args - 6);
-    Json arguments = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+    OrderedJson arguments = OrderedJson::parse(body, nullptr, /*allow_exceptions=*/false);
     if (name.empty() || !arguments.is_object()) return false;
     calls->push_back({name, Compact(arguments)});
     pos = next == std::string::npos ? text.size() : next + 12;
@@ -266,10 +267,12 @@ size_t PartialMarker(const std::string& text, const std::string& marker) {
 
 }  // namespace
 
-std::string ToolCallFormatName(ToolCallFormat format) { return EnumName(kFormatNames, format); }
+std::string ToolCallFormatName(ToolCallFormat format) {
+  return EnumName(kToolCallFormatNames, format);
+}
 
 bool ParseToolCallFormat(const std::string& name, ToolCallFormat* format) {
-  return ParseEnumName(kFormatNames, name, format);
+  return ParseEnumName(kToolCallFormatNames, name, format);
 }
 
 ToolCallText ParseToolCalls(ToolCallFormat format, const std::string& text) {
@@ -365,11 +368,11 @@ std::vector<ChatMessage> HermesToolTurns(const std::vector<ChatMessage>& message
                                          const std::string& tools_json) {
   std::vector<ChatMessage> out;
   size_t first = 0;
-  const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
+  const OrderedJson tools = OrderedJson::parse(tools_json, nullptr, /*allow_exceptions=*/false);
   if (tools.is_array() && !tools.empty()) {
     std::string text =
         "# Tools\n\nYou may call one or more of these functions to answer:\n<tools>\n";
-    for (const Json& tool : tools) text += Compact(tool) + "\n";
+    for (const OrderedJson& tool : tools) text += Compact(tool) + "\n";
     text +=
         "</tools>\n\nTo call a function, write its name and arguments as a JSON object between "
         "<tool_call> and </tool_call>:\n<tool_call>\n{\"name\": <function name>, \"arguments\": "
@@ -390,14 +393,16 @@ std::vector<ChatMessage> HermesToolTurns(const std::vector<ChatMessage>& message
       continue;
     }
     ChatMessage turn{m.role, m.content};
-    const Json json = Json::parse(m.json, nullptr, /*allow_exceptions=*/false);
+    const OrderedJson json = OrderedJson::parse(m.json, nullptr, /*allow_exceptions=*/false);
     if (m.role == "assistant" && json.is_object() && json.contains("tool_calls") &&
         json["tool_calls"].is_array()) {
-      for (const Json& call : json["tool_calls"]) {
-        const Json function = call.is_object() ? call.value("function", Json::object()) : Json();
+      for (const OrderedJson& call : json["tool_calls"]) {
+        const OrderedJson function =
+            call.is_object() ? call.value("function", OrderedJson::object()) : OrderedJson();
         if (!function.is_object()) continue;
-        const Json written = {{"name", function.value("name", "")},
-                              {"arguments", function.value("arguments", Json::object())}};
+        const OrderedJson written = {
+            {"name", function.value("name", "")},
+            {"arguments", function.value("arguments", OrderedJson::object())}};
         turn.content += (turn.content.empty() ? "" : "\n") + std::string("<tool_call>\n") +
                         Compact(written) + "\n</tool_call>";
       }

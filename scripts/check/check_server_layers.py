@@ -49,6 +49,26 @@ def component(path):
     return parts[1] if len(parts) > 2 else "server"
 
 
+def layer_errors(path, text):
+    """The includes of `path` (with contents `text`) that break the order."""
+    mine = component(path)
+    if mine not in RANK:
+        return [f"{path}: server/{mine}/ is not in this script's LAYERS"]
+    errors = []
+    for target in re.findall(r'^#include "(server/[^"]+)"', text, re.M):
+        theirs = component(target)
+        if theirs != mine and RANK.get(theirs, len(LAYERS)) >= RANK[mine]:
+            errors.append(f"{path} ({mine}) includes {target} ({theirs}), which is not below it")
+    return errors
+
+
+def must_not_reach_torch(path):
+    """Whether `path` is a header of a layer above the engine, or the
+    engine's interface."""
+    return path.endswith(".h") and (component(path) in TORCH_FREE_COMPONENTS
+                                    or path in TORCH_FREE_HEADERS)
+
+
 def main():
     errors, files = [], 0
     for folder, _, names in os.walk(os.path.join(REPO, "server")):
@@ -57,26 +77,9 @@ def main():
                 continue
             path = os.path.relpath(os.path.join(folder, name), REPO)
             files += 1
-            mine = component(path)
-            if mine not in RANK:
-                errors.append(f"{path}: server/{mine}/ is not in this script's LAYERS")
-                continue
             with open(os.path.join(REPO, path), encoding="utf-8") as f:
-                includes = re.findall(r'^#include "(server/[^"]+)"', f.read(), re.M)
-            for target in includes:
-                theirs = component(target)
-                if theirs == mine:
-                    continue
-                if RANK.get(theirs, len(LAYERS)) >= RANK[mine]:
-                    errors.append(f"{path} ({mine}) includes {target} ({theirs}), "
-                                  "which is not below it")
-    for folder, _, names in os.walk(os.path.join(REPO, "server")):
-        for name in names:
-            path = os.path.relpath(os.path.join(folder, name), REPO)
-            if not name.endswith(".h") or (component(path) not in TORCH_FREE_COMPONENTS
-                                           and path not in TORCH_FREE_HEADERS):
-                continue
-            chain = torch_chain(path, set())
+                errors += layer_errors(path, f.read())
+            chain = torch_chain(path, set()) if must_not_reach_torch(path) else None
             if chain:
                 errors.append(f"{path} reaches LibTorch: {' -> '.join(chain)}; the layers above "
                               "the engine name the model's types by declaration only")

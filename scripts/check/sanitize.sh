@@ -16,8 +16,9 @@
 # model/text/sentencepiece_backend.cc). Leak detection is off: LibTorch and
 # gRPC keep process-lifetime allocations that LeakSanitizer reports at exit;
 # scripts/check/soak.sh is the leak check (RSS and descriptors flat over 30 min).
-# From empty build directories with an empty ccache this takes about an hour
-# on 2 cores; docs/reliability.md records the last clean run.
+# From empty build directories with an empty ccache, asan takes about 80
+# minutes on 2 cores and tsan about 15; docs/reliability.md records the last
+# clean run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-all}

@@ -46,21 +46,21 @@ class StateCache {
     int64_t tokens = 0;  // 0: a miss
     std::shared_ptr<const CachedState> state;
   };
-  // Where sequences start before their tokens: the empty sequence, or a
-  // named initial state (--initial_states). Entries of different origins
-  // never match each other, even with the same tokens.
-  static constexpr uint64_t kEmptySequence = kEmptySequenceOrigin;
+  // `origin` below is where sequences start before their tokens
+  // (sequence_origin.h): the empty sequence, or a named initial state
+  // (--initial_states). Entries of different origins never match each
+  // other, even with the same tokens.
   // The longest cached prefix of `tokens` that continues it: one of fewer
   // tokens, or of all of them when the entry has logits (the next token is
   // sampled from them). Marks the entry used.
-  Hit Lookup(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequence);
+  Hit Lookup(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequenceOrigin);
   // Whether the state after exactly `tokens` is cached (marks nothing).
-  bool Contains(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequence) const;
+  bool Contains(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequenceOrigin) const;
   // Keeps `state` as the state after `tokens` (at least one), replacing any
   // entry for the same key, and drops the least recently used entries until
   // it fits. A state larger than the whole capacity is not kept.
   void Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state,
-              uint64_t origin = kEmptySequence);
+              uint64_t origin = kEmptySequenceOrigin);
 
   int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
   int64_t bytes() const { return bytes_; }
@@ -69,13 +69,13 @@ class StateCache {
   // The key chain of `tokens` after `origin`: element i is the key of the
   // first i + 1.
   static std::vector<uint64_t> Keys(absl::Span<const int64_t> tokens,
-                                    uint64_t origin = kEmptySequence);
+                                    uint64_t origin = kEmptySequenceOrigin);
   // The key of all of `tokens` (Keys(tokens).back()), without the chain.
-  static uint64_t Key(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequence);
+  static uint64_t Key(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequenceOrigin);
 
  private:
   struct Entry {
-    uint64_t origin = kEmptySequence;
+    uint64_t origin = kEmptySequenceOrigin;
     std::vector<int32_t> tokens;  // vocabularies fit int32: half the bytes
     std::shared_ptr<const CachedState> state;
     int64_t bytes = 0;

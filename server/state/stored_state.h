@@ -6,7 +6,7 @@
 // Layout, little-endian:
 //   "ATSS"                  magic
 //   u32 version             kStoredStateVersion
-//   u64 origin              where the tokens start (StateCache::kEmptySequence
+//   u64 origin              where the tokens start (kEmptySequenceOrigin
 //                           or an initial state's origin)
 //   u32 count, i32 tokens[count]
 //   u64 checksum            Hash64 of every byte before it

@@ -77,8 +77,10 @@ rest = cpus[:-1] or cpus
 print(cpus[-1], ",".join(map(str, rest)))')
 
 echo "== starting attn-server on 127.0.0.1"
+# The drain below waits only until its stream ends; the grace is far above
+# that stream's time so that a sanitized build (ten times slower) drains it too.
 start_server "$work/server.log" --models="$work/models" --default_model=e2e-aft \
-  --engine_cpus="$engine_cpu" --shutdown_grace_seconds=20 --max_tokens=60000 \
+  --engine_cpus="$engine_cpu" --shutdown_grace_seconds=300 --max_tokens=60000 \
   || fail "the server did not start"
 port=$server_port
 ctl=("$ctl_bin" --server="127.0.0.1:$port")

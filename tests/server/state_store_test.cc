@@ -24,8 +24,8 @@
 #include "model/backend/backend.h"
 #include "server/state/redis_connection.h"
 #include "server/state/redis_state_store.h"
+#include "server/state/sequence_origin.h"
 #include "server/state/state_blob.h"
-#include "server/state/state_cache.h"
 #include "server/state/stored_state.h"
 
 extern char** environ;
@@ -60,7 +60,7 @@ std::shared_ptr<const SavedRow> Row(float value) {
   return row;
 }
 
-std::string Entry(const std::vector<int64_t>& tokens, uint64_t origin = StateCache::kEmptySequence,
+std::string Entry(const std::vector<int64_t>& tokens, uint64_t origin = kEmptySequenceOrigin,
                   const std::string& fingerprint = kFingerprint) {
   const std::string blob =
       EncodeStateBlob({fingerprint, static_cast<int64_t>(tokens.size()), Row(1)});
@@ -73,9 +73,9 @@ TEST(StoredStateTest, RoundTripsAndVerifies) {
   absl::StatusOr<StoredState> decoded = DecodeStoredState(entry);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->tokens, tokens);
-  EXPECT_EQ(decoded->origin, StateCache::kEmptySequence);
+  EXPECT_EQ(decoded->origin, kEmptySequenceOrigin);
   absl::StatusOr<StateBlob> blob =
-      VerifyStoredState(entry, StateCache::kEmptySequence, tokens, kFingerprint);
+      VerifyStoredState(entry, kEmptySequenceOrigin, tokens, kFingerprint);
   ASSERT_TRUE(blob.ok()) << blob.status();
   EXPECT_TRUE(torch::equal(blob->row->tensors[0], torch::full({2, 3}, 1.0f)));
 }
@@ -90,26 +90,24 @@ TEST(StoredStateTest, RefusesWhatIsNotTheAskedPrefix) {
     EXPECT_NE(status.message().find(says), std::string::npos) << status;
   };
   expect_damaged(VerifyStoredState(entry, 7, tokens, kFingerprint).status(), "another origin");
-  expect_damaged(VerifyStoredState(entry, StateCache::kEmptySequence, other, kFingerprint).status(),
+  expect_damaged(VerifyStoredState(entry, kEmptySequenceOrigin, other, kFingerprint).status(),
                  "other tokens");
-  expect_damaged(
-      VerifyStoredState(entry, StateCache::kEmptySequence, tokens, "linear-elu-00").status(),
-      "another model");
+  expect_damaged(VerifyStoredState(entry, kEmptySequenceOrigin, tokens, "linear-elu-00").status(),
+                 "another model");
   // A blob that claims another token count than its entry.
   const std::string blob = EncodeStateBlob({kFingerprint, 11, Row(1)});
-  expect_damaged(VerifyStoredState(EncodeStoredState(StateCache::kEmptySequence, tokens, blob),
-                                   StateCache::kEmptySequence, tokens, kFingerprint)
+  expect_damaged(VerifyStoredState(EncodeStoredState(kEmptySequenceOrigin, tokens, blob),
+                                   kEmptySequenceOrigin, tokens, kFingerprint)
                      .status(),
                  "a blob of 11 tokens");
   // Every single-byte edit and every truncation is refused.
   for (size_t at = 0; at < entry.size(); at += 3) {
     std::string edited = entry;
     edited[at] ^= 0x20;
-    EXPECT_FALSE(VerifyStoredState(edited, StateCache::kEmptySequence, tokens, kFingerprint).ok())
+    EXPECT_FALSE(VerifyStoredState(edited, kEmptySequenceOrigin, tokens, kFingerprint).ok())
         << "byte " << at;
     EXPECT_FALSE(
-        VerifyStoredState(entry.substr(0, at), StateCache::kEmptySequence, tokens, kFingerprint)
-            .ok())
+        VerifyStoredState(entry.substr(0, at), kEmptySequenceOrigin, tokens, kFingerprint).ok())
         << "first " << at << " bytes";
   }
 }
@@ -206,7 +204,7 @@ class StateStoreTest : public ::testing::Test {
   static StoreHit Find(StateStore& store, const std::vector<int64_t>& tokens,
                        int64_t min_tokens = 1) {
     std::promise<StoreHit> answer;
-    store.Lookup({kFingerprint, StateCache::kEmptySequence, tokens, min_tokens,
+    store.Lookup({kFingerprint, kEmptySequenceOrigin, tokens, min_tokens,
                   [&answer](StoreHit hit) { answer.set_value(std::move(hit)); }});
     return answer.get_future().get();
   }
@@ -217,7 +215,7 @@ class StateStoreTest : public ::testing::Test {
                 const std::vector<int64_t>& lengths) {
     const int64_t before = written_.entries();
     for (int64_t n : lengths) {
-      store.Write(kFingerprint, StateCache::kEmptySequence, {tokens.begin(), tokens.begin() + n},
+      store.Write(kFingerprint, kEmptySequenceOrigin, {tokens.begin(), tokens.begin() + n},
                   Row(static_cast<float>(n)));
     }
     ASSERT_TRUE(written_.AwaitEntries(before + static_cast<int64_t>(lengths.size())))
@@ -305,7 +303,7 @@ TEST_F(StateStoreTest, AnUnreachableRedisAnswersMissesAtOnce) {
   const absl::Time start = absl::Now();
   for (int i = 0; i < 20; ++i) EXPECT_EQ(Find(*store, Tokens(30)).tokens, 0);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
-  store->Write(kFingerprint, StateCache::kEmptySequence, Tokens(30), Row(1));  // dropped quietly
+  store->Write(kFingerprint, kEmptySequenceOrigin, Tokens(30), Row(1));  // dropped quietly
 }
 
 }  // namespace
