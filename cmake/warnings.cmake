@@ -46,8 +46,15 @@ endfunction()
 # precompiled header, files that skip it stay out of the batches.
 # -DATTN_UNITY_BUILD=OFF builds one file at a time (clearer errors while
 # editing).
+#
+# The fuzz build (tests/fuzz/CMakeLists.txt) links its own instrumented
+# copies of the torch-free sources beside these targets' libraries. There
+# each of those files must stay an archive member of its own, so that the
+# linker takes only what the copies lack, not a batch that defines them
+# again: under ATTN_FUZZ only targets with the precompiled header batch.
 function(attn_unity target batch)
-  if(ATTN_UNITY_BUILD)
+  get_target_property(pch ${target} PRECOMPILE_HEADERS_REUSE_FROM)
+  if(ATTN_UNITY_BUILD AND (pch OR NOT ATTN_FUZZ))
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${batch})
     get_target_property(sources ${target} SOURCES)
     foreach(source ${sources})
