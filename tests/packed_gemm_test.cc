@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -17,26 +18,14 @@ std::vector<float> Random(int64_t n, std::mt19937& rng) {
   return v;
 }
 
-// rows x out x in, with or without a bias.
-class PackedGemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
-
-// Against a naive loop in double, with padded row strides on every matrix so
-// that a kernel reading or writing past a row's end would show.
-TEST_P(PackedGemmTest, MatchesANaiveLoop) {
-  const auto [rows, out, in, with_bias] = GetParam();
-  std::mt19937 rng(rows * 7919 + out * 31 + in);
-  const int64_t ldx = in + 3, ldw = in + 5, ldy = out + 7;
-  const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * ldw, rng);
-  const std::vector<float> bias = Random(out, rng);
-  std::vector<float> packed(PackedWeightSize(out, in));
-  PackWeight(w.data(), out, in, ldw, packed.data());
-  const float sentinel = -12345.0f;
-  std::vector<float> y(rows * ldy, sentinel);
-  PackedGemm(x.data(), rows, ldx, packed.data(), out, in, with_bias ? bias.data() : nullptr,
-             y.data(), ldy);
+// Checks y against a naive loop in double: each row's outputs, and the
+// sentinel left in the padding past each row's end.
+void ExpectNaiveProduct(const std::vector<float>& x, int64_t ldx, const std::vector<float>& w,
+                        int64_t ldw, const float* bias, const std::vector<float>& y, int64_t ldy,
+                        int rows, int out, int in, float sentinel) {
   for (int r = 0; r < rows; ++r) {
     for (int o = 0; o < out; ++o) {
-      double expected = with_bias ? bias[o] : 0.0;
+      double expected = bias != nullptr ? bias[o] : 0.0;
       double magnitude = std::abs(expected);
       for (int k = 0; k < in; ++k) {
         expected += static_cast<double>(x[r * ldx + k]) * w[o * ldw + k];
@@ -51,10 +40,38 @@ TEST_P(PackedGemmTest, MatchesANaiveLoop) {
   }
 }
 
-// Row counts around the 12-row tile, columns around the 32-wide panel, one
-// row (its own loop, four steps of the inputs at a time: inputs that are and
-// are not a multiple of four), and the model's shapes (160 in, 480/640/4096
-// out; 640 in).
+// rows x out x in, with or without a bias.
+class PackedGemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
+
+// Against a naive loop in double, with padded row strides on every matrix so
+// that a kernel reading or writing past a row's end would show: PackedGemm,
+// and each path this CPU runs.
+TEST_P(PackedGemmTest, MatchesANaiveLoop) {
+  const auto [rows, out, in, with_bias] = GetParam();
+  std::mt19937 rng(rows * 7919 + out * 31 + in);
+  const int64_t ldx = in + 3, ldw = in + 5, ldy = out + 7;
+  const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * ldw, rng);
+  const std::vector<float> bias = Random(out, rng);
+  const float* b = with_bias ? bias.data() : nullptr;
+  std::vector<float> packed(PackedWeightSize(out, in));
+  PackWeight(w.data(), out, in, ldw, packed.data());
+  const float sentinel = -12345.0f;
+  std::vector<float> y(rows * ldy, sentinel);
+  PackedGemm(x.data(), rows, ldx, packed.data(), out, in, b, y.data(), ldy);
+  ExpectNaiveProduct(x, ldx, w, ldw, b, y, ldy, rows, out, in, sentinel);
+  for (const PackedPath path : {PackedPath::kVectorTiles, PackedPath::kAvx2}) {
+    if (!CpuRuns(path)) continue;
+    SCOPED_TRACE(PackedPathName(path));
+    std::fill(y.begin(), y.end(), sentinel);
+    PackedGemmOn(path, x.data(), rows, ldx, packed.data(), out, in, b, y.data(), ldy);
+    ExpectNaiveProduct(x, ldx, w, ldw, b, y, ldy, rows, out, in, sentinel);
+  }
+}
+
+// Row counts around the 12-row and 6-row tiles, columns around the 32-wide
+// panel and its 16-wide halves, one row (its own loop, four or two steps of
+// the inputs at a time: inputs that are and are not a multiple of them),
+// and the model's shapes (160 in, 480/640/4096 out; 640 in).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PackedGemmTest,
     testing::Values(std::make_tuple(1, 1, 1, true), std::make_tuple(1, 160, 160, true),
@@ -64,7 +81,17 @@ INSTANTIATE_TEST_SUITE_P(
                     std::make_tuple(13, 65, 160, false), std::make_tuple(25, 96, 3, true),
                     std::make_tuple(64, 480, 160, true), std::make_tuple(64, 160, 640, true),
                     std::make_tuple(64, 4096, 160, false), std::make_tuple(256, 640, 160, true),
-                    std::make_tuple(7, 1000, 33, true)));
+                    std::make_tuple(7, 1000, 33, true), std::make_tuple(1, 20, 5, true),
+                    std::make_tuple(1, 16, 2, false), std::make_tuple(6, 16, 9, true),
+                    std::make_tuple(5, 17, 4, false), std::make_tuple(18, 48, 31, true)));
+
+// The path PackedGemm takes is one this CPU runs, and the product counts as
+// fast exactly where the CPU has AVX2 (with FMA) or AVX-512.
+TEST(PackedGemmPath, IsOneTheCpuRuns) {
+  EXPECT_TRUE(CpuRuns(PackedGemmPath()));
+  EXPECT_TRUE(CpuRuns(PackedPath::kVectorTiles));
+  EXPECT_EQ(PackedGemmIsFast(), CpuRuns(PackedPath::kAvx2));
+}
 
 TEST(PackedWeight, PanelsHoldColumnsInOrderAndZerosBeyondTheMatrix) {
   const int64_t out = 34, in = 3;

@@ -1,6 +1,7 @@
-// The int8 weight product (model/kernels/int8_gemm.h) against the float32
-// product the native backend uses today (LibTorch: OpenBLAS's addmv for one
-// row, addmm for more), on the bundled models' matrices: d_model 160,
+// The int8 weight product (model/kernels/int8_gemm.h) and the packed float32
+// product (model/kernels/packed_gemm.h, on this CPU's path) against
+// LibTorch's float32 product (OpenBLAS's addmv for one row, addmm for more),
+// on the bundled models' matrices: d_model 160,
 // ff_hidden 640, 4 layers, a 4096-token tied head. Per token that is 1.88M
 // weights: 7.5 MB as float32, 1.9 MB as int8.
 //
@@ -12,8 +13,8 @@
 // bytes pays in full.
 //
 // For each row count it runs one token's products (every layer's four
-// projections and the head) in float32 and in int8, alternately, `reps`
-// times, and prints the median of each, their ratio, and the bytes of
+// projections and the head) through LibTorch, packed and in int8, in turn,
+// `reps` times, and prints the median of each, their ratios, and the bytes of
 // weights read per second, after the bandwidth a plain parallel read reaches
 // over buffers of the same sizes. Alternating in one process is what makes
 // the ratio meaningful on a machine whose speed drifts between runs.
@@ -50,6 +51,7 @@
 #include "model/kernels/huge_pages.h"
 #include "model/kernels/int8_gemm.h"
 #include "model/kernels/kernels.h"
+#include "model/kernels/packed_gemm.h"
 #include "util/cpus.h"
 
 ABSL_FLAG(int, reps, 400, "Alternating repetitions per row count (medians are reported).");
@@ -70,14 +72,17 @@ struct Matrix {
   torch::Tensor weight, bias;  // float32
   kernels::Int8Panels panels;
   std::vector<float> scale;
+  std::vector<float, kernels::HugePageAllocator<float>> packed;  // PackWeight's layout
 };
 
 Matrix RandomMatrix(int64_t out, int64_t in) {
-  Matrix m{out, in, torch::randn({out, in}) * 0.05, torch::randn({out}) * 0.1, {}, {}};
+  Matrix m{out, in, torch::randn({out, in}) * 0.05, torch::randn({out}) * 0.1, {}, {}, {}};
   std::vector<int8_t> q(out * in);
   m.scale.resize(out);
   kernels::QuantizeRows(m.weight.data_ptr<float>(), out, in, in, q.data(), m.scale.data());
   m.panels = kernels::PackInt8Panels(q.data(), out, in);
+  m.packed.resize(kernels::PackedWeightSize(out, in));
+  kernels::PackWeight(m.weight.data_ptr<float>(), out, in, in, m.packed.data());
   return m;
 }
 
@@ -116,6 +121,17 @@ void FloatToken(std::vector<Matrix>& matrices, const torch::Tensor& x,
     } else {
       torch::addmm_out(y[i], m.bias, input, m.weight.t());
     }
+  }
+}
+
+// The same products through the packed float32 product (packed_gemm.h), on
+// this CPU's path.
+void PackedToken(std::vector<Matrix>& matrices, const torch::Tensor& x,
+                 std::vector<torch::Tensor>& y) {
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const Matrix& m = matrices[i];
+    kernels::PackedGemm(x.data_ptr<float>(), x.size(0), x.size(1), m.packed.data(), m.out, m.in,
+                        m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
   }
 }
 
@@ -265,8 +281,9 @@ int main(int argc, char** argv) {
   const double float_mb = weights * 4 / 1e6, int8_mb = weights / 1e6;
   std::printf(
       "threads %d, %d alternating repetitions per row count; %.2f MB float32, %.2f MB "
-      "int8 (+ scales) per token; int8 loops: %s\n",
-      threads, reps, float_mb, int8_mb, attn::kernels::Int8PathName(attn::kernels::Int8GemmPath()));
+      "int8 (+ scales) per token; int8 loops: %s; packed float32: %s\n",
+      threads, reps, float_mb, int8_mb, attn::kernels::Int8PathName(attn::kernels::Int8GemmPath()),
+      attn::kernels::PackedPathName(attn::kernels::PackedGemmPath()));
   const double read_int8 = attn::ReadBandwidth(weights, 400);
   const double read_float = attn::ReadBandwidth(4 * weights, 400);
   std::printf(
@@ -292,8 +309,8 @@ int main(int argc, char** argv) {
       int8_rate / 1e9, float_rate / 1e9, int8_bound * 1e6, threads, compute_bound * 1e6, int8_mb,
       int8_read_bound * 1e6, float_bound * 1e6, float_mb, float_bound / int8_bound);
   std::printf("float32 512x512 matrix product: %.1f GFLOP/s\n", attn::GemmRate(100) / 1e9);
-  std::printf("%6s %14s %14s %8s %12s %12s %12s\n", "rows", "float32 (us)", "int8 (us)", "ratio",
-              "f32 GB/s", "int8 GB/s", "f32 GFLOP/s");
+  std::printf("%6s %14s %14s %14s %8s %8s %12s %12s %12s\n", "rows", "float32 (us)", "packed (us)",
+              "int8 (us)", "f32/pk", "f32/int8", "pk GB/s", "int8 GB/s", "pk GFLOP/s");
   for (const absl::string_view count : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',')) {
     int64_t rows = 0;
     if (!absl::SimpleAtoi(count, &rows) || rows < 1) {
@@ -302,28 +319,34 @@ int main(int argc, char** argv) {
       return 2;
     }
     const torch::Tensor x = torch::randn({rows, widest});
-    std::vector<torch::Tensor> y_float, y_int8;
+    std::vector<torch::Tensor> y_float, y_packed, y_int8;
     for (const auto& m : matrices) {
       y_float.push_back(torch::empty({rows, m.out}));
+      y_packed.push_back(torch::empty({rows, m.out}));
       y_int8.push_back(torch::empty({rows, m.out}));
     }
-    std::vector<double> float_times, int8_times;
+    std::vector<double> float_times, packed_times, int8_times;
     for (int rep = 0; rep < reps + 20; ++rep) {  // the first 20 warm up
       auto start = std::chrono::steady_clock::now();
       attn::FloatToken(matrices, x, y_float);
       const double f = attn::Seconds(start);
       start = std::chrono::steady_clock::now();
+      attn::PackedToken(matrices, x, y_packed);
+      const double p = attn::Seconds(start);
+      start = std::chrono::steady_clock::now();
       attn::Int8Token(matrices, x, y_int8);
       const double q = attn::Seconds(start);
       if (rep >= 20) {
         float_times.push_back(f);
+        packed_times.push_back(p);
         int8_times.push_back(q);
       }
     }
-    const double f = attn::Median(float_times), q = attn::Median(int8_times);
-    std::printf("%6ld %14.1f %14.1f %8.2f %12.1f %12.1f %12.1f\n", static_cast<long>(rows), f * 1e6,
-                q * 1e6, f / q, weights * 4 / f / 1e9, weights / q / 1e9,
-                2.0 * weights * rows / f / 1e9);
+    const double f = attn::Median(float_times), p = attn::Median(packed_times),
+                 q = attn::Median(int8_times);
+    std::printf("%6ld %14.1f %14.1f %14.1f %8.2f %8.2f %12.1f %12.1f %12.1f\n",
+                static_cast<long>(rows), f * 1e6, p * 1e6, q * 1e6, f / p, f / q,
+                weights * 4 / p / 1e9, weights / q / 1e9, 2.0 * weights * rows / p / 1e9);
   }
   return 0;
 }

@@ -7,9 +7,14 @@
 
 #include "model/kernels/cpu_features.h"
 #include "model/kernels/kernel_common.h"
+#include "model/kernels/packed_tiles.h"
 
 namespace attn::kernels {
 namespace {
+
+using packed_tiles::GemmArgs;
+using packed_tiles::Item;
+using packed_tiles::ItemAt;
 
 // Sixteen floats: one AVX-512 register (two AVX2 ones, four SSE ones in the
 // baseline clone). aligned(4): loads and stores need no alignment.
@@ -102,17 +107,6 @@ __attribute__((always_inline)) inline void TileOneRow(const float* x, const floa
   std::memcpy(y, full, sizeof(float) * width);
 }
 
-struct GemmArgs {
-  const float* x;
-  int64_t rows, ldx;
-  const float* packed;
-  int64_t out, in;
-  const float* bias;
-  float* y;
-  int64_t ldy;
-  int64_t tiles;  // row tiles per panel
-};
-
 // Work items are (panel, row tile) pairs in panel-major order, so the items
 // one thread runs share panels and each panel stays in cache for its tiles.
 // A panel's first tile prefetches the next panel: a model step's weights
@@ -122,16 +116,11 @@ struct GemmArgs {
 // process); at 8 and 256 rows 1-3%. The one-row case streams its panels and
 // was 3-5% slower with the same prefetch, so it has none.
 ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t panel = item / a.tiles;
-    const int64_t row0 = (item % a.tiles) * kTileRows;
-    const int64_t column0 = panel * kPanelWidth;
-    const int64_t width = std::min(kPanelWidth, a.out - column0);
-    float bias32[kPanelWidth] = {};
-    if (a.bias != nullptr) std::memcpy(bias32, a.bias + column0, sizeof(float) * width);
-    const float* x = a.x + row0 * a.ldx;
-    const float* weights = a.packed + panel * a.in * kPanelWidth;
-    float* y = a.y + row0 * a.ldy + column0;
+  for (int64_t index = begin; index < end; ++index) {
+    const Item item = ItemAt(a, index);
+    const float *x = item.x, *weights = item.weights, *bias32 = item.bias32;
+    float* y = item.y;
+    const int64_t row0 = item.row0, width = item.width, panel = index / a.tiles;
     if (a.rows == 1) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;
@@ -180,17 +169,40 @@ void PackWeight(const float* w, int64_t out, int64_t in, int64_t ldw, float* pac
   }
 }
 
-void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, int64_t out,
-                int64_t in, const float* bias, float* y, int64_t ldy) {
-  if (rows <= 0 || out <= 0) return;
-  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  const GemmArgs args{x, rows, ldx, packed, out, in, bias, y, ldy, tiles};
-  const int64_t items = Panels(out) * tiles;
-  const int64_t work_per_item = std::min<int64_t>(rows, kTileRows) * kPanelWidth * in;
-  at::parallel_for(0, items, GrainFor(work_per_item),
-                   [&](int64_t begin, int64_t end) { RunItems(args, begin, end); });
+PackedPath PackedGemmPath() {
+  return !CpuHasAvx512() && CpuHasAvx2() ? PackedPath::kAvx2 : PackedPath::kVectorTiles;
 }
 
-bool PackedGemmIsFast() { return CpuHasAvx512(); }
+bool CpuRuns(PackedPath path) { return path == PackedPath::kVectorTiles || CpuHasAvx2(); }
+
+const char* PackedPathName(PackedPath path) {
+  if (path == PackedPath::kAvx2) return "AVX2";
+  return CpuHasAvx512() ? "AVX-512" : "vector tiles (slow without AVX-512)";
+}
+
+void PackedGemmOn(PackedPath path, const float* x, int64_t rows, int64_t ldx, const float* packed,
+                  int64_t out, int64_t in, const float* bias, float* y, int64_t ldy) {
+  if (rows <= 0 || out <= 0) return;
+  const bool avx2 = path == PackedPath::kAvx2;
+  const int64_t tile_rows = avx2 ? packed_tiles::kAvx2TileRows : kTileRows;
+  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
+  const GemmArgs args{x, rows, ldx, packed, out, in, bias, y, ldy, tile_rows, tiles};
+  const int64_t items = Panels(out) * tiles;
+  const int64_t work_per_item = std::min(rows, tile_rows) * kPanelWidth * in;
+  at::parallel_for(0, items, GrainFor(work_per_item), [&](int64_t begin, int64_t end) {
+    if (avx2) {
+      packed_tiles::RunItemsAvx2(args, begin, end);
+    } else {
+      RunItems(args, begin, end);
+    }
+  });
+}
+
+void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, int64_t out,
+                int64_t in, const float* bias, float* y, int64_t ldy) {
+  PackedGemmOn(PackedGemmPath(), x, rows, ldx, packed, out, in, bias, y, ldy);
+}
+
+bool PackedGemmIsFast() { return CpuHasAvx512() || CpuHasAvx2(); }
 
 }  // namespace attn::kernels

@@ -26,11 +26,25 @@ int64_t PackedWeightSize(int64_t out, int64_t in);
 // Packs w [out, in] (row stride ldw) into `packed` (PackedWeightSize floats).
 void PackWeight(const float* w, int64_t out, int64_t in, int64_t ldw, float* packed);
 
-// Whether this CPU runs PackedGemm's fast clone. Its tiles keep 24 rows of
-// 16-float accumulators in registers, which needs AVX-512's 32 vector
-// registers; without AVX-512 they spill on every step and the product runs
-// at a few GFLOP/s (measured on an AVX-only EPYC: 3 GFLOP/s, 60x slower than
-// OpenBLAS), so callers use LibTorch's product (OpenBLAS) instead.
+// The instruction-set paths PackedGemm can take:
+// - kVectorTiles: tiles of 12 rows by a whole panel on GCC's 16-float vector
+//   types, compiled for AVX-512, AVX2 and baseline x86-64 (the loader picks
+//   what the CPU has). Its 24 vectors of sums need AVX-512's 32 registers;
+//   elsewhere they spill on every step (an AVX-only EPYC: 3 GFLOP/s, 60x
+//   slower than OpenBLAS).
+// - kAvx2: tiles of 6 rows by half a panel in AVX2 intrinsics, for CPUs
+//   with AVX2 and FMA but not AVX-512 (packed_gemm_avx2.cc).
+enum class PackedPath { kVectorTiles, kAvx2 };
+
+// The path PackedGemm takes here: kVectorTiles with AVX-512, kAvx2 with AVX2
+// and FMA only, else kVectorTiles (slow: see PackedGemmIsFast). Whether the
+// CPU can run `path`; its name in benchmark output.
+PackedPath PackedGemmPath();
+bool CpuRuns(PackedPath path);
+const char* PackedPathName(PackedPath path);
+
+// Whether PackedGemm beats LibTorch's product (OpenBLAS) here: with AVX-512
+// or AVX2 and FMA. On older CPUs callers use LibTorch's product instead.
 bool PackedGemmIsFast();
 
 // y[r, :out] = x[r, :in] W^T + bias for r < rows. bias is [out] or null.
@@ -38,5 +52,10 @@ bool PackedGemmIsFast();
 // enough to pay for a fork.
 void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, int64_t out,
                 int64_t in, const float* bias, float* y, int64_t ldy);
+
+// PackedGemm through `path`, which the CPU must run (CpuRuns): lets tests
+// and benchmarks check every path a machine has.
+void PackedGemmOn(PackedPath path, const float* x, int64_t rows, int64_t ldx, const float* packed,
+                  int64_t out, int64_t in, const float* bias, float* y, int64_t ldy);
 
 }  // namespace attn::kernels

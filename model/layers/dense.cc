@@ -151,7 +151,7 @@ torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
-// Up to this many rows, where PackedGemm is not fast (no AVX-512) and the
+// Up to this many rows, where PackedGemm is not fast (no AVX2) and the
 // call is not already one thread's share of a step, Dense multiplies row by
 // row with OpenBLAS's matrix-vector product. Its multi-threaded matrix
 // product (sgemm) costs 3-5x one row's matrix-vector product at 2 to 8 rows,

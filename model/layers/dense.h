@@ -10,9 +10,10 @@
 // version counter moves) is repacked. More rows, and every product autograd
 // tracks, take Linear; one row of a weight that cannot be packed (an
 // inference tensor) takes OpenBLAS's matrix-vector product. The packed
-// product is used only where it is fast (AVX-512); elsewhere 1 to 6 rows
-// take the matrix-vector product row by row, which beats OpenBLAS's
-// matrix product for so few rows, and more rows take Linear.
+// product is used only where it is fast (AVX-512, or AVX2 with FMA, each
+// with tiles of its own); on older CPUs 1 to 6 rows take the matrix-vector
+// product row by row, which beats OpenBLAS's matrix product for so few
+// rows, and more rows take Linear.
 //
 // The packed copies cost as much memory again as the weights they copy.
 #pragma once
