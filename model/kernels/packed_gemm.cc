@@ -120,7 +120,7 @@ ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
     const Item item = ItemAt(a, index);
     const float *x = item.x, *weights = item.weights, *bias32 = item.bias32;
     float* y = item.y;
-    const int64_t row0 = item.row0, width = item.width, panel = index / a.tiles;
+    const int64_t row0 = item.row0, width = item.width, panel = item.panel;
     if (a.rows == 1) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;

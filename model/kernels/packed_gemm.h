@@ -32,7 +32,7 @@ void PackWeight(const float* w, int64_t out, int64_t in, int64_t ldw, float* pac
 //   what the CPU has). Its 24 vectors of sums need AVX-512's 32 registers;
 //   elsewhere they spill on every step (an AVX-only EPYC: 3 GFLOP/s, 60x
 //   slower than OpenBLAS).
-// - kAvx2: tiles of 6 rows by half a panel in AVX2 intrinsics, for CPUs
+// - kAvx2: tiles of 3 rows by a whole panel in AVX2 intrinsics, for CPUs
 //   with AVX2 and FMA but not AVX-512 (packed_gemm_avx2.cc).
 enum class PackedPath { kVectorTiles, kAvx2 };
 

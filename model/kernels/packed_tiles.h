@@ -24,11 +24,12 @@ struct GemmArgs {
   int64_t tiles;
 };
 
-// Where work item `index` of a product lies: its panel's weights, its first
-// input and output rows, the panel's columns kept (`width`, at most 32) and
-// their bias (zeros beyond `width`, or without a bias).
+// Where work item `index` of a product lies: its panel and the panel's
+// weights, its first input and output rows, the panel's columns kept
+// (`width`, at most 32) and their bias (zeros beyond `width`, or without a
+// bias).
 struct Item {
-  int64_t row0, width;
+  int64_t panel, row0, width;
   const float* x;
   const float* weights;
   float* y;
@@ -37,13 +38,13 @@ struct Item {
 
 inline __attribute__((always_inline)) Item ItemAt(const GemmArgs& a, int64_t index) {
   Item item;
-  const int64_t panel = index / a.tiles;
-  const int64_t column0 = panel * kPanelWidth;
+  item.panel = index / a.tiles;
+  const int64_t column0 = item.panel * kPanelWidth;
   item.row0 = (index % a.tiles) * a.tile_rows;
   item.width = std::min(kPanelWidth, a.out - column0);
   if (a.bias != nullptr) std::memcpy(item.bias32, a.bias + column0, sizeof(float) * item.width);
   item.x = a.x + item.row0 * a.ldx;
-  item.weights = a.packed + panel * a.in * kPanelWidth;
+  item.weights = a.packed + item.panel * a.in * kPanelWidth;
   item.y = a.y + item.row0 * a.ldy + column0;
   return item;
 }
