@@ -171,6 +171,41 @@ TEST_P(RecurrentFormsTest, PrefillKeepingTheLastOutputsUpdatesTheSameState) {
   }
 }
 
+// Speculation's rollback (SequenceMixer::ReplayUpdates): Mamba-2 keeps a
+// chunk's input projection and replays a prefix of the chunk by the
+// convolution and the scan alone, as feeding the prefix does; RWKV-4 keeps
+// nothing and refuses.
+TEST_P(RecurrentFormsTest, KeptUpdatesReplayAPrefixAsFeedingItDoes) {
+  Stack s = MakeStack(GetParam(), 1, 9);
+  auto block = std::dynamic_pointer_cast<WholeBlockMixer>(s.blocks[0]);
+  ASSERT_NE(block, nullptr);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const auto history = torch::randn({2, 5, kChannels}), chunk = torch::randn({2, 6, kChannels});
+  const auto next = torch::randn({2, 3, kChannels});
+  const auto slots = torch::tensor({int64_t{3}, int64_t{1}});
+  const bool keeps = GetParam().kind == MixerKind::kMamba2;
+  MixerState start = block->initial_state(4, torch::kCPU);
+  block->prefill(history, start, slots);
+  for (int64_t count : {0, 1, 2, 6}) {
+    SCOPED_TRACE(count);
+    MixerState checked = testing::CopyState(start), replayed = testing::CopyState(start);
+    MixerState fed = testing::CopyState(start);
+    std::vector<torch::Tensor> kept;
+    LayerCarry carry;
+    carry.updates = &kept;
+    block->PrefillWithCarry(chunk, checked, slots, 1, carry);
+    EXPECT_EQ(kept.empty(), !keeps);
+    ASSERT_EQ(block->ReplayUpdates(kept, replayed, slots, count), keeps);
+    if (!keeps) continue;
+    if (count > 0) block->prefill(chunk.narrow(1, 0, count), fed, slots);
+    EXPECT_LT(testing::StateDifference(replayed, fed), 1e-5);
+    EXPECT_LT(
+        RelativeError(block->prefill(next, replayed, slots), block->prefill(next, fed, slots)),
+        1e-5);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, RecurrentFormsTest,
                          ::testing::Values(Case{MixerKind::kRwkv4, true},
                                            Case{MixerKind::kRwkv4, false},

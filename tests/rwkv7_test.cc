@@ -156,6 +156,64 @@ TEST_P(Rwkv7FormsTest, PrefillKeepingTheLastOutputsUpdatesTheSameState) {
   }
 }
 
+// Prefills a stack over x in rows `slots` of `states`, all outputs wanted;
+// with `kept`, each layer keeps its update's inputs there.
+torch::Tensor Feed(Stack& s, std::vector<MixerState>& states, const torch::Tensor& x,
+                   const torch::Tensor& slots, std::vector<std::vector<torch::Tensor>>* kept) {
+  LayerCarry carry;
+  torch::Tensor h = x;
+  for (size_t l = 0; l < s.blocks.size(); ++l) {
+    carry.updates = kept == nullptr ? nullptr : &(*kept)[l];
+    h = s.blocks[l]->PrefillWithCarry(h, states[l], slots, x.size(1), carry);
+  }
+  return h;
+}
+
+std::vector<MixerState> Copy(const std::vector<MixerState>& states) {
+  std::vector<MixerState> copies;
+  for (const MixerState& state : states) copies.push_back(testing::CopyState(state));
+  return copies;
+}
+
+// Speculation's rollback: what a chunk kept of its updates advances rows at
+// the chunk's start by a prefix of it as feeding the prefix does (every
+// state tensor, and the outputs after), with no projection run.
+TEST_P(Rwkv7FormsTest, KeptUpdatesReplayAPrefixAsFeedingItDoes) {
+  Stack s = MakeStack(2, GetParam(), 9);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const auto history = torch::randn({2, 5, kChannels}), chunk = torch::randn({2, 6, kChannels});
+  const auto next = torch::randn({2, 3, kChannels});
+  const auto slots = torch::tensor({int64_t{3}, int64_t{1}});
+  std::vector<MixerState> start;
+  for (auto& b : s.blocks) start.push_back(b->initial_state(4, torch::kCPU));
+  Feed(s, start, history, slots, nullptr);
+  for (int64_t count : {0, 1, 4, 6}) {
+    SCOPED_TRACE(count);
+    std::vector<MixerState> checked = Copy(start), replayed = Copy(start), fed = Copy(start);
+    std::vector<std::vector<torch::Tensor>> kept(s.blocks.size());
+    Feed(s, checked, chunk, slots, &kept);
+    for (size_t l = 0; l < s.blocks.size(); ++l) {
+      ASSERT_EQ(kept[l].size(), 7u);
+      ASSERT_TRUE(s.blocks[l]->ReplayUpdates(kept[l], replayed[l], slots, count));
+    }
+    if (count > 0) Feed(s, fed, chunk.narrow(1, 0, count), slots, nullptr);
+    for (size_t l = 0; l < s.blocks.size(); ++l) {
+      EXPECT_LT(testing::StateDifference(replayed[l], fed[l]), 1e-5) << "layer " << l;
+    }
+    EXPECT_LT(
+        RelativeError(Feed(s, replayed, next, slots, nullptr), Feed(s, fed, next, slots, nullptr)),
+        1e-5);
+  }
+  // A chunk whose outputs are not all wanted keeps nothing.
+  std::vector<std::vector<torch::Tensor>> kept(1);
+  LayerCarry carry;
+  carry.updates = &kept[0];
+  std::vector<MixerState> states = Copy(start);
+  s.blocks[0]->PrefillWithCarry(chunk, states[0], slots, 2, carry);
+  EXPECT_TRUE(kept[0].empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, Rwkv7FormsTest, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "fused" : "ops"; });
 

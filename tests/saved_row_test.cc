@@ -200,6 +200,13 @@ TEST_P(SavedRowTest, AReplayedPrefixEqualsFeedingItAlone) {
     const torch::Tensor checked =
         model->prefill(chunk, backend.state(), row0, PrefillLogits::kAll, &record);
     ASSERT_EQ(record.inputs.size(), static_cast<size_t>(model->config().layers));
+    // RWKV-7's and Mamba-2's layers keep their updates' inputs, and a model
+    // of only those replays only the updates.
+    ASSERT_EQ(record.updates.size(), record.inputs.size());
+    for (size_t l = 0; l < record.updates.size(); ++l) {
+      const MixerKind kind = model->config().layer_mixer(static_cast<int64_t>(l));
+      EXPECT_EQ(record.updates[l].empty(), kind != MixerKind::kRwkv7 && kind != MixerKind::kMamba2);
+    }
     ASSERT_TRUE(backend.LoadRow(0, *saved).ok());
     model->ReplayPrefix(record, kept, backend.state());
     if (kept > 0) model->prefill(chunk.narrow(1, 0, kept), backend.state(), row1);

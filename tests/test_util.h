@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <set>
@@ -83,6 +84,26 @@ inline double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 
 inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// A deep copy of a state (its length and every tensor).
+inline MixerState CopyState(const MixerState& state) {
+  MixerState copy;
+  copy.length = state.length.clone();
+  for (const torch::Tensor& t : state.tensors) copy.tensors.push_back(t.clone());
+  return copy;
+}
+
+// The largest difference between two states' tensors, in float64; infinity
+// when their lengths or shapes differ.
+inline double StateDifference(const MixerState& a, const MixerState& b) {
+  if (!torch::equal(a.length, b.length) || a.tensors.size() != b.tensors.size()) return INFINITY;
+  double most = 0.0;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    if (a.tensors[i].sizes() != b.tensors[i].sizes()) return INFINITY;
+    if (a.tensors[i].numel() > 0) most = std::max(most, MaxAbsDiff(a.tensors[i], b.tensors[i]));
+  }
+  return most;
 }
 
 // x [B, T, D] through a mixer's recurrent forms on rows `slots` of `state`:

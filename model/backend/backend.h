@@ -130,7 +130,8 @@ class LmBackend {
   // before the last PrefillForRollBack, followed by `kept`, a prefix of the
   // tokens it fed that row. The default loads `saved` and prefills `kept`
   // again; NativeBackend puts the copy back (CausalLm::RestoreRow) and
-  // replays the row's recorded layer inputs (CausalLm::ReplayPrefix), or
+  // replays the row's record (CausalLm::ReplayPrefix: the state updates
+  // alone in RWKV-7 and Mamba-2 models, else the layers' prefills), or
   // prefills `kept` when it is not a prefix of what the last check fed the
   // row or that row rolled back once already.
   virtual absl::Status RollBackRow(int64_t row, const SavedRow& saved,

@@ -154,8 +154,12 @@ absl::Status NativeBackend::RollBackRow(int64_t row, const SavedRow& saved,
   std::optional<PrefillRecord> replay;
   if (const int64_t i = ReplayableIndex(row, kept); i >= 0) {
     const PrefillRecord& all = check_->record;
-    replay = PrefillRecord{all.rows.narrow(0, i, 1), all.start.narrow(0, i, 1), {}};
+    replay = PrefillRecord{all.rows.narrow(0, i, 1), all.start.narrow(0, i, 1), {}, {}};
     for (const torch::Tensor& input : all.inputs) replay->inputs.push_back(input.narrow(0, i, 1));
+    for (const std::vector<torch::Tensor>& layer : all.updates) {
+      std::vector<torch::Tensor>& kept = replay->updates.emplace_back();
+      for (const torch::Tensor& t : layer) kept.push_back(t.narrow(0, i, 1));
+    }
   }
   ForgetCheckOf(row);
   return GuardedCall("rolling back a state row", [&] {

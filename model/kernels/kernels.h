@@ -303,6 +303,7 @@ void CausalConvSilu(const CausalConvArgs& a);
 // as [B, T - first_output, C]. S of batch element b is the state row
 // slots[b] of s [rows, heads, head_dim, head_dim], updated in place. out:
 // [B, T - first_output, C]. Tokens run in order; rows and heads in parallel.
+// With first_output = T the update alone runs: r and out are not read.
 // With norm_gain set, out holds the block's output before its gate instead:
 // each head's out_t normalised over the head (mean and variance, eps
 // norm_eps), times norm_gain plus norm_bias [C], plus the current token's

@@ -216,10 +216,16 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   const int64_t last_keep = logits == PrefillLogits::kAll    ? chunk
                             : logits == PrefillLogits::kLast ? 1
                                                              : 0;
-  if (record != nullptr) *record = PrefillRecord{rows, start, {}};
+  if (record != nullptr) {
+    *record = PrefillRecord{rows, start, {}, {}};
+    record->updates.resize(layers_.size());
+  }
   LayerCarry carry;
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (record != nullptr) record->inputs.push_back(h);
+    if (record != nullptr) {
+      record->inputs.push_back(h);
+      carry.updates = &record->updates[l];
+    }
     const int64_t keep = l + 1 == layers_.size() ? last_keep : chunk;
     h = layers_[l]->Prefill(h, state.layers[l], rows, keep, carry);
   }
@@ -237,6 +243,20 @@ void CausalLmImpl::ReplayPrefix(const PrefillRecord& record, int64_t count, LmSt
   TORCH_CHECK(torch::equal(lengths, record.start.to(lengths.device())),
               "ReplayPrefix: the rows are not at the lengths the recorded prefill started from");
   if (count == 0) return;
+  // A layer replayed by its prefill may need the carry the ones below
+  // compute, so the updates alone serve only when every layer kept them.
+  const bool every_layer_kept =
+      record.updates.size() == layers_.size() &&
+      std::none_of(record.updates.begin(), record.updates.end(),
+                   [](const std::vector<torch::Tensor>& kept) { return kept.empty(); });
+  if (every_layer_kept) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      TORCH_CHECK(
+          layers_[l]->mixer().ReplayUpdates(record.updates[l], state.layers[l], record.rows, count),
+          "ReplayPrefix: layer ", l, " kept updates it cannot replay");
+    }
+    return;
+  }
   // Layer 0 computes the carry (RWKV-7's first values) for these positions
   // again, as a prefill of them would.
   LayerCarry carry;

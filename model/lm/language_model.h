@@ -58,11 +58,14 @@ enum class PrefillLogits { kAll, kLast, kNone };
 // continued, their lengths before it, and each layer's input [B, C, d].
 // Causality makes a layer's input at a position independent of the
 // positions after it, so a prefix's inputs are what a prefill of the prefix
-// alone would have computed (up to rounding).
+// alone would have computed (up to rounding). `updates`: per layer, what
+// it kept of its state update's inputs (LayerCarry::updates; empty where it
+// kept none).
 struct PrefillRecord {
   torch::Tensor rows;
   torch::Tensor start;
   std::vector<torch::Tensor> inputs;
+  std::vector<std::vector<torch::Tensor>> updates;
 };
 
 // The recurrent state of N sequences: one MixerState per layer.
@@ -92,11 +95,14 @@ class CausalLmImpl : public torch::nn::Module {
   // Rows `record.rows` of `state`, back at the lengths the recorded prefill
   // started from (LoadRow of a copy taken before it), continue by the first
   // `count` tokens of that chunk, as prefill() of those tokens would leave
-  // them. Each layer runs its prefill on its recorded inputs and computes
-  // no outputs (keep 0), so the embedding, the head and the products only
-  // outputs need are skipped: speculation's rollback at a fraction of
-  // feeding the kept tokens again. Throws c10::Error when the rows are at
-  // other lengths or `count` exceeds the chunk.
+  // them. When every layer kept its state update's inputs (RWKV-7), each
+  // applies only that update to the prefix (SequenceMixer::ReplayUpdates):
+  // no product runs. Otherwise each layer runs its prefill on its recorded
+  // inputs and computes no outputs (keep 0), so the embedding, the head
+  // and the products only outputs need are skipped. Either way
+  // speculation's rollback costs a fraction of feeding the kept tokens
+  // again. Throws c10::Error when the rows are at other lengths or `count`
+  // exceeds the chunk.
   void ReplayPrefix(const PrefillRecord& record, int64_t count, LmState& state);
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   // Resets rows `slots` to empty sequences.

@@ -256,27 +256,48 @@ torch::Tensor Mamba2Impl::GatedNorm(const torch::Tensor& y, const torch::Tensor&
   return out;
 }
 
+torch::Tensor Mamba2Impl::ConvolveAndScan(const torch::Tensor& projected, BlockRows& rows,
+                                          int64_t keep) const {
+  if (rows.fused) return ScanFused(projected, rows, keep);
+  const int64_t batch = projected.size(0), time = projected.size(1), heads = options_.heads;
+  const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size, p = head_dim();
+  const int64_t channels = conv_channels();
+  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
+  Scan scan;
+  scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
+  scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
+  scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
+  scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
+  return time > 1 ? ScanChunked(scan, rows.tensors[kSsm], keep)
+                  : ScanByOps(scan, rows.tensors[kSsm], keep);
+}
+
 torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
-                              LayerCarry& /*carry*/) {
-  const int64_t batch = x.size(0), time = x.size(1), heads = options_.heads, p = head_dim();
-  const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size;
+                              LayerCarry& carry) {
+  const int64_t time = x.size(1);
   const auto projected = Project(norm_->forward(x), in_proj_).contiguous();
-  torch::Tensor y;
-  if (rows.fused) {
-    y = ScanFused(projected, rows, keep);
-  } else {
-    const int64_t channels = conv_channels();
-    const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
-    Scan scan;
-    scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
-    scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
-    scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
-    scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
-    y = time > 1 ? ScanChunked(scan, rows.tensors[kSsm], keep)
-                 : ScanByOps(scan, rows.tensors[kSsm], keep);
-  }
+  // The projection covers every position whatever `keep` is: a rollback
+  // can keep any prefix of the chunk.
+  if (carry.updates != nullptr) *carry.updates = {projected};
+  const torch::Tensor y = ConvolveAndScan(projected, rows, keep);
   const auto out = Project(GatedNorm(y, projected, rows.fused), out_proj_);
   return x.narrow(1, time - keep, keep) + out;
+}
+
+bool Mamba2Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerState& state,
+                               const torch::Tensor& slots, int64_t count) const {
+  if (updates.size() != 1) return false;
+  const torch::Tensor& projected = updates[0];
+  TORCH_CHECK(count >= 0 && count <= projected.size(1), "mamba2: replaying ", count,
+              " positions of a chunk of ", projected.size(1));
+  if (count == 0) {
+    ResolveSlots(state, slots, projected.size(0));  // the same checks
+    return true;
+  }
+  const torch::Tensor prefix = projected.narrow(1, 0, count).contiguous();
+  ContinueRows(state, slots, prefix.size(0), count, CanFuse(prefix, state),
+               [&](BlockRows& rows) { ConvolveAndScan(prefix, rows, 0); });
+  return true;
 }
 
 bool Mamba2Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kSsm; }

@@ -75,6 +75,12 @@ class Mamba2Impl : public WholeBlockMixer {
   // Channels of xbc: x, B and C.
   int64_t conv_channels() const;
 
+  // Given LayerCarry::updates, a chunk keeps its input projection, the
+  // whole input of the convolution and the scan; a prefix of it then
+  // replays as those two alone over the prefix: no product runs.
+  bool ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerState& state,
+                     const torch::Tensor& slots, int64_t count) const override;
+
  protected:
   // The block over x [B, T, C] continuing `rows` (the convolution's window,
   // the scan's matrices), which it updates; the last `keep` tokens'
@@ -101,6 +107,11 @@ class Mamba2Impl : public WholeBlockMixer {
   // The gate z (the projection's first I channels) on y [B, keep, I], then
   // an RMS norm over each group's channels, times out_norm_weight.
   torch::Tensor GatedNorm(const torch::Tensor& y, const torch::Tensor& projected, bool fused) const;
+  // The convolution and the scan from the input projection [B, T, I +
+  // channels + H], continuing `rows`: y [B, keep, I] (ScanFused or the
+  // torch operations).
+  torch::Tensor ConvolveAndScan(const torch::Tensor& projected, BlockRows& rows,
+                                int64_t keep) const;
 
   torch::Tensor conv_weight_, conv_bias_;  // [channels, 1, W], [channels]
   torch::Tensor dt_bias_, a_log_, skip_;   // [H] each; skip is D

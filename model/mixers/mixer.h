@@ -175,6 +175,16 @@ class SequenceMixer : public torch::nn::Module {
   int64_t rollback_bytes_per_sequence(int64_t context) const {
     return state_bytes_per_sequence(AppendOnly() ? 0 : context);
   }
+  // Speculation's rollback without the layer's products: rows `slots`, at
+  // the lengths a recorded prefill chunk started from, continue by its
+  // first `count` positions, applying to their state only the update that
+  // chunk's prefill kept the inputs of (`updates`: what the layer left in
+  // LayerCarry::updates, model/mixers/whole_block.h). False, changing
+  // nothing, for a kind that keeps none (the default).
+  virtual bool ReplayUpdates(const std::vector<torch::Tensor>& /*updates*/, MixerState& /*state*/,
+                             const torch::Tensor& /*slots*/, int64_t /*count*/) const {
+    return false;
+  }
 
  protected:
   // Checks a step/prefill call and resolves `slots` to a CPU int64 tensor.

@@ -39,6 +39,9 @@ const float* ParameterFloats(const torch::Tensor& t) {
 // [B, H, N, N]), the channel mix's token shift [B, C].
 enum : size_t { kAttShift, kWkv, kFfnShift };
 
+// What Run keeps of a chunk for ReplayUpdates, in order, each [B, T, C].
+enum : size_t { kKeptA, kKeptW, kKeptK, kKeptV, kKeptKk, kKeptIclr, kKeptB, kKeptCount };
+
 // The time mix's per-token vectors for the state update; r and g only for
 // the tokens whose output is wanted (the last `tail` of the chunk).
 struct Rwkv7Impl::Mixed {
@@ -251,7 +254,7 @@ torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
     }
   }
   wkv = s;
-  return torch::stack(outputs, 1);
+  return outputs.empty() ? torch::Tensor() : torch::stack(outputs, 1);
 }
 
 torch::Tensor Rwkv7Impl::UpdateFused(const Mixed& m, BlockRows& rows, int64_t time) const {
@@ -300,8 +303,11 @@ torch::Tensor Rwkv7Impl::OutputByOps(const torch::Tensor& o, const Mixed& m) con
   return y + (bonus * v_tail).view({batch, tail, c});
 }
 
-torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift) {
-  const ShiftedTail tail = ShiftTail(ln2_->forward(h), h, shift);
+torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift,
+                                    torch::Tensor* normed) {
+  const torch::Tensor b = ln2_->forward(h);
+  if (normed != nullptr) *normed = b;
+  const ShiftedTail tail = ShiftTail(b, h, shift);
   const auto input = torch::addcmul(tail.current, tail.previous - tail.current, ffn_mix_);
   return tail.residual + Project(torch::relu(Project(input, ffn_key_)).square(), ffn_value_);
 }
@@ -324,9 +330,56 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   }
   const bool whole_chunk = tail == time;
   torch::Tensor shift = whole_chunk ? rows.tensors[kFfnShift] : torch::Tensor();
-  torch::Tensor out = ChannelMix(h, shift);
+  // With every output wanted, b is computed at every position: a rollback
+  // can keep any prefix. The tensors are the chunk's own, referenced.
+  const bool keep_updates = carry.updates != nullptr && keep == time;
+  torch::Tensor normed;
+  torch::Tensor out = ChannelMix(h, shift, keep_updates ? &normed : nullptr);
   rows.tensors[kFfnShift] = shift.clone();
+  if (keep_updates) *carry.updates = {a, m.w, m.k, m.v, m.kk, m.iclr, normed};
   return out.narrow(1, out.size(1) - keep, keep);
+}
+
+bool Rwkv7Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerState& state,
+                              const torch::Tensor& slots, int64_t count) const {
+  if (updates.size() != kKeptCount) return false;
+  const int64_t batch = updates[kKeptA].size(0), time = updates[kKeptA].size(1);
+  TORCH_CHECK(count >= 0 && count <= time, "rwkv7: replaying ", count, " positions of a chunk of ",
+              time);
+  if (count == 0) {
+    ResolveSlots(state, slots, batch);  // the same checks
+    return true;
+  }
+  auto prefix = [&](size_t i) { return updates[i].narrow(1, 0, count).contiguous(); };
+  Mixed m;  // tail 0: the update alone, no outputs
+  m.w = prefix(kKeptW);
+  m.k = prefix(kKeptK);
+  m.v = prefix(kKeptV);
+  m.kk = prefix(kKeptKk);
+  m.iclr = prefix(kKeptIclr);
+  ContinueRows(state, slots, batch, count, CanFuse(m.k, state), [&](BlockRows& rows) {
+    if (rows.fused) {
+      kernels::Rwkv7UpdateArgs args;
+      args.batch = batch;
+      args.time = count;
+      args.heads = options_.heads;
+      args.head_dim = head_size();
+      args.first_output = count;
+      args.slots = rows.ids;
+      args.w = m.w.data_ptr<float>();
+      args.k = m.k.data_ptr<float>();
+      args.v = m.v.data_ptr<float>();
+      args.kk = m.kk.data_ptr<float>();
+      args.a = m.iclr.data_ptr<float>();
+      args.s = rows.tensors[kWkv].data_ptr<float>();
+      kernels::Rwkv7Update(args);
+    } else {
+      UpdateByOps(m, rows.tensors[kWkv]);
+    }
+    rows.tensors[kAttShift] = updates[kKeptA].select(1, count - 1);
+    rows.tensors[kFfnShift] = updates[kKeptB].select(1, count - 1);
+  });
+  return true;
 }
 
 bool Rwkv7Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kWkv; }

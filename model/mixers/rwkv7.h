@@ -67,6 +67,14 @@ class Rwkv7Impl : public WholeBlockMixer {
 
   int64_t head_size() const { return options_.d_model / options_.heads; }
 
+  // A chunk whose outputs are all wanted keeps, given LayerCarry::updates,
+  // what its state update read at each position (a = ln1(x), w, k, v, kk,
+  // the in-context rate, b = ln2(h)); a prefix of it then replays as the
+  // update alone over the prefix, and the shifts a and b of its last
+  // position: no projection runs.
+  bool ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerState& state,
+                     const torch::Tensor& slots, int64_t count) const override;
+
  protected:
   // The block over x [B, T, C] continuing `rows` (the token shifts and the
   // matrices, in the state's order), which it updates; the last `keep`
@@ -92,7 +100,8 @@ class Rwkv7Impl : public WholeBlockMixer {
   // and `first` (the first layer's v) mix the value residual, or are
   // undefined.
   void Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first, bool fused) const;
-  // The per-head update over T tokens in torch operations; o [B, T, C].
+  // The per-head update over T tokens in torch operations; o [B, tail, C]
+  // (undefined with tail 0).
   torch::Tensor UpdateByOps(const Mixed& m, torch::Tensor& wkv) const;
   // The block's output before its gate, [B, tail, C], from the update's
   // o: each head normalised, plus the current token's bonus. In torch
@@ -103,8 +112,10 @@ class Rwkv7Impl : public WholeBlockMixer {
   // The channel mix of the last tokens h [B, T', C] of a chunk: with
   // `shift` (b before them, [B, C]) all T' tokens, without it (undefined)
   // the last T' - 1, each after the one before. Returns h + mix for them
-  // and sets `shift` to b of the last token.
-  torch::Tensor ChannelMix(const torch::Tensor& h, torch::Tensor& shift);
+  // and sets `shift` to b of the last token; `normed`, when given, to b of
+  // every token.
+  torch::Tensor ChannelMix(const torch::Tensor& h, torch::Tensor& shift,
+                           torch::Tensor* normed = nullptr);
 
   torch::Tensor mix_r_, mix_w_, mix_k_, mix_v_, mix_i_, mix_g_;  // mu [C]
   torch::Tensor decay_bias_, iclr_bias_, value_bias_;            // w_0, i_0, v_0 [C]

@@ -40,10 +40,20 @@ torch::Tensor WholeBlockMixer::PrefillWithCarry(const torch::Tensor& x, MixerSta
 torch::Tensor WholeBlockMixer::Continue(const torch::Tensor& x, MixerState& state,
                                         const torch::Tensor& slots, int64_t keep,
                                         LayerCarry& carry) {
-  const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));  // CPU int64, alive below
+  torch::Tensor out;
+  const bool fused = CanFuse(x, state);
+  ContinueRows(state, slots, x.size(0), x.size(1), fused,
+               [&](BlockRows& rows) { out = Run(fused ? x.contiguous() : x, rows, keep, carry); });
+  return out;
+}
+
+void WholeBlockMixer::ContinueRows(MixerState& state, const torch::Tensor& slots, int64_t batch,
+                                   int64_t tokens, bool fused,
+                                   const std::function<void(BlockRows&)>& run) const {
+  const torch::Tensor ids = ResolveSlots(state, slots, batch);  // CPU int64, alive below
   const auto index = ids.to(state.length.device());
   BlockRows rows;
-  rows.fused = CanFuse(x, state);
+  rows.fused = fused;
   auto in_place = [&](size_t i) { return rows.fused && InPlaceWhenFused(i); };
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     if (in_place(i)) {
@@ -53,12 +63,11 @@ torch::Tensor WholeBlockMixer::Continue(const torch::Tensor& x, MixerState& stat
       rows.tensors.push_back(state.tensors[i].index_select(0, index));
     }
   }
-  torch::Tensor out = Run(rows.fused ? x.contiguous() : x, rows, keep, carry);
+  run(rows);
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     if (!in_place(i)) state.tensors[i].index_copy_(0, index, rows.tensors[i]);
   }
-  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
-  return out;
+  state.length.index_add_(0, index, torch::full({batch}, tokens, state.length.options()));
 }
 
 torch::Tensor WholeBlockMixer::step(const torch::Tensor& x, MixerState& state,

@@ -22,6 +22,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/mixers/mixer.h"
@@ -33,6 +34,11 @@ namespace attn {
 // step. Blocks of kinds that use none neither read nor write it.
 struct LayerCarry {
   torch::Tensor first_values;  // RWKV-7: layer 0's values
+  // Set by a caller that may roll the chunk back (speculation's check):
+  // where the layer being run keeps, per position, the inputs of its state
+  // update, for SequenceMixer::ReplayUpdates. A kind that keeps none, or a
+  // chunk whose outputs are not all wanted, leaves it empty.
+  std::vector<torch::Tensor>* updates = nullptr;
 };
 
 // The rows of a state one call continues, in the state's tensor order.
@@ -73,6 +79,12 @@ class WholeBlockMixer : public SequenceMixer {
   // pool (by BlockRows::ids) rather than in gathered rows. Default: none.
   // Asked on every step: it must not allocate.
   virtual bool InPlaceWhenFused(size_t /*tensor*/) const { return false; }
+  // The skeleton around Run, for the other calls that continue rows (a
+  // kind's ReplayUpdates): rows `slots` (`batch` of them) gathered as
+  // above, with `fused` as Run would see it, `run` on them, the gathered
+  // tensors written back and the rows advanced by `tokens`.
+  void ContinueRows(MixerState& state, const torch::Tensor& slots, int64_t batch, int64_t tokens,
+                    bool fused, const std::function<void(BlockRows&)>& run) const;
 
  private:
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,

@@ -80,7 +80,6 @@ for round in $(seq "${ROUNDS:-1}"); do
   "$llama_bin/llama-bench" -t "$threads" "${ggufs[@]}" -p 512 -n 128 -r 3 -o md
 done
 echo "== load after the engine rounds: $(cut -d' ' -f1-3 /proc/loadavg)"
-[ "${SERVING:-1}" = 1 ] || exit 0
 
 # extra FIELDS: the JSON object every request of a side carries.
 extra() { echo "{$1${LOGIT_BIAS:+, \"logit_bias\": $LOGIT_BIAS}}"; }
@@ -118,13 +117,16 @@ llama() {
   kill "$llama_pid"; wait "$llama_pid" 2> /dev/null || true; llama_pid=
 }
 
-echo "== serving: 64 clients here, 16 slots there, $seconds s each"
-! wants float32 || ours float32 "load --concurrency=64 --seconds=$seconds"
-! wants int8 || ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
-[ -z "$bf16" ] || ours bf16 "load --concurrency=64 --seconds=$seconds" --quantize=bf16
-! wants float32 || llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
-! wants int8 || llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
-[ -z "$bf16" ] || llama BF16 "$bf16" 16 "load --concurrency=16 --seconds=$seconds"
+# SERVING=0 leaves out only this part: CHAT may still run below.
+if [ "${SERVING:-1}" = 1 ]; then
+  echo "== serving: 64 clients here, 16 slots there, $seconds s each"
+  ! wants float32 || ours float32 "load --concurrency=64 --seconds=$seconds"
+  ! wants int8 || ours int8 "load --concurrency=64 --seconds=$seconds" --quantize=int8
+  [ -z "$bf16" ] || ours bf16 "load --concurrency=64 --seconds=$seconds" --quantize=bf16
+  ! wants float32 || llama F32 "$f32" 16 "load --concurrency=16 --seconds=$seconds"
+  ! wants int8 || llama Q8_0 "$q8" 16 "load --concurrency=16 --seconds=$seconds"
+  [ -z "$bf16" ] || llama BF16 "$bf16" 16 "load --concurrency=16 --seconds=$seconds"
+fi
 
 [ "${CHAT:-1}" = 1 ] || exit 0
 echo "== a 20-turn chat, the transcript resent every turn"
