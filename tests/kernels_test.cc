@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 namespace attn::kernels {
@@ -213,6 +215,136 @@ TEST(KernelCausalConv, MatchesItsFormulaAndAdvancesTheWindow) {
   for (int64_t width : {2, 3, 4, 5}) {
     for (int64_t time : {1, 2, 6}) {
       CheckCausalConv(batch, channels, width, time, stride);
+    }
+  }
+}
+
+// A key/value cache of random heads, the slopes of ALiBi-like biases and a
+// float64 loop of the attention both kernels compute (kernels.h).
+struct AttentionCase {
+  int64_t rows = 2, heads = 4, kv_heads = 2, head_dim = 64, capacity = 0;
+  std::vector<int64_t> slots;
+  std::vector<float> k, v, q, log_slopes;
+
+  AttentionCase(int64_t dh, int64_t capacity_, int64_t queries)
+      : head_dim(dh), capacity(capacity_) {
+    std::mt19937 rng(static_cast<unsigned>(dh * 131 + capacity_));
+    std::normal_distribution<float> normal;
+    auto fill = [&](std::vector<float>& x, size_t n) {
+      x.resize(n);
+      for (float& value : x) value = normal(rng);
+    };
+    fill(k, rows * kv_heads * capacity * dh);
+    fill(v, rows * kv_heads * capacity * dh);
+    fill(q, rows * queries * heads * dh);
+    for (int64_t h = 0; h < heads; ++h) log_slopes.push_back(-0.5f * static_cast<float>(h + 1));
+    slots = {1, 0};  // row b reads cache row slots[b]
+  }
+
+  // y of query q_row (heads * head_dim floats) of head h at position P of row b.
+  std::vector<double> Attend(const float* q_row, int64_t b, int64_t h, int64_t position,
+                             double scale) const {
+    const int64_t kv = h / (heads / kv_heads), dh = head_dim;
+    const int64_t base = (slots[b] * kv_heads + kv) * capacity * dh;
+    std::vector<double> score(position + 1), y(dh, 0.0);
+    double largest = -std::numeric_limits<double>::infinity(), total = 0.0;
+    for (int64_t j = 0; j <= position; ++j) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < dh; ++d) dot += double{q_row[h * dh + d]} * k[base + j * dh + d];
+      score[j] = scale * dot - std::exp(double{log_slopes[h]}) * static_cast<double>(position - j);
+      largest = std::max(largest, score[j]);
+    }
+    for (int64_t j = 0; j <= position; ++j) {
+      const double weight = std::exp(score[j] - largest);
+      total += weight;
+      for (int64_t d = 0; d < dh; ++d) y[d] += weight * v[base + j * dh + d];
+    }
+    for (double& value : y) value /= total;
+    return y;
+  }
+
+  void Fill(CacheHeadsArgs& a, float* out) const {
+    a.batch = rows;
+    a.heads = heads;
+    a.head_dim = head_dim;
+    a.capacity = capacity;
+    a.kv_heads = kv_heads;
+    a.slots = slots.data();
+    a.log_slopes = log_slopes.data();
+    a.k_cache = k.data();
+    a.v_cache = v.data();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.out = out;
+  }
+};
+
+void ExpectNear(const float* got, const std::vector<double>& want, const std::string& where) {
+  for (size_t d = 0; d < want.size(); ++d) {
+    ASSERT_NEAR(got[d], want[d], 1e-5 + 1e-4 * std::abs(want[d])) << where << ", lane " << d;
+  }
+}
+
+// The causal prefill against the float64 loop with both register tilings
+// (each CPU runs one of them; both run here), at the head sizes with
+// compiled-in loops (32, 40, 64) and one without (24), over a chunk that
+// starts after cached tokens, spans several key groups and outputs only its
+// last tokens.
+TEST(KernelAttention, PrefillMatchesADoubleLoopWithBothTilings) {
+  const int64_t start = 37, time = 150, first_output = 9;
+  for (int64_t dh : {24, 32, 40, 64}) {
+    const AttentionCase c(dh, start + time, time);
+    for (AttentionTiles tiles : {AttentionTiles::kWide, AttentionTiles::kNarrow}) {
+      std::vector<float> out(c.rows * (time - first_output) * c.heads * dh);
+      CausalPrefillArgs a;
+      c.Fill(a, out.data());
+      a.time = time;
+      a.start = start;
+      a.q = c.q.data();
+      a.token_stride = c.heads * dh;
+      a.row_stride = time * a.token_stride;
+      a.first_output = first_output;
+      CausalAttentionPrefill(a, tiles);
+      for (int64_t b = 0; b < c.rows; ++b) {
+        for (int64_t t = first_output; t < time; ++t) {
+          for (int64_t h = 0; h < c.heads; ++h) {
+            const std::vector<double> want =
+                c.Attend(a.q + b * a.row_stride + t * a.token_stride, b, h, start + t, a.scale);
+            const int64_t at = ((b * (time - first_output) + t - first_output) * c.heads + h) * dh;
+            ExpectNear(out.data() + at, want,
+                       "dh " + std::to_string(dh) +
+                           (tiles == AttentionTiles::kWide ? " wide" : " narrow") + ", row " +
+                           std::to_string(b) + ", token " + std::to_string(t) + ", head " +
+                           std::to_string(h));
+          }
+        }
+      }
+    }
+  }
+}
+
+// The one-token step likewise, with rows of different lengths.
+TEST(KernelAttention, StepMatchesADoubleLoopWithBothTilings) {
+  for (int64_t dh : {24, 32, 40, 64}) {
+    const AttentionCase c(dh, 300, 1);
+    const std::vector<int64_t> lengths = {5, 233};  // by cache row: slots[0] = 1 reads 233
+    for (AttentionTiles tiles : {AttentionTiles::kWide, AttentionTiles::kNarrow}) {
+      std::vector<float> out(c.rows * c.heads * dh);
+      CachedAttentionArgs a;
+      c.Fill(a, out.data());
+      a.lengths = lengths.data();
+      a.q = c.q.data();
+      a.q_stride = c.heads * dh;
+      CachedAttentionStep(a, tiles);
+      for (int64_t b = 0; b < c.rows; ++b) {
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const std::vector<double> want =
+              c.Attend(a.q + b * a.q_stride, b, h, lengths[c.slots[b]], a.scale);
+          ExpectNear(out.data() + (b * c.heads + h) * dh, want,
+                     "dh " + std::to_string(dh) +
+                         (tiles == AttentionTiles::kWide ? " wide" : " narrow") + ", row " +
+                         std::to_string(b) + ", head " + std::to_string(h));
+        }
+      }
     }
   }
 }

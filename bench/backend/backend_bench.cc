@@ -103,15 +103,16 @@ void Check(const absl::Status& status) {
   }
 }
 
-// A check of `length` random tokens in row 0 of `backend` and the rollbacks
-// to `kept` tokens after it, replayed and fed again, timed in one
-// interleaved loop: "check X ms, to K: replay Y ms, fed again Z ms (Rx)".
+// A check of `length` random tokens in row 0 of `backend`, the copy of the
+// row a round takes before it (SaveRowForRollBack), and the rollbacks to
+// `kept` tokens after it, replayed and fed again, timed in one interleaved
+// loop: "check X ms, save S ms, to K: replay Y ms, fed again Z ms (Rx)".
 std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repeats) {
   const torch::Tensor drawn = torch::randint(3, backend.vocab_size(), {length}, torch::kLong);
   const std::vector<int64_t> tokens(drawn.data_ptr<int64_t>(), drawn.data_ptr<int64_t>() + length);
   const absl::StatusOr<attn::SavedRow> saved = backend.SaveRow(0);
   Check(saved.status());
-  std::vector<double> check_ms;
+  std::vector<double> check_ms, save_ms;
   std::string line;
   for (int64_t kept : {int64_t{1}, (length + 1) / 2}) {
     const std::vector<int64_t> prefix(tokens.begin(), tokens.begin() + kept);
@@ -119,6 +120,7 @@ std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repe
     // Each check starts where `saved` was taken, as a round's does.
     for (int i = 0; i < repeats; ++i) {
       Check(backend.LoadRow(0, *saved));
+      save_ms.push_back(Milliseconds([&] { Check(backend.SaveRowForRollBack(0).status()); }));
       check_ms.push_back(
           Milliseconds([&] { Check(backend.PrefillForRollBack({0}, {tokens}).status()); }));
       replay_ms.push_back(Milliseconds([&] { Check(backend.RollBackRow(0, *saved, prefix)); }));
@@ -131,7 +133,8 @@ std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repe
     absl::StrAppendFormat(&line, ", to %ld: replay %.3f ms, fed again %.3f ms (%.2fx)",
                           static_cast<long>(kept), replay, refeed, refeed / replay);
   }
-  return absl::StrFormat("check %ld tokens %.3f ms", static_cast<long>(length), Median(check_ms)) +
+  return absl::StrFormat("check %ld tokens %.3f ms, save %.3f ms", static_cast<long>(length),
+                         Median(check_ms), Median(save_ms)) +
          line;
 }
 

@@ -32,7 +32,9 @@
 // CausalAttentionPrefill) on LFM2-350M's attention shape (16 query heads,
 // 8 key/value heads of 64): CHUNKxCACHED is a chunk of CHUNK new tokens over
 // CACHED cached ones, as in a chat turn whose earlier turns the state cache
-// holds. Prints the median time and the rate of its multiply-adds.
+// holds. Prints the median time and the rate of its multiply-adds for each
+// register tiling (kernels.h, AttentionTiles: AVX-512's and AVX2's), the
+// two alternating; this CPU's own is marked.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -211,7 +213,8 @@ double GemmRate(int reps) {
 }
 
 // Median seconds of CausalAttentionPrefill for `chunk` new tokens over
-// `cached` ones, one row, LFM2-350M's heads; prints it with its rate.
+// `cached` ones, one row, LFM2-350M's heads, with each tiling in turn;
+// prints them with their rates.
 void TimePrefillAttention(int64_t chunk, int64_t cached, int reps) {
   constexpr int64_t kHeads = 16, kKvHeads = 8, kHeadDim = 64;
   const int64_t keys = cached + chunk;
@@ -236,17 +239,25 @@ void TimePrefillAttention(int64_t chunk, int64_t cached, int reps) {
   a.q = q.data_ptr<float>();
   a.row_stride = chunk * kHeads * kHeadDim;
   a.token_stride = kHeads * kHeadDim;
-  std::vector<double> times;
+  using kernels::AttentionTiles;
+  const AttentionTiles tilings[] = {AttentionTiles::kWide, AttentionTiles::kNarrow};
+  std::vector<double> times[2];
   for (int rep = 0; rep < reps + 3; ++rep) {  // the first 3 warm up
-    const auto start = std::chrono::steady_clock::now();
-    kernels::CausalAttentionPrefill(a);
-    if (rep >= 3) times.push_back(Seconds(start));
+    for (int i = 0; i < 2; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      kernels::CausalAttentionPrefill(a, tilings[i]);
+      if (rep >= 3) times[i].push_back(Seconds(start));
+    }
   }
   // Query t attends to cached + t + 1 keys: scores and weighted sums.
   const double flop = 4.0 * kHeads * kHeadDim * chunk * (cached + (chunk + 1) / 2.0);
-  const double median = Median(times);
-  std::printf("%6ld new over %6ld cached: %9.3f ms %8.1f GFLOP/s\n", static_cast<long>(chunk),
-              static_cast<long>(cached), median * 1e3, flop / median / 1e9);
+  for (int i = 0; i < 2; ++i) {
+    const double median = Median(times[i]);
+    std::printf("%6ld new over %6ld cached, %s tiles%s: %9.3f ms %8.1f GFLOP/s\n",
+                static_cast<long>(chunk), static_cast<long>(cached), i == 0 ? "AVX-512" : "AVX2",
+                tilings[i] == kernels::AttentionTilesForCpu() ? " (this CPU's)" : "", median * 1e3,
+                flop / median / 1e9);
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/kernels/cpu_features.h"
 #include "model/kernels/head_tasks.h"
 #include "model/kernels/kernel_common.h"
 #include "model/kernels/kernels.h"
@@ -66,16 +67,16 @@ ATTN_INLINE void DotsOfFour(const float* q, const float* k, float* out) {
 // kKeyGroup keys. Its score loop takes kScoreTile queries by a key group at a
 // time: 16 vector accumulators, each key vector loaded once for the four
 // queries, each query's q[r] broadcast once for all the keys. (Six queries,
-// 24 accumulators, ran slower.)
+// 24 accumulators, ran slower.) Those 16 are AVX-512 registers. For AVX2
+// (AttentionTiles::kNarrow) the sums are vectors of 8 floats, which fit its
+// registers (GCC takes a 16-float vector apart through the stack there), and
+// a pass takes 16 keys: 8 registers of sums.
 constexpr int64_t kQueryTile = 8;
 constexpr int64_t kScoreTile = 4;
 constexpr int64_t kKeyGroup = 4 * kScoreLanes;
 
 // The largest lane of x (whose lanes are never NaN).
-ATTN_INLINE float LargestLane(const Vec16& x) {
-  const Vec8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
-  const Vec8 b = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Vec8 m8 = a > b ? a : b;
+ATTN_INLINE float LargestLane(const Vec8& m8) {
   const Vec4 c = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
   const Vec4 d = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
   const Vec4 m4 = c > d ? c : d;
@@ -84,52 +85,94 @@ ATTN_INLINE float LargestLane(const Vec16& x) {
   return largest;
 }
 
+ATTN_INLINE float LargestLane(const Vec16& x) {
+  const Vec8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+  const Vec8 b = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+  return LargestLane(a > b ? a : b);
+}
+
+// The vector of the prefill's sums: one register of the instruction set
+// its tiles are sized for.
+template <bool kNarrow>
+struct SumVecOf {
+  using Type = Vec16;
+};
+template <>
+struct SumVecOf<true> {
+  using Type = Vec8;
+};
+template <bool kNarrow>
+using SumVec = typename SumVecOf<kNarrow>::Type;
+
 // scores[i][l] = q_i . key_{j0 + l} * scale - slope * (position_i - j0 - l)
 // for the tile's queries i and l < kKeyGroup, and -inf for keys after
 // position_i: the causal mask, which the softmax's exponent turns into 0.
 // The group's keys are stored transposed in kt ([dh][kKeyGroup]); score rows
 // are kKeyGroup apart. max[i] gets the largest of query i's scores (-inf when
 // all are masked; NaN never wins).
+template <bool kNarrow>
 ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const float* kt,
                            int64_t dh, int64_t j0, float scale, float slope, float* scores,
                            float* max) {
-  Vec16 sum[kScoreTile][4] = {};
-  for (int64_t r = 0; r < dh; ++r) {
-    const float* column = kt + r * kKeyGroup;
-    Vec16 keys[4];  // loaded one by one: copied whole, the array went through the stack
+  using V = SumVec<kNarrow>;
+  constexpr int kLanes = sizeof(V) / sizeof(float);
+  constexpr int kVectors = kKeyGroup / kLanes, kPerPass = kNarrow ? 2 : 4;
+  V lane;
+  for (int l = 0; l < kLanes; ++l) lane[l] = static_cast<float>(l);
+  const V masked = V{} - std::numeric_limits<float>::infinity();
+  for (int g0 = 0; g0 < kVectors; g0 += kPerPass) {
+    V sum[kScoreTile][kPerPass] = {};
+    for (int64_t r = 0; r < dh; ++r) {
+      const float* column = kt + r * kKeyGroup + g0 * kLanes;
+      V keys[kPerPass];  // loaded one by one: copied whole, the array went through the stack
 #pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) std::memcpy(&keys[g], column + g * kScoreLanes, sizeof(keys[g]));
+      for (int g = 0; g < kPerPass; ++g) std::memcpy(&keys[g], column + g * kLanes, sizeof(V));
 #pragma GCC unroll 4
+      for (int i = 0; i < kScoreTile; ++i) {
+        const float qr = q[i][r];
+#pragma GCC unroll 4
+        for (int g = 0; g < kPerPass; ++g) sum[i][g] += qr * keys[g];
+      }
+    }
     for (int i = 0; i < kScoreTile; ++i) {
-      const float qr = q[i][r];
+      V lanes_max = masked;
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) sum[i][g] += qr * keys[g];
+      for (int g = 0; g < kPerPass; ++g) {
+        const float first = static_cast<float>(position[i] - j0 - (g0 + g) * kLanes);
+        const V distance = first - lane;
+        V biased = sum[i][g] * scale - slope * distance;
+        biased = distance < 0.0f ? masked : biased;
+        lanes_max = biased > lanes_max ? biased : lanes_max;
+        std::memcpy(scores + i * kKeyGroup + (g0 + g) * kLanes, &biased, sizeof(V));
+      }
+      const float largest = LargestLane(lanes_max);
+      max[i] = g0 == 0 || largest > max[i] ? largest : max[i];
     }
-  }
-  Vec16 lane;
-  for (int l = 0; l < kScoreLanes; ++l) lane[l] = static_cast<float>(l);
-  const Vec16 masked = Vec16{} - std::numeric_limits<float>::infinity();
-  for (int i = 0; i < kScoreTile; ++i) {
-    Vec16 lanes_max = masked;
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      const float first = static_cast<float>(position[i] - j0 - g * kScoreLanes);
-      const Vec16 distance = first - lane;
-      Vec16 biased = sum[i][g] * scale - slope * distance;
-      biased = distance < 0.0f ? masked : biased;
-      lanes_max = biased > lanes_max ? biased : lanes_max;
-      std::memcpy(scores + i * kKeyGroup + g * kScoreLanes, &biased, sizeof(biased));
-    }
-    max[i] = LargestLane(lanes_max);
   }
 }
 
 // acc[0..kDh) = sum_j p[j] v[j], j = 0..count-1, rows of v kDh floats apart.
 // The sums stay in registers: kDh / 16 vectors and an 8-float half, twice
-// (even and odd keys), so that consecutive keys do not wait on each other.
-template <int64_t kDh>
+// (even and odd keys), so that consecutive keys do not wait on each other;
+// with kNarrow, kDh / 8 vectors of 8 floats once (AVX2's 16 registers hold
+// no second set at kDh = 64, and kDh / 8 independent sums cover the latency).
+template <int64_t kDh, bool kNarrow>
 ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count, float* acc) {
   static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  if constexpr (kNarrow) {
+    Vec8 sum[kDh / 8] = {};
+    for (int64_t j = 0; j < count; ++j) {
+#pragma GCC unroll 8
+      for (int f = 0; f < kDh / 8; ++f) {
+        Vec8 x;
+        std::memcpy(&x, v + j * kDh + 8 * f, sizeof(x));
+        sum[f] += p[j] * x;
+      }
+    }
+#pragma GCC unroll 8
+    for (int f = 0; f < kDh / 8; ++f) std::memcpy(acc + 8 * f, &sum[f], sizeof(Vec8));
+    return;
+  }
   constexpr int kFull = kDh / 16;
   constexpr bool kHalf = kDh % 16 != 0;
   Vec16 even[kFull > 0 ? kFull : 1] = {}, odd[kFull > 0 ? kFull : 1] = {};
@@ -193,12 +236,12 @@ ATTN_INLINE float ExpShifted(float* scores, int64_t count, float max) {
 // dh floats apart), whose largest is `max`; scores are overwritten with
 // exp(score - max), acc is dh floats of scratch. Shared by the decode step
 // and the causal prefill.
-template <int64_t kDh>
+template <int64_t kDh, bool kNarrow>
 ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, const float* v,
                                     int64_t dh, float* acc, float* out) {
   const float total = ExpShifted(scores, count, max);
   if constexpr (kDh > 0 && kDh % 8 == 0) {
-    WeightedSumOfRows<kDh>(scores, v, count, acc);
+    WeightedSumOfRows<kDh, kNarrow>(scores, v, count, acc);
   } else {
     std::fill(acc, acc + dh, 0.0f);
     for (int64_t j = 0; j < count; ++j) AddScaled(scores[j], v + j * dh, dh, acc);
@@ -208,18 +251,41 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, con
 }
 
 // Queries per pass of TileWeightedSum at head size kDh: as many as keep
-// their sums in about 24 of AVX-512's 32 registers.
-template <int64_t kDh>
-constexpr int64_t kWeightedRows = kDh <= 48 ? 8 : 4;
+// their sums in about 24 of AVX-512's 32 registers, or in at most 10 of
+// AVX2's 16 (kNarrow: 2 queries up to kDh = 40, else 1).
+template <int64_t kDh, bool kNarrow>
+constexpr int64_t kWeightedRows = kNarrow ? (kDh <= 40 ? 2 : 1) : (kDh <= 48 ? 8 : 4);
 
 // acc[i][0..kDh) += sum_j p[i * stride + j] v_j for kRows queries i of a
 // prefill tile, j = 0..count-1. Each row of v is loaded once for all of
 // them: one query at a time (WeightedSumOfRows) the sum made one vector
 // load per multiply-add and read the values once per query.
-template <int64_t kDh, int64_t kRows>
+template <int64_t kDh, int64_t kRows, bool kNarrow>
 ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
                                  float* acc) {
   static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  if constexpr (kNarrow) {  // vectors of 8 (SumVec)
+    constexpr int kVectors = kDh / 8;
+    Vec8 sum[kRows][kVectors];
+#pragma GCC unroll 16
+    for (int f = 0; f < kRows * kVectors; ++f) {
+      std::memcpy(&sum[f / kVectors][f % kVectors], acc + 8 * f, sizeof(Vec8));
+    }
+    for (int64_t j = 0; j < count; ++j) {
+#pragma GCC unroll 8
+      for (int f = 0; f < kVectors; ++f) {
+        Vec8 x;  // one load for every query's sum
+        std::memcpy(&x, v + j * kDh + 8 * f, sizeof(x));
+#pragma GCC unroll 2
+        for (int i = 0; i < kRows; ++i) sum[i][f] += p[i * stride + j] * x;
+      }
+    }
+#pragma GCC unroll 16
+    for (int f = 0; f < kRows * kVectors; ++f) {
+      std::memcpy(acc + 8 * f, &sum[f / kVectors][f % kVectors], sizeof(Vec8));
+    }
+    return;
+  }
   constexpr int kFull = kDh / 16;
   constexpr bool kHalf = kDh % 16 != 0;
   Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
@@ -262,7 +328,7 @@ ATTN_INLINE int64_t CacheRow(const CacheHeadsArgs& a, int64_t slot, int64_t h) {
 // One head of one row (CachedAttentionStep). kDh > 0 fixes the head size at
 // compile time: the dot products unroll, and the weighted sum of values stays
 // in registers instead of going through out[] once per key.
-template <int64_t kDh>
+template <int64_t kDh, bool kNarrow>
 ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
                             std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
@@ -302,8 +368,8 @@ ATTN_HOT void AttendOneHead(const CachedAttentionArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j <= length; ++j) {
     scores[j] = scores[j] * a.scale - slope * static_cast<float>(length - j);
   }
-  SoftmaxWeightedSum<kDh>(scores, length + 1, MaxOf(scores, length + 1), values, dh, acc,
-                          a.out + (b * a.heads + h) * dh);
+  SoftmaxWeightedSum<kDh, kNarrow>(scores, length + 1, MaxOf(scores, length + 1), values, dh, acc,
+                                   a.out + (b * a.heads + h) * dh);
 }
 
 // kt[r * kKeyGroup + l] = k[l * dh + r] for the first `keys` (at most
@@ -354,7 +420,7 @@ ATTN_INLINE void FoldScores(float* scores, float group_max, int64_t dh, int64_t 
 // One tile of queries (`count` real ones, the rest repeats of the last)
 // through one key group: kt the group's transposed keys (TransposeKeyGroup),
 // v its `keys` values, j0 its first key's position. `run` is the tile's.
-template <int64_t kDh>
+template <int64_t kDh, bool kNarrow>
 ATTN_INLINE void FoldTile(const float* const* q, const int64_t* position, int64_t count,
                           const float* kt, const float* v, int64_t keys, int64_t j0, int64_t dh,
                           float scale, float slope, float* scores, const RunningSoftmax& run) {
@@ -362,12 +428,12 @@ ATTN_INLINE void FoldTile(const float* const* q, const int64_t* position, int64_
   // real ones: repeats past them are neither folded nor summed. A tile of
   // fewer than kRows queries (a prompt's last few tokens) sums row by row.
   constexpr bool kFast = kDh > 0 && kDh % 8 == 0;
-  constexpr int64_t kRows = kFast ? kWeightedRows<kDh> : 1;
+  constexpr int64_t kRows = kFast ? kWeightedRows<kDh, kNarrow> : 1;
   const int64_t used = count < kRows ? count : (count + kRows - 1) / kRows * kRows;
   float group_max[kQueryTile];
   for (int64_t i0 = 0; i0 < used; i0 += kScoreTile) {
-    ScoreTile(q + i0, position + i0, kt, dh, j0, scale, slope, scores + i0 * kKeyGroup,
-              group_max + i0);
+    ScoreTile<kNarrow>(q + i0, position + i0, kt, dh, j0, scale, slope, scores + i0 * kKeyGroup,
+                       group_max + i0);
   }
   for (int64_t i = 0; i < used; ++i) FoldScores(scores + i * kKeyGroup, group_max[i], dh, i, run);
   // Keys past the tile's last query weigh 0: leave them out.
@@ -375,12 +441,14 @@ ATTN_INLINE void FoldTile(const float* const* q, const int64_t* position, int64_
   if constexpr (kFast) {
     if (used < kRows) {
       for (int64_t i = 0; i < used; ++i) {
-        TileWeightedSum<kDh, 1>(scores + i * kKeyGroup, kKeyGroup, v, reach, run.acc + i * kDh);
+        TileWeightedSum<kDh, 1, kNarrow>(scores + i * kKeyGroup, kKeyGroup, v, reach,
+                                         run.acc + i * kDh);
       }
       return;
     }
     for (int64_t i0 = 0; i0 < used; i0 += kRows) {
-      TileWeightedSum<kDh, kRows>(scores + i0 * kKeyGroup, kKeyGroup, v, reach, run.acc + i0 * kDh);
+      TileWeightedSum<kDh, kRows, kNarrow>(scores + i0 * kKeyGroup, kKeyGroup, v, reach,
+                                           run.acc + i0 * kDh);
     }
   } else {
     for (int64_t i = 0; i < count; ++i) {
@@ -402,8 +470,8 @@ ATTN_INLINE void FoldTile(const float* const* q, const int64_t* position, int64_
 // faster for 121 tokens over 8,000 and 1.44x for 512 over 3,584
 // (docs/benchmarks-log.md, "The chat's growth on LFM2"), and its scratch is
 // the chunk's. kDh > 0 fixes the head size so that the weighted sum of values
-// stays in registers.
-template <int64_t kDh>
+// stays in registers; kNarrow sizes the register tiles for AVX2.
+template <int64_t kDh, bool kNarrow>
 ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_t h,
                                    std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
@@ -437,8 +505,8 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
         position[i] = a.start + t;
       }
       const int64_t first = tile * kQueryTile;
-      FoldTile<kDh>(q, position, count, kt, v + j0 * dh, group, j0, dh, a.scale, slope, scores,
-                    {max + first, total + first, acc + first * dh});
+      FoldTile<kDh, kNarrow>(q, position, count, kt, v + j0 * dh, group, j0, dh, a.scale, slope,
+                             scores, {max + first, total + first, acc + first * dh});
     }
   }
   for (int64_t t = a.first_output; t < a.time; ++t) {
@@ -451,13 +519,22 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
 
 }  // namespace
 
-void CachedAttentionStep(const CachedAttentionArgs& a) {
+AttentionTiles AttentionTilesForCpu() {
+  return CpuHasAvx512() ? AttentionTiles::kWide : AttentionTiles::kNarrow;
+}
+
+void CachedAttentionStep(const CachedAttentionArgs& a, AttentionTiles tiles) {
   int64_t longest = 1;
   for (int64_t b = 0; b < a.batch; ++b)
     longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
+  const bool narrow = tiles == AttentionTiles::kNarrow;
   ForEachRowAndHead(a, longest * a.head_dim * (a.r ? 3 : 2),
                     [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      AttendOneHead<head_size()>(a, b, h, scratch);
+                      if (narrow) {
+                        AttendOneHead<head_size(), true>(a, b, h, scratch);
+                      } else {
+                        AttendOneHead<head_size(), false>(a, b, h, scratch);
+                      }
                     });
 }
 
@@ -474,12 +551,17 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
   }
 }
 
-void CausalAttentionPrefill(const CausalPrefillArgs& a) {
+void CausalAttentionPrefill(const CausalPrefillArgs& a, AttentionTiles tiles) {
   // No query to attend: each head would only transpose its keys for nothing.
   if (a.first_output >= a.time) return;
+  const bool narrow = tiles == AttentionTiles::kNarrow;
   ForEachRowAndHead(a, (a.time - a.first_output) * (a.start + a.time) * 2 * a.head_dim,
                     [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      CausalPrefillOneHead<head_size()>(a, b, h, scratch);
+                      if (narrow) {
+                        CausalPrefillOneHead<head_size(), true>(a, b, h, scratch);
+                      } else {
+                        CausalPrefillOneHead<head_size(), false>(a, b, h, scratch);
+                      }
                     });
 }
 

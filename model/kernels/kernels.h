@@ -57,7 +57,20 @@ struct CachedAttentionArgs : CacheHeadsArgs {
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
 };
-void CachedAttentionStep(const CachedAttentionArgs& a);
+// The register tiles of the two attention kernels below: kWide keeps up to
+// 24 of AVX-512's 32 vector registers of sums in vectors of 16 floats;
+// kNarrow sums in vectors of 8 and fits AVX2's 16 registers. On an AVX2 CPU
+// kWide's clone takes its 16-float vectors apart through the stack: LFM2's
+// prefill attention ran at 5.1 GFLOP/s there, kNarrow at 45.8 on the same
+// Zen 1 (attn-kernel-bench --attention; docs/benchmarks-log.md, "The
+// attention kernels' tiles on AVX2"). Both give the same results up to float
+// rounding; each CPU runs AttentionTilesForCpu(), and the tests run both on
+// every machine.
+enum class AttentionTiles { kWide, kNarrow };
+AttentionTiles AttentionTilesForCpu();
+
+void CachedAttentionStep(const CachedAttentionArgs& a,
+                         AttentionTiles tiles = AttentionTilesForCpu());
 
 // Causal softmax attention of a chunk of C tokens per sequence over the key/
 // value cache (the prefill form of CachedAttentionStep, without the
@@ -82,7 +95,8 @@ struct CausalPrefillArgs : CacheHeadsArgs {
   int64_t row_stride = 0, token_stride = 0;
   int64_t first_output = 0;
 };
-void CausalAttentionPrefill(const CausalPrefillArgs& a);
+void CausalAttentionPrefill(const CausalPrefillArgs& a,
+                            AttentionTiles tiles = AttentionTilesForCpu());
 
 // Writes each row's new key and value ([H, Dh] at k + b * stride, likewise v)
 // into cache position lengths[slots[b]].
