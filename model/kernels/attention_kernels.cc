@@ -151,6 +151,75 @@ ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const
   }
 }
 
+// Queries per pass of TileWeightedSum at head size kDh: as many as keep
+// their sums in about 24 of AVX-512's 32 registers, or in at most 10 of
+// AVX2's 16 (kNarrow: 2 queries up to kDh = 40, else 1).
+template <int64_t kDh, bool kNarrow>
+constexpr int64_t kWeightedRows = kNarrow ? (kDh <= 40 ? 2 : 1) : (kDh <= 48 ? 8 : 4);
+
+// acc[i][0..kDh) += sum_j p[i * stride + j] v_j for kRows queries i of a
+// prefill tile, j = 0..count-1. Each row of v is loaded once for all of
+// them: one query at a time (WeightedSumOfRows) the sum made one vector
+// load per multiply-add and read the values once per query.
+template <int64_t kDh, int64_t kRows, bool kNarrow>
+ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
+                                 float* acc) {
+  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
+  if constexpr (kNarrow) {  // vectors of 8 (SumVec)
+    constexpr int kVectors = kDh / 8;
+    Vec8 sum[kRows][kVectors];
+#pragma GCC unroll 16
+    for (int f = 0; f < kRows * kVectors; ++f) {
+      std::memcpy(&sum[f / kVectors][f % kVectors], acc + 8 * f, sizeof(Vec8));
+    }
+    for (int64_t j = 0; j < count; ++j) {
+#pragma GCC unroll 8
+      for (int f = 0; f < kVectors; ++f) {
+        Vec8 x;  // one load for every query's sum
+        std::memcpy(&x, v + j * kDh + 8 * f, sizeof(x));
+#pragma GCC unroll 2
+        for (int i = 0; i < kRows; ++i) sum[i][f] += p[i * stride + j] * x;
+      }
+    }
+#pragma GCC unroll 16
+    for (int f = 0; f < kRows * kVectors; ++f) {
+      std::memcpy(acc + 8 * f, &sum[f / kVectors][f % kVectors], sizeof(Vec8));
+    }
+    return;
+  }
+  constexpr int kFull = kDh / 16;
+  constexpr bool kHalf = kDh % 16 != 0;
+  Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
+  Vec8 half[kRows] = {};
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(&full[i][f], acc + i * kDh + 16 * f, sizeof(Vec16));
+    if (kHalf) std::memcpy(&half[i], acc + i * kDh + 16 * kFull, sizeof(half[i]));
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const float* row = v + j * kDh;
+    Vec16 x[kFull > 0 ? kFull : 1];
+    Vec8 y = {};
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(&x[f], row + 16 * f, sizeof(x[f]));
+    if (kHalf) std::memcpy(&y, row + 16 * kFull, sizeof(y));
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      const float weight = p[i * stride + j];
+#pragma GCC unroll 4
+      for (int f = 0; f < kFull; ++f) full[i][f] += weight * x[f];
+      if (kHalf) half[i] += weight * y;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 4
+    for (int f = 0; f < kFull; ++f) std::memcpy(acc + i * kDh + 16 * f, &full[i][f], sizeof(Vec16));
+    if (kHalf) std::memcpy(acc + i * kDh + 16 * kFull, &half[i], sizeof(half[i]));
+  }
+}
+
 // acc[0..kDh) = sum_j p[j] v[j], j = 0..count-1, rows of v kDh floats apart.
 // The sums stay in registers: kDh / 16 vectors and an 8-float half, twice
 // (even and odd keys), so that consecutive keys do not wait on each other;
@@ -159,18 +228,9 @@ ATTN_INLINE void ScoreTile(const float* const* q, const int64_t* position, const
 template <int64_t kDh, bool kNarrow>
 ATTN_INLINE void WeightedSumOfRows(const float* p, const float* v, int64_t count, float* acc) {
   static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
-  if constexpr (kNarrow) {
-    Vec8 sum[kDh / 8] = {};
-    for (int64_t j = 0; j < count; ++j) {
-#pragma GCC unroll 8
-      for (int f = 0; f < kDh / 8; ++f) {
-        Vec8 x;
-        std::memcpy(&x, v + j * kDh + 8 * f, sizeof(x));
-        sum[f] += p[j] * x;
-      }
-    }
-#pragma GCC unroll 8
-    for (int f = 0; f < kDh / 8; ++f) std::memcpy(acc + 8 * f, &sum[f], sizeof(Vec8));
+  if constexpr (kNarrow) {  // one query of a prefill tile's sum, from zero
+    std::fill(acc, acc + kDh, 0.0f);
+    TileWeightedSum<kDh, 1, true>(p, 0, v, count, acc);
     return;
   }
   constexpr int kFull = kDh / 16;
@@ -248,75 +308,6 @@ ATTN_INLINE void SoftmaxWeightedSum(float* scores, int64_t count, float max, con
   }
   const float inv_total = 1.0f / total;
   for (int64_t i = 0; i < dh; ++i) out[i] = acc[i] * inv_total;
-}
-
-// Queries per pass of TileWeightedSum at head size kDh: as many as keep
-// their sums in about 24 of AVX-512's 32 registers, or in at most 10 of
-// AVX2's 16 (kNarrow: 2 queries up to kDh = 40, else 1).
-template <int64_t kDh, bool kNarrow>
-constexpr int64_t kWeightedRows = kNarrow ? (kDh <= 40 ? 2 : 1) : (kDh <= 48 ? 8 : 4);
-
-// acc[i][0..kDh) += sum_j p[i * stride + j] v_j for kRows queries i of a
-// prefill tile, j = 0..count-1. Each row of v is loaded once for all of
-// them: one query at a time (WeightedSumOfRows) the sum made one vector
-// load per multiply-add and read the values once per query.
-template <int64_t kDh, int64_t kRows, bool kNarrow>
-ATTN_INLINE void TileWeightedSum(const float* p, int64_t stride, const float* v, int64_t count,
-                                 float* acc) {
-  static_assert(kDh > 0 && kDh % 8 == 0, "whole vectors only");
-  if constexpr (kNarrow) {  // vectors of 8 (SumVec)
-    constexpr int kVectors = kDh / 8;
-    Vec8 sum[kRows][kVectors];
-#pragma GCC unroll 16
-    for (int f = 0; f < kRows * kVectors; ++f) {
-      std::memcpy(&sum[f / kVectors][f % kVectors], acc + 8 * f, sizeof(Vec8));
-    }
-    for (int64_t j = 0; j < count; ++j) {
-#pragma GCC unroll 8
-      for (int f = 0; f < kVectors; ++f) {
-        Vec8 x;  // one load for every query's sum
-        std::memcpy(&x, v + j * kDh + 8 * f, sizeof(x));
-#pragma GCC unroll 2
-        for (int i = 0; i < kRows; ++i) sum[i][f] += p[i * stride + j] * x;
-      }
-    }
-#pragma GCC unroll 16
-    for (int f = 0; f < kRows * kVectors; ++f) {
-      std::memcpy(acc + 8 * f, &sum[f / kVectors][f % kVectors], sizeof(Vec8));
-    }
-    return;
-  }
-  constexpr int kFull = kDh / 16;
-  constexpr bool kHalf = kDh % 16 != 0;
-  Vec16 full[kRows][kFull > 0 ? kFull : 1] = {};
-  Vec8 half[kRows] = {};
-#pragma GCC unroll 8
-  for (int i = 0; i < kRows; ++i) {
-#pragma GCC unroll 4
-    for (int f = 0; f < kFull; ++f) std::memcpy(&full[i][f], acc + i * kDh + 16 * f, sizeof(Vec16));
-    if (kHalf) std::memcpy(&half[i], acc + i * kDh + 16 * kFull, sizeof(half[i]));
-  }
-  for (int64_t j = 0; j < count; ++j) {
-    const float* row = v + j * kDh;
-    Vec16 x[kFull > 0 ? kFull : 1];
-    Vec8 y = {};
-#pragma GCC unroll 4
-    for (int f = 0; f < kFull; ++f) std::memcpy(&x[f], row + 16 * f, sizeof(x[f]));
-    if (kHalf) std::memcpy(&y, row + 16 * kFull, sizeof(y));
-#pragma GCC unroll 8
-    for (int i = 0; i < kRows; ++i) {
-      const float weight = p[i * stride + j];
-#pragma GCC unroll 4
-      for (int f = 0; f < kFull; ++f) full[i][f] += weight * x[f];
-      if (kHalf) half[i] += weight * y;
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < kRows; ++i) {
-#pragma GCC unroll 4
-    for (int f = 0; f < kFull; ++f) std::memcpy(acc + i * kDh + 16 * f, &full[i][f], sizeof(Vec16));
-    if (kHalf) std::memcpy(acc + i * kDh + 16 * kFull, &half[i], sizeof(half[i]));
-  }
 }
 
 // Where query head h of cache row `slot` finds its keys and values.
