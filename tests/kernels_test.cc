@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::kernels {
@@ -343,6 +344,108 @@ TEST(KernelAttention, StepMatchesADoubleLoopWithBothTilings) {
                      "dh " + std::to_string(dh) +
                          (tiles == AttentionTiles::kWide ? " wide" : " narrow") + ", row " +
                          std::to_string(b) + ", head " + std::to_string(h));
+        }
+      }
+    }
+  }
+}
+
+// Linear attention's recurrence in float64 for one head of one row, token by
+// token from the state (s, z) it is given and left with:
+//   S = g S + phi(k) v^T,  z = g z + phi(k),  y = phi(q)^T S / (phi(q) . z + eps).
+// Token t's q, k and v are `dh` floats at q + t * token_stride, q + width and
+// q + 2 * width; returns each token's y.
+std::vector<std::vector<double>> LinearRecurrence(const float* q, int64_t time,
+                                                  int64_t token_stride, int64_t width, int64_t dh,
+                                                  bool exp_feature, double g, double eps,
+                                                  std::vector<double>& s, std::vector<double>& z) {
+  auto phi = [&](const float* x) {
+    const double max = *std::max_element(x, x + dh);
+    std::vector<double> f(dh);
+    for (int64_t i = 0; i < dh; ++i)
+      f[i] = exp_feature ? std::exp(x[i] - max) : (x[i] > 0 ? x[i] + 1.0 : std::exp(x[i]));
+    return f;
+  };
+  std::vector<std::vector<double>> ys;
+  for (int64_t t = 0; t < time; ++t) {
+    const float* qt = q + t * token_stride;
+    const float* v = qt + 2 * width;
+    const std::vector<double> pq = phi(qt), pk = phi(qt + width);
+    std::vector<double> y(dh, 0.0);
+    double den = eps;
+    for (int64_t i = 0; i < dh; ++i) {
+      for (int64_t j = 0; j < dh; ++j) {
+        s[i * dh + j] = g * s[i * dh + j] + pk[i] * v[j];
+        y[j] += pq[i] * s[i * dh + j];
+      }
+      z[i] = g * z[i] + pk[i];
+      den += pq[i] * z[i];
+    }
+    for (double& value : y) value /= den;
+    ys.push_back(std::move(y));
+  }
+  return ys;
+}
+
+// The blockwise prefill against that recurrence from a random state, with
+// both register tilings, both feature maps, with and without a decay, over
+// several blocks and a last one cut short, outputting only the tokens from
+// first_output on; the state the prefill leaves is checked too.
+TEST(KernelLinearAttention, PrefillMatchesTheRecurrenceWithBothTilings) {
+  constexpr int64_t kRows = 2, kHeads = 3, kTime = 150, kFirstOutput = 7;
+  const std::vector<float> decays = {0.5f, 0.97f, 1.0f};
+  const std::vector<int64_t> slots = {1, 0};
+  for (int64_t dh : {24, 40, 64}) {
+    std::mt19937 rng(static_cast<unsigned>(dh));
+    std::normal_distribution<float> normal;
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    const int64_t width = kHeads * dh, token_stride = 3 * width, row_stride = kTime * token_stride;
+    std::vector<float> qkv(kRows * row_stride), s0(kRows * kHeads * dh * dh), z0(kRows * width);
+    for (float& x : qkv) x = normal(rng);
+    for (float& x : s0) x = uniform(rng);  // a state is a sum of positive features times values
+    for (float& x : z0) x = 1.0f + uniform(rng);
+    for (int variant = 0; variant < 8; ++variant) {
+      const bool exp_feature = variant & 1, decay = variant & 2;
+      const AttentionTiles tiles = variant & 4 ? AttentionTiles::kNarrow : AttentionTiles::kWide;
+      std::vector<float> s = s0, z = z0, out(kRows * (kTime - kFirstOutput) * width);
+      LinearPrefillArgs a;
+      a.batch = kRows;
+      a.heads = kHeads;
+      a.head_dim = dh;
+      a.exp_feature = exp_feature;
+      a.slots = slots.data();
+      a.q = qkv.data();
+      a.k = a.q + width;
+      a.v = a.k + width;
+      a.decay = decay ? decays.data() : nullptr;
+      a.s = s.data();
+      a.z = z.data();
+      a.time = kTime;
+      a.block = 64;
+      a.row_stride = row_stride;
+      a.token_stride = token_stride;
+      a.first_output = kFirstOutput;
+      a.out = out.data();
+      LinearAttentionPrefill(a, tiles);
+      for (int64_t b = 0; b < kRows; ++b) {
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const std::string where = "dh " + std::to_string(dh) + (exp_feature ? " exp" : " elu") +
+                                    (decay ? " decay" : "") + (variant & 4 ? " narrow" : " wide") +
+                                    ", row " + std::to_string(b) + ", head " + std::to_string(h);
+          const int64_t state = slots[b] * kHeads + h;
+          std::vector<double> rs(s0.begin() + state * dh * dh, s0.begin() + (state + 1) * dh * dh);
+          std::vector<double> rz(z0.begin() + state * dh, z0.begin() + (state + 1) * dh);
+          const auto ys =
+              LinearRecurrence(a.q + b * row_stride + h * dh, kTime, token_stride, width, dh,
+                               exp_feature, decay ? decays[h] : 1.0, a.eps, rs, rz);
+          for (int64_t t = kFirstOutput; t < kTime; ++t) {
+            const int64_t at = (b * (kTime - kFirstOutput) + t - kFirstOutput) * kHeads + h;
+            ExpectNear(out.data() + at * dh, ys[t], where + ", token " + std::to_string(t));
+          }
+          for (int64_t i = 0; i < dh * dh; ++i)
+            ASSERT_NEAR(s[state * dh * dh + i], rs[i], 1e-4 * (1.0 + std::abs(rs[i]))) << where;
+          for (int64_t i = 0; i < dh; ++i)
+            ASSERT_NEAR(z[state * dh + i], rz[i], 1e-4 * (1.0 + std::abs(rz[i]))) << where;
         }
       }
     }

@@ -35,6 +35,12 @@
 // holds. Prints the median time and the rate of its multiply-adds for each
 // register tiling (kernels.h, AttentionTiles: AVX-512's and AVX2's), the
 // two alternating; this CPU's own is marked.
+//
+//   attn-kernel-bench --linear=512,4096 [--reps=N]
+//
+// times the fused linear attention prefill (LinearAttentionPrefill) likewise,
+// on the bundled linear models' shape (4 heads of 40, blocks of 64, a decay),
+// for prompts of the given lengths.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -65,6 +71,8 @@ ABSL_FLAG(int64_t, vocab, 4096, "Rows of the tied head (the bundled models': 409
 ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,48,64", "Row counts to time.");
 ABSL_FLAG(std::string, attention, "",
           "CHUNKxCACHED,...: time the causal prefill attention at these shapes instead.");
+ABSL_FLAG(std::string, linear, "",
+          "TOKENS,...: time the linear attention prefill of these lengths instead.");
 
 namespace attn {
 namespace {
@@ -212,6 +220,29 @@ double GemmRate(int reps) {
   return 2.0 * 512 * 512 * 512 / Median(times);
 }
 
+// Runs `prefill` with each tiling in turn, `reps` times after 3 to warm up,
+// and prints the medians and the rate of `flop` multiply-adds over them.
+template <typename Prefill>
+void TimeBothTilings(const std::string& label, double flop, int reps, Prefill prefill) {
+  using kernels::AttentionTiles;
+  const AttentionTiles tilings[] = {AttentionTiles::kWide, AttentionTiles::kNarrow};
+  std::vector<double> times[2];
+  for (int rep = 0; rep < reps + 3; ++rep) {
+    for (int i = 0; i < 2; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      prefill(tilings[i]);
+      if (rep >= 3) times[i].push_back(Seconds(start));
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    const double median = Median(times[i]);
+    std::printf("%s, %s tiles%s: %9.3f ms %8.1f GFLOP/s\n", label.c_str(),
+                i == 0 ? "AVX-512" : "AVX2",
+                tilings[i] == kernels::AttentionTilesForCpu() ? " (this CPU's)" : "", median * 1e3,
+                flop / median / 1e9);
+  }
+}
+
 // Median seconds of CausalAttentionPrefill for `chunk` new tokens over
 // `cached` ones, one row, LFM2-350M's heads, with each tiling in turn;
 // prints them with their rates.
@@ -239,25 +270,49 @@ void TimePrefillAttention(int64_t chunk, int64_t cached, int reps) {
   a.q = q.data_ptr<float>();
   a.row_stride = chunk * kHeads * kHeadDim;
   a.token_stride = kHeads * kHeadDim;
-  using kernels::AttentionTiles;
-  const AttentionTiles tilings[] = {AttentionTiles::kWide, AttentionTiles::kNarrow};
-  std::vector<double> times[2];
-  for (int rep = 0; rep < reps + 3; ++rep) {  // the first 3 warm up
-    for (int i = 0; i < 2; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      kernels::CausalAttentionPrefill(a, tilings[i]);
-      if (rep >= 3) times[i].push_back(Seconds(start));
-    }
-  }
   // Query t attends to cached + t + 1 keys: scores and weighted sums.
   const double flop = 4.0 * kHeads * kHeadDim * chunk * (cached + (chunk + 1) / 2.0);
-  for (int i = 0; i < 2; ++i) {
-    const double median = Median(times[i]);
-    std::printf("%6ld new over %6ld cached, %s tiles%s: %9.3f ms %8.1f GFLOP/s\n",
-                static_cast<long>(chunk), static_cast<long>(cached), i == 0 ? "AVX-512" : "AVX2",
-                tilings[i] == kernels::AttentionTilesForCpu() ? " (this CPU's)" : "", median * 1e3,
-                flop / median / 1e9);
-  }
+  TimeBothTilings(
+      std::to_string(chunk) + " new over " + std::to_string(cached) + " cached", flop, reps,
+      [&](kernels::AttentionTiles tiles) { kernels::CausalAttentionPrefill(a, tiles); });
+}
+
+// LinearAttentionPrefill over `tokens` tokens of one row, the bundled linear
+// models' heads, from a zero state (the state's scale does not change the
+// work).
+void TimeLinearPrefill(int64_t tokens, int reps) {
+  constexpr int64_t kHeads = 4, kHeadDim = 40, kBlock = 64;
+  const torch::Tensor qkv = torch::randn({tokens, 3 * kHeads * kHeadDim});
+  const torch::Tensor decay = torch::full({kHeads}, 0.99f);
+  torch::Tensor s = torch::zeros({kHeads, kHeadDim, kHeadDim}),
+                z = torch::zeros({kHeads, kHeadDim});
+  torch::Tensor out = torch::empty({tokens, kHeads, kHeadDim});
+  const int64_t slot = 0;
+  kernels::LinearPrefillArgs a;
+  a.batch = 1;
+  a.heads = kHeads;
+  a.head_dim = kHeadDim;
+  a.slots = &slot;
+  a.q = qkv.data_ptr<float>();
+  a.k = a.q + kHeads * kHeadDim;
+  a.v = a.k + kHeads * kHeadDim;
+  a.decay = decay.data_ptr<float>();
+  a.s = s.data_ptr<float>();
+  a.z = z.data_ptr<float>();
+  a.time = tokens;
+  a.block = kBlock;
+  a.token_stride = 3 * kHeads * kHeadDim;
+  a.row_stride = tokens * a.token_stride;
+  a.out = out.data_ptr<float>();
+  // Per token and head: scores and their weighted values over half a block
+  // on average, the state's product and its update.
+  const double flop = 2.0 * kHeads * tokens * kHeadDim * (kBlock + 2 * kHeadDim);
+  TimeBothTilings("linear prefill of " + std::to_string(tokens) + " tokens", flop, reps,
+                  [&](kernels::AttentionTiles tiles) {
+                    s.zero_();
+                    z.zero_();
+                    kernels::LinearAttentionPrefill(a, tiles);
+                  });
 }
 
 }  // namespace
@@ -280,6 +335,19 @@ int main(int argc, char** argv) {
         return 2;
       }
       attn::TimePrefillAttention(chunk, cached, reps);
+    }
+    return 0;
+  }
+  if (const std::string lengths = absl::GetFlag(FLAGS_linear); !lengths.empty()) {
+    std::printf("linear attention prefill, threads %d, median of %d\n", threads, reps);
+    for (const absl::string_view length : absl::StrSplit(lengths, ',')) {
+      int64_t tokens = 0;
+      if (!absl::SimpleAtoi(length, &tokens) || tokens < 1) {
+        std::fprintf(stderr, "--linear: '%s' is not a token count (e.g. 512)\n",
+                     std::string(length).c_str());
+        return 2;
+      }
+      attn::TimeLinearPrefill(tokens, reps);
     }
     return 0;
   }

@@ -57,15 +57,16 @@ struct CachedAttentionArgs : CacheHeadsArgs {
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
 };
-// The register tiles of the two attention kernels below: kWide keeps up to
-// 24 of AVX-512's 32 vector registers of sums in vectors of 16 floats;
-// kNarrow sums in vectors of 8 and fits AVX2's 16 registers. On an AVX2 CPU
-// kWide's clone takes its 16-float vectors apart through the stack: LFM2's
-// prefill attention ran at 5.1 GFLOP/s there, kNarrow at 45.8 on the same
-// Zen 1 (attn-kernel-bench --attention; docs/benchmarks-log.md, "The
-// attention kernels' tiles on AVX2"). Both give the same results up to float
-// rounding; each CPU runs AttentionTilesForCpu(), and the tests run both on
-// every machine.
+// The register tiles of the two attention kernels below and of
+// LinearAttentionPrefill: kWide keeps up to 24 of AVX-512's 32 vector
+// registers of sums in vectors of 16 floats; kNarrow sums in vectors of 8
+// and fits AVX2's 16 registers. On an AVX2 CPU kWide's clone takes its
+// 16-float vectors apart through the stack: LFM2's prefill attention ran at
+// 5.1 GFLOP/s there, kNarrow at 45.8 on the same Zen 1 (attn-kernel-bench
+// --attention; docs/benchmarks-log.md, "The attention kernels' tiles on
+// AVX2"), the linear prefill at 4.0 and 25.4 (--linear). Both give the same
+// results up to float rounding; each CPU runs AttentionTilesForCpu(), and
+// the tests run both on every machine.
 enum class AttentionTiles { kWide, kNarrow };
 AttentionTiles AttentionTilesForCpu();
 
@@ -169,7 +170,9 @@ struct LinearPrefillArgs : LinearHeadsArgs {
   int64_t first_output = 0;  // queries before it are skipped (first_output above)
   float* out = nullptr;      // [B, time - first_output, H, Dh]
 };
-void LinearAttentionPrefill(const LinearPrefillArgs& a);
+// `tiles` as for the attention kernels above (AttentionTiles).
+void LinearAttentionPrefill(const LinearPrefillArgs& a,
+                            AttentionTiles tiles = AttentionTilesForCpu());
 
 // AFT, one token per sequence, for the window form shared by all variants:
 //   y = sigmoid(q) * sum_{t'<=t} exp(k_t' + w(t, t-t')) v_t'

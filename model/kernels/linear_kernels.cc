@@ -67,27 +67,31 @@ ATTN_HOT void LinearOneHead(const LinearStepArgs& a, int64_t b, int64_t h,
   for (int64_t j = 0; j < dh; ++j) out[j] = acc[j] * inv;
 }
 
-// Rows per register tile of MulAddRows: 6 rows x 4 vectors = 24
-// accumulators, leaving AVX-512's 32 registers room for a row of B and a
-// broadcast.
+// Rows per register tile of MulAddRows, under both tilings: kWide keeps 6
+// rows x 4 vectors of 16 = 24 accumulators, leaving AVX-512's 32 registers
+// room for a row of B and a broadcast; kNarrow keeps 6 rows x 2 vectors of 8
+// = 12, leaving AVX2's 16 the same room. Written with 16-float vectors, the
+// AVX2 clone took the tiles apart through the stack (perf annotate: most of
+// the prefill's samples on stores to it).
 constexpr int64_t kTileRows = 6;
 
 // Rounds n up to a multiple of m.
 inline int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// C[kTileRows x 16V] += A[kTileRows x k] B[k x 16V]: each row of B is read
-// once as V vectors and multiplied by a broadcast of each row's A element,
-// with the whole tile of C in registers over k.
-template <int V>
+// C[kTileRows x V lanes(Vec)] += A[kTileRows x k] B[k x V lanes(Vec)]: each
+// row of B is read once as V vectors and multiplied by a broadcast of each
+// row's A element, with the whole tile of C in registers over k.
+template <typename Vec, int V>
 ATTN_INLINE void MulAddTile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
                             float* c, int64_t ldc) {
-  Vec16 acc[kTileRows][V];
+  constexpr int64_t kLanes = sizeof(Vec) / sizeof(float);
+  Vec acc[kTileRows][V];
   for (int r = 0; r < kTileRows; ++r) {
-    for (int v = 0; v < V; ++v) std::memcpy(&acc[r][v], c + r * ldc + 16 * v, sizeof(Vec16));
+    for (int v = 0; v < V; ++v) std::memcpy(&acc[r][v], c + r * ldc + kLanes * v, sizeof(Vec));
   }
   for (int64_t kk = 0; kk < k; ++kk) {
-    Vec16 row[V];
-    for (int v = 0; v < V; ++v) std::memcpy(&row[v], b + kk * ldb + 16 * v, sizeof(Vec16));
+    Vec row[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&row[v], b + kk * ldb + kLanes * v, sizeof(Vec));
 #pragma GCC unroll 6
     for (int r = 0; r < kTileRows; ++r) {
       const float x = a[r * lda + kk];
@@ -95,27 +99,34 @@ ATTN_INLINE void MulAddTile(const float* a, int64_t lda, const float* b, int64_t
     }
   }
   for (int r = 0; r < kTileRows; ++r) {
-    for (int v = 0; v < V; ++v) std::memcpy(c + r * ldc + 16 * v, &acc[r][v], sizeof(Vec16));
+    for (int v = 0; v < V; ++v) std::memcpy(c + r * ldc + kLanes * v, &acc[r][v], sizeof(Vec));
   }
 }
 
 // C[kTileRows x cols] += A[kTileRows x k] B[k x cols] for cols a multiple
-// of 16, in column groups of up to 64.
+// of 16: kNarrow in column groups of 16, kWide of up to 64.
+template <bool kNarrow>
 ATTN_INLINE void MulAddRows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k,
                             float* c, int64_t ldc, int64_t cols) {
+  if constexpr (kNarrow) {
+    for (int64_t col = 0; col < cols; col += 16) {
+      MulAddTile<Vec8, 2>(a, lda, b + col, ldb, k, c + col, ldc);
+    }
+    return;
+  }
   for (int64_t col = 0; col < cols; col += 64) {
     switch (std::min<int64_t>(64, cols - col) / 16) {
       case 4:
-        MulAddTile<4>(a, lda, b + col, ldb, k, c + col, ldc);
+        MulAddTile<Vec16, 4>(a, lda, b + col, ldb, k, c + col, ldc);
         break;
       case 3:
-        MulAddTile<3>(a, lda, b + col, ldb, k, c + col, ldc);
+        MulAddTile<Vec16, 3>(a, lda, b + col, ldb, k, c + col, ldc);
         break;
       case 2:
-        MulAddTile<2>(a, lda, b + col, ldb, k, c + col, ldc);
+        MulAddTile<Vec16, 2>(a, lda, b + col, ldb, k, c + col, ldc);
         break;
       default:
-        MulAddTile<1>(a, lda, b + col, ldb, k, c + col, ldc);
+        MulAddTile<Vec16, 1>(a, lda, b + col, ldb, k, c + col, ldc);
         break;
     }
   }
@@ -161,7 +172,7 @@ struct LinearBlockScratch {
 //   S      += phi(K)^T V,            z  += column sums of phi(K)^T
 // Written query by query, with the state row by row, the same sums ran at a
 // fifth of the multiply-add peak: every key reloaded and restored a row of S.
-template <int64_t kDh>
+template <int64_t kDh, bool kNarrow>
 ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_t h,
                                    std::vector<float>& scratch) {
   const int64_t dh = kDh > 0 ? kDh : a.head_dim;
@@ -196,7 +207,7 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
       for (int64_t r = 0; r < kTileRows; ++r) std::fill_n(scores + r * m.padded_block, width, 0.0f);
       std::fill_n(num, kTileRows * m.padded_dh, 0.0f);
       const float* phi_q = m.phi_q + i0 * dh;
-      MulAddRows(phi_q, dh, m.phi_kt, m.padded_block, dh, scores, m.padded_block, width);
+      MulAddRows<kNarrow>(phi_q, dh, m.phi_kt, m.padded_block, dh, scores, m.padded_block, width);
       for (int64_t i = i0; i < last; ++i) {  // causal: no key after the query
         float* row = m.scores + i * m.padded_block;
         std::fill(row + i + 1, row + last, 0.0f);
@@ -204,14 +215,15 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
           for (int64_t j = 0; j <= i; ++j) row[j] *= power[i - j];
         }
       }
-      MulAddRows(phi_q, dh, m.s, m.padded_dh, dh, num, m.padded_dh, m.padded_dh);
+      MulAddRows<kNarrow>(phi_q, dh, m.s, m.padded_dh, dh, num, m.padded_dh, m.padded_dh);
       if (a.decay) {  // the state is i + 1 tokens older for query i
         for (int64_t i = i0; i < last; ++i) {
           float* n = m.numerators + i * m.padded_dh;
           for (int64_t c = 0; c < dh; ++c) n[c] *= power[i + 1];
         }
       }
-      MulAddRows(scores, m.padded_block, m.v, m.padded_dh, last, num, m.padded_dh, m.padded_dh);
+      MulAddRows<kNarrow>(scores, m.padded_block, m.v, m.padded_dh, last, num, m.padded_dh,
+                          m.padded_dh);
       for (int64_t i = i0; i < last; ++i) {
         const float* row = m.scores + i * m.padded_block;
         float den = Dot(m.phi_q + i * dh, z, dh) * (a.decay ? power[i + 1] : 1.0f);
@@ -235,8 +247,8 @@ ATTN_HOT void LinearPrefillOneHead(const LinearPrefillArgs& a, int64_t b, int64_
       }
     }
     for (int64_t r0 = 0; r0 < dh; r0 += kTileRows) {
-      MulAddRows(m.phi_kt + r0 * m.padded_block, m.padded_block, m.v, m.padded_dh, len,
-                 m.s + r0 * m.padded_dh, m.padded_dh, m.padded_dh);
+      MulAddRows<kNarrow>(m.phi_kt + r0 * m.padded_block, m.padded_block, m.v, m.padded_dh, len,
+                          m.s + r0 * m.padded_dh, m.padded_dh, m.padded_dh);
     }
     for (int64_t r = 0; r < dh; ++r) {
       const float* row = m.phi_kt + r * m.padded_block;
@@ -258,10 +270,15 @@ void LinearAttentionStep(const LinearStepArgs& a) {
                     });
 }
 
-void LinearAttentionPrefill(const LinearPrefillArgs& a) {
+void LinearAttentionPrefill(const LinearPrefillArgs& a, AttentionTiles tiles) {
+  const bool narrow = tiles == AttentionTiles::kNarrow;
   ForEachRowAndHead(a, a.time * a.head_dim * (2 * a.head_dim + a.block),
                     [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      LinearPrefillOneHead<head_size()>(a, b, h, scratch);
+                      if (narrow) {
+                        LinearPrefillOneHead<head_size(), true>(a, b, h, scratch);
+                      } else {
+                        LinearPrefillOneHead<head_size(), false>(a, b, h, scratch);
+                      }
                     });
 }
 
