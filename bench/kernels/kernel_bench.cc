@@ -221,7 +221,7 @@ double GemmRate(int reps) {
 }
 
 // Runs `prefill` with each tiling in turn, `reps` times after 3 to warm up,
-// and prints the medians and the rate of `flop` multiply-adds over them.
+// and prints the medians and the rate of `flop` floating-point operations.
 template <typename Prefill>
 void TimeBothTilings(const std::string& label, double flop, int reps, Prefill prefill) {
   using kernels::AttentionTiles;

@@ -518,15 +518,11 @@ void CachedAttentionStep(const CachedAttentionArgs& a, AttentionTiles tiles) {
   int64_t longest = 1;
   for (int64_t b = 0; b < a.batch; ++b)
     longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
-  const bool narrow = tiles == AttentionTiles::kNarrow;
-  ForEachRowAndHead(a, longest * a.head_dim * (a.r ? 3 : 2),
-                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      if (narrow) {
-                        AttendOneHead<head_size(), true>(a, b, h, scratch);
-                      } else {
-                        AttendOneHead<head_size(), false>(a, b, h, scratch);
-                      }
-                    });
+  ForEachRowAndHead(
+      a, longest * a.head_dim * (a.r ? 3 : 2), tiles,
+      [&](auto head_size, auto narrow, int64_t b, int64_t h, std::vector<float>& scratch) {
+        AttendOneHead<head_size(), narrow()>(a, b, h, scratch);
+      });
 }
 
 void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capacity,
@@ -545,15 +541,11 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
 void CausalAttentionPrefill(const CausalPrefillArgs& a, AttentionTiles tiles) {
   // No query to attend: each head would only transpose its keys for nothing.
   if (a.first_output >= a.time) return;
-  const bool narrow = tiles == AttentionTiles::kNarrow;
-  ForEachRowAndHead(a, (a.time - a.first_output) * (a.start + a.time) * 2 * a.head_dim,
-                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      if (narrow) {
-                        CausalPrefillOneHead<head_size(), true>(a, b, h, scratch);
-                      } else {
-                        CausalPrefillOneHead<head_size(), false>(a, b, h, scratch);
-                      }
-                    });
+  ForEachRowAndHead(
+      a, (a.time - a.first_output) * (a.start + a.time) * 2 * a.head_dim, tiles,
+      [&](auto head_size, auto narrow, int64_t b, int64_t h, std::vector<float>& scratch) {
+        CausalPrefillOneHead<head_size(), narrow()>(a, b, h, scratch);
+      });
 }
 
 }  // namespace attn::kernels

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/kernels/kernel_common.h"
+#include "model/kernels/kernels.h"
 
 namespace attn::kernels {
 
@@ -37,6 +38,25 @@ void ForEachRowAndHead(const Args& a, int64_t work_per_head, OneHead&& one_head)
       return run(std::integral_constant<int64_t, 64>());
     default:
       return run(std::integral_constant<int64_t, 0>());
+  }
+}
+
+// As above, with the register tiling (AttentionTiles) passed on as well:
+// one_head(head_size, narrow, b, h, scratch), narrow a std::bool_constant
+// that is true for AttentionTiles::kNarrow.
+template <typename Args, typename OneHead>
+void ForEachRowAndHead(const Args& a, int64_t work_per_head, AttentionTiles tiles,
+                       OneHead&& one_head) {
+  auto with = [&](auto narrow) {
+    ForEachRowAndHead(a, work_per_head,
+                      [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
+                        one_head(head_size, narrow, b, h, scratch);
+                      });
+  };
+  if (tiles == AttentionTiles::kNarrow) {
+    with(std::true_type());
+  } else {
+    with(std::false_type());
   }
 }
 

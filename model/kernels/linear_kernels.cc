@@ -271,15 +271,11 @@ void LinearAttentionStep(const LinearStepArgs& a) {
 }
 
 void LinearAttentionPrefill(const LinearPrefillArgs& a, AttentionTiles tiles) {
-  const bool narrow = tiles == AttentionTiles::kNarrow;
-  ForEachRowAndHead(a, a.time * a.head_dim * (2 * a.head_dim + a.block),
-                    [&](auto head_size, int64_t b, int64_t h, std::vector<float>& scratch) {
-                      if (narrow) {
-                        LinearPrefillOneHead<head_size(), true>(a, b, h, scratch);
-                      } else {
-                        LinearPrefillOneHead<head_size(), false>(a, b, h, scratch);
-                      }
-                    });
+  ForEachRowAndHead(
+      a, a.time * a.head_dim * (2 * a.head_dim + a.block), tiles,
+      [&](auto head_size, auto narrow, int64_t b, int64_t h, std::vector<float>& scratch) {
+        LinearPrefillOneHead<head_size(), narrow()>(a, b, h, scratch);
+      });
 }
 
 }  // namespace attn::kernels
