@@ -452,5 +452,120 @@ TEST(KernelLinearAttention, PrefillMatchesTheRecurrenceWithBothTilings) {
   }
 }
 
+// Mamba-2's update in float64 for one head of one row, token by token from
+// the state s [P, N] it is given and left with:
+//   S = e^{dt A} S + dt x B^T,  y = S C + D x,  dt = softplus(raw + bias).
+// Run returns each token's y and, in `sizes`, each lane's sum of the
+// absolute values of its terms: float sums err in proportion to that.
+struct Mamba2Reference {
+  int64_t p, n, x_stride, dt_stride;
+  double rate, skip, bias;
+  std::vector<std::vector<double>> Run(const float* x, const float* b, const float* c,
+                                       const float* dt, int64_t time, std::vector<double>& s,
+                                       std::vector<std::vector<double>>& sizes) const {
+    std::vector<std::vector<double>> ys;
+    for (int64_t t = 0; t < time; ++t) {
+      const double raw = dt[t * dt_stride] + bias;
+      const double step = raw > 20.0 ? raw : std::log1p(std::exp(raw));
+      const double decay = std::exp(step * rate);
+      std::vector<double> y(p), size(p);
+      for (int64_t i = 0; i < p; ++i) {
+        const double xi = x[t * x_stride + i];
+        double sum = 0.0, terms = std::abs(skip * xi);
+        for (int64_t j = 0; j < n; ++j) {
+          double& state = s[i * n + j];
+          state = decay * state + step * xi * b[t * x_stride + j];
+          sum += state * c[t * x_stride + j];
+          terms += std::abs(state * c[t * x_stride + j]);
+        }
+        y[i] = sum + skip * xi;
+        size[i] = terms;
+      }
+      ys.push_back(std::move(y));
+      sizes.push_back(std::move(size));
+    }
+    return ys;
+  }
+};
+
+// The scan token by token, in blocks of several lengths (the last one cut
+// short) and as chosen by length, with both register tilings, against that
+// recurrence from a random state: two groups of heads, x, B and C read in
+// place from one buffer as the mixer lays them out, steps from small to
+// large (the biases), outputs only from first_output on, and the state left.
+TEST(KernelMamba2Scan, EveryFormMatchesTheRecurrenceWithBothTilings) {
+  constexpr int64_t kRows = 2, kHeads = 4, kGroups = 2, kTime = 150, kFirstOutput = 7;
+  const std::vector<int64_t> slots = {1, 0};
+  const std::vector<float> a_log = {-1.0f, 0.0f, 0.5f, 1.5f}, skip = {0.5f, -1.0f, 0.0f, 2.0f};
+  const std::vector<float> dt_bias = {-4.0f, -1.0f, 0.5f, 3.0f};
+  for (const auto& [p, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{24, 40}, {32, 16}, {64, 128}}) {
+    std::mt19937 rng(static_cast<unsigned>(p * n));
+    std::normal_distribution<float> normal;
+    const int64_t xbc = kHeads * p + 2 * kGroups * n, dt_stride = kHeads + 3;
+    std::vector<float> xbc_in(kRows * kTime * xbc), dt(kRows * kTime * dt_stride);
+    std::vector<float> s0(kRows * kHeads * p * n);
+    for (float& v : xbc_in) v = normal(rng);
+    for (float& v : dt) v = normal(rng);
+    for (float& v : s0) v = normal(rng);
+    for (int64_t block : {0, 64, 7, -1}) {
+      for (AttentionTiles tiles : {AttentionTiles::kWide, AttentionTiles::kNarrow}) {
+        std::vector<float> s = s0, out(kRows * (kTime - kFirstOutput) * kHeads * p);
+        Mamba2ScanArgs a;
+        a.batch = kRows;
+        a.time = kTime;
+        a.heads = kHeads;
+        a.head_dim = p;
+        a.state_size = n;
+        a.groups = kGroups;
+        a.first_output = kFirstOutput;
+        a.xbc_stride = xbc;
+        a.dt_stride = dt_stride;
+        a.slots = slots.data();
+        a.x = xbc_in.data();
+        a.b = a.x + kHeads * p;
+        a.c = a.b + kGroups * n;
+        a.dt = dt.data();
+        a.dt_bias = dt_bias.data();
+        a.a_log = a_log.data();
+        a.d = skip.data();
+        a.s = s.data();
+        a.out = out.data();
+        a.block = block;
+        Mamba2Scan(a, tiles);
+        for (int64_t row = 0; row < kRows; ++row) {
+          for (int64_t h = 0; h < kHeads; ++h) {
+            const std::string where =
+                "p " + std::to_string(p) + " n " + std::to_string(n) + " block " +
+                std::to_string(block) + (tiles == AttentionTiles::kNarrow ? " narrow" : " wide") +
+                ", row " + std::to_string(row) + ", head " + std::to_string(h);
+            const int64_t state = (slots[row] * kHeads + h) * p * n, g = h / (kHeads / kGroups);
+            std::vector<double> rs(s0.begin() + state, s0.begin() + state + p * n);
+            const Mamba2Reference ref{
+                p, n, xbc, dt_stride, -std::exp(double{a_log[h]}), skip[h], dt_bias[h]};
+            const int64_t first = row * kTime;
+            std::vector<std::vector<double>> sizes;
+            const auto ys =
+                ref.Run(a.x + first * xbc + h * p, a.b + first * xbc + g * n,
+                        a.c + first * xbc + g * n, a.dt + first * dt_stride + h, kTime, rs, sizes);
+            for (int64_t t = kFirstOutput; t < kTime; ++t) {
+              const int64_t at = (row * (kTime - kFirstOutput) + t - kFirstOutput) * kHeads + h;
+              for (int64_t i = 0; i < p; ++i) {
+                // A lane can be a small difference of large terms (large steps,
+                // D up to 2): the tolerance grows with them, 16 float epsilons.
+                ASSERT_NEAR(out[at * p + i], ys[t][i],
+                            1e-5 + 1e-4 * std::abs(ys[t][i]) + 1e-6 * sizes[t][i])
+                    << where << ", token " << t << ", lane " << i;
+              }
+            }
+            for (int64_t i = 0; i < p * n; ++i)
+              ASSERT_NEAR(s[state + i], rs[i], 1e-4 * (1.0 + std::abs(rs[i]))) << where;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels

@@ -41,6 +41,11 @@
 // times the fused linear attention prefill (LinearAttentionPrefill) likewise,
 // on the bundled linear models' shape (4 heads of 40, blocks of 64, a decay),
 // for prompts of the given lengths.
+//
+//   attn-kernel-bench --mamba2=16,64,512 [--reps=N]
+//
+// times Mamba-2's scan (Mamba2Scan) on mamba2-130m's heads over chunks of
+// the given lengths: token by token, and chunked with each tiling.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -49,6 +54,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,6 +79,8 @@ ABSL_FLAG(std::string, attention, "",
           "CHUNKxCACHED,...: time the causal prefill attention at these shapes instead.");
 ABSL_FLAG(std::string, linear, "",
           "TOKENS,...: time the linear attention prefill of these lengths instead.");
+ABSL_FLAG(std::string, mamba2, "",
+          "TOKENS,...: time Mamba-2's scan over chunks of these lengths instead.");
 
 namespace attn {
 namespace {
@@ -220,27 +228,45 @@ double GemmRate(int reps) {
   return 2.0 * 512 * 512 * 512 / Median(times);
 }
 
-// Runs `prefill` with each tiling in turn, `reps` times after 3 to warm up,
-// and prints the medians and the rate of `flop` floating-point operations.
-template <typename Prefill>
-void TimeBothTilings(const std::string& label, double flop, int reps, Prefill prefill) {
-  using kernels::AttentionTiles;
-  const AttentionTiles tilings[] = {AttentionTiles::kWide, AttentionTiles::kNarrow};
-  std::vector<double> times[2];
+// Runs each of `variants` in turn, `reps` times after 3 to warm up, and
+// prints the medians and the rate of `flop` floating-point operations.
+struct Variant {
+  std::string name;
+  std::function<void()> run;
+};
+void TimeAlternating(const std::string& label, double flop, int reps,
+                     const std::vector<Variant>& variants) {
+  std::vector<std::vector<double>> times(variants.size());
   for (int rep = 0; rep < reps + 3; ++rep) {
-    for (int i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < variants.size(); ++i) {
       const auto start = std::chrono::steady_clock::now();
-      prefill(tilings[i]);
+      variants[i].run();
       if (rep >= 3) times[i].push_back(Seconds(start));
     }
   }
-  for (int i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < variants.size(); ++i) {
     const double median = Median(times[i]);
-    std::printf("%s, %s tiles%s: %9.3f ms %8.1f GFLOP/s\n", label.c_str(),
-                i == 0 ? "AVX-512" : "AVX2",
-                tilings[i] == kernels::AttentionTilesForCpu() ? " (this CPU's)" : "", median * 1e3,
-                flop / median / 1e9);
+    std::printf("%s, %s: %9.3f ms %8.1f GFLOP/s\n", label.c_str(), variants[i].name.c_str(),
+                median * 1e3, flop / median / 1e9);
   }
+}
+
+// The two register tilings of `prefill` (kernels.h, AttentionTiles), this
+// CPU's marked.
+template <typename Prefill>
+std::vector<Variant> BothTilings(Prefill prefill) {
+  std::vector<Variant> variants;
+  for (const auto tiles : {kernels::AttentionTiles::kWide, kernels::AttentionTiles::kNarrow}) {
+    const std::string name = tiles == kernels::AttentionTiles::kWide ? "AVX-512" : "AVX2";
+    const bool own = tiles == kernels::AttentionTilesForCpu();
+    variants.push_back({name + " tiles" + (own ? " (this CPU's)" : ""), [=] { prefill(tiles); }});
+  }
+  return variants;
+}
+
+template <typename Prefill>
+void TimeBothTilings(const std::string& label, double flop, int reps, Prefill prefill) {
+  TimeAlternating(label, flop, reps, BothTilings(prefill));
 }
 
 // Median seconds of CausalAttentionPrefill for `chunk` new tokens over
@@ -315,6 +341,67 @@ void TimeLinearPrefill(int64_t tokens, int reps) {
                   });
 }
 
+// Mamba2Scan over `tokens` tokens of one row at mamba2-130m's shape (24
+// heads of 64, a state of 128, one group), from a zero state: token by
+// token and chunked with each tiling. The rate counts the recurrence's
+// 4 P N operations per token and head for every form.
+void TimeMamba2Scan(int64_t tokens, int reps) {
+  constexpr int64_t kHeads = 24, kHeadDim = 64, kState = 128;
+  const torch::Tensor xbc = torch::randn({tokens, kHeads * kHeadDim + 2 * kState});
+  const torch::Tensor dt = torch::randn({tokens, kHeads}) - 2.0f;
+  const torch::Tensor a_log = torch::zeros({kHeads}), d = torch::ones({kHeads});
+  torch::Tensor s = torch::zeros({kHeads, kHeadDim, kState});
+  torch::Tensor out = torch::empty({tokens, kHeads * kHeadDim});
+  kernels::Mamba2ScanArgs a;
+  a.batch = 1;
+  a.time = tokens;
+  a.heads = kHeads;
+  a.head_dim = kHeadDim;
+  a.state_size = kState;
+  a.x = xbc.data_ptr<float>();
+  a.b = a.x + kHeads * kHeadDim;
+  a.c = a.b + kState;
+  a.xbc_stride = xbc.size(1);
+  a.dt = dt.data_ptr<float>();
+  a.a_log = a_log.data_ptr<float>();
+  a.d = d.data_ptr<float>();
+  a.s = s.data_ptr<float>();
+  a.out = out.data_ptr<float>();
+  const double flop = 4.0 * tokens * kHeads * kHeadDim * kState;
+  std::vector<Variant> variants = BothTilings([&](kernels::AttentionTiles tiles) {
+    kernels::Mamba2ScanArgs chunked = a;
+    chunked.block = 64;
+    kernels::Mamba2Scan(chunked, tiles);
+  });
+  for (Variant& v : variants) v.name = "chunked, " + v.name;
+  variants.insert(variants.begin(), {"token by token", [&] {
+                                       kernels::Mamba2ScanArgs recurrence = a;
+                                       recurrence.block = 0;
+                                       kernels::Mamba2Scan(recurrence);
+                                     }});
+  TimeAlternating("mamba2 scan of " + std::to_string(tokens) + " tokens", flop, reps, variants);
+}
+
+// Runs time(tokens, reps) for each count of a --linear or --mamba2 list,
+// under `title`; returns the exit status: 2 after printing why if one is not
+// a positive count.
+int TimeLengths(const std::string& flag, const std::string& list, const char* title, int reps,
+                int threads, void (*time)(int64_t, int)) {
+  std::vector<int64_t> counts;
+  for (const absl::string_view length : absl::StrSplit(list, ',')) {
+    int64_t tokens = 0;
+    if (!absl::SimpleAtoi(length, &tokens) || tokens < 1) {
+      std::fprintf(stderr, "--%s: '%s' is not a token count (e.g. 512)\n", flag.c_str(),
+                   std::string(length).c_str());
+      return 2;
+    }
+    counts.push_back(tokens);
+  }
+  std::printf("%s, threads %d, median of %d\n", title, threads, reps);
+  for (const int64_t tokens : counts) time(tokens, reps);
+  return 0;
+}
+
 }  // namespace
 }  // namespace attn
 
@@ -339,17 +426,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const std::string lengths = absl::GetFlag(FLAGS_linear); !lengths.empty()) {
-    std::printf("linear attention prefill, threads %d, median of %d\n", threads, reps);
-    for (const absl::string_view length : absl::StrSplit(lengths, ',')) {
-      int64_t tokens = 0;
-      if (!absl::SimpleAtoi(length, &tokens) || tokens < 1) {
-        std::fprintf(stderr, "--linear: '%s' is not a token count (e.g. 512)\n",
-                     std::string(length).c_str());
-        return 2;
-      }
-      attn::TimeLinearPrefill(tokens, reps);
-    }
-    return 0;
+    return attn::TimeLengths("linear", lengths, "linear attention prefill", reps, threads,
+                             attn::TimeLinearPrefill);
+  }
+  if (const std::string lengths = absl::GetFlag(FLAGS_mamba2); !lengths.empty()) {
+    return attn::TimeLengths("mamba2", lengths, "Mamba-2 scan", reps, threads,
+                             attn::TimeMamba2Scan);
   }
   auto matrices = attn::ModelMatrices();
   int64_t weights = 0, widest = 0;

@@ -421,6 +421,14 @@ void Rwkv4Wkv(const Rwkv4WkvArgs& a);
 // is row slots[b] (b when slots is null) of s [rows, H, P, N], updated in
 // place. out [B, T - first_output, H * P]: y = S C + D x of the tokens
 // from first_output on. Rows and heads in parallel.
+//
+// `block` picks the form: 0 scans token by token, reading and rewriting S
+// for each token; B > 0 takes the chunked form of the SSD paper's section 6
+// in blocks of B tokens (model/mixers/mamba2.h writes it out), as register-
+// tiled products with S kept in registers across a block, tiled as
+// `tiles` says (AttentionTiles above); -1 chooses by T: token by token
+// below 16 tokens (a step, a speculation round), blocks of 64 from there. Both forms give the
+// same results up to float rounding.
 struct Mamba2ScanArgs {
   int64_t batch = 0, time = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
   int64_t first_output = 0;
@@ -435,7 +443,8 @@ struct Mamba2ScanArgs {
   const float* d = nullptr;
   float* s = nullptr;
   float* out = nullptr;
+  int64_t block = -1;
 };
-void Mamba2Scan(const Mamba2ScanArgs& a);
+void Mamba2Scan(const Mamba2ScanArgs& a, AttentionTiles tiles = AttentionTilesForCpu());
 
 }  // namespace attn::kernels

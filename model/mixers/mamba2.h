@@ -27,16 +27,9 @@
 //   tensors[1] ssm [H, P, N]             S
 //
 // forward, prefill and step compute the same recurrence: the projections
-// and the convolution of all tokens at once, then the state's update. On
-// the CPU the update is one fused loop, token by token (Mamba2Scan in
-// model/kernels/kernels.h: O(P N) per token and head, the state in cache),
-// which reads x, B, C and the raw dt where the convolution and the input
-// projection wrote them; the convolution (CausalConvSilu) and the gated
-// norm (GatedRmsNormRows) are one kernel each, where op by op a layer
-// takes some thirty LibTorch ops at one token.
-// Elsewhere, or with fused_kernels off (the path a GPU runs, and training),
-// a chunk of several tokens takes the chunked form of the paper's section 6
-// (SSD), in blocks of Q = options.chunk tokens with a_t = dt_t A:
+// and the convolution of all tokens at once, then the state's update.
+// A chunk of several tokens takes the chunked form of the paper's section 6
+// (SSD), in blocks of Q tokens with a_t = dt_t A:
 //
 //   seg[i][j] = a_{j+1} + ... + a_i            (j <= i, inside a block)
 //   y_i = sum_{j<=i} e^{seg[i][j]} (C_i . B_j) dt_j x_j     (matrix products)
@@ -44,12 +37,21 @@
 //   S <- e^{a_0 + ... + a_{Q-1}} S + sum_j e^{seg[Q-1][j]} dt_j x_j B_j^T
 //
 // which is the recurrence regrouped (tests/rwkv4_mamba2_test.cc proves it
-// in float64 past 8,192 tokens); a step stays the recurrence. seg is summed
-// over each segment, never as a difference of prefix sums, which would
-// cancel. On the CPU the fused loop is the faster of the two at Mamba-2's
-// state widths (at N = 128 the blocks' products outweigh the loop: 512
-// tokens of mamba2-130m prefill in 0.74 s fused, 0.88 s chunked), so it
-// stays there.
+// in float64 past 8,192 tokens); a step stays the recurrence. seg must not
+// be a difference of float prefix sums, which would cancel: op by op it is
+// summed over each segment, the fused kernel subtracts prefix sums kept in
+// double.
+// On the CPU the update is one fused kernel (Mamba2Scan in
+// model/kernels/kernels.h), chunked in blocks of 64 from 16 tokens on and
+// token by token below, which reads x, B, C and the raw dt where the
+// convolution and the input projection wrote them; the convolution
+// (CausalConvSilu) and the gated norm (GatedRmsNormRows) are one kernel
+// each, where op by op a layer takes some thirty LibTorch ops at one token.
+// Token by token, each token reads and rewrites all of S; chunked, S stays
+// in registers across a block (mamba2-130m's 512-token prefill 1.08-1.18x
+// faster on a Zen 1; docs/benchmarks-log.md, "Mamba-2's scan in blocks on
+// the CPU"). Elsewhere, or with fused_kernels off (the path a GPU runs, and
+// training), the chunked form runs op by op in blocks of options.chunk.
 #pragma once
 
 #include <torch/nn/modules/linear.h>
