@@ -44,8 +44,9 @@
 //
 //   attn-kernel-bench --mamba2=16,64,512 [--reps=N]
 //
-// times Mamba-2's scan (Mamba2Scan) on mamba2-130m's heads over chunks of
-// the given lengths: token by token, and chunked with each tiling.
+// times Mamba-2's scan (Mamba2Scan) on mamba2-130m's heads and Granite
+// 4.0-H 350M's over chunks of the given lengths: token by token, and chunked with
+// each tiling.
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -341,25 +342,26 @@ void TimeLinearPrefill(int64_t tokens, int reps) {
                   });
 }
 
-// Mamba2Scan over `tokens` tokens of one row at mamba2-130m's shape (24
-// heads of 64, a state of 128, one group), from a zero state: token by
-// token and chunked with each tiling. The rate counts the recurrence's
-// 4 P N operations per token and head for every form.
-void TimeMamba2Scan(int64_t tokens, int reps) {
-  constexpr int64_t kHeads = 24, kHeadDim = 64, kState = 128;
-  const torch::Tensor xbc = torch::randn({tokens, kHeads * kHeadDim + 2 * kState});
-  const torch::Tensor dt = torch::randn({tokens, kHeads}) - 2.0f;
-  const torch::Tensor a_log = torch::zeros({kHeads}), d = torch::ones({kHeads});
-  torch::Tensor s = torch::zeros({kHeads, kHeadDim, kState});
-  torch::Tensor out = torch::empty({tokens, kHeads * kHeadDim});
+// Mamba2Scan over `tokens` tokens of one row, `heads` heads of `head_dim`
+// with a state of 128 and one group, from a zero state: token by token and
+// chunked with each tiling. The rate counts the recurrence's 4 P N
+// operations per token and head for every form.
+void TimeMamba2Shape(const std::string& shape, int64_t heads, int64_t head_dim, int64_t tokens,
+                     int reps) {
+  constexpr int64_t kState = 128;
+  const torch::Tensor xbc = torch::randn({tokens, heads * head_dim + 2 * kState});
+  const torch::Tensor dt = torch::randn({tokens, heads}) - 2.0f;
+  const torch::Tensor a_log = torch::zeros({heads}), d = torch::ones({heads});
+  torch::Tensor s = torch::zeros({heads, head_dim, kState});
+  torch::Tensor out = torch::empty({tokens, heads * head_dim});
   kernels::Mamba2ScanArgs a;
   a.batch = 1;
   a.time = tokens;
-  a.heads = kHeads;
-  a.head_dim = kHeadDim;
+  a.heads = heads;
+  a.head_dim = head_dim;
   a.state_size = kState;
   a.x = xbc.data_ptr<float>();
-  a.b = a.x + kHeads * kHeadDim;
+  a.b = a.x + heads * head_dim;
   a.c = a.b + kState;
   a.xbc_stride = xbc.size(1);
   a.dt = dt.data_ptr<float>();
@@ -367,7 +369,7 @@ void TimeMamba2Scan(int64_t tokens, int reps) {
   a.d = d.data_ptr<float>();
   a.s = s.data_ptr<float>();
   a.out = out.data_ptr<float>();
-  const double flop = 4.0 * tokens * kHeads * kHeadDim * kState;
+  const double flop = 4.0 * tokens * heads * head_dim * kState;
   std::vector<Variant> variants = BothTilings([&](kernels::AttentionTiles tiles) {
     kernels::Mamba2ScanArgs chunked = a;
     chunked.block = 64;
@@ -379,7 +381,14 @@ void TimeMamba2Scan(int64_t tokens, int reps) {
                                        recurrence.block = 0;
                                        kernels::Mamba2Scan(recurrence);
                                      }});
-  TimeAlternating("mamba2 scan of " + std::to_string(tokens) + " tokens", flop, reps, variants);
+  TimeAlternating(shape + " scan of " + std::to_string(tokens) + " tokens", flop, reps, variants);
+}
+
+// The scan at mamba2-130m's heads (24 of 64) and Granite 4.0-H 350M's (48
+// of 32).
+void TimeMamba2Scan(int64_t tokens, int reps) {
+  TimeMamba2Shape("mamba2-130m", 24, 64, tokens, reps);
+  TimeMamba2Shape("granite-4.0-h-350m", 48, 32, tokens, reps);
 }
 
 // Runs time(tokens, reps) for each count of a --linear or --mamba2 list,
