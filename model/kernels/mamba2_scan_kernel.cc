@@ -27,6 +27,11 @@ constexpr int64_t kBlock = 64;
 // softplus(x) = log(1 + e^x), as torch computes it: x itself above 20.
 inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// The distance between two tokens' B (and C) in a.b (a.c).
+inline int64_t BcStride(const Mamba2ScanArgs& a) {
+  return a.xbc_stride > 0 ? a.xbc_stride : a.groups * a.state_size;
+}
+
 // Where one head's inputs and state sit: the strides of Mamba2ScanArgs
 // resolved once.
 struct HeadView {
@@ -37,7 +42,7 @@ struct HeadView {
       : p(a.head_dim),
         n(a.state_size),
         x_stride(a.xbc_stride > 0 ? a.xbc_stride : a.heads * a.head_dim),
-        bc_stride(a.xbc_stride > 0 ? a.xbc_stride : a.groups * a.state_size),
+        bc_stride(BcStride(a)),
         dt_stride(a.dt_stride > 0 ? a.dt_stride : a.heads),
         group(h / (a.heads / a.groups)),
         rate(-std::exp(a.a_log[h])),
@@ -73,12 +78,13 @@ ATTN_HOT void Mamba2OneHead(const Mamba2ScanArgs& a, int64_t row, int64_t h) {
   }
 }
 
-// The products every head of a group shares, per block of each row:
-// C_i . B_j (the gram) and B^T, computed once per group rather than once
-// per head (every released Mamba-2 and Granite 4.0-H has a single group:
+// What every head of a group shares, per block of each row: the gram
+// C_i . B_j, B^T and C, computed and laid out once per group rather than
+// once per head (every released Mamba-2 and Granite 4.0-H has a single group:
 // 24 and 48 heads had computed the same products).
 struct GroupBlocks {
   int64_t block, blocks, padded_block, gram_rows, n, groups;
+  int64_t block_floats;  // floats per block
   // Not cleared: GroupBlock writes every entry that is read.
   std::unique_ptr<float[]> data;
   GroupBlocks(const Mamba2ScanArgs& a, int64_t block_size)
@@ -89,36 +95,40 @@ struct GroupBlocks {
         gram_rows(block + kTileRows),
         n(a.state_size),
         groups(a.groups),
-        data(new float[a.batch * a.groups * blocks * (gram_rows + n) * padded_block]) {}
+        block_floats((gram_rows + n) * padded_block + gram_rows * n),
+        data(new float[a.batch * a.groups * blocks * block_floats]) {}
   // [gram_rows][padded_block]: C_i . B_j for j up to each tile's last row,
-  // then [n][padded_block]: B^T (BT).
+  // then [n][padded_block]: B^T (BT), then [gram_rows][n]: C of query i (C).
   float* Gram(int64_t row, int64_t group, int64_t index) const {
-    return data.get() + ((row * groups + group) * blocks + index) * (gram_rows + n) * padded_block;
+    return data.get() + ((row * groups + group) * blocks + index) * block_floats;
   }
-  const float* BT(const float* gram) const { return gram + gram_rows * padded_block; }
+  float* BT(float* gram) const { return gram + gram_rows * padded_block; }
+  float* C(float* gram) const { return BT(gram) + n * padded_block; }
 };
 
-// Block `index` of row `row`, group `group`: B^T and the gram of the rows
-// that get an output (from first_output on), in tiles of kTileRows queries
-// whose scores past the tile's last query are neither computed nor read.
+// Block `index` of row `row`, group `group`: B^T, C and the gram of the
+// rows that get an output (from first_output on), in tiles of kTileRows
+// queries whose scores past the tile's last query are neither computed nor
+// read.
 template <bool kNarrow>
-ATTN_HOT void GroupBlock(const Mamba2ScanArgs& a, GroupBlocks& g, int64_t row, int64_t group,
-                         int64_t index, std::vector<float>& scratch) {
+ATTN_HOT void GroupBlock(const Mamba2ScanArgs& a, const GroupBlocks& g, int64_t row, int64_t group,
+                         int64_t index) {
   const int64_t n = g.n, ld = g.padded_block, first = index * g.block;
   const int64_t len = std::min(g.block, a.time - first);
   const int64_t skip = std::clamp<int64_t>(a.first_output - first, 0, len);
-  const int64_t bc_stride = a.xbc_stride > 0 ? a.xbc_stride : a.groups * n;
+  const int64_t bc_stride = BcStride(a);
   float* gram = g.Gram(row, group, index);
-  float* bt = gram + g.gram_rows * ld;
-  scratch.resize(g.gram_rows * n);
-  float* c = scratch.data();  // [gram_rows][n]: C of query i
+  float* bt = g.BT(gram);
+  float* c = g.C(gram);
   for (int64_t t = 0; t < len; ++t) {
     const int64_t at = (row * a.time + first + t) * bc_stride + group * n;
     for (int64_t j = 0; j < n; ++j) bt[j * ld + t] = a.b[at + j];
     if (t >= skip) std::copy_n(a.c + at, n, c + t * n);
   }
-  // The tiles read whole vectors of B^T: a short last block's padding too.
+  // The tiles read whole vectors of B^T and whole tiles of C's rows: a
+  // short block's padding too.
   for (int64_t j = 0; j < n; ++j) std::fill(bt + j * ld + len, bt + (j + 1) * ld, 0.0f);
+  std::fill(c + len * n, c + g.gram_rows * n, 0.0f);
   for (int64_t i0 = skip; i0 < len; i0 += kTileRows) {
     const int64_t width = RoundUp(std::min(len, i0 + kTileRows), 16);
     for (int64_t r = 0; r < kTileRows; ++r) std::fill_n(gram + (i0 + r) * ld, width, 0.0f);
@@ -128,10 +138,11 @@ ATTN_HOT void GroupBlock(const Mamba2ScanArgs& a, GroupBlocks& g, int64_t row, i
 
 // Where one head's block lives while Mamba2ChunkedOneHead works on it, padded
 // to whole vectors and whole tiles of rows so that every product is whole
-// register tiles (padding holds zeros or rows nobody reads).
+// register tiles. Not cleared between heads: padding holds zeros from the
+// first resize, or sums that land only in rows and columns nobody reads.
 struct SsdScratch {
   int64_t p, padded_p, n, block, padded_block;
-  float *c, *bt, *x, *scores, *y, *st, *dt;
+  float *bt, *x, *scores, *y, *st, *dt;
   SsdScratch(std::vector<float>& scratch, int64_t head_dim, int64_t state_size, int64_t block_size)
       : p(head_dim),
         padded_p(RoundUp(head_dim, 16)),
@@ -140,12 +151,11 @@ struct SsdScratch {
         padded_block(RoundUp(block_size, 16)) {
     // A tile of rows may start at any token of the block, or any state row.
     const int64_t token_rows = block + kTileRows, state_rows = n + kTileRows;
-    const int64_t c_size = token_rows * n, bt_size = state_rows * padded_block;
+    const int64_t bt_size = state_rows * padded_block;
     const int64_t x_size = padded_block * padded_p, scores_size = token_rows * padded_block;
     const int64_t y_size = token_rows * padded_p, st_size = state_rows * padded_p;
-    scratch.assign(c_size + bt_size + x_size + scores_size + y_size + st_size + block, 0.0f);
-    c = scratch.data();        // [token_rows][n]: C of query i
-    bt = c + c_size;           // [state_rows][padded_block]: B^T weighted
+    scratch.resize(bt_size + x_size + scores_size + y_size + st_size + block);
+    bt = scratch.data();       // [state_rows][padded_block]: B^T weighted
     x = bt + bt_size;          // [padded_block][padded_p]
     scores = x + x_size;       // [token_rows][padded_block]: (C_i . B_j) weighted
     y = scores + scores_size;  // [token_rows][padded_p]
@@ -155,16 +165,17 @@ struct SsdScratch {
 };
 
 // The queries i0 .. i0 + kTileRows - 1 (up to len) of a block whose prefix
-// sums of a_t = dt_t A are cum (inclusive) and whose gram is `gram`:
+// sums of a_t = dt_t A are cum (inclusive) and whose gram and C are `gram`
+// and `c` (GroupBlocks):
 //   scores[i][j] = (C_i . B_j) e^{cum_i - cum_j} dt_j    (j <= i, else 0)
 //   y_i = e^{cum_i} S^T C_i + sum_j scores[i][j] x_j
 template <bool kNarrow>
-ATTN_INLINE void SsdQueryTile(const SsdScratch& m, const float* gram, const double* cum, int64_t i0,
-                              int64_t len) {
+ATTN_INLINE void SsdQueryTile(const SsdScratch& m, const float* gram, const float* c,
+                              const double* cum, int64_t i0, int64_t len) {
   const int64_t last = std::min(len, i0 + kTileRows);
   float* y = m.y + i0 * m.padded_p;
   std::fill_n(y, kTileRows * m.padded_p, 0.0f);
-  MulAddRows<kNarrow>(m.c + i0 * m.n, m.n, m.st, m.padded_p, m.n, y, m.padded_p, m.padded_p);
+  MulAddRows<kNarrow>(c + i0 * m.n, m.n, m.st, m.padded_p, m.n, y, m.padded_p, m.padded_p);
   for (int64_t i = i0; i < last; ++i) {
     const float* products = gram + i * m.padded_block;
     float* row = m.scores + i * m.padded_block;
@@ -232,11 +243,10 @@ ATTN_HOT void Mamba2ChunkedOneHead(const Mamba2ScanArgs& a, const GroupBlocks& g
       sum += static_cast<double>(m.dt[t] * v.rate);
       cum[t] = sum;
       std::copy_n(a.x + token * v.x_stride + h * p, p, m.x + t * m.padded_p);
-      if (t >= skip) std::copy_n(a.c + token * v.bc_stride + v.group * n, n, m.c + t * n);
     }
-    const float* gram = g.Gram(row, v.group, index);
+    float* const gram = g.Gram(row, v.group, index);
     for (int64_t i0 = skip; i0 < len; i0 += kTileRows) {
-      SsdQueryTile<kNarrow>(m, gram, cum.data(), i0, len);
+      SsdQueryTile<kNarrow>(m, gram, g.C(gram), cum.data(), i0, len);
       for (int64_t i = i0; i < std::min(len, i0 + kTileRows); ++i) {
         const float* y = m.y + i * m.padded_p;
         const float* x = m.x + i * m.padded_p;
@@ -257,13 +267,12 @@ void Mamba2ScanChunked(const Mamba2ScanArgs& a, int64_t block, AttentionTiles ti
   const bool narrow = tiles == AttentionTiles::kNarrow;
   at::parallel_for(0, a.batch * a.groups * g.blocks, GrainFor(g.block * g.block * a.state_size),
                    [&](int64_t begin, int64_t end) {
-                     std::vector<float> scratch;
                      for (int64_t task = begin; task < end; ++task) {
                        const int64_t index = task % g.blocks, rest = task / g.blocks;
                        if (narrow) {
-                         GroupBlock<true>(a, g, rest / a.groups, rest % a.groups, index, scratch);
+                         GroupBlock<true>(a, g, rest / a.groups, rest % a.groups, index);
                        } else {
-                         GroupBlock<false>(a, g, rest / a.groups, rest % a.groups, index, scratch);
+                         GroupBlock<false>(a, g, rest / a.groups, rest % a.groups, index);
                        }
                      }
                    });
