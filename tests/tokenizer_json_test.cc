@@ -2,7 +2,8 @@
 // not reach (tests/text/tokenizer_json_agrees.sh compares those with
 // tokenizers.js): Metaspace's split, vocabularies without some bytes,
 // unknown tokens, added tokens' lstrip and rstrip, the post-processor's
-// template, and ids a padded embedding has beyond the tokenizer.
+// template, ids a padded embedding has beyond the tokenizer, and the
+// Unicode forms and properties none of the real files uses.
 #include "model/text/tokenizer_json.h"
 
 #include <gtest/gtest.h>
@@ -159,6 +160,60 @@ TEST(TokenizerJson, PaddedIdsAreInputButNeverSampled) {
   EXPECT_EQ(token.id, 2);
   // Its log-probability is the model's own, over all eight rows.
   EXPECT_NEAR(token.logprob, LogSoftmaxAt(logits.data(), 8, 2), 1e-6);
+}
+
+// One token per character, no merges: the ids Encode returns spell the text
+// after the normalizer and the pre-tokenizer.
+Json CharacterTokenizer(const Json& normalizer, const Json& pre_tokenizer) {
+  Json t;
+  t["model"] = {{"type", "BPE"},
+                {"vocab",
+                 {{"e", 0},
+                  {"\xc3\xa9", 1},  // U+00E9, e with acute
+                  {"\xcc\x81", 2},  // U+0301, the combining acute
+                  {"f", 3},
+                  {"i", 4},
+                  {"\xef\xac\x81", 5},  // U+FB01, the fi ligature
+                  {"E", 6},
+                  {"\xf0\x9f\x98\x80", 7},  // U+1F600, an emoji
+                  {"x", 8}}},
+                {"merges", Json::array()}};
+  t["normalizer"] = normalizer;
+  t["pre_tokenizer"] = pre_tokenizer;
+  return t;
+}
+
+Ids EncodeWith(const Json& normalizer, const Json& pre_tokenizer, const std::string& text) {
+  auto tokenizer = TokenizerJson::Parse(CharacterTokenizer(normalizer, pre_tokenizer).dump());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? tokenizer->Encode(text) : Ids{};
+}
+
+// ICU keeps NFC's tables and the character properties in its common
+// library but NFKC's tables and the emoji properties in its data library;
+// the GPU kit (scripts/gpu/make_kit.sh) carries a reduced data library and
+// checks it with this test.
+TEST(TokenizerJson, EveryNormalFormAndPropertyClassHasItsData) {
+  const std::string e_acute = "\xc3\xa9", acute = "\xcc\x81", fi = "\xef\xac\x81";
+  const std::string emoji = "\xf0\x9f\x98\x80";
+  const Json none;
+  auto form = [](const char* type) { return Json{{"type", type}}; };
+  EXPECT_EQ(EncodeWith(form("NFC"), none, "e" + acute), (Ids{1}));
+  EXPECT_EQ(EncodeWith(form("NFC"), none, fi), (Ids{5}));
+  EXPECT_EQ(EncodeWith(form("NFD"), none, e_acute), (Ids{0, 2}));
+  EXPECT_EQ(EncodeWith(form("NFKC"), none, fi + "e" + acute), (Ids{3, 4, 1}));
+  EXPECT_EQ(EncodeWith(form("NFKD"), none, fi + e_acute), (Ids{3, 4, 0, 2}));
+  EXPECT_EQ(EncodeWith(form("Lowercase"), none, "E" + e_acute), (Ids{0, 1}));
+  // Splits that drop what a property class matches.
+  auto removing = [](const char* regex) {
+    return Json{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Removed"}};
+  };
+  const std::string text = "x" + emoji + "E" + e_acute + "x";
+  EXPECT_EQ(EncodeWith(none, removing("\\p{Extended_Pictographic}"), text), (Ids{8, 6, 1, 8}));
+  EXPECT_EQ(EncodeWith(none, removing("\\p{Emoji_Presentation}"), text), (Ids{8, 6, 1, 8}));
+  EXPECT_EQ(EncodeWith(none, removing("\\p{Lu}|\\N{LATIN SMALL LETTER E WITH ACUTE}"), text),
+            (Ids{8, 7, 8}));
+  EXPECT_EQ(EncodeWith(none, removing("[^\\p{L}\\p{N}]"), text), (Ids{8, 6, 1, 8}));
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 #
 #   scripts/gpu/device_run.sh OUT
 #
-#   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)  CXX_STANDARD (17)
+#   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
+#   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
 #   STEPS ("build test bench serve"): the steps to run, in that order
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/../.." || exit 1
 OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
-CXX_STANDARD=${CXX_STANDARD:-17}
+CXX_STANDARD=${CXX_STANDARD:-auto}
 STEPS=${STEPS:-build test bench serve}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 BUDGET_S=${BUDGET_S:-480}
@@ -65,7 +66,13 @@ unpack() {
 }
 
 torch_prefix() { python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'; }
-torch_lib() { python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))'; }
+torch_dir() { python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "'"$1"'"))'; }
+# PyTorch's headers refuse C++17 from some release on (ATen.h's #error);
+# the project builds as C++17 or C++20.
+cxx_standard() {
+  if [ "$CXX_STANDARD" != auto ]; then echo "$CXX_STANDARD"; return; fi
+  if grep -qs 'C++20 or later' "$(torch_dir include)/ATen/ATen.h"; then echo 20; else echo 17; fi
+}
 
 # PyTorch's CMake files look for cuDNN; a wheel keeps it in the Python
 # package nvidia-cudnn. If they still cannot, the second try asks for none.
@@ -77,9 +84,12 @@ cudnn_flags() {
 }
 
 configure() {
+  local std
+  std=$(cxx_standard)
+  echo "== C++$std"
   local flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release
     -DCMAKE_PREFIX_PATH="$(torch_prefix);$KIT_ROOT/usr"
-    -DCMAKE_CXX_STANDARD="$CXX_STANDARD" -DATTN_WERROR=OFF -DATTN_BUILD_BENCHMARKS=ON
+    -DCMAKE_CXX_STANDARD="$std" -DATTN_WERROR=OFF -DATTN_BUILD_BENCHMARKS=ON
     -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_ARCHITECTURES=90
     -DPKG_CONFIG_EXECUTABLE="$KIT_ROOT/usr/bin/pkgconf"
     -DProtobuf_PROTOC_EXECUTABLE="$KIT_ROOT/usr/bin/protoc"
@@ -126,7 +136,7 @@ note "| step | outcome |"
 note "| --- | --- |"
 step machine machine
 step unpack unpack || exit 1
-torch_libs=$(torch_lib)
+torch_libs=$(torch_dir lib)
 export LD_LIBRARY_PATH="$KIT_ROOT/usr/lib/x86_64-linux-gnu:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 case " $STEPS " in *" build "*)
   step configure configure && step build build ;;

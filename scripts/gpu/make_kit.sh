@@ -17,6 +17,8 @@
 #   LIMIT_MIB (64)      what may travel to the GPU machine, working tree and kit
 #   WHOLE_HEADERS (0)   1: every header of the packages but Boost's, not only
 #                       those the build here read (about 1 MiB more)
+#   ICU_ITEMS           the items of ICU's data the kit's libicudata keeps
+#                       (below; ICU_ITEMS=all keeps the whole 31 MB)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,6 +26,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 LIMIT_MIB=${LIMIT_MIB:-64}
 WHOLE_HEADERS=${WHOLE_HEADERS:-0}
+ICU_ITEMS=${ICU_ITEMS:-nfkc.nrm unames.icu uemoji.icu ulayout.icu}
 
 # Packages the GPU machine brings itself: its C library and compiler
 # runtime, and PyTorch's LibTorch (with its BLAS and OpenMP) in place of
@@ -194,6 +197,39 @@ while read -r pc; do
     -e 's|^\([a-z_]*\)=/usr/|\1=${prefix}/|' \
     -e 's|^libdir=${prefix}/lib$|libdir=${prefix}/lib/x86_64-linux-gnu|' "$work/root/$pc"
 done < <(grep '\.pc$' "$work/kept")
+
+# ICU's data library is 31 MB, 7.4 of the kit's packed MiB, nearly all of it
+# locale data nothing here reads. The project uses ICU for normalization and
+# regular expressions, whose data is in ICU's common library but for NFKC's
+# tables (nfkc.nrm), character names (unames.icu, a regex's \N{...}) and the
+# emoji and layout properties (uemoji.icu, ulayout.icu). The kit's
+# libicudata holds those items alone, under the same name and symbol, and is
+# checked here by the tokenizer tests, which fail without any of them.
+reduce_icu_data() {
+  local lib prefix soname dir="$work/icu" tests="$BUILD_DIR/tests/model_tests"
+  lib=$(grep -m 1 -E '^usr/lib/x86_64-linux-gnu/libicudata\.so\.[0-9]+\.[0-9.]+$' "$work/kept") || return 0
+  [ -x "$tests" ] || die "$tests is missing: build the tests to check ICU's reduced data"
+  prefix=$(nm -D --defined-only "$work/root/$lib" | awk '$3 ~ /^icudt[0-9]+_dat$/ {sub(/_dat$/, "", $3); print $3}')
+  soname=$(readelf -d "$work/root/$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  if [ -z "$prefix" ] || [ -z "$soname" ]; then die "$lib: no ICU data symbol or soname"; fi
+  mkdir -p "$dir/items.d" "$dir/package" "$dir/lib"
+  # The data is the library's read-only section; icupkg checks its header
+  # and takes a list of items from a file whose name ends in .txt.
+  objcopy -O binary --only-section=.rodata "$work/root/$lib" "$dir/${prefix}l.dat"
+  tr -s ' ' '\n' <<< "$ICU_ITEMS" | grep . > "$dir/items.txt"
+  icupkg -x "$dir/items.txt" -d "$dir/items.d" "$dir/${prefix}l.dat" > /dev/null
+  icupkg -a "$dir/items.txt" -s "$dir/items.d" new "$dir/package/${prefix}l.dat" > /dev/null
+  genccode --assembly gcc -e "$prefix" -d "$dir" "$dir/package/${prefix}l.dat" > /dev/null
+  gcc -shared -Wl,-soname,"$soname" -o "$dir/lib/$soname" "$dir/${prefix}l_dat.S"
+  LD_LIBRARY_PATH="$dir/lib" ldd "$tests" | grep -q "libicudata.* => $dir/lib/" ||
+    die "$tests does not load ICU's data from $dir/lib (an RPATH?): the check would prove nothing"
+  LD_LIBRARY_PATH="$dir/lib" "$tests" --gtest_brief=1 \
+    --gtest_filter='Tokenizer*:BytesTokenizer*:ChatTemplate*' > "$dir/check.log" 2>&1 ||
+    die "the tokenizer tests fail on ICU's data reduced to $ICU_ITEMS: $(grep -m 3 -E 'Failure|FAILED' "$dir/check.log" | tr '\n' ' ')"
+  cp "$dir/lib/$soname" "$work/root/$lib"
+  echo "make_kit: ICU's data reduced to $ICU_ITEMS ($(stat -c %s "$work/root/$lib") bytes)"
+}
+[ "$ICU_ITEMS" = all ] || reduce_icu_data
 
 # 4. Pack, list and size.
 mkdir -p "$KIT_DIR"
