@@ -1,9 +1,13 @@
 #include "model/mixers/mamba2.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
 #include "model/mixers/block_helpers.h"
@@ -94,6 +98,9 @@ torch::Tensor Mamba2Impl::Convolve(const torch::Tensor& xbc, torch::Tensor& wind
 torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const {
   const int64_t batch = scan.x.size(0), time = scan.x.size(1), heads = options_.heads;
   const int64_t groups = options_.mamba2.groups;
+  if (time == 1 && keep == 1) {
+    if (torch::Tensor y = ScanStepOnGpu(scan, ssm); y.defined()) return y;
+  }
   // Each head's group: B and C repeated over the heads of a group.
   auto per_head = [&](const torch::Tensor& t) {
     return t.repeat_interleave(heads / groups, 2);  // [B, T, H, N]
@@ -113,6 +120,41 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
   }
   if (outputs.empty()) return torch::empty({batch, 0, inner()}, scan.x.options());
   return torch::stack(outputs, 1).view({batch, keep, inner()});
+}
+
+torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const {
+  const std::vector<torch::Tensor> inputs = {scan.x, scan.b, scan.c, scan.dt, ssm, a_log_, skip_};
+  for (const torch::Tensor& t : inputs) {
+    if (!t.is_cuda() || t.scalar_type() != torch::kFloat) return {};
+  }
+  // The kernel records no gradient: training keeps the torch operations.
+  if (!cuda::KernelsEnabled() || torch::GradMode::is_enabled()) return {};
+  const auto x = scan.x.contiguous(), b = scan.b.contiguous(), c = scan.c.contiguous();
+  const auto dt = scan.dt.contiguous(), s_in = ssm.contiguous();
+  const auto a_log = a_log_.contiguous(), d = skip_.contiguous();
+  auto s_out = torch::empty_like(s_in);
+  auto y = torch::empty({x.size(0), 1, inner()}, x.options());
+  cuda::Mamba2StepArgs args;
+  args.batch = x.size(0);
+  args.heads = options_.heads;
+  args.head_dim = head_dim();
+  args.state_size = options_.mamba2.state_size;
+  args.groups = options_.mamba2.groups;
+  args.x = x.data_ptr<float>();
+  args.b = b.data_ptr<float>();
+  args.c = c.data_ptr<float>();
+  args.dt = dt.data_ptr<float>();
+  args.a_log = a_log.data_ptr<float>();
+  args.d = d.data_ptr<float>();
+  args.s_in = s_in.data_ptr<float>();
+  args.s_out = s_out.data_ptr<float>();
+  args.y = y.data_ptr<float>();
+  // The kernel runs on the calling thread's current GPU: the state's.
+  const c10::DeviceGuard on_device(s_in.device());
+  const std::string error = cuda::Mamba2Step(args);
+  TORCH_CHECK(error.empty(), "mamba2: the CUDA step kernel: ", error);
+  ssm = s_out;
+  return y;
 }
 
 namespace {

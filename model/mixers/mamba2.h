@@ -51,7 +51,10 @@
 // in registers across a block (mamba2-130m's 512-token prefill 1.08-1.18x
 // faster on a Zen 1; docs/benchmarks-log.md, "Mamba-2's scan in blocks on
 // the CPU"). Elsewhere, or with fused_kernels off (the path a GPU runs, and
-// training), the chunked form runs op by op in blocks of options.chunk.
+// training), the chunked form runs op by op in blocks of options.chunk. On
+// a GPU a step's update is one CUDA kernel where the build has them
+// (model/cuda/state_kernels.h, -DATTN_CUDA_KERNELS=ON), float32 only; its
+// convolution and norm stay torch operations.
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -101,6 +104,10 @@ class Mamba2Impl : public WholeBlockMixer {
   // y [B, keep, I] of the last `keep` tokens by torch operations, updating
   // ssm [B, H, P, N].
   torch::Tensor ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
+  // One token on a GPU as one CUDA kernel (model/cuda/state_kernels.h),
+  // replacing ssm, where the build has the kernels, every tensor is float32
+  // on the GPU and no gradient is recorded; else an undefined tensor.
+  torch::Tensor ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const;
   // The same by the chunked form (SSD), replacing ssm.
   torch::Tensor ScanChunked(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
   // The convolution and the scan in the CPU kernels, from the input

@@ -1,10 +1,13 @@
 #include "model/mixers/rwkv7.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
 #include "model/mixers/block_helpers.h"
@@ -234,8 +237,45 @@ void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tenso
   kernels::Rwkv7Activations(args);
 }
 
+torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
+  const torch::Tensor* inputs[] = {&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv};
+  for (const torch::Tensor* t : inputs) {
+    if (!t->is_cuda() || t->scalar_type() != torch::kFloat) return {};
+  }
+  // The kernel records no gradient: training keeps the torch operations.
+  if (!cuda::KernelsEnabled() || torch::GradMode::is_enabled()) return {};
+  const int64_t batch = m.k.size(0);
+  const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous();
+  const auto v = m.v.contiguous(), kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
+  const auto s_in = wkv.contiguous();
+  auto s_out = torch::empty_like(s_in);
+  auto o = torch::empty({batch, 1, options_.d_model}, k.options());
+  cuda::Rwkv7StepArgs args;
+  args.batch = batch;
+  args.heads = options_.heads;
+  args.head_dim = head_size();
+  args.r = r.data_ptr<float>();
+  args.w = w.data_ptr<float>();
+  args.k = k.data_ptr<float>();
+  args.v = v.data_ptr<float>();
+  args.kk = kk.data_ptr<float>();
+  args.iclr = iclr.data_ptr<float>();
+  args.s_in = s_in.data_ptr<float>();
+  args.s_out = s_out.data_ptr<float>();
+  args.o = o.data_ptr<float>();
+  // The kernel runs on the calling thread's current GPU: the state's.
+  const c10::DeviceGuard on_device(s_in.device());
+  const std::string error = cuda::Rwkv7Step(args);
+  TORCH_CHECK(error.empty(), "rwkv7: the CUDA step kernel: ", error);
+  wkv = s_out;
+  return o;
+}
+
 torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
   const int64_t batch = m.k.size(0), time = m.k.size(1), heads = options_.heads, n = head_size();
+  if (time == 1 && m.tail == 1) {
+    if (torch::Tensor o = StepOnGpu(m, wkv); o.defined()) return o;
+  }
   const auto target = m.kk * m.iclr;
   auto column = [&](const torch::Tensor& t, int64_t i) {
     return t.select(1, i).view({batch, heads, n, 1});

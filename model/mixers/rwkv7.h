@@ -41,7 +41,9 @@
 // one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h), and so
 // are the six token-shift mixes and the activations between the projections and the
 // update (w, the value residual, iclr, kk and k); elsewhere, or with fused_kernels off,
-// they are torch operations, the update token by token (the path a GPU runs).
+// they are torch operations, the update token by token (the path a GPU runs;
+// a step's update is one CUDA kernel there where the build has them,
+// model/cuda/state_kernels.h).
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -102,6 +104,11 @@ class Rwkv7Impl : public WholeBlockMixer {
   void Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first, bool fused) const;
   // The per-head update over T tokens in torch operations; o [B, tail, C]
   // (undefined with tail 0).
+  // One token on a GPU as one CUDA kernel (model/cuda/state_kernels.h),
+  // replacing wkv: o [B, 1, C], where the build has the kernels, every
+  // tensor is float32 on the GPU and no gradient is recorded; else an
+  // undefined tensor.
+  torch::Tensor StepOnGpu(const Mixed& m, torch::Tensor& wkv) const;
   torch::Tensor UpdateByOps(const Mixed& m, torch::Tensor& wkv) const;
   // The block's output before its gate, [B, tail, C], from the update's
   // o: each head normalised, plus the current token's bonus. In torch

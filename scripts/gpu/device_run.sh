@@ -3,15 +3,17 @@
 # carries the kit of scripts/gpu/make_kit.sh (scripts/gpu/README.md), in one
 # call of about 8 minutes: unpacks the kit, configures against that
 # machine's PyTorch (its LibTorch, with CUDA), builds with every core, runs
-# the device tests on the GPU, times the backends there, serves the bundled
-# models from the GPU and from the CPU and compares their greedy tokens,
-# and writes summary.md and one log per step to OUT.
+# the device tests on the GPU (with the CUDA kernels of model/cuda, then
+# without them), times the backends there, serves the bundled models from
+# the GPU and from the CPU and compares their greedy tokens, and writes
+# summary.md and one log per step to OUT.
 #
 #   scripts/gpu/device_run.sh OUT
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench serve"): the steps to run, in that order
+#   STEPS ("build test bench serve optest"): the steps to run, in that
+#   order; optest runs the device tests again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
 set -uo pipefail
@@ -21,7 +23,7 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench serve}
+STEPS=${STEPS:-build test bench serve optest}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
@@ -94,7 +96,9 @@ configure() {
     -DPKG_CONFIG_EXECUTABLE="$KIT_ROOT/usr/bin/pkgconf"
     -DProtobuf_PROTOC_EXECUTABLE="$KIT_ROOT/usr/bin/protoc"
     -DGRPC_CPP_PLUGIN="$KIT_ROOT/usr/bin/grpc_cpp_plugin")
-  if command -v nvcc > /dev/null; then flags+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)"); fi
+  if command -v nvcc > /dev/null; then
+    flags+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DATTN_CUDA_KERNELS=ON)
+  fi
   mapfile -t -O "${#flags[@]}" flags < <(cudnn_flags)
   cmake -S . -B "$BUILD_DIR" "${flags[@]}" && return
   echo "== again without cuDNN"
@@ -107,10 +111,14 @@ build() {
   ninja -C "$BUILD_DIR" -k 0 device_tests attn-backend-bench attn-server attnctl
 }
 
+# run_tests [SUFFIX]: the device tests' results in OUT/device_tests[SUFFIX].xml.
 run_tests() {
   ATTN_TEST_DEVICE=cuda "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
-    --gtest_output="xml:$OUT/device_tests.xml"
+    --gtest_output="xml:$OUT/device_tests${1:-}.xml"
 }
+# The op-by-op path alone: where the kernels' run fails and this passes,
+# the kernels are wrong.
+run_tests_by_ops() { ATTN_CUDA_KERNELS=0 run_tests _by_ops; }
 
 bench() {
   local model
@@ -144,6 +152,7 @@ esac
 case " $STEPS " in *" test "*) step device_tests run_tests ;; esac
 case " $STEPS " in *" bench "*) step bench bench ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
+case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true

@@ -1,0 +1,83 @@
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "model/cuda/state_kernels.h"
+#include "model/cuda/step_math.h"
+
+namespace attn::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+__device__ float WarpSum(float value) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value += __shfl_down_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// The sum over the warp's lanes, in every lane.
+__device__ float WarpAllSum(float value) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// A block per (row, head) and a warp per channel p at a time, its lanes
+// across the state's columns (step_math.h): a warp reads and writes a row
+// of S in whole cache lines and sums S C with shuffles.
+__global__ void Mamba2StepKernel(Mamba2StepArgs a) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int64_t p = warp; p < a.head_dim; p += kWarpsPerBlock) {
+    const float sum = WarpSum(Mamba2LanePart(a, blockIdx.x, p, lane));
+    if (lane == 0) Mamba2Output(a, blockIdx.x, p, sum);
+  }
+}
+
+// The same layout, a warp per value channel i at a time; S kk is summed
+// into every lane before S changes.
+__global__ void Rwkv7StepKernel(Rwkv7StepArgs a) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int64_t i = warp; i < a.head_dim; i += kWarpsPerBlock) {
+    const float removed = WarpAllSum(Rwkv7RemovedPart(a, blockIdx.x, i, lane));
+    const float out = WarpSum(Rwkv7UpdatePart(a, blockIdx.x, i, lane, removed));
+    if (lane == 0) a.o[blockIdx.x * a.head_dim + i] = out;
+  }
+}
+
+}  // namespace
+
+bool KernelsEnabled() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("ATTN_CUDA_KERNELS");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return enabled;
+}
+
+namespace {
+
+std::string LaunchError() {
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? "" : cudaGetErrorString(error);
+}
+
+}  // namespace
+
+std::string Mamba2Step(const Mamba2StepArgs& args) {
+  if (args.batch == 0) return "";
+  Mamba2StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(
+      args);
+  return LaunchError();
+}
+
+std::string Rwkv7Step(const Rwkv7StepArgs& args) {
+  if (args.batch == 0) return "";
+  Rwkv7StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(args);
+  return LaunchError();
+}
+
+}  // namespace attn::cuda

@@ -1,0 +1,54 @@
+// CUDA kernels for the recurrent state updates of the GPU path, written from
+// the equations of the mixers' headers. They take raw device pointers and
+// run on the calling thread's current GPU (the caller sets it to the
+// tensors' own) and default stream, where LibTorch queues its own work
+// unless a caller sets another stream (this project sets none), so they
+// are ordered with the ops around them. The kernels are compiled with nvcc
+// only when the build asks for them (-DATTN_CUDA_KERNELS=ON, which
+// scripts/gpu/device_run.sh passes); elsewhere KernelsEnabled() is false
+// and the op-by-op path runs. Setting
+// ATTN_CUDA_KERNELS=0 in the environment turns them off at run time, to
+// compare the two paths on one machine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace attn::cuda {
+
+// Whether this build holds the kernels and the environment allows them.
+bool KernelsEnabled();
+
+// One token of Mamba-2's recurrence (model/mixers/mamba2.h) for `batch`
+// rows of `heads` heads of P = head_dim channels and N = state_size, with
+// G = groups groups of heads sharing B and C; every array contiguous,
+// float32, on the device:
+//   x [batch, heads, P], b and c [batch, G, N], dt [batch, heads] (after
+//   softplus), a_log, d [heads], s_in [batch, heads, P, N]; writes
+//   s_out (the same shape, not s_in: a caller may hold the state before
+//   the step) and y [batch, heads, P].
+//   S = exp(dt A) S + dt x B^T,  y = S C + D x,  A = -exp(a_log)
+struct Mamba2StepArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
+  const float *x = nullptr, *b = nullptr, *c = nullptr, *dt = nullptr;
+  const float *a_log = nullptr, *d = nullptr, *s_in = nullptr;
+  float *s_out = nullptr, *y = nullptr;
+};
+// Queues the step; returns the launch's error, empty when there is none.
+std::string Mamba2Step(const Mamba2StepArgs& args);
+
+// One token of RWKV-7's delta rule (model/mixers/rwkv7.h) for `batch` rows
+// of `heads` heads of N = head_dim channels, C = heads * N; every array
+// contiguous, float32, on the device: r, w, k, v, kk and iclr [batch, C],
+// s_in [batch, heads, N, N] (rows: value channels, columns: key channels);
+// writes s_out (the same shape) and o [batch, C]. Per head:
+//   S = S (diag(w) - kk^T (iclr * kk)) + v^T k,  o = S r
+struct Rwkv7StepArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0;
+  const float *r = nullptr, *w = nullptr, *k = nullptr, *v = nullptr;
+  const float *kk = nullptr, *iclr = nullptr, *s_in = nullptr;
+  float *s_out = nullptr, *o = nullptr;
+};
+std::string Rwkv7Step(const Rwkv7StepArgs& args);
+
+}  // namespace attn::cuda

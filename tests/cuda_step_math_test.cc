@@ -1,0 +1,124 @@
+// The step kernels' arithmetic (model/cuda/step_math.h) on the CPU: every
+// block, warp channel and lane as the kernels run them, the lanes' parts
+// summed in place of the warp's shuffles, against the recurrences of
+// model/mixers/mamba2.h and rwkv7.h written here in float64. Sizes are not
+// multiples of the warp, and groups share B and C, so the indexing is what
+// is checked; the launch itself runs on a GPU (device_tests there, with and
+// without the kernels).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "model/cuda/step_math.h"
+
+namespace attn {
+namespace {
+
+using cuda::kWarp;
+
+std::vector<float> Random(int64_t size, float low, float high, std::mt19937& gen) {
+  std::uniform_real_distribution<float> uniform(low, high);
+  std::vector<float> values(size);
+  for (float& v : values) v = uniform(gen);
+  return values;
+}
+
+// Written by the kernels: NaN until then, so a column no lane writes fails.
+std::vector<float> Unwritten(int64_t size) {
+  return std::vector<float>(size, std::numeric_limits<float>::quiet_NaN());
+}
+
+void ExpectClose(double got, double want, const char* what, int64_t at) {
+  EXPECT_NEAR(got, want, 1e-5 + 1e-5 * std::fabs(want)) << what << " at " << at;
+}
+
+TEST(CudaStepMath, Mamba2LanesSumToTheRecurrence) {
+  const int64_t batch = 2, heads = 6, groups = 2, p = 5, n = 40;
+  std::mt19937 gen(11);
+  const auto x = Random(batch * heads * p, -1, 1, gen), b = Random(batch * groups * n, -1, 1, gen);
+  const auto c = Random(batch * groups * n, -1, 1, gen), dt = Random(batch * heads, 0.01f, 2, gen);
+  const auto a_log = Random(heads, -1, 2, gen), d = Random(heads, -1, 1, gen);
+  const auto s_in = Random(batch * heads * p * n, -1, 1, gen);
+  auto s_out = Unwritten(s_in.size()), y = Unwritten(x.size());
+  cuda::Mamba2StepArgs a;
+  a.batch = batch, a.heads = heads, a.head_dim = p, a.state_size = n, a.groups = groups;
+  a.x = x.data(), a.b = b.data(), a.c = c.data(), a.dt = dt.data(), a.a_log = a_log.data();
+  a.d = d.data(), a.s_in = s_in.data(), a.s_out = s_out.data(), a.y = y.data();
+  for (int64_t block = 0; block < batch * heads; ++block) {
+    for (int64_t channel = 0; channel < p; ++channel) {
+      float sum = 0.f;
+      for (int lane = 0; lane < kWarp; ++lane) sum += cuda::Mamba2LanePart(a, block, channel, lane);
+      cuda::Mamba2Output(a, block, channel, sum);
+    }
+  }
+  // S = exp(dt A) S + dt x B^T, y = S C + D x, A = -exp(a_log), B and C
+  // those of the head's group.
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t g = h / (heads / groups);
+      const double step = dt[row * heads + h], decay = std::exp(-std::exp(a_log[h]) * step);
+      for (int64_t i = 0; i < p; ++i) {
+        const int64_t channel = (row * heads + h) * p + i;
+        double out = d[h] * static_cast<double>(x[channel]);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t at = channel * n + j, bc = (row * groups + g) * n + j;
+          const double s = s_in[at] * decay + step * x[channel] * b[bc];
+          ExpectClose(s_out[at], s, "S", at);
+          out += s * c[bc];
+        }
+        ExpectClose(y[channel], out, "y", channel);
+      }
+    }
+  }
+}
+
+TEST(CudaStepMath, Rwkv7LanesSumToTheDeltaRule) {
+  const int64_t batch = 2, heads = 3, n = 40, channels = heads * n;
+  std::mt19937 gen(13);
+  const auto r = Random(batch * channels, -1, 1, gen), w = Random(batch * channels, 0.55f, 1, gen);
+  const auto k = Random(batch * channels, -1, 1, gen), v = Random(batch * channels, -1, 1, gen);
+  const auto kk = Random(batch * channels, -0.3f, 0.3f, gen);
+  const auto iclr = Random(batch * channels, 0, 1, gen);
+  const auto s_in = Random(batch * heads * n * n, -1, 1, gen);
+  auto s_out = Unwritten(s_in.size()), o = Unwritten(r.size());
+  cuda::Rwkv7StepArgs a;
+  a.batch = batch, a.heads = heads, a.head_dim = n;
+  a.r = r.data(), a.w = w.data(), a.k = k.data(), a.v = v.data(), a.kk = kk.data();
+  a.iclr = iclr.data(), a.s_in = s_in.data(), a.s_out = s_out.data(), a.o = o.data();
+  for (int64_t block = 0; block < batch * heads; ++block) {
+    for (int64_t i = 0; i < n; ++i) {
+      float removed = 0.f, out = 0.f;
+      for (int lane = 0; lane < kWarp; ++lane) removed += cuda::Rwkv7RemovedPart(a, block, i, lane);
+      for (int lane = 0; lane < kWarp; ++lane) {
+        out += cuda::Rwkv7UpdatePart(a, block, i, lane, removed);
+      }
+      o[block * n + i] = out;
+    }
+  }
+  // Per head, S = S (diag(w) - kk^T (iclr * kk)) + v^T k and o = S r, S's
+  // rows the value channels.
+  for (int64_t block = 0; block < batch * heads; ++block) {
+    const int64_t head0 = block * n;
+    for (int64_t i = 0; i < n; ++i) {
+      double removed = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        removed += static_cast<double>(s_in[(head0 + i) * n + j]) * kk[head0 + j];
+      }
+      double out = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t at = (head0 + i) * n + j, c = head0 + j;
+        const double s = static_cast<double>(s_in[at]) * w[c] - removed * kk[c] * iclr[c] +
+                         static_cast<double>(v[head0 + i]) * k[c];
+        ExpectClose(s_out[at], s, "S", at);
+        out += s * r[c];
+      }
+      ExpectClose(o[head0 + i], out, "o", head0 + i);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn
