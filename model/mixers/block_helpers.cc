@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "model/cuda/state_kernels.h"
 #include "model/layers/dense.h"
 
 namespace attn {
@@ -35,5 +36,12 @@ ShiftedTail ShiftTail(const torch::Tensor& b, const torch::Tensor& h, torch::Ten
 }
 
 int64_t OutputTail(int64_t time, int64_t keep) { return keep == 0 ? 1 : std::min(time, keep + 1); }
+
+bool CudaStepApplies(std::initializer_list<const torch::Tensor*> tensors) {
+  if (!cuda::KernelsEnabled() || torch::GradMode::is_enabled()) return false;
+  return std::all_of(tensors.begin(), tensors.end(), [](const torch::Tensor* t) {
+    return t->is_cuda() && t->scalar_type() == torch::kFloat;
+  });
+}
 
 }  // namespace attn

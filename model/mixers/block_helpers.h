@@ -7,6 +7,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <initializer_list>
+
 namespace attn {
 
 // x @ W^T of a bias-free linear layer, through Dense (its int8 copy where
@@ -33,5 +35,12 @@ ShiftedTail ShiftTail(const torch::Tensor& b, const torch::Tensor& h, torch::Ten
 // is the shift the state keeps (the channel mix itself is then skipped: a
 // prompt's earlier chunks, speculation's rollback).
 int64_t OutputTail(int64_t time, int64_t keep);
+
+// Whether a step's CUDA kernel (model/cuda/state_kernels.h) may replace
+// the torch operations: the build has the kernels, no gradient is recorded
+// (the kernels record none; training keeps the operations), and every one
+// of `tensors` is float32 on a GPU. The first two are checked first, so a
+// build without the kernels pays nothing more.
+bool CudaStepApplies(std::initializer_list<const torch::Tensor*> tensors);
 
 }  // namespace attn

@@ -123,12 +123,7 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
 }
 
 torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const {
-  const std::vector<torch::Tensor> inputs = {scan.x, scan.b, scan.c, scan.dt, ssm, a_log_, skip_};
-  for (const torch::Tensor& t : inputs) {
-    if (!t.is_cuda() || t.scalar_type() != torch::kFloat) return {};
-  }
-  // The kernel records no gradient: training keeps the torch operations.
-  if (!cuda::KernelsEnabled() || torch::GradMode::is_enabled()) return {};
+  if (!CudaStepApplies({&scan.x, &scan.b, &scan.c, &scan.dt, &ssm, &a_log_, &skip_})) return {};
   const auto x = scan.x.contiguous(), b = scan.b.contiguous(), c = scan.c.contiguous();
   const auto dt = scan.dt.contiguous(), s_in = ssm.contiguous();
   const auto a_log = a_log_.contiguous(), d = skip_.contiguous();

@@ -238,12 +238,7 @@ void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tenso
 }
 
 torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
-  const torch::Tensor* inputs[] = {&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv};
-  for (const torch::Tensor* t : inputs) {
-    if (!t->is_cuda() || t->scalar_type() != torch::kFloat) return {};
-  }
-  // The kernel records no gradient: training keeps the torch operations.
-  if (!cuda::KernelsEnabled() || torch::GradMode::is_enabled()) return {};
+  if (!CudaStepApplies({&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv})) return {};
   const int64_t batch = m.k.size(0);
   const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous();
   const auto v = m.v.contiguous(), kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
