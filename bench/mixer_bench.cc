@@ -11,10 +11,16 @@
 //                                       B rows at 8192, interleaved in one loop;
 //                                       counter ratio = long / short
 //   Parallel/<kind>/time:<T>            forward() over T tokens, batch 1
+//   OpByOp/<kind>/batch:<B>             the step a GPU runs (the fused CPU
+//                                       kernels off) of B rows at 64 tokens;
+//                                       counter ops = the ATen operators it
+//                                       calls, each at least one kernel
+//                                       launch on a GPU
 //
 // The interleaved benchmarks exist because this machine's speed drifts by
 // tens of percent between runs: a ratio of two separate runs is noise.
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -64,17 +70,23 @@ bool HasWindow(MixerKind kind) {
 struct Fixture {
   MixerKind kind;
   int64_t batch = 0;
+  bool fused = true;
   std::shared_ptr<SequenceMixer> mixer;
   MixerState state;
 };
 
-Fixture& FixtureFor(MixerKind kind, int64_t rows) {
+Fixture& FixtureFor(MixerKind kind, int64_t rows, bool fused = true) {
   static Fixture fixture{};
-  if (fixture.mixer && fixture.kind == kind && fixture.batch == rows) return fixture;
+  if (fixture.mixer && fixture.kind == kind && fixture.batch == rows && fixture.fused == fused) {
+    return fixture;
+  }
   fixture = Fixture{};
   fixture.kind = kind;
   fixture.batch = rows;
-  fixture.mixer = MakeMixer(BenchOptions(kind, kLongestContext + 1));
+  fixture.fused = fused;
+  MixerOptions options = BenchOptions(kind, kLongestContext + 1);
+  options.fused_kernels = fused;
+  fixture.mixer = MakeMixer(options);
   fixture.mixer->eval();
   fixture.state = fixture.mixer->initial_state(rows, torch::kCPU);
   // Any positive values are a valid state for every kind (finite running
@@ -223,6 +235,36 @@ void BM_Parallel(benchmark::State& bench, MixerKind kind, int64_t time) {
   bench.SetItemsProcessed(bench.iterations() * time);
 }
 
+// Operators called at the top level, not those they call in turn.
+thread_local int op_depth = 0;
+thread_local int64_t op_calls = 0;
+
+std::unique_ptr<at::ObserverContext> OpStart(const at::RecordFunction&) {
+  if (op_depth++ == 0) ++op_calls;
+  return nullptr;
+}
+
+void OpEnd(const at::RecordFunction&, at::ObserverContext*) { --op_depth; }
+
+void BM_OpByOp(benchmark::State& bench, MixerKind kind, int64_t batch) {
+  c10::InferenceMode inference;
+  auto& f = FixtureFor(kind, batch, /*fused=*/false);
+  auto x = torch::randn({batch, kDModel});
+  Rewind(f, 0, batch, 64);
+  const auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(OpStart, OpEnd).scopes({at::RecordScope::FUNCTION}));
+  op_calls = 0;
+  f.mixer->step(x, f.state);
+  const int64_t ops = op_calls;
+  at::removeCallback(handle);
+  for (auto _ : bench) {
+    Rewind(f, 0, batch, 64);
+    benchmark::DoNotOptimize(f.mixer->step(x, f.state));
+  }
+  bench.counters["ops"] = static_cast<double>(ops);
+  bench.SetItemsProcessed(bench.iterations() * batch);
+}
+
 std::string Name(MixerKind kind) { return MixerKindName(kind); }
 
 void RegisterAll() {
@@ -244,6 +286,13 @@ void RegisterAll() {
     for (int64_t batch : {1, 64}) {
       const std::string name = "Flatness/" + Name(kind) + "/batch:" + std::to_string(batch);
       benchmark::RegisterBenchmark(name.c_str(), BM_Flatness, kind, batch)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (auto kind : AllMixerKinds()) {
+    for (int64_t batch : {1, 64}) {
+      const std::string name = "OpByOp/" + Name(kind) + "/batch:" + std::to_string(batch);
+      benchmark::RegisterBenchmark(name.c_str(), BM_OpByOp, kind, batch)
           ->Unit(benchmark::kMicrosecond);
     }
   }

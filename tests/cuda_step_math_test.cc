@@ -1,15 +1,18 @@
 // The step kernels' arithmetic (model/cuda/step_math.h) on the CPU: every
 // block, warp channel and lane as the kernels run them, the lanes' parts
 // summed in place of the warp's shuffles, against the recurrences of
-// model/mixers/mamba2.h and rwkv7.h written here in float64. Sizes are not
+// model/mixers/mamba2.h, rwkv7.h and linear_attention.h written here in
+// float64. Sizes are not
 // multiples of the warp, and groups share B and C, so the indexing is what
 // is checked; the launch itself runs on a GPU (device_tests there, with and
 // without the kernels).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/cuda/step_math.h"
@@ -116,6 +119,78 @@ TEST(CudaStepMath, Rwkv7LanesSumToTheDeltaRule) {
         out += s * r[c];
       }
       ExpectClose(o[head0 + i], out, "o", head0 + i);
+    }
+  }
+}
+
+// phi(x)_c in float64: elu(x) + 1, or exp(x_c - max x) over the head.
+double Feature(const float* x, int64_t n, int64_t c, bool exp_feature) {
+  if (!exp_feature) return x[c] > 0 ? x[c] + 1.0 : std::exp(static_cast<double>(x[c]));
+  double top = x[0];
+  for (int64_t i = 1; i < n; ++i) top = std::max(top, static_cast<double>(x[i]));
+  return std::exp(x[c] - top);
+}
+
+// Rows of a pool named by scattered slots, updated in place: the others
+// keep their state and length. Each feature map, with and without decay.
+TEST(CudaStepMath, LinearThreadsUpdateTheirPoolRows) {
+  const int64_t batch = 3, heads = 3, n = 37, d = heads * n, rows = 5;
+  const std::vector<int64_t> slots = {3, 0, 2};
+  for (const bool exp_feature : {false, true}) {
+    for (const bool decayed : {false, true}) {
+      SCOPED_TRACE(std::string(exp_feature ? "exp" : "elu") + (decayed ? ", decayed" : ""));
+      std::mt19937 gen(17);
+      const auto qkv = Random(batch * 3 * d, -3, 3, gen), decay = Random(heads, 0.9f, 1, gen);
+      const auto s_in = Random(rows * heads * n * n, -1, 1, gen);
+      const auto z_in = Random(rows * heads * n, 0, 5, gen);
+      std::vector<int64_t> lengths = {7, 8, 9, 10, 11};
+      auto s = s_in, z = z_in, out = Unwritten(batch * d);
+      cuda::LinearStepArgs a;
+      a.batch = batch, a.heads = heads, a.head_dim = n, a.exp_feature = exp_feature;
+      a.eps = 1e-6f, a.qkv = qkv.data(), a.decay = decayed ? decay.data() : nullptr;
+      a.slots = slots.data(), a.s = s.data(), a.z = z.data(), a.out = out.data();
+      a.lengths = lengths.data();
+      std::vector<float> shared(3 * n);
+      for (int64_t block = 0; block < batch * heads; ++block) {
+        for (int64_t c = 0; c < n; ++c) cuda::LinearKeyChannel(a, block, c, shared.data());
+        for (int64_t e = 0; e < n; ++e) cuda::LinearValueColumn(a, block, e, shared.data());
+      }
+      // S = g S + phi(k) v^T, z = g z + phi(k), y = phi(q)^T S / (phi(q)^T z + eps)
+      std::vector<bool> stepped(rows, false);
+      for (int64_t b = 0; b < batch; ++b) {
+        stepped[slots[b]] = true;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* q = qkv.data() + b * 3 * d + h * n;
+          const float *k = q + d, *v = q + 2 * d;
+          const double g = decayed ? decay[h] : 1.0;
+          const int64_t state = slots[b] * heads + h;
+          double den = a.eps;
+          for (int64_t c = 0; c < n; ++c) {
+            const double z_c = g * z_in[state * n + c] + Feature(k, n, c, exp_feature);
+            ExpectClose(z[state * n + c], z_c, "z", state * n + c);
+            den += Feature(q, n, c, exp_feature) * z_c;
+          }
+          for (int64_t e = 0; e < n; ++e) {
+            double num = 0;
+            for (int64_t c = 0; c < n; ++c) {
+              const int64_t at = (state * n + c) * n + e;
+              const double s_ce = g * s_in[at] + Feature(k, n, c, exp_feature) * v[e];
+              ExpectClose(s[at], s_ce, "S", at);
+              num += Feature(q, n, c, exp_feature) * s_ce;
+            }
+            ExpectClose(out[b * d + h * n + e], num / den, "y", b * d + h * n + e);
+          }
+        }
+      }
+      for (int64_t row = 0; row < rows; ++row) {
+        EXPECT_EQ(lengths[row], 7 + row + (stepped[row] ? 1 : 0)) << "length of row " << row;
+        if (stepped[row]) continue;
+        const int64_t first = row * heads * n;
+        for (int64_t i = first; i < first + heads * n; ++i) ASSERT_EQ(z[i], z_in[i]) << i;
+        for (int64_t i = first * n; i < (first + heads * n) * n; ++i) {
+          ASSERT_EQ(s[i], s_in[i]) << i;
+        }
+      }
     }
   }
 }

@@ -1,7 +1,7 @@
 // Every kind on the device a GPU build serves from, against float64 on the
-// CPU: the parallel form, chunked prefill then steps, and a context past
-// 8,192 tokens. The device is ATTN_TEST_DEVICE (cpu, cuda or cuda:N); by
-// default the first GPU where LibTorch sees one, else the CPU, so that the
+// CPU: the parallel form, chunked prefill then steps, pool rows at different
+// positions stepped together, and a context past 8,192 tokens. The device is ATTN_TEST_DEVICE (cpu,
+// cuda or cuda:N); by default the first GPU where LibTorch sees one, else the CPU, so that the
 // suite runs in every build: here it checks the CPU's fused kernels, on a
 // GPU machine (scripts/gpu/device_run.sh) the op-by-op path a GPU runs.
 #include <gtest/gtest.h>
@@ -90,6 +90,33 @@ TEST_P(DeviceTest, ChunkedPrefillThenStepsEqualFloat64) {
   const torch::Tensor logits =
       testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
   EXPECT_LT(MaxAbsDiff(logits.cpu(), expected_), kFloat32Tolerance) << "on " << device_;
+}
+
+// Sequences in scattered rows of one pool, at different positions, stepped
+// together as the engine's batches are: on a GPU, the step kernels'
+// indexing of pool rows and the op-by-op path's batch of rows.
+TEST_P(DeviceTest, PoolRowsAtDifferentPositionsStepTogether) {
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> slot_of = {3, 0, 2}, start = {0, 4, 9};
+  LmState pool = model_->initial_state(5, device_);
+  std::vector<std::vector<torch::Tensor>> logits(kRows);
+  for (int64_t clock = 0; clock < kTime + start.back(); ++clock) {
+    std::vector<int64_t> sequences, slots, tokens;
+    for (int64_t b = 0; b < kRows; ++b) {
+      const int64_t t = clock - start[b];
+      if (t < 0 || t >= kTime) continue;
+      sequences.push_back(b);
+      slots.push_back(slot_of[b]);
+      tokens.push_back(tokens_[b][t].item<int64_t>());
+    }
+    const torch::Tensor out =
+        model_->step(torch::tensor(tokens).to(device_), torch::tensor(slots), pool).cpu();
+    for (size_t i = 0; i < sequences.size(); ++i) logits[sequences[i]].push_back(out[i]);
+  }
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(torch::stack(logits[b]), expected_[b]), kFloat32Tolerance)
+        << "sequence " << b << " on " << device_;
+  }
 }
 
 // The device's own float64 arithmetic: the same operations as the CPU's,

@@ -48,6 +48,15 @@ __global__ void Rwkv7StepKernel(Rwkv7StepArgs a) {
   }
 }
 
+// A block per (row, head), a thread per channel (step_math.h).
+__global__ void LinearStepKernel(LinearStepArgs a) {
+  extern __shared__ float shared[];  // phi(q), phi(k), phi(q) * z: 3 N floats
+  const int64_t channel = threadIdx.x;
+  if (channel < a.head_dim) LinearKeyChannel(a, blockIdx.x, channel, shared);
+  __syncthreads();
+  if (channel < a.head_dim) LinearValueColumn(a, blockIdx.x, channel, shared);
+}
+
 }  // namespace
 
 bool KernelsEnabled() {
@@ -77,6 +86,18 @@ std::string Mamba2Step(const Mamba2StepArgs& args) {
 std::string Rwkv7Step(const Rwkv7StepArgs& args) {
   if (args.batch == 0) return "";
   Rwkv7StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(args);
+  return LaunchError();
+}
+
+std::string LinearStep(const LinearStepArgs& args) {
+  if (args.batch == 0) return "";
+  if (args.head_dim > kMaxLinearHeadDim) {
+    return "linear attention heads over " + std::to_string(kMaxLinearHeadDim) + " channels";
+  }
+  const int64_t threads = (args.head_dim + kWarp - 1) / kWarp * kWarp;
+  const size_t shared = 3 * static_cast<size_t>(args.head_dim) * sizeof(float);
+  LinearStepKernel<<<static_cast<unsigned>(args.batch * args.heads), static_cast<unsigned>(threads),
+                     shared>>>(args);
   return LaunchError();
 }
 

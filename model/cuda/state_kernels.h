@@ -51,4 +51,28 @@ struct Rwkv7StepArgs {
 };
 std::string Rwkv7Step(const Rwkv7StepArgs& args);
 
+// One token of linear attention (model/mixers/linear_attention.h) for
+// `batch` rows of `heads` heads of N = head_dim channels, D = heads * N,
+// updating rows `slots` of a state pool in place:
+//   qkv [batch, 3 D] (q, k, v side by side), decay [heads] (g_h; null: no
+//   decay), slots [batch] (the state rows; null: rows 0..batch-1), s [rows,
+//   heads, N, N] (rows: key features, columns: value channels), z [rows,
+//   heads, N], lengths [rows] (int64, advanced by one); writes out [batch, D].
+//   Per head, phi = elu(x) + 1, or exp(x - max x) with exp_feature:
+//   S = g S + phi(k) v^T,  z = g z + phi(k),  y = phi(q)^T S / (phi(q)^T z + eps)
+// Every array contiguous and on the device; the slots distinct.
+struct LinearStepArgs {
+  int64_t batch = 0, heads = 0, head_dim = 0;
+  bool exp_feature = false;
+  float eps = 0.f;
+  const float *qkv = nullptr, *decay = nullptr;
+  const int64_t* slots = nullptr;
+  float *s = nullptr, *z = nullptr, *out = nullptr;
+  int64_t* lengths = nullptr;
+};
+// A block holds a thread per channel of a head: larger heads take the
+// op-by-op path.
+inline constexpr int64_t kMaxLinearHeadDim = 1024;
+std::string LinearStep(const LinearStepArgs& args);
+
 }  // namespace attn::cuda

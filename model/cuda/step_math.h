@@ -80,4 +80,55 @@ ATTN_HOST_DEVICE inline float Rwkv7UpdatePart(const Rwkv7StepArgs& a, int64_t bl
   return part;
 }
 
+// Linear attention: a block per (row, head) with a thread per channel, in
+// two phases. Phase one, thread c: phi(q)_c and phi(k)_c into shared[c] and
+// shared[N + c], z_c updated and phi(q)_c z_c into shared[2 N + c]; phase
+// two, after the block's barrier, thread e updates column e of S and writes
+// y_e. A thread per channel reads each head's features whole for the
+// maximum of exp_feature: N reads, against the N^2 of S.
+ATTN_HOST_DEVICE inline float LinearFeature(const float* x, int64_t n, int64_t c,
+                                            bool exp_feature) {
+  if (!exp_feature) return x[c] > 0.f ? x[c] + 1.f : expf(x[c]);  // elu(x) + 1
+  float top = x[0];
+  for (int64_t i = 1; i < n; ++i) top = fmaxf(top, x[i]);
+  return expf(x[c] - top);
+}
+
+// The state row of `block`'s sequence.
+ATTN_HOST_DEVICE inline int64_t LinearStateHead(const LinearStepArgs& a, int64_t block) {
+  const int64_t row = block / a.heads;
+  return (a.slots != nullptr ? a.slots[row] : row) * a.heads + block % a.heads;
+}
+
+ATTN_HOST_DEVICE inline void LinearKeyChannel(const LinearStepArgs& a, int64_t block, int64_t c,
+                                              float* shared) {
+  const int64_t n = a.head_dim, d = a.heads * n, row = block / a.heads, head = block % a.heads;
+  const float* q = a.qkv + row * 3 * d + head * n;
+  const float phi_q = LinearFeature(q, n, c, a.exp_feature);
+  const float phi_k = LinearFeature(q + d, n, c, a.exp_feature);
+  const float g = a.decay != nullptr ? a.decay[head] : 1.f;
+  float* z = a.z + LinearStateHead(a, block) * n;
+  z[c] = g * z[c] + phi_k;
+  shared[c] = phi_q;
+  shared[n + c] = phi_k;
+  shared[2 * n + c] = phi_q * z[c];
+  if (head == 0 && c == 0) a.lengths[a.slots != nullptr ? a.slots[row] : row] += 1;
+}
+
+ATTN_HOST_DEVICE inline void LinearValueColumn(const LinearStepArgs& a, int64_t block, int64_t e,
+                                               const float* shared) {
+  const int64_t n = a.head_dim, d = a.heads * n, row = block / a.heads, head = block % a.heads;
+  const float v = a.qkv[row * 3 * d + 2 * d + head * n + e];
+  const float g = a.decay != nullptr ? a.decay[head] : 1.f;
+  float* s = a.s + LinearStateHead(a, block) * n * n;
+  float den = a.eps, num = 0.f;
+  for (int64_t c = 0; c < n; ++c) den += shared[2 * n + c];
+  for (int64_t c = 0; c < n; ++c) {
+    const float updated = g * s[c * n + e] + shared[n + c] * v;
+    s[c * n + e] = updated;
+    num += shared[c] * updated;
+  }
+  a.out[row * d + head * n + e] = num / den;
+}
+
 }  // namespace attn::cuda

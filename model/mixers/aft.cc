@@ -2,7 +2,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <array>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
@@ -245,7 +249,7 @@ torch::Tensor AftImpl::Prefill(const torch::Tensor& x, MixerState& state,
 torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  if (!CanFuse(x, state)) return StepByOps(x, state, slots);
   const int64_t batch = x.size(0), d = options_.d_model;
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
@@ -261,6 +265,88 @@ torch::Tensor AftImpl::step(const torch::Tensor& x, MixerState& state, const tor
   kernels::AftStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
   return Dense(out, out_proj_);
+}
+
+std::pair<torch::Tensor, torch::Tensor> AftImpl::StepFactors(
+    const torch::Tensor& t, int64_t span, const torch::TensorOptions& options) const {
+  const int64_t batch = t.size(0), s = window_, d = options_.d_model;
+  const int64_t groups = bias_heads_, width = d / groups;
+  const auto table = position_bias_.to(options.dtype());  // [G, rows, S]
+  const auto rows =
+      table.size(1) > 1 ? table.index_select(1, t) : table.expand({groups, batch, s});  // [G, B, S]
+  // Slot j holds the key of the position p in [t - S, t) with p = j mod S:
+  // delta = t - p in 1..S, and the slot holds nothing yet where p < 0.
+  const auto j = torch::arange(span, t.options()).view({1, span});
+  const auto delta = (t.view({-1, 1}) - 1 - j).remainder(s) + 1;  // [B, span]
+  const auto index = delta.clamp_max(s - 1).unsqueeze(0).expand({groups, batch, span});
+  auto ring =
+      torch::where((delta < s).unsqueeze(0), rows.gather(2, index).exp(), torch::ones({1}, options))
+          .masked_fill((delta > t.view({-1, 1})).unsqueeze(0), 0.0);
+  auto to_channels = [&](const torch::Tensor& by_group, std::vector<int64_t> lead) {
+    auto shape = lead;
+    shape.push_back(groups);
+    shape.push_back(width);
+    lead.push_back(d);
+    return by_group.unsqueeze(-1).expand(shape).reshape(lead);
+  };
+  return {to_channels(ring.permute({1, 2, 0}), {batch, span}),
+          to_channels(rows.select(2, 0).exp().t(), {batch})};
+}
+
+torch::Tensor AftImpl::StepByOps(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& slots) {
+  const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
+  CheckCapacity(state, rows, 1);
+  const int64_t batch = x.size(0);
+  const auto index = rows.to(x.device());
+  const auto t = state.length.index_select(0, rows.to(state.length.device())).to(x.device());
+  const auto qkv = Dense(x, in_proj_).chunk(3, -1);
+  const auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  // Rows short of the window hold keys only in the slots below their
+  // length: a window of max_context (aft-full) is gathered as far as the
+  // longest row reaches, not whole.
+  const int64_t span = std::min(window_, t.max().item<int64_t>() + 1);
+  std::array<torch::Tensor, 5> held;
+  for (int i = 0; i < 5; ++i) {
+    held[i] =
+        (i < 3 ? state.tensors[i] : state.tensors[i].narrow(1, 0, span)).index_select(0, index);
+  }
+  const auto m = torch::maximum(held[0], k);
+  const auto scale = torch::exp(held[0] - m);  // 0 for a fresh row (c = -inf)
+  const auto ek = torch::exp(k - m);
+  auto carried_num = held[1], carried_den = held[2], own = torch::ones_like(k);
+  auto num = held[1] * scale, den = held[2] * scale;  // the state's sums, rescaled to m
+  if (window_ > 0) {
+    auto [ring, own_factors] = StepFactors(t, span, x.options());
+    carried_num = carried_num + (ring * held[4]).sum(1);
+    carried_den = carried_den + (ring * held[3]).sum(1);
+    own = own_factors;
+    // Slot t mod S: the key at t - S (if any) leaves the ring for the sums,
+    // and the new key takes its place.
+    const auto ring_rows = torch::arange(batch, t.options()), slot = t.remainder(window_);
+    const auto leaves = (t >= window_).unsqueeze(1);
+    held[3] = held[3] * scale.unsqueeze(1);
+    held[4] = held[4] * scale.unsqueeze(1);
+    const auto zero = torch::zeros({1}, x.options());
+    num = num + torch::where(leaves, held[4].index({ring_rows, slot}), zero);
+    den = den + torch::where(leaves, held[3].index({ring_rows, slot}), zero);
+    held[3].index_put_({ring_rows, slot}, ek);
+    held[4].index_put_({ring_rows, slot}, ek * v);
+  } else {
+    num = num + ek * v;
+    den = den + ek;
+  }
+  const auto y =
+      torch::sigmoid(q) * (scale * carried_num + ek * own * v) / (scale * carried_den + ek * own);
+  held[0] = m;
+  held[1] = num;
+  held[2] = den;
+  for (int i = 0; i < 5; ++i) {
+    (i < 3 ? state.tensors[i] : state.tensors[i].narrow(1, 0, span)).index_copy_(0, index, held[i]);
+  }
+  state.length.index_add_(0, rows.to(state.length.device()),
+                          torch::ones({batch}, state.length.options()));
+  return Dense(y, out_proj_);
 }
 
 }  // namespace attn

@@ -35,6 +35,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <utility>
+
 #include "model/mixers/mixer.h"
 
 namespace attn {
@@ -86,6 +88,15 @@ class AftImpl : public SequenceMixer {
   // position `start`. Only the last `keep` tokens' outputs are computed.
   torch::Tensor FusedPrefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows,
                              int64_t start, int64_t keep);
+  // step() where the fused kernels do not run (a GPU): the whole batch in
+  // one set of ops, each row at its own position.
+  torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
+  // exp(w) factors of one query per row at positions t (int64 [B], x's
+  // device) over the keys in the ring's first `span` slots, [B, span, D] (0
+  // for a slot that holds no key yet), and over its own key, [B, D]. Needs
+  // a window.
+  std::pair<torch::Tensor, torch::Tensor> StepFactors(const torch::Tensor& t, int64_t span,
+                                                      const torch::TensorOptions& options) const;
 
   int64_t window_;
   int64_t bias_heads_;

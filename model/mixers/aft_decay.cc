@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -123,14 +124,10 @@ torch::Tensor AftDecayImpl::Block(const torch::Tensor& q, const torch::Tensor& k
 
 torch::Tensor AftDecayImpl::Blocks(const torch::Tensor& x, Sums& sums) {
   auto qkv = Dense(x, in_proj_).chunk(3, -1);
-  const int64_t time = x.size(1), d = options_.d_model, s = options_.window;
+  const int64_t time = x.size(1);
   // Once per call, not per block: lambda [D] and the filter u_h(d)[delta] as [s, D].
   auto lambda = -torch::log(decay_factor()).to(x.dtype());
-  auto filter = position_bias_.to(x.dtype())
-                    .t()
-                    .unsqueeze(-1)
-                    .expand({s, options_.heads, d / options_.heads})
-                    .reshape({s, d});
+  auto filter = WindowFilter(x.scalar_type());
   std::vector<torch::Tensor> outputs;
   for (int64_t begin = 0; begin < time; begin += options_.chunk) {
     const int64_t len = std::min(options_.chunk, time - begin);
@@ -138,6 +135,15 @@ torch::Tensor AftDecayImpl::Blocks(const torch::Tensor& x, Sums& sums) {
                             qkv[2].narrow(1, begin, len), lambda, filter, sums));
   }
   return Dense(torch::cat(outputs, 1), out_proj_);
+}
+
+torch::Tensor AftDecayImpl::WindowFilter(torch::ScalarType dtype) const {
+  const int64_t s = options_.window, d = options_.d_model;
+  return position_bias_.to(dtype)
+      .t()
+      .unsqueeze(-1)
+      .expand({s, options_.heads, d / options_.heads})
+      .reshape({s, d});
 }
 
 torch::Tensor AftDecayImpl::forward(const torch::Tensor& x) {
@@ -209,10 +215,61 @@ torch::Tensor AftDecayImpl::step(const torch::Tensor& x, MixerState& state,
                                  const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  if (!CanFuse(x, state)) return StepByOps(x, state, slots);
   torch::Tensor slot_holder;
   const int64_t* rows = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   return Fused(x.contiguous(), state, rows, /*keep=*/1);
+}
+
+// Block's arithmetic for one token per row, each at its own position t: the
+// ring's slot j holds the key and value of the position p in [t - s, t)
+// with p = j mod s (none yet where p < 0), at distance delta = t - p.
+torch::Tensor AftDecayImpl::StepByOps(const torch::Tensor& x, MixerState& state,
+                                      const torch::Tensor& slots) {
+  const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
+  const int64_t batch = x.size(0), s = options_.window, d = options_.d_model;
+  const auto index = rows.to(x.device());
+  const auto t = state.length.index_select(0, rows.to(state.length.device())).to(x.device());
+  const auto qkv = Dense(x, in_proj_).chunk(3, -1);
+  const auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  std::array<torch::Tensor, 5> held;  // ref, num, den, ring of keys, ring of values
+  for (int i = 0; i < 5; ++i) held[i] = state.tensors[i].index_select(0, index);
+  const auto lambda = -torch::log(decay_factor()).to(x.dtype());
+  const auto filter = WindowFilter(x.scalar_type());  // [s, D]
+  const auto j = torch::arange(s, t.options()).view({1, s});
+  const auto delta = (t.view({-1, 1}) - 1 - j).remainder(s) + 1;  // [B, s], 1..s
+  // w = u[delta] inside the window; the key at delta = s is at its edge, w = 0.
+  const auto near = filter.index_select(0, delta.clamp_max(s - 1).flatten()).view({batch, s, d});
+  const auto ring_logits =
+      (held[3] + near.masked_fill((delta == s).unsqueeze(-1), 0.0))
+          .masked_fill((delta > t.view({-1, 1})).unsqueeze(-1), -kInf);  // [B, s, D]
+  const auto own_logit = k + filter[0];
+  const auto carried_ref = held[0] - lambda;  // the carried sums, one step older
+  const auto m =
+      torch::maximum(torch::maximum(std::get<0>(ring_logits.max(1)), own_logit), carried_ref)
+          .detach();
+  const auto weights = torch::exp(ring_logits - m.unsqueeze(1));
+  const auto own = torch::exp(own_logit - m), carried = torch::exp(carried_ref - m);
+  const auto y = torch::sigmoid(q) * ((weights * held[4]).sum(1) + own * v + carried * held[1]) /
+                 (weights.sum(1) + own + carried * held[2]);
+  // Slot t mod s: the key at t - s (if any) joins the sums at weight
+  // exp(key) (its distance past the window is 0), and the new key takes
+  // its place.
+  const auto ring_rows = torch::arange(batch, t.options()), slot = t.remainder(s);
+  const auto leaves = (t >= s).unsqueeze(1);
+  const auto joining = held[3].index({ring_rows, slot});
+  const auto new_ref = torch::where(leaves, torch::maximum(carried_ref, joining), carried_ref);
+  const auto old_scale = torch::exp(carried_ref - new_ref), e = torch::exp(joining - new_ref);
+  held[1] =
+      torch::where(leaves, held[1] * old_scale + e * held[4].index({ring_rows, slot}), held[1]);
+  held[2] = torch::where(leaves, held[2] * old_scale + e, held[2]);
+  held[0] = new_ref.detach();
+  held[3].index_put_({ring_rows, slot}, k);
+  held[4].index_put_({ring_rows, slot}, v);
+  for (int i = 0; i < 5; ++i) state.tensors[i].index_copy_(0, index, held[i]);
+  state.length.index_add_(0, rows.to(state.length.device()),
+                          torch::ones({batch}, state.length.options()));
+  return Dense(y, out_proj_);
 }
 
 }  // namespace attn

@@ -77,6 +77,11 @@ class AftDecayImpl : public SequenceMixer {
   // kernels::AftDecay over x [B, T, D] for rows `rows` (CPU ids, null for
   // 0..B-1), in place on `state`; the last `keep` tokens' outputs.
   torch::Tensor Fused(const torch::Tensor& x, MixerState& state, const int64_t* rows, int64_t keep);
+  // The window's filter u_h(d)[delta] as [s, D], in `dtype`.
+  torch::Tensor WindowFilter(torch::ScalarType dtype) const;
+  // step() where the fused kernels do not run (a GPU): the whole batch in
+  // one set of ops, each row at its own position.
+  torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
 
   torch::nn::Linear in_proj_{nullptr};   // d_model -> 3 d_model (Q, K, V)
   torch::nn::Linear out_proj_{nullptr};  // d_model -> d_model

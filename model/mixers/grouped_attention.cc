@@ -133,7 +133,7 @@ torch::Tensor GroupedAttentionImpl::step(const torch::Tensor& x, MixerState& sta
                                          const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  if (!CanFuse(x, state)) return StepByOps(x, state, slots);
   torch::Tensor holder;
   const int64_t* ids = PrepareFusedStep(state, slots, x.size(0), &holder);
   const torch::Tensor positions =
@@ -142,6 +142,24 @@ torch::Tensor GroupedAttentionImpl::step(const torch::Tensor& x, MixerState& sta
                                                                      {x.size(0)}, torch::kLong));
   const auto qkv = Project(x, positions).contiguous();
   return Dense(CachedAttentionStep(qkv, state, ids, options_.heads, {}, kv_heads_), out_proj_);
+}
+
+torch::Tensor GroupedAttentionImpl::StepByOps(const torch::Tensor& x, MixerState& state,
+                                              const torch::Tensor& slots) {
+  const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
+  CheckCapacity(state, rows, 1);
+  const torch::Tensor positions = state.length.to(torch::kCPU).index_select(0, rows);
+  const int64_t batch = x.size(0), heads = options_.heads;
+  const int64_t dq = heads * head_dim_, dkv = kv_heads_ * head_dim_, group = heads / kv_heads_;
+  const auto qkv = Project(x, positions);
+  auto cached = AppendStepToCache(state, rows.to(x.device()), positions,
+                                  qkv.narrow(1, dq, dkv).view({batch, kv_heads_, head_dim_}),
+                                  qkv.narrow(1, dq + dkv, dkv).view({batch, kv_heads_, head_dim_}));
+  const auto q = qkv.narrow(1, 0, dq).view({batch, heads, 1, head_dim_});
+  const auto y =
+      ScaledDotProductAttention(q, cached.keys.repeat_interleave(group, 1),
+                                cached.values.repeat_interleave(group, 1), cached.mask, false);
+  return Dense(y.reshape({batch, options_.d_model}), out_proj_);
 }
 
 void GroupedAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& slots) const {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "model/kernels/kernels.h"
@@ -37,6 +38,22 @@ std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
   v_cache.index_put_({index, Slice(), Slice(start, end)}, v);
   return {k_cache.narrow(2, 0, end).index_select(0, index),
           v_cache.narrow(2, 0, end).index_select(0, index)};
+}
+
+CachedStepRows AppendStepToCache(MixerState& state, const torch::Tensor& index,
+                                 const torch::Tensor& positions, const torch::Tensor& k,
+                                 const torch::Tensor& v) {
+  const torch::Tensor at = positions.to(index.device());
+  state.tensors[0].index_put_({index, Slice(), at}, k);
+  state.tensors[1].index_put_({index, Slice(), at}, v);
+  state.length.index_add_(0, index.to(state.length.device()),
+                          torch::ones_like(positions).to(state.length.device()));
+  const int64_t keys = positions.max().item<int64_t>() + 1;
+  auto future = torch::arange(keys, at.options()).view({1, 1, 1, keys}) > at.view({-1, 1, 1, 1});
+  return {state.tensors[0].narrow(2, 0, keys).index_select(0, index),
+          state.tensors[1].narrow(2, 0, keys).index_select(0, index),
+          torch::zeros(future.sizes(), k.options())
+              .masked_fill_(future, -std::numeric_limits<double>::infinity())};
 }
 
 namespace {

@@ -1,12 +1,16 @@
 #include "model/mixers/linear_attention.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <string>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
 #include "model/layers/heads.h"
+#include "model/mixers/block_helpers.h"
 
 namespace attn {
 
@@ -177,8 +181,15 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
                                         const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
   const int64_t batch = x.size(0), d = options_.d_model;
+  if (!CanFuse(x, state)) {
+    const torch::Tensor rows = ResolveSlots(state, slots, batch);
+    if (torch::Tensor y = StepOnGpu(x, state, rows); y.defined()) return y;
+    // The state does not depend on position, so rows at different lengths
+    // step together as one prefill of one token: one set of ops for the
+    // batch, not one per row (StepByPrefill).
+    return Prefill(x.unsqueeze(1), state, rows, 1).squeeze(1);
+  }
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, batch, &slot_holder);
   auto qkv = Dense(x, in_proj_).contiguous();
@@ -190,6 +201,39 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionStep(args);
   kernels::AdvanceLengths(batch, args.slots, state.length.data_ptr<int64_t>());
+  return Dense(out, out_proj_);
+}
+
+torch::Tensor LinearAttentionImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
+                                             const torch::Tensor& rows) {
+  torch::Tensor& s = state.tensors[0];
+  torch::Tensor& z = state.tensors[1];
+  if (head_dim_ > cuda::kMaxLinearHeadDim || !CudaStepApplies({&x, &s, &z}) || !s.is_contiguous() ||
+      !z.is_contiguous() || !state.length.is_cuda() || !state.length.is_contiguous()) {
+    return {};
+  }
+  const int64_t batch = x.size(0), d = options_.d_model;
+  const auto qkv = Dense(x, in_proj_).contiguous();
+  const auto decay = decayed() ? decay_factor().contiguous() : torch::Tensor();
+  const auto slots = rows.to(x.device());
+  auto out = torch::empty({batch, d}, x.options());
+  cuda::LinearStepArgs args;
+  args.batch = batch;
+  args.heads = options_.heads;
+  args.head_dim = head_dim_;
+  args.exp_feature = exp_feature();
+  args.eps = static_cast<float>(options_.linear_eps);
+  args.qkv = qkv.data_ptr<float>();
+  args.decay = decay.defined() ? decay.data_ptr<float>() : nullptr;
+  args.slots = slots.data_ptr<int64_t>();
+  args.s = s.data_ptr<float>();
+  args.z = z.data_ptr<float>();
+  args.lengths = state.length.data_ptr<int64_t>();
+  args.out = out.data_ptr<float>();
+  // The kernel runs on the calling thread's current GPU: the state's.
+  const c10::DeviceGuard on_device(s.device());
+  const std::string error = cuda::LinearStep(args);
+  TORCH_CHECK(error.empty(), "linear attention: the CUDA step kernel: ", error);
   return Dense(out, out_proj_);
 }
 

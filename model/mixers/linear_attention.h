@@ -95,6 +95,11 @@ class LinearAttentionImpl : public SequenceMixer {
   void FillHeadsArgs(int64_t batch, const int64_t* slots, const torch::Tensor& qkv,
                      const torch::Tensor& decay, MixerState& state,
                      kernels::LinearHeadsArgs* args) const;
+  // step() on a GPU by the CUDA kernel (model/cuda), updating the pool's rows
+  // in place; undefined when the kernel does not apply (no kernels in this
+  // build, grad mode, not float32 on a GPU, a head too wide), and the
+  // op-by-op path runs. `rows`: ResolveSlots's.
+  torch::Tensor StepOnGpu(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
 
   int64_t head_dim_;
   torch::nn::Linear in_proj_{nullptr};

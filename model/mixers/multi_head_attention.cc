@@ -147,7 +147,7 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
                                            const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  if (!CanFuse(x, state)) return StepByOps(x, state, slots);
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   auto qkv = Dense(x, in_proj_).contiguous();
@@ -156,6 +156,25 @@ torch::Tensor MultiHeadAttentionImpl::step(const torch::Tensor& x, MixerState& s
   torch::Tensor log_slopes = uses_alibi() ? log_slopes_.contiguous() : torch::Tensor();
   if (log_slopes.defined()) terms.log_slopes = log_slopes.data_ptr<float>();
   return Dense(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms), out_proj_);
+}
+
+torch::Tensor MultiHeadAttentionImpl::StepByOps(const torch::Tensor& x, MixerState& state,
+                                                const torch::Tensor& slots) {
+  const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
+  CheckCapacity(state, rows, 1);
+  const torch::Tensor positions = state.length.to(torch::kCPU).index_select(0, rows);
+  auto qkv = ProjectToHeads(in_proj_, x.unsqueeze(1), x.unsqueeze(1), x.unsqueeze(1),
+                            options_.heads);  // [B, H, 1, Dh] each
+  auto cached = AppendStepToCache(state, rows.to(x.device()), positions, qkv[1].squeeze(2),
+                                  qkv[2].squeeze(2));
+  torch::Tensor bias = cached.mask;
+  if (uses_alibi()) {  // -m_h (i - j) for the keys j <= i a row sees
+    const auto i = positions.to(x.device(), x.scalar_type()).view({-1, 1, 1, 1});
+    const auto j = torch::arange(bias.size(3), x.options()).view({1, 1, 1, -1});
+    bias = bias - alibi_slopes().to(x.options()).view({1, -1, 1, 1}) * (i - j).abs();
+  }
+  auto y = ScaledDotProductAttention(qkv[0], cached.keys, cached.values, bias, false);
+  return Dense(MergeHeads(y).squeeze(1), out_proj_);
 }
 
 void MultiHeadAttentionImpl::ResetSlots(MixerState& state, const torch::Tensor& slots) const {
