@@ -1,8 +1,8 @@
 // The step kernels' arithmetic (model/cuda/step_math.h) on the CPU: every
 // block, warp channel and lane as the kernels run them, the lanes' parts
 // summed in place of the warp's shuffles, against the recurrences of
-// model/mixers/mamba2.h, rwkv7.h and linear_attention.h written here in
-// float64. Sizes are not
+// model/mixers/mamba2.h, rwkv7.h, linear_attention.h and aft_decay.h
+// written here in float64. Sizes are not
 // multiples of the warp, and groups share B and C, so the indexing is what
 // is checked; the launch itself runs on a GPU (device_tests there, with and
 // without the kernels).
@@ -192,6 +192,88 @@ TEST(CudaStepMath, LinearThreadsUpdateTheirPoolRows) {
         }
       }
     }
+  }
+}
+
+// aft-decay at four positions at once (short of the window, at it, past it,
+// a fresh row), on scattered pool rows whose ring slots that hold no key
+// yet are filled with 1e30 (reading one overflows). The carried sums are
+// compared as exp(ref) num and exp(ref) den, what they stand for: any
+// reference gives the same sums.
+TEST(CudaStepMath, AftDecayThreadsFollowTheRecurrence) {
+  const int64_t batch = 4, d = 10, heads = 2, s = 4, rows = 5;
+  const std::vector<int64_t> slots = {3, 0, 2, 4}, lengths = {2, 7, 4, 9, 0};
+  std::mt19937 gen(19);
+  const auto qkv = Random(batch * 3 * d, -3, 3, gen), decay = Random(d, 0.5f, 1, gen);
+  const auto bias = Random(heads * s, -1, 1, gen);
+  auto ring_k = Random(rows * s * d, -3, 3, gen), ring_v = Random(rows * s * d, -2, 2, gen);
+  auto ref = Random(rows * d, -1, 1, gen), num = Random(rows * d, -1, 1, gen);
+  auto den = Random(rows * d, 0.5f, 2, gen);
+  auto delta_of = [&](int64_t t, int64_t j) { return ((t - 1 - j) % s + s) % s + 1; };
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t j = 0; j < s; ++j) {
+      if (delta_of(lengths[row], j) <= lengths[row]) continue;  // no key yet
+      for (int64_t c = 0; c < d; ++c) ring_k[(row * s + j) * d + c] = 1e30f;
+    }
+    if (lengths[row] > s) continue;  // nothing has left the window yet
+    for (int64_t c = 0; c < d; ++c) {
+      ref[row * d + c] = -std::numeric_limits<float>::infinity();
+      num[row * d + c] = den[row * d + c] = 0;
+    }
+  }
+  const auto ring_k0 = ring_k, ring_v0 = ring_v, ref0 = ref, num0 = num, den0 = den;
+  auto out = Unwritten(batch * d);
+  cuda::AftDecayStepArgs a;
+  a.batch = batch, a.channels = d, a.heads = heads, a.window = s, a.qkv = qkv.data();
+  a.decay = decay.data(), a.bias = bias.data(), a.slots = slots.data(), a.lengths = lengths.data();
+  a.ref = ref.data(), a.num = num.data(), a.den = den.data(), a.ring_k = ring_k.data();
+  a.ring_v = ring_v.data(), a.out = out.data();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t c = 0; c < d; ++c) cuda::AftDecayChannel(a, b, c);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t row = slots[b], t = lengths[row];
+    for (int64_t c = 0; c < d; ++c) {
+      const double q = qkv[b * 3 * d + c], k = qkv[b * 3 * d + d + c],
+                   v = qkv[b * 3 * d + 2 * d + c];
+      const float* u = bias.data() + c / (d / heads) * s;
+      const double lambda = -std::log(static_cast<double>(decay[c])), at = row * d + c;
+      const double carried = std::isinf(ref0[at]) ? 0 : std::exp(ref0[at] - lambda);
+      double y_num = std::exp(k + u[0]) * v + carried * num0[at];
+      double y_den = std::exp(k + u[0]) + carried * den0[at];
+      for (int64_t j = 0; j < s; ++j) {
+        const int64_t delta = delta_of(t, j), slot = (row * s + j) * d + c;
+        if (delta > t) continue;
+        const double weight = std::exp(ring_k0[slot] + (delta < s ? u[delta] : 0.0));
+        y_num += weight * ring_v0[slot];
+        y_den += weight;
+      }
+      ExpectClose(out[b * d + c], y_num / y_den / (1 + std::exp(-q)), "y", b * d + c);
+      // What the carried sums stand for after the step.
+      double mass_num = carried * num0[at], mass_den = carried * den0[at];
+      const int64_t leaving = (row * s + t % s) * d + c;
+      if (t >= s) {
+        mass_num += std::exp(static_cast<double>(ring_k0[leaving])) * ring_v0[leaving];
+        mass_den += std::exp(static_cast<double>(ring_k0[leaving]));
+      }
+      const double scale = std::isinf(ref[at]) ? 0 : std::exp(static_cast<double>(ref[at]));
+      ExpectClose(scale * num[at], mass_num, "exp(ref) num", at);
+      ExpectClose(scale * den[at], mass_den, "exp(ref) den", at);
+      EXPECT_EQ(ring_k[leaving], static_cast<float>(k));
+      EXPECT_EQ(ring_v[leaving], static_cast<float>(v));
+    }
+  }
+  for (int64_t i = 0; i < rows * d; ++i) {
+    if (i / d == 1) {  // the row no slot names
+      EXPECT_EQ(ref[i], ref0[i]);
+      EXPECT_EQ(num[i], num0[i]);
+    }
+  }
+  for (int64_t i = 0; i < rows * s * d; ++i) {
+    const int64_t row = i / (s * d), j = i / d % s;
+    if (row != 1 && j == lengths[row] % s) continue;  // written above
+    ASSERT_EQ(ring_k[i], ring_k0[i]) << i;
+    ASSERT_EQ(ring_v[i], ring_v0[i]) << i;
   }
 }
 

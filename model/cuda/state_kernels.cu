@@ -57,6 +57,15 @@ __global__ void LinearStepKernel(LinearStepArgs a) {
   if (channel < a.head_dim) LinearValueColumn(a, blockIdx.x, channel, shared);
 }
 
+// A thread per (row, channel): blocks of kChannelThreads channels, a grid
+// row per batch row.
+constexpr int kChannelThreads = 128;
+
+__global__ void AftDecayStepKernel(AftDecayStepArgs a) {
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kChannelThreads + threadIdx.x;
+  if (d < a.channels) AftDecayChannel(a, blockIdx.y, d);
+}
+
 }  // namespace
 
 bool KernelsEnabled() {
@@ -98,6 +107,14 @@ std::string LinearStep(const LinearStepArgs& args) {
   const size_t shared = 3 * static_cast<size_t>(args.head_dim) * sizeof(float);
   LinearStepKernel<<<static_cast<unsigned>(args.batch * args.heads), static_cast<unsigned>(threads),
                      shared>>>(args);
+  return LaunchError();
+}
+
+std::string AftDecayStep(const AftDecayStepArgs& args) {
+  if (args.batch == 0) return "";
+  const dim3 grid(static_cast<unsigned>((args.channels + kChannelThreads - 1) / kChannelThreads),
+                  static_cast<unsigned>(args.batch));
+  AftDecayStepKernel<<<grid, kChannelThreads>>>(args);
   return LaunchError();
 }
 

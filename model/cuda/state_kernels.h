@@ -75,4 +75,29 @@ struct LinearStepArgs {
 inline constexpr int64_t kMaxLinearHeadDim = 1024;
 std::string LinearStep(const LinearStepArgs& args);
 
+// One token of aft-decay (model/mixers/aft_decay.h) for `batch` rows of
+// D = channels channels and a window of s, each row at its own length t,
+// updating rows `slots` of a state pool in place:
+//   qkv [batch, 3 D] (q, k, v side by side), decay [D] (a_d, lambda_d =
+//   -log a_d), bias [heads, s] (u_h; channel d in head d / (D / heads)),
+//   slots [batch] (null: rows 0..batch-1), ref, num, den [rows, D], ring_k
+//   and ring_v [rows, s, D] (raw keys and values; slot j holds position p
+//   in [t - s, t) with p = j mod s, none where p < 0), lengths [rows]
+//   (int64, t; the caller advances them after the step); writes out
+//   [batch, D]. Per channel:
+//   y = sigmoid(q) (sum_j exp(k_j + w_j) v_j + exp(k + u[0]) v
+//                   + exp(ref - lambda) num) / (the same without v)
+//   w_j = u[delta_j] inside the window, 0 at its edge (delta_j = s); then
+//   the key at t - s (if t >= s) joins num and den at weight exp(key), and
+//   k and v take its slot.
+struct AftDecayStepArgs {
+  int64_t batch = 0, channels = 0, heads = 0, window = 0;
+  const float *qkv = nullptr, *decay = nullptr, *bias = nullptr;
+  const int64_t* slots = nullptr;
+  const int64_t* lengths = nullptr;
+  float *ref = nullptr, *num = nullptr, *den = nullptr, *ring_k = nullptr, *ring_v = nullptr;
+  float* out = nullptr;
+};
+std::string AftDecayStep(const AftDecayStepArgs& args);
+
 }  // namespace attn::cuda

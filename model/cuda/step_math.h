@@ -131,4 +131,50 @@ ATTN_HOST_DEVICE inline void LinearValueColumn(const LinearStepArgs& a, int64_t 
   a.out[row * d + head * n + e] = num / den;
 }
 
+// aft-decay: thread (row, d) reads and writes only channel d of its row's
+// state, so the step needs no barrier (the caller advances the lengths
+// after it: every thread of a row reads its length). Two passes over the ring: its
+// largest exponent, then the sums relative to it (each term at most 1).
+ATTN_HOST_DEVICE inline void AftDecayChannel(const AftDecayStepArgs& a, int64_t row, int64_t d) {
+  const int64_t channels = a.channels, s = a.window;
+  const int64_t slot = a.slots != nullptr ? a.slots[row] : row;
+  const int64_t t = a.lengths[slot];
+  const float* u = a.bias + d / (channels / a.heads) * s;
+  const float* qkv = a.qkv + row * 3 * channels;
+  const float q = qkv[d], k = qkv[channels + d], v = qkv[2 * channels + d];
+  float* ring_k = a.ring_k + slot * s * channels + d;
+  float* ring_v = a.ring_v + slot * s * channels + d;
+  const int64_t at = slot * channels + d;
+  const float lambda = -logf(a.decay[d]);
+  const float own_logit = k + u[0], carried_ref = a.ref[at] - lambda;
+  float m = fmaxf(own_logit, carried_ref);
+  for (int64_t j = 0; j < s; ++j) {
+    const int64_t delta = ((t - 1 - j) % s + s) % s + 1;
+    if (delta <= t) m = fmaxf(m, ring_k[j * channels] + (delta < s ? u[delta] : 0.f));
+  }
+  const float own = expf(own_logit - m), carried = expf(carried_ref - m);
+  float num = own * v + carried * a.num[at], den = own + carried * a.den[at];
+  for (int64_t j = 0; j < s; ++j) {
+    const int64_t delta = ((t - 1 - j) % s + s) % s + 1;
+    if (delta > t) continue;
+    const float weight = expf(ring_k[j * channels] + (delta < s ? u[delta] : 0.f) - m);
+    num += weight * ring_v[j * channels];
+    den += weight;
+  }
+  a.out[row * channels + d] = num / den / (1.f + expf(-q));
+  const int64_t leaving = t % s;
+  if (t >= s) {
+    const float joining = ring_k[leaving * channels];
+    const float new_ref = fmaxf(carried_ref, joining);
+    const float old_scale = expf(carried_ref - new_ref), e = expf(joining - new_ref);
+    a.num[at] = a.num[at] * old_scale + e * ring_v[leaving * channels];
+    a.den[at] = a.den[at] * old_scale + e;
+    a.ref[at] = new_ref;
+  } else {
+    a.ref[at] = carried_ref;
+  }
+  ring_k[leaving * channels] = k;
+  ring_v[leaving * channels] = v;
+}
+
 }  // namespace attn::cuda

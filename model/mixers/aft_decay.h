@@ -82,6 +82,10 @@ class AftDecayImpl : public SequenceMixer {
   // step() where the fused kernels do not run (a GPU): the whole batch in
   // one set of ops, each row at its own position.
   torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
+  // The step by the CUDA kernel (model/cuda), in place on the pool's rows;
+  // undefined where it does not apply (no kernels in this build, grad mode,
+  // not float32 on a GPU) and the ops run. `rows`: ResolveSlots's.
+  torch::Tensor StepOnGpu(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
 
   torch::nn::Linear in_proj_{nullptr};   // d_model -> 3 d_model (Q, K, V)
   torch::nn::Linear out_proj_{nullptr};  // d_model -> d_model
