@@ -4,16 +4,17 @@
 # call of about 8 minutes: unpacks the kit, configures against that
 # machine's PyTorch (its LibTorch, with CUDA), builds with every core, runs
 # the device tests on the GPU (with the CUDA kernels of model/cuda, then
-# without them), times the backends there, serves the bundled models from
-# the GPU and from the CPU and compares their greedy tokens, and writes
-# summary.md and one log per step to OUT.
+# without them), times the backends there (then again without the kernels),
+# serves the bundled models from the GPU and from the CPU and compares
+# their greedy tokens, and writes summary.md and one log per step to OUT.
 #
 #   scripts/gpu/device_run.sh OUT
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench serve optest"): the steps to run, in that
-#   order; optest runs the device tests again with ATTN_CUDA_KERNELS=0
+#   STEPS ("build test bench serve optest opbench"): the steps to run, in
+#   that order; optest and opbench run the device tests and the timings
+#   again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
 set -uo pipefail
@@ -23,7 +24,7 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench serve optest}
+STEPS=${STEPS:-build test bench serve optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
@@ -129,6 +130,9 @@ bench() {
   done
 }
 
+# The same timings on the op-by-op path alone: what the kernels gain.
+bench_by_ops() { ATTN_CUDA_KERNELS=0 bench; }
+
 # The bundled models served from the GPU and from the CPU: the same greedy
 # tokens for the same prompts (scripts/gpu/served_greedy.sh).
 serve() {
@@ -153,9 +157,15 @@ case " $STEPS " in *" test "*) step device_tests run_tests ;; esac
 case " $STEPS " in *" bench "*) step bench bench ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
 case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
+case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true
 grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null | tee -a "$summary" || true
+if [ -s "$OUT/bench_by_ops.log" ]; then
+  note ""
+  note "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"
+  grep -hE "^(batch|prefill|model)" "$OUT/bench_by_ops.log" | tee -a "$summary" || true
+fi
 note ""
 note "total $((SECONDS - started)) s"
