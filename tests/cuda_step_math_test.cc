@@ -1,8 +1,8 @@
 // The step kernels' arithmetic (model/cuda/step_math.h) on the CPU: every
 // block, warp channel and lane as the kernels run them, the lanes' parts
 // summed in place of the warp's shuffles, against the recurrences of
-// model/mixers/mamba2.h, rwkv7.h, linear_attention.h and aft_decay.h
-// written here in float64. Sizes are not
+// model/mixers/mamba2.h, rwkv7.h, linear_attention.h, aft_decay.h and
+// aft.h written here in float64. Sizes are not
 // multiples of the warp, and groups share B and C, so the indexing is what
 // is checked; the launch itself runs on a GPU (device_tests there, with and
 // without the kernels).
@@ -132,7 +132,7 @@ double Feature(const float* x, int64_t n, int64_t c, bool exp_feature) {
 }
 
 // Rows of a pool named by scattered slots, updated in place: the others
-// keep their state and length. Each feature map, with and without decay.
+// keep their state. Each feature map, with and without decay.
 TEST(CudaStepMath, LinearThreadsUpdateTheirPoolRows) {
   const int64_t batch = 3, heads = 3, n = 37, d = heads * n, rows = 5;
   const std::vector<int64_t> slots = {3, 0, 2};
@@ -143,13 +143,11 @@ TEST(CudaStepMath, LinearThreadsUpdateTheirPoolRows) {
       const auto qkv = Random(batch * 3 * d, -3, 3, gen), decay = Random(heads, 0.9f, 1, gen);
       const auto s_in = Random(rows * heads * n * n, -1, 1, gen);
       const auto z_in = Random(rows * heads * n, 0, 5, gen);
-      std::vector<int64_t> lengths = {7, 8, 9, 10, 11};
       auto s = s_in, z = z_in, out = Unwritten(batch * d);
       cuda::LinearStepArgs a;
       a.batch = batch, a.heads = heads, a.head_dim = n, a.exp_feature = exp_feature;
       a.eps = 1e-6f, a.qkv = qkv.data(), a.decay = decayed ? decay.data() : nullptr;
       a.slots = slots.data(), a.s = s.data(), a.z = z.data(), a.out = out.data();
-      a.lengths = lengths.data();
       std::vector<float> shared(3 * n);
       for (int64_t block = 0; block < batch * heads; ++block) {
         for (int64_t c = 0; c < n; ++c) cuda::LinearKeyChannel(a, block, c, shared.data());
@@ -183,7 +181,6 @@ TEST(CudaStepMath, LinearThreadsUpdateTheirPoolRows) {
         }
       }
       for (int64_t row = 0; row < rows; ++row) {
-        EXPECT_EQ(lengths[row], 7 + row + (stepped[row] ? 1 : 0)) << "length of row " << row;
         if (stepped[row]) continue;
         const int64_t first = row * heads * n;
         for (int64_t i = first; i < first + heads * n; ++i) ASSERT_EQ(z[i], z_in[i]) << i;
@@ -274,6 +271,110 @@ TEST(CudaStepMath, AftDecayThreadsFollowTheRecurrence) {
     if (row != 1 && j == lengths[row] % s) continue;  // written above
     ASSERT_EQ(ring_k[i], ring_k0[i]) << i;
     ASSERT_EQ(ring_v[i], ring_v0[i]) << i;
+  }
+}
+
+// AFT's state for a row at length t, relative to its running max c: the
+// keys that left the window in num and den, the last min(t, s) in the ring
+// as exp(K - c) and exp(K - c) V, and 1e30 in the slots that hold no key
+// (reading one overflows). A fresh row has c = -inf.
+struct AftPool {
+  std::vector<float> c, num, den, ek, ekv;
+};
+
+AftPool RandomAftPool(int64_t rows, int64_t s, int64_t d, const std::vector<int64_t>& lengths,
+                      std::mt19937& gen) {
+  AftPool p{Random(rows * d, -1, 1, gen), Random(rows * d, -1, 1, gen),
+            Random(rows * d, 0.5f, 2, gen), Random(rows * s * d, 0.05f, 1, gen),
+            Random(rows * s * d, -1, 1, gen)};
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t t = lengths[row];
+    for (int64_t j = std::min(t, s); j < s; ++j) {
+      for (int64_t c = 0; c < d; ++c) p.ek[(row * s + j) * d + c] = 1e30f;
+    }
+    for (int64_t c = 0; c < d && t <= s; ++c) p.num[row * d + c] = p.den[row * d + c] = 0;
+    for (int64_t c = 0; c < d && t == 0; ++c) {
+      p.c[row * d + c] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  return p;
+}
+
+double Mass(float c, float value) {  // exp(c) value, 0 for an empty row
+  return std::isinf(c) ? 0 : std::exp(static_cast<double>(c)) * value;
+}
+
+// Each AFT form (a filter per head, a bias row per position as aft-full and
+// aft-local have, no window as aft-simple) at five positions at once, on
+// scattered pool rows, against the sums over the prefix in float64. What
+// the state stands for is compared (exp(c) num, exp(c) ring), not how it
+// is scaled.
+TEST(CudaStepMath, AftThreadsFollowThePrefixSums) {
+  const int64_t batch = 4, d = 6, rows = 5;
+  const std::vector<int64_t> slots = {3, 0, 2, 4}, lengths = {2, 7, 4, 9, 0};
+  struct Form {
+    int64_t window, bias_heads, bias_rows;
+  };
+  for (const Form form : {Form{4, 2, 1}, Form{12, 1, 12}, Form{0, 1, 1}}) {
+    const int64_t s = form.window;
+    SCOPED_TRACE("window " + std::to_string(s) + ", bias rows " + std::to_string(form.bias_rows));
+    std::mt19937 gen(23);
+    const auto qkv = Random(batch * 3 * d, -3, 3, gen);
+    const auto bias =
+        Random(form.bias_heads * form.bias_rows * std::max<int64_t>(s, 1), -1, 1, gen);
+    const AftPool before = RandomAftPool(rows, s, d, lengths, gen);
+    AftPool p = before;
+    auto out = Unwritten(batch * d);
+    cuda::AftStepArgs a;
+    a.batch = batch, a.channels = d, a.window = s, a.bias_heads = form.bias_heads;
+    a.bias_rows = form.bias_rows, a.stride = 3 * d, a.q = qkv.data(), a.k = a.q + d;
+    a.v = a.q + 2 * d, a.bias = s > 0 ? bias.data() : nullptr, a.slots = slots.data();
+    a.lengths = lengths.data(), a.c = p.c.data(), a.num = p.num.data(), a.den = p.den.data();
+    a.ring_ek = p.ek.data(), a.ring_ekv = p.ekv.data(), a.out = out.data();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t c = 0; c < d; ++c) cuda::AftChannel(a, b, c);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t row = slots[b], t = lengths[row];
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t at = row * d + c;
+        const double q = qkv[b * 3 * d + c], k = qkv[b * 3 * d + d + c];
+        const double v = qkv[b * 3 * d + 2 * d + c];
+        const float* u =
+            bias.data() +
+            (c / (d / form.bias_heads) * form.bias_rows + (form.bias_rows > 1 ? t : 0)) * s;
+        // w = u[delta] inside the window, 0 beyond it.
+        auto w = [&](int64_t delta) { return delta < s ? static_cast<double>(u[delta]) : 0.0; };
+        double y_num = std::exp(k + w(0)) * v + Mass(before.c[at], before.num[at]);
+        double y_den = std::exp(k + w(0)) + Mass(before.c[at], before.den[at]);
+        for (int64_t j = 0; j < std::min(t, s); ++j) {
+          const int64_t delta = ((t - 1 - j) % s + s) % s + 1, e = (row * s + j) * d + c;
+          y_num += std::exp(w(delta)) * Mass(before.c[at], before.ekv[e]);
+          y_den += std::exp(w(delta)) * Mass(before.c[at], before.ek[e]);
+        }
+        ExpectClose(out[b * d + c], y_num / y_den / (1 + std::exp(-q)), "y", b * d + c);
+        double carried_num = Mass(before.c[at], before.num[at]);
+        double carried_den = Mass(before.c[at], before.den[at]);
+        if (s == 0 || t >= s) {  // the key leaving the window joins the sums
+          const int64_t e = (row * s + (s == 0 ? 0 : t % s)) * d + c;
+          carried_num += s == 0 ? std::exp(k) * v : Mass(before.c[at], before.ekv[e]);
+          carried_den += s == 0 ? std::exp(k) : Mass(before.c[at], before.ek[e]);
+        }
+        ExpectClose(Mass(p.c[at], p.num[at]), carried_num, "exp(c) num", at);
+        ExpectClose(Mass(p.c[at], p.den[at]), carried_den, "exp(c) den", at);
+        for (int64_t j = 0; j < std::min(t + 1, s); ++j) {
+          const int64_t e = (row * s + j) * d + c;
+          const bool new_key = j == t % s;
+          ExpectClose(Mass(p.c[at], p.ek[e]),
+                      new_key ? std::exp(k) : Mass(before.c[at], before.ek[e]), "exp(c) ring", e);
+        }
+      }
+    }
+    const int64_t untouched = 1;  // the row no slot names
+    for (int64_t i = untouched * d; i < (untouched + 1) * d; ++i) ASSERT_EQ(p.c[i], before.c[i]);
+    for (int64_t i = untouched * s * d; i < (untouched + 1) * s * d; ++i) {
+      ASSERT_EQ(p.ek[i], before.ek[i]);
+    }
   }
 }
 

@@ -66,6 +66,11 @@ __global__ void AftDecayStepKernel(AftDecayStepArgs a) {
   if (d < a.channels) AftDecayChannel(a, blockIdx.y, d);
 }
 
+__global__ void AftStepKernel(AftStepArgs a) {
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kChannelThreads + threadIdx.x;
+  if (d < a.channels) AftChannel(a, blockIdx.y, d);
+}
+
 }  // namespace
 
 bool KernelsEnabled() {
@@ -77,6 +82,13 @@ bool KernelsEnabled() {
 }
 
 namespace {
+
+// A thread per (row, channel): the channels across blocks, the rows
+// across the grid's second dimension.
+dim3 ChannelGrid(int64_t batch, int64_t channels) {
+  return dim3(static_cast<unsigned>((channels + kChannelThreads - 1) / kChannelThreads),
+              static_cast<unsigned>(batch));
+}
 
 std::string LaunchError() {
   const cudaError_t error = cudaGetLastError();
@@ -112,9 +124,13 @@ std::string LinearStep(const LinearStepArgs& args) {
 
 std::string AftDecayStep(const AftDecayStepArgs& args) {
   if (args.batch == 0) return "";
-  const dim3 grid(static_cast<unsigned>((args.channels + kChannelThreads - 1) / kChannelThreads),
-                  static_cast<unsigned>(args.batch));
-  AftDecayStepKernel<<<grid, kChannelThreads>>>(args);
+  AftDecayStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
+  return LaunchError();
+}
+
+std::string AftStep(const AftStepArgs& args) {
+  if (args.batch == 0) return "";
+  AftStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
   return LaunchError();
 }
 

@@ -57,7 +57,7 @@ std::string Rwkv7Step(const Rwkv7StepArgs& args);
 //   qkv [batch, 3 D] (q, k, v side by side), decay [heads] (g_h; null: no
 //   decay), slots [batch] (the state rows; null: rows 0..batch-1), s [rows,
 //   heads, N, N] (rows: key features, columns: value channels), z [rows,
-//   heads, N], lengths [rows] (int64, advanced by one); writes out [batch, D].
+//   heads, N]; writes out [batch, D]. The caller advances the rows' lengths.
 //   Per head, phi = elu(x) + 1, or exp(x - max x) with exp_feature:
 //   S = g S + phi(k) v^T,  z = g z + phi(k),  y = phi(q)^T S / (phi(q)^T z + eps)
 // Every array contiguous and on the device; the slots distinct.
@@ -68,7 +68,6 @@ struct LinearStepArgs {
   const float *qkv = nullptr, *decay = nullptr;
   const int64_t* slots = nullptr;
   float *s = nullptr, *z = nullptr, *out = nullptr;
-  int64_t* lengths = nullptr;
 };
 // A block holds a thread per channel of a head: larger heads take the
 // op-by-op path.
@@ -99,5 +98,30 @@ struct AftDecayStepArgs {
   float* out = nullptr;
 };
 std::string AftDecayStep(const AftDecayStepArgs& args);
+
+// One token of AFT (model/mixers/aft.h: aft-full, -local, -simple, -conv)
+// for `batch` rows of D = channels channels and a window of s (0 for
+// aft-simple), each row at its own length t, updating rows `slots` of a
+// state pool in place:
+//   q, k, v: row b's at q + b * stride (and k, v likewise); bias
+//   [bias_heads, bias_rows, s] (null when s = 0; row t of the table for a
+//   query at t when bias_rows > 1, else row 0; channel d in bias head
+//   d / (D / bias_heads)); slots [batch] (null: rows 0..batch-1); c, num,
+//   den [rows, D]; ring_ek, ring_ekv [rows, s, D] (exp(K - c) and
+//   exp(K - c) V; slot j holds position p in [t - s, t) with p = j mod s,
+//   none where p < 0); lengths [rows] (int64, t; the caller advances them);
+//   writes out [batch, D]. Per channel, with m = max(c, k):
+//   y = sigmoid(q) (sum over the prefix of exp(K + w) V) / (sum of exp(K + w))
+//   w = bias[delta] inside the window, 0 beyond; everything held relative to
+//   the running max c, which becomes m; the key at t - s (if t >= s) joins
+//   num and den, and k takes its slot.
+struct AftStepArgs {
+  int64_t batch = 0, channels = 0, window = 0, bias_heads = 1, bias_rows = 1, stride = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *bias = nullptr;
+  const int64_t *slots = nullptr, *lengths = nullptr;
+  float *c = nullptr, *num = nullptr, *den = nullptr, *ring_ek = nullptr, *ring_ekv = nullptr;
+  float* out = nullptr;
+};
+std::string AftStep(const AftStepArgs& args);
 
 }  // namespace attn::cuda

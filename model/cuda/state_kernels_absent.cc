@@ -14,5 +14,6 @@ std::string Mamba2Step(const Mamba2StepArgs&) { return kAbsent; }
 std::string Rwkv7Step(const Rwkv7StepArgs&) { return kAbsent; }
 std::string LinearStep(const LinearStepArgs&) { return kAbsent; }
 std::string AftDecayStep(const AftDecayStepArgs&) { return kAbsent; }
+std::string AftStep(const AftStepArgs&) { return kAbsent; }
 
 }  // namespace attn::cuda

@@ -112,7 +112,6 @@ ATTN_HOST_DEVICE inline void LinearKeyChannel(const LinearStepArgs& a, int64_t b
   shared[c] = phi_q;
   shared[n + c] = phi_k;
   shared[2 * n + c] = phi_q * z[c];
-  if (head == 0 && c == 0) a.lengths[a.slots != nullptr ? a.slots[row] : row] += 1;
 }
 
 ATTN_HOST_DEVICE inline void LinearValueColumn(const LinearStepArgs& a, int64_t block, int64_t e,
@@ -175,6 +174,56 @@ ATTN_HOST_DEVICE inline void AftDecayChannel(const AftDecayStepArgs& a, int64_t 
   }
   ring_k[leaving * channels] = k;
   ring_v[leaving * channels] = v;
+}
+
+// AFT: thread (row, d) as for aft-decay. Only the slots that hold a key
+// are read (t of them while t < s), so aft-full's window of max_context
+// costs what the sequence holds.
+ATTN_HOST_DEVICE inline void AftChannel(const AftStepArgs& a, int64_t row, int64_t d) {
+  const int64_t channels = a.channels, s = a.window;
+  const int64_t slot = a.slots != nullptr ? a.slots[row] : row;
+  const int64_t t = a.lengths[slot], at = slot * channels + d;
+  const float q = a.q[row * a.stride + d], k = a.k[row * a.stride + d];
+  const float v = a.v[row * a.stride + d];
+  const float* u = nullptr;
+  if (s > 0) {
+    const int64_t group = d / (channels / a.bias_heads);
+    u = a.bias + (group * a.bias_rows + (a.bias_rows > 1 ? t : 0)) * s;
+  }
+  const float m = fmaxf(a.c[at], k), scale = expf(a.c[at] - m), ek = expf(k - m);
+  const float own = s > 0 ? expf(u[0]) : 1.f;
+  float* ring_ek = a.ring_ek + slot * s * channels + d;
+  float* ring_ekv = a.ring_ekv + slot * s * channels + d;
+  const int64_t held = t < s ? t : s;
+  float ring_num = 0.f, ring_den = 0.f;
+  for (int64_t j = 0; j < held; ++j) {
+    const int64_t delta = ((t - 1 - j) % s + s) % s + 1;
+    const float factor = delta < s ? expf(u[delta]) : 1.f;
+    ring_num += factor * ring_ekv[j * channels];
+    ring_den += factor * ring_ek[j * channels];
+  }
+  const float num = scale * (a.num[at] + ring_num) + ek * own * v;
+  const float den = scale * (a.den[at] + ring_den) + ek * own;
+  a.out[row * channels + d] = num / den / (1.f + expf(-q));
+  a.num[at] *= scale;
+  a.den[at] *= scale;
+  a.c[at] = m;
+  if (s == 0) {  // no window: the key joins the sums at once
+    a.num[at] += ek * v;
+    a.den[at] += ek;
+    return;
+  }
+  const int64_t leaving = t % s;
+  if (t >= s) {
+    a.num[at] += scale * ring_ekv[leaving * channels];
+    a.den[at] += scale * ring_ek[leaving * channels];
+  }
+  for (int64_t j = 0; j < held; ++j) {
+    ring_ek[j * channels] *= scale;
+    ring_ekv[j * channels] *= scale;
+  }
+  ring_ek[leaving * channels] = ek;
+  ring_ekv[leaving * channels] = ek * v;
 }
 
 }  // namespace attn::cuda

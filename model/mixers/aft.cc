@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/dense.h"
+#include "model/mixers/block_helpers.h"
 
 namespace attn {
 
@@ -297,6 +300,7 @@ torch::Tensor AftImpl::StepByOps(const torch::Tensor& x, MixerState& state,
                                  const torch::Tensor& slots) {
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, 1);
+  if (torch::Tensor y = StepOnGpu(x, state, rows); y.defined()) return y;
   const int64_t batch = x.size(0);
   const auto index = rows.to(x.device());
   const auto t = state.length.index_select(0, rows.to(state.length.device())).to(x.device());
@@ -347,6 +351,24 @@ torch::Tensor AftImpl::StepByOps(const torch::Tensor& x, MixerState& state,
   state.length.index_add_(0, rows.to(state.length.device()),
                           torch::ones({batch}, state.length.options()));
   return Dense(y, out_proj_);
+}
+
+torch::Tensor AftImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
+                                 const torch::Tensor& rows) {
+  if (!CudaPoolStepApplies(x, state)) return {};
+  const int64_t batch = x.size(0), d = options_.d_model;
+  const auto qkv = Dense(x, in_proj_).contiguous();
+  const auto bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
+  const auto slots = rows.to(x.device());
+  auto out = torch::empty({batch, d}, x.options());
+  cuda::AftStepArgs args;
+  FillSharedArgs(qkv, bias, out, window_, bias_heads_, state, &args);
+  args.batch = batch;
+  args.stride = 3 * d;
+  args.slots = slots.data_ptr<int64_t>();
+  args.lengths = state.length.data_ptr<int64_t>();
+  RunPoolStep(state, slots, "aft", [&] { return cuda::AftStep(args); });
+  return Dense(out, out_proj_);
 }
 
 }  // namespace attn

@@ -91,6 +91,10 @@ class AftImpl : public SequenceMixer {
   // step() where the fused kernels do not run (a GPU): the whole batch in
   // one set of ops, each row at its own position.
   torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
+  // The step by the CUDA kernel (model/cuda), in place on the pool's rows;
+  // undefined where it does not apply (no kernels in this build, grad mode,
+  // not float32 on a GPU) and the ops run. `rows`: ResolveSlots's.
+  torch::Tensor StepOnGpu(const torch::Tensor& x, MixerState& state, const torch::Tensor& rows);
   // exp(w) factors of one query per row at positions t (int64 [B], x's
   // device) over the keys in the ring's first `span` slots, [B, span, D] (0
   // for a slot that holds no key yet), and over its own key, [B, D]. Needs

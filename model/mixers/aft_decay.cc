@@ -1,6 +1,5 @@
 #include "model/mixers/aft_decay.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <array>
@@ -279,18 +278,12 @@ torch::Tensor AftDecayImpl::StepByOps(const torch::Tensor& x, MixerState& state,
 
 torch::Tensor AftDecayImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
                                       const torch::Tensor& rows) {
+  if (!CudaPoolStepApplies(x, state)) return {};
   auto& t = state.tensors;
-  if (!CudaStepApplies({&x, &t[0], &t[1], &t[2], &t[3], &t[4]}) || !state.length.is_cuda()) {
-    return {};
-  }
-  for (const torch::Tensor& tensor : t) {
-    if (!tensor.is_contiguous()) return {};
-  }
   const int64_t batch = x.size(0), d = options_.d_model;
   const auto qkv = Dense(x, in_proj_).contiguous();
   const auto decay = decay_factor().contiguous(), bias = position_bias_.contiguous();
   const auto slots = rows.to(x.device());
-  const auto lengths = state.length.contiguous();
   auto out = torch::empty({batch, d}, x.options());
   cuda::AftDecayStepArgs args;
   args.batch = batch;
@@ -301,21 +294,14 @@ torch::Tensor AftDecayImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
   args.decay = decay.data_ptr<float>();
   args.bias = bias.data_ptr<float>();
   args.slots = slots.data_ptr<int64_t>();
-  args.lengths = lengths.data_ptr<int64_t>();
+  args.lengths = state.length.data_ptr<int64_t>();
   args.ref = t[0].data_ptr<float>();
   args.num = t[1].data_ptr<float>();
   args.den = t[2].data_ptr<float>();
   args.ring_k = t[3].data_ptr<float>();
   args.ring_v = t[4].data_ptr<float>();
   args.out = out.data_ptr<float>();
-  {
-    // The kernel runs on the calling thread's current GPU: the state's.
-    const c10::DeviceGuard on_device(t[0].device());
-    const std::string error = cuda::AftDecayStep(args);
-    TORCH_CHECK(error.empty(), "aft-decay: the CUDA step kernel: ", error);
-  }
-  state.length.index_add_(0, slots.to(state.length.device()),
-                          torch::ones({batch}, state.length.options()));
+  RunPoolStep(state, slots, "aft-decay", [&] { return cuda::AftDecayStep(args); });
   return Dense(out, out_proj_);
 }
 

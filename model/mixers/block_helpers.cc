@@ -44,4 +44,13 @@ bool CudaStepApplies(std::initializer_list<const torch::Tensor*> tensors) {
   });
 }
 
+bool CudaPoolStepApplies(const torch::Tensor& x, const MixerState& state) {
+  if (!CudaStepApplies({&x}) || !state.length.is_cuda() || !state.length.is_contiguous()) {
+    return false;
+  }
+  return std::all_of(state.tensors.begin(), state.tensors.end(), [](const torch::Tensor& t) {
+    return t.is_cuda() && t.scalar_type() == torch::kFloat && t.is_contiguous();
+  });
+}
+
 }  // namespace attn

@@ -1,13 +1,17 @@
 // What the whole blocks (model/mixers/rwkv4.h, rwkv7.h, mamba2.h) share: a
 // bias-free projection, and the RWKV token shift (each token mixed with the
 // one before it; the last token of a chunk is what the next chunk's first
-// token sees).
+// token sees); and what the mixers' CUDA steps share.
 #pragma once
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
 #include <initializer_list>
+#include <string>
+
+#include "model/mixers/mixer.h"
 
 namespace attn {
 
@@ -42,5 +46,26 @@ int64_t OutputTail(int64_t time, int64_t keep);
 // of `tensors` is float32 on a GPU. The first two are checked first, so a
 // build without the kernels pays nothing more.
 bool CudaStepApplies(std::initializer_list<const torch::Tensor*> tensors);
+
+// Whether a step kernel that updates a state pool's rows in place may run
+// for input x: CudaStepApplies for x and every state tensor, each
+// contiguous, the lengths on a GPU.
+bool CudaPoolStepApplies(const torch::Tensor& x, const MixerState& state);
+
+// Runs `launch` (a model/cuda step, which returns its launch error) on the
+// state's GPU, throws naming `what` if it failed, then advances rows
+// `slots` (on the device) by one token: the kernels read the lengths, so
+// they change only after.
+template <typename Launch>
+void RunPoolStep(MixerState& state, const torch::Tensor& slots, const char* what, Launch&& launch) {
+  {
+    // The kernel runs on the calling thread's current GPU: the state's.
+    const c10::DeviceGuard on_device(state.length.device());
+    const std::string error = launch();
+    TORCH_CHECK(error.empty(), what, ": the CUDA step kernel: ", error);
+  }
+  state.length.index_add_(0, slots.to(state.length.device()),
+                          torch::ones({slots.size(0)}, state.length.options()));
+}
 
 }  // namespace attn

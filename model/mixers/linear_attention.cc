@@ -1,6 +1,5 @@
 #include "model/mixers/linear_attention.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -206,12 +205,7 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
 
 torch::Tensor LinearAttentionImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
                                              const torch::Tensor& rows) {
-  torch::Tensor& s = state.tensors[0];
-  torch::Tensor& z = state.tensors[1];
-  if (head_dim_ > cuda::kMaxLinearHeadDim || !CudaStepApplies({&x, &s, &z}) || !s.is_contiguous() ||
-      !z.is_contiguous() || !state.length.is_cuda() || !state.length.is_contiguous()) {
-    return {};
-  }
+  if (head_dim_ > cuda::kMaxLinearHeadDim || !CudaPoolStepApplies(x, state)) return {};
   const int64_t batch = x.size(0), d = options_.d_model;
   const auto qkv = Dense(x, in_proj_).contiguous();
   const auto decay = decayed() ? decay_factor().contiguous() : torch::Tensor();
@@ -226,14 +220,10 @@ torch::Tensor LinearAttentionImpl::StepOnGpu(const torch::Tensor& x, MixerState&
   args.qkv = qkv.data_ptr<float>();
   args.decay = decay.defined() ? decay.data_ptr<float>() : nullptr;
   args.slots = slots.data_ptr<int64_t>();
-  args.s = s.data_ptr<float>();
-  args.z = z.data_ptr<float>();
-  args.lengths = state.length.data_ptr<int64_t>();
+  args.s = state.tensors[0].data_ptr<float>();
+  args.z = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
-  // The kernel runs on the calling thread's current GPU: the state's.
-  const c10::DeviceGuard on_device(s.device());
-  const std::string error = cuda::LinearStep(args);
-  TORCH_CHECK(error.empty(), "linear attention: the CUDA step kernel: ", error);
+  RunPoolStep(state, slots, "linear attention", [&] { return cuda::LinearStep(args); });
   return Dense(out, out_proj_);
 }
 
