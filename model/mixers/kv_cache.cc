@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/kernels/kernels.h"
+#include "model/layers/heads.h"
 
 namespace attn {
 
@@ -54,6 +55,19 @@ CachedStepRows AppendStepToCache(MixerState& state, const torch::Tensor& index,
           state.tensors[1].narrow(2, 0, keys).index_select(0, index),
           torch::zeros(future.sizes(), k.options())
               .masked_fill_(future, -std::numeric_limits<double>::infinity())};
+}
+
+ProjectedStep ProjectStepToCache(MixerState& state, const torch::Tensor& rows,
+                                 const torch::nn::Linear& in_proj, int64_t heads,
+                                 const torch::Tensor& x) {
+  ProjectedStep step;
+  step.positions = state.length.to(torch::kCPU).index_select(0, rows);
+  const auto qkv = ProjectToHeads(in_proj, x.unsqueeze(1), x.unsqueeze(1), x.unsqueeze(1),
+                                  heads);  // [B, H, 1, Dh] each
+  step.q = qkv[0];
+  step.cached = AppendStepToCache(state, rows.to(x.device()), step.positions, qkv[1].squeeze(2),
+                                  qkv[2].squeeze(2));
+  return step;
 }
 
 namespace {

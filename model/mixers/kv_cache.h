@@ -12,6 +12,7 @@
 // devices get a plain zeroed tensor.
 #pragma once
 
+#include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
 #include <utility>
@@ -46,6 +47,17 @@ struct CachedStepRows {
 CachedStepRows AppendStepToCache(MixerState& state, const torch::Tensor& index,
                                  const torch::Tensor& positions, const torch::Tensor& k,
                                  const torch::Tensor& v);
+
+// The same for a mixer whose one in_proj gives q, k and v (mha, relative):
+// x [B, D] of rows `rows` (CPU int64, checked); also returns q [B, H, 1,
+// Dh] and the rows' positions before the step (CPU int64 [B]).
+struct ProjectedStep {
+  torch::Tensor q, positions;
+  CachedStepRows cached;
+};
+ProjectedStep ProjectStepToCache(MixerState& state, const torch::Tensor& rows,
+                                 const torch::nn::Linear& in_proj, int64_t heads,
+                                 const torch::Tensor& x);
 
 // Optional terms of the fused cached step (see kernels::CachedAttentionArgs).
 struct CachedStepTerms {

@@ -186,7 +186,7 @@ torch::Tensor LinearAttentionImpl::step(const torch::Tensor& x, MixerState& stat
     if (torch::Tensor y = StepOnGpu(x, state, rows); y.defined()) return y;
     // The state does not depend on position, so rows at different lengths
     // step together as one prefill of one token: one set of ops for the
-    // batch, not one per row (StepByPrefill).
+    // batch, not one per row.
     return Prefill(x.unsqueeze(1), state, rows, 1).squeeze(1);
   }
   torch::Tensor slot_holder;

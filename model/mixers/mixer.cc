@@ -382,18 +382,6 @@ torch::Tensor SequenceMixer::prefill_last(const torch::Tensor& x, MixerState& st
   return Prefill(x, state, slots, keep);
 }
 
-torch::Tensor SequenceMixer::StepByPrefill(const torch::Tensor& x, MixerState& state,
-                                           const torch::Tensor& slots) {
-  auto rows = ResolveSlots(state, slots, x.size(0));
-  std::vector<torch::Tensor> outputs;
-  outputs.reserve(x.size(0));
-  for (int64_t b = 0; b < x.size(0); ++b) {
-    auto y = prefill(x.narrow(0, b, 1).unsqueeze(1), state, rows.narrow(0, b, 1));
-    outputs.push_back(y.squeeze(1));
-  }
-  return torch::cat(outputs, 0);
-}
-
 std::shared_ptr<SequenceMixer> MakeMixer(const MixerOptions& options) {
   TORCH_CHECK(options.d_model > 0, "d_model must be positive");
   TORCH_CHECK(options.heads > 0 && options.d_model % options.heads == 0, "d_model (",

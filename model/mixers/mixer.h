@@ -220,9 +220,6 @@ class SequenceMixer : public torch::nn::Module {
   // kernels read raw memory, so neither x nor any parameter may need a
   // gradient).
   bool CanFuse(const torch::Tensor& x, const MixerState& state) const;
-  // The generic step: prefill() of one token, one row at a time.
-  torch::Tensor StepByPrefill(const torch::Tensor& x, MixerState& state,
-                              const torch::Tensor& slots);
 
   MixerOptions options_;
 };

@@ -162,18 +162,14 @@ torch::Tensor MultiHeadAttentionImpl::StepByOps(const torch::Tensor& x, MixerSta
                                                 const torch::Tensor& slots) {
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, 1);
-  const torch::Tensor positions = state.length.to(torch::kCPU).index_select(0, rows);
-  auto qkv = ProjectToHeads(in_proj_, x.unsqueeze(1), x.unsqueeze(1), x.unsqueeze(1),
-                            options_.heads);  // [B, H, 1, Dh] each
-  auto cached = AppendStepToCache(state, rows.to(x.device()), positions, qkv[1].squeeze(2),
-                                  qkv[2].squeeze(2));
+  const auto [q, positions, cached] = ProjectStepToCache(state, rows, in_proj_, options_.heads, x);
   torch::Tensor bias = cached.mask;
   if (uses_alibi()) {  // -m_h (i - j) for the keys j <= i a row sees
     const auto i = positions.to(x.device(), x.scalar_type()).view({-1, 1, 1, 1});
     const auto j = torch::arange(bias.size(3), x.options()).view({1, 1, 1, -1});
     bias = bias - alibi_slopes().to(x.options()).view({1, -1, 1, 1}) * (i - j).abs();
   }
-  auto y = ScaledDotProductAttention(qkv[0], cached.keys, cached.values, bias, false);
+  auto y = ScaledDotProductAttention(q, cached.keys, cached.values, bias, false);
   return Dense(MergeHeads(y).squeeze(1), out_proj_);
 }
 

@@ -133,7 +133,7 @@ torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, Mixer
                                                    const torch::Tensor& slots) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == options_.d_model, "step expects x [B, ",
               options_.d_model, "], got ", x.sizes());
-  if (!CanFuse(x, state)) return StepByPrefill(x, state, slots);
+  if (!CanFuse(x, state)) return StepByOps(x, state, slots);
   torch::Tensor slot_holder;
   const int64_t* slot_ids = PrepareFusedStep(state, slots, x.size(0), &slot_holder);
   auto qkv = Dense(x, in_proj_).contiguous();
@@ -145,6 +145,24 @@ torch::Tensor RelativeMultiHeadAttentionImpl::step(const torch::Tensor& x, Mixer
   terms.position_bias = v.data_ptr<float>();
   terms.r = r.data_ptr<float>();
   return Dense(CachedAttentionStep(qkv, state, slot_ids, options_.heads, terms), out_proj_);
+}
+
+torch::Tensor RelativeMultiHeadAttentionImpl::StepByOps(const torch::Tensor& x, MixerState& state,
+                                                        const torch::Tensor& slots) {
+  const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
+  CheckCapacity(state, rows, 1);
+  const auto [q, positions, cached] = ProjectStepToCache(state, rows, in_proj_, options_.heads, x);
+  const int64_t keys = cached.keys.size(2);
+  auto content = torch::matmul(q + u_.view({1, -1, 1, head_dim_}), cached.keys.transpose(-2, -1));
+  auto by_distance = torch::matmul(q + v_.view({1, -1, 1, head_dim_}),
+                                   ProjectedDistances(keys).transpose(1, 2));  // [B, H, 1, L]
+  // Key j of row b is at distance i_b - j (masked where negative).
+  auto distance = positions.to(x.device()).view({-1, 1, 1, 1}) -
+                  torch::arange(keys, positions.options().device(x.device())).view({1, 1, 1, -1});
+  auto position = by_distance.gather(3, distance.clamp(0, keys - 1).expand_as(by_distance));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  auto weights = torch::softmax((content + position) * scale + cached.mask, -1);
+  return Dense(MergeHeads(torch::matmul(weights, cached.values)).squeeze(1), out_proj_);
 }
 
 int64_t RelativeMultiHeadAttentionImpl::state_bytes_per_sequence(int64_t context) const {
