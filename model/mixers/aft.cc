@@ -348,8 +348,7 @@ torch::Tensor AftImpl::StepByOps(const torch::Tensor& x, MixerState& state,
   for (int i = 0; i < 5; ++i) {
     (i < 3 ? state.tensors[i] : state.tensors[i].narrow(1, 0, span)).index_copy_(0, index, held[i]);
   }
-  state.length.index_add_(0, rows.to(state.length.device()),
-                          torch::ones({batch}, state.length.options()));
+  AdvanceRows(state, rows, 1);
   return Dense(y, out_proj_);
 }
 

@@ -271,8 +271,7 @@ torch::Tensor AftDecayImpl::StepByOps(const torch::Tensor& x, MixerState& state,
   held[3].index_put_({ring_rows, slot}, k);
   held[4].index_put_({ring_rows, slot}, v);
   for (int i = 0; i < 5; ++i) state.tensors[i].index_copy_(0, index, held[i]);
-  state.length.index_add_(0, rows.to(state.length.device()),
-                          torch::ones({batch}, state.length.options()));
+  AdvanceRows(state, rows, 1);
   return Dense(y, out_proj_);
 }
 

@@ -64,8 +64,7 @@ void RunPoolStep(MixerState& state, const torch::Tensor& slots, const char* what
     const std::string error = launch();
     TORCH_CHECK(error.empty(), what, ": the CUDA step kernel: ", error);
   }
-  state.length.index_add_(0, slots.to(state.length.device()),
-                          torch::ones({slots.size(0)}, state.length.options()));
+  AdvanceRows(state, slots, 1);
 }
 
 }  // namespace attn

@@ -47,8 +47,7 @@ CachedStepRows AppendStepToCache(MixerState& state, const torch::Tensor& index,
   const torch::Tensor at = positions.to(index.device());
   state.tensors[0].index_put_({index, Slice(), at}, k);
   state.tensors[1].index_put_({index, Slice(), at}, v);
-  state.length.index_add_(0, index.to(state.length.device()),
-                          torch::ones_like(positions).to(state.length.device()));
+  AdvanceRows(state, index, 1);
   const int64_t keys = positions.max().item<int64_t>() + 1;
   auto future = torch::arange(keys, at.options()).view({1, 1, 1, keys}) > at.view({-1, 1, 1, 1});
   return {state.tensors[0].narrow(2, 0, keys).index_select(0, index),

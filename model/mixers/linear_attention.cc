@@ -134,9 +134,7 @@ torch::Tensor LinearAttentionImpl::Prefill(const torch::Tensor& x, MixerState& s
   auto y = CausalBlocks(qkv[0], qkv[1], qkv[2], s, z);
   state.tensors[0].index_copy_(0, index, s);
   state.tensors[1].index_copy_(0, index, z);
-  auto length_index = rows.to(state.length.device());
-  state.length.index_add_(0, length_index,
-                          torch::full({rows.size(0)}, x.size(1), state.length.options()));
+  AdvanceRows(state, rows, x.size(1));
   return Dense(MergeHeads(y.narrow(2, x.size(1) - keep, keep)), out_proj_);
 }
 
@@ -172,7 +170,7 @@ torch::Tensor LinearAttentionImpl::FusedPrefill(const torch::Tensor& x, MixerSta
   args.first_output = time - keep;
   args.out = out.data_ptr<float>();
   kernels::LinearAttentionPrefill(args);
-  state.length.index_add_(0, rows, torch::full({batch}, time, state.length.options()));
+  AdvanceRows(state, rows, time);
   return Dense(out, out_proj_);
 }
 

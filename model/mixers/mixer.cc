@@ -50,6 +50,11 @@ void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState
   }
 }
 
+void AdvanceRows(MixerState& state, const torch::Tensor& rows, int64_t tokens) {
+  state.length.index_add_(0, rows.to(state.length.device()),
+                          torch::full({rows.size(0)}, tokens, state.length.options()));
+}
+
 namespace {
 
 // Ring slots of the entries held before length `end`, oldest first.

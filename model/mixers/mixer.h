@@ -53,6 +53,10 @@ struct MixerState {
 MixerState GatherState(const MixerState& pool, const torch::Tensor& slots);
 // Writes the B rows of `part` into rows `slots` of `pool`.
 void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState& part);
+// Advances the lengths of rows `rows` (int64 [B], on any device) of `state`
+// by `tokens`, wherever the lengths live. The fused CPU kernels advance
+// theirs with kernels::AdvanceLengths on the raw pointers instead.
+void AdvanceRows(MixerState& state, const torch::Tensor& rows, int64_t tokens);
 
 // The windowed AFT kinds (aft-*, aft-decay) hold per row three vectors and
 // two rings of the last `window` entries in slot order (position mod

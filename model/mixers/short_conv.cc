@@ -65,7 +65,7 @@ torch::Tensor ShortConvImpl::Continue(const torch::Tensor& x, MixerState& state,
   torch::Tensor window = state.tensors[0].index_select(0, index);
   torch::Tensor y = Run(x, window, keep);
   state.tensors[0].index_copy_(0, index, window);
-  state.length.index_add_(0, index, torch::full({x.size(0)}, x.size(1), state.length.options()));
+  AdvanceRows(state, index, x.size(1));
   return y;
 }
 

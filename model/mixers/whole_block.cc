@@ -67,7 +67,7 @@ void WholeBlockMixer::ContinueRows(MixerState& state, const torch::Tensor& slots
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     if (!in_place(i)) state.tensors[i].index_copy_(0, index, rows.tensors[i]);
   }
-  state.length.index_add_(0, index, torch::full({batch}, tokens, state.length.options()));
+  AdvanceRows(state, index, tokens);
 }
 
 torch::Tensor WholeBlockMixer::step(const torch::Tensor& x, MixerState& state,
