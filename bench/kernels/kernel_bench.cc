@@ -22,9 +22,10 @@
 // It also prints the physical limits the table is read against: how fast one
 // thread multiplies int8 weights that sit in its cache (so no
 // memory is in the way), the one-row bound that follows for int8 and for
-// float32 (whose weights come from the read bandwidth), and the float32
-// matrix product's rate on large matrices, the bound for many rows, where
-// every weight serves all rows and bytes no longer matter.
+// float32 (whose weights come from the read bandwidth), and for many rows,
+// where every weight serves all rows and bytes no longer matter, the CPU's
+// float32 multiply-add peak (independent chains on every thread) and
+// LibTorch's matrix product on large matrices.
 //
 //   attn-kernel-bench --attention=121x2800,512x0 [--reps=N]
 //
@@ -48,6 +49,7 @@
 // 4.0-H 350M's over chunks of the given lengths: token by token, and chunked with
 // each tiling.
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -57,6 +59,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -212,6 +215,72 @@ double CacheResidentRate(bool int8) {
   }
   at::set_num_threads(previous);
   return m.out * m.in / Median(times);
+}
+
+// Twelve independent chains of float32 multiply-adds on one register each,
+// `steps` long: enough chains to cover the FMA units' latency on AVX-512 and
+// AVX2 machines alike. Returns the floating-point operations done.
+__attribute__((target("avx512f"))) double FmaChains512(int64_t steps) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(0.01f * i);
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  alignas(64) float lanes[16];
+  float sink = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (const float lane : lanes) sink += lane;
+  }
+  volatile float keep = sink;
+  (void)keep;
+  return 12.0 * 16 * 2 * static_cast<double>(steps);
+}
+
+__attribute__((target("avx2,fma"))) double FmaChains256(int64_t steps) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.01f * i);
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  for (int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  alignas(32) float lanes[8];
+  float sink = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm256_store_ps(lanes, acc[i]);
+    for (const float lane : lanes) sink += lane;
+  }
+  volatile float keep = sink;
+  (void)keep;
+  return 12.0 * 8 * 2 * static_cast<double>(steps);
+}
+
+// This CPU's float32 multiply-add peak on `threads` threads, in FLOP/s
+// (0 without AVX2 and FMA): the ceiling every product's rate is read
+// against. The median of 5 runs of 50 million steps (75 ms each on a Zen 5,
+// which issues two 16-float FMAs a cycle).
+double FmaPeak(int threads) {
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+  constexpr int64_t kSteps = 50'000'000;
+  std::vector<double> rates;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    std::vector<double> flop(threads);
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back(
+          [&, t] { flop[t] = avx512 ? FmaChains512(kSteps) : FmaChains256(kSteps); });
+    }
+    for (auto& worker : workers) worker.join();
+    double total = 0;
+    for (const double f : flop) total += f;
+    rates.push_back(total / Seconds(start));
+  }
+  return Median(rates);
 }
 
 // Floating-point operations per second of LibTorch's float32 matrix product
@@ -478,7 +547,8 @@ int main(int argc, char** argv) {
       "faster\n",
       int8_rate / 1e9, float_rate / 1e9, int8_bound * 1e6, threads, compute_bound * 1e6, int8_mb,
       int8_read_bound * 1e6, float_bound * 1e6, float_mb, float_bound / int8_bound);
-  std::printf("float32 512x512 matrix product: %.1f GFLOP/s\n", attn::GemmRate(100) / 1e9);
+  std::printf("float32 multiply-add peak: %.1f GFLOP/s; 512x512 matrix product: %.1f GFLOP/s\n",
+              attn::FmaPeak(threads) / 1e9, attn::GemmRate(100) / 1e9);
   std::printf("%6s %14s %14s %14s %8s %8s %12s %12s %12s\n", "rows", "float32 (us)", "packed (us)",
               "int8 (us)", "f32/pk", "f32/int8", "pk GB/s", "int8 GB/s", "pk GFLOP/s");
   for (const absl::string_view count : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',')) {
