@@ -18,10 +18,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-if [ ! -d "$node_tools/node_modules/@huggingface/tokenizers" ]; then
-  npm install --silent --no-audit --no-fund --prefix "$node_tools" @huggingface/tokenizers@0.2 \
-    > /dev/null || fail "npm install @huggingface/tokenizers"
-fi
+# shellcheck source=scripts/lib/node_tools.sh
+. "$repo/scripts/lib/node_tools.sh"
+npm_packages "$node_tools" @huggingface/tokenizers@0.2 || fail "npm install @huggingface/tokenizers"
 /usr/bin/python3 "$repo/tests/tools/hf_checkpoints.py" tokenizer --out "$work/tokenizer.json"
 
 # The real files: kept here, or fetched once from npm into NODE_TOOLS.
