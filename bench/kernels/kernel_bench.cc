@@ -66,6 +66,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/kernels/cpu_features.h"
 #include "model/kernels/huge_pages.h"
 #include "model/kernels/int8_gemm.h"
 #include "model/kernels/kernels.h"
@@ -263,8 +264,8 @@ __attribute__((target("avx2,fma"))) double FmaChains256(int64_t steps) {
 // against. The median of 5 runs of 50 million steps (75 ms each on a Zen 5,
 // which issues two 16-float FMAs a cycle).
 double FmaPeak(int threads) {
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+  const bool avx512 = kernels::CpuHasAvx512();
+  if (!avx512 && !kernels::CpuHasAvx2()) return 0;
   constexpr int64_t kSteps = 50'000'000;
   std::vector<double> rates;
   for (int run = 0; run < 5; ++run) {
