@@ -153,6 +153,10 @@ ABSL_FLAG(std::string, draft_model, RegistryDefaults().draft_model,
           "decodes --draft_tokens tokens greedily ahead of a stream decoding alone (after "
           "n-gram lookup, with --speculative=ngram), checked in one pass; the output is "
           "unchanged. Served as itself too.");
+ABSL_FLAG(double, draft_prefill_share, EngineDefaults().draft_prefill_share,
+          "The most of a stream's plain decoding time (--max_tokens steps) the draft model may "
+          "spend reading its prompt before its drafts can show they pay; a stream whose prompt "
+          "would take longer decodes without it (0-100).");
 ABSL_FLAG(std::string, state_cache, attn::serving::StateCacheName(RegistryDefaults().state_cache),
           "Which models keep a state cache, so that a prompt that starts with tokens seen "
           "before prefills only the rest: recurrent (models whose state does not grow with the "
@@ -236,6 +240,7 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   engine.draft_tokens = absl::GetFlag(FLAGS_draft_tokens);
   engine.speculative_max_batch = absl::GetFlag(FLAGS_speculative_max_batch);
+  engine.draft_prefill_share = absl::GetFlag(FLAGS_draft_prefill_share);
   ExitIfBad(attn::serving::ParseSpeculation(absl::GetFlag(FLAGS_speculative), &engine.speculative));
   engine.state_cache_bytes = absl::GetFlag(FLAGS_state_cache_bytes);
   engine.state_cache_interval = absl::GetFlag(FLAGS_state_cache_interval);

@@ -124,8 +124,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
     mixed_round "$round"
     continue
   fi
+  # Which side goes first alternates between rounds, so that a drift in
+  # the machine's speed does not favour one side.
+  sides=(plain spec)
+  ((round % 2 == 0)) && sides=(spec plain)
   for i in "${!names[@]}"; do
-    for side in plain spec; do
+    for side in "${sides[@]}"; do
       port=$plain_port mport=$plain_metrics
       [ "$side" = spec ] && port=$spec_port mport=$spec_metrics
       drafted=$(counter draft) accepted=$(counter accepted)

@@ -93,6 +93,10 @@ absl::Status EngineOptions::Validate() const {
     return InvalidField("draft_tokens", "must be at most ", kMaxDraftTokens, ", got ",
                         draft_tokens);
   }
+  if (!(draft_prefill_share >= 0 && draft_prefill_share <= kMaxDraftPrefillShare)) {
+    return InvalidField("draft_prefill_share", "must be in [0, ", kMaxDraftPrefillShare, "], got ",
+                        draft_prefill_share);
+  }
   if (limits.default_max_tokens > limits.max_tokens) {
     return InvalidField("default_max_tokens", limits.default_max_tokens, " exceeds max_tokens (",
                         limits.max_tokens, ")");

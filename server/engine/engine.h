@@ -71,6 +71,9 @@ enum class Speculation { kOff, kNgram };
 const char* SpeculationName(Speculation speculation);  // "off", "ngram"
 // The most tokens one speculative round drafts (EngineOptions::draft_tokens).
 inline constexpr int64_t kMaxDraftTokens = 32;
+// The largest EngineOptions::draft_prefill_share: a draft model's prefill
+// may take this many times the plain decoding it is meant to speed up.
+inline constexpr double kMaxDraftPrefillShare = 100;
 // kInvalidArgument naming the flag for anything else.
 absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation);
 
@@ -138,6 +141,12 @@ struct EngineOptions {
   // sequence decoding alone (its own steps are one row each). The engine
   // gives it max_active rows of its own. Null: none.
   std::shared_ptr<LmBackend> draft_model;
+  // The most of a sequence's plain decoding time (max_tokens plain steps
+  // of one row) the draft model may spend reading its prompt, and the
+  // tokens of its pauses, before its rounds can show that they pay
+  // (attn-server's --draft_prefill_share): a sequence whose prompt would
+  // take longer decodes without it.
+  double draft_prefill_share = 0.03;
 
   // kInvalidArgument naming the first field out of range, by the name of
   // attn-server's flag for it ("max_active: must be at least 1, got 0").

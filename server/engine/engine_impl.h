@@ -215,6 +215,18 @@ class Engine::Impl {
   void CheckGroup(std::vector<SpeculationRound>& rounds, const std::vector<size_t>& group);
   void FinishRounds(std::vector<SpeculationRound>& rounds, absl::Duration checking,
                     absl::Duration took, int64_t rows);
+  // Whether the draft model may catch up on `seq`'s history now: a
+  // catch-up longer than a round's own tokens (the prompt's, one after a
+  // pause) is paid before any round can show the model agrees, so a
+  // sequence's such catch-ups may take at most draft_prefill_share of its
+  // plain decoding time (max_tokens plain steps of one row), estimated from
+  // earlier catch-ups (or, before any, the served model's prefill). At
+  // the default 3%, with the rounds' losses (held to about 5% by the
+  // pauses, far less once the model stops), a draft model that never
+  // agrees stays within about 5% of plain decoding.
+  bool LagFits(const Sequence& seq) const;
+  // A draft model's catch-up of `tokens` took `seconds` for `seq`.
+  void NoteCatchUp(Sequence& seq, int64_t tokens, double seconds);
   // Whether `round` paid (its tokens came faster than plain steps of
   // `step_seconds` would have given them, after `round_seconds`), and what
   // its sequence drafts next.
@@ -224,14 +236,21 @@ class Engine::Impl {
   void NoteStep(int64_t rows, absl::Duration took) {
     if (rows > options_.speculative_max_batch) return;
     if (step_seconds_.size() <= static_cast<size_t>(rows)) step_seconds_.resize(rows + 1, -1);
-    const double seconds = absl::ToDoubleSeconds(took);
-    double& average = step_seconds_[rows];
-    average = average > 0 ? 0.9 * average + 0.1 * seconds : seconds;
+    Average(step_seconds_[rows], absl::ToDoubleSeconds(took));
   }
   // After a speculative iteration of `rows` rows, some of which did not
   // draft, that took `took`: what they lost against a plain step of that
   // many rows, and how long drafting pauses at that batch size for it.
   void JudgeBatch(int64_t rows, absl::Duration took);
+  // A prefill of `tokens` tokens in all took `took`: the draft model's
+  // catch-ups are estimated from it until one was timed.
+  void NotePrefill(int64_t tokens, absl::Duration took) {
+    if (drafter_ == nullptr || tokens < kTimedTokens) return;
+    Average(prefill_seconds_per_token_, absl::ToDoubleSeconds(took) / tokens);
+  }
+  static void Average(double& average, double seconds) {
+    average = average > 0 ? 0.9 * average + 0.1 * seconds : seconds;
+  }
   // The moving average of plain steps of `rows` rows, in seconds (0 on a
   // clock where they take no time); -1 until one ran.
   double StepSeconds(int64_t rows) const {
@@ -306,6 +325,13 @@ class Engine::Impl {
   // ran: rounds wait for one, so that each is judged against what plain
   // decoding spends.
   std::vector<double> step_seconds_;
+  // Engine thread only, with a draft model: moving averages of the seconds
+  // per token of the served model's prefills and of the draft model's
+  // catch-ups, each over calls of at least kTimedTokens tokens (fewer time
+  // mostly a call's fixed cost); -1 until one ran.
+  static constexpr int64_t kTimedTokens = 8;
+  double prefill_seconds_per_token_ = -1;
+  double catch_up_seconds_per_token_ = -1;
   // Engine thread only: per batch size above 1, the speculative iterations
   // in a row that lost, and the decode step drafting resumes at.
   struct BatchJudgement {

@@ -91,7 +91,9 @@ bool Engine::Impl::PrefillChunk() {
     }
     return true;
   }
-  observer_->OnStep(EngineObserver::Phase::kPrefill, clock_.Now() - started, rows, rows * count);
+  const absl::Duration took = clock_.Now() - started;
+  NotePrefill(rows * count, took);
+  observer_->OnStep(EngineObserver::Phase::kPrefill, took, rows, rows * count);
   for (Sequence* seq : group) {
     seq->prefilled += count;
     if (seq->prefilling() || seq->scoring()) SaveCheckpoint(*seq);

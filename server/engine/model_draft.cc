@@ -59,7 +59,7 @@ absl::StatusOr<torch::Tensor> ModelDrafter::CatchUp(int64_t slot, Row& row,
                                                     absl::Span<const int64_t> prompt,
                                                     absl::Span<const int64_t> output) {
   const auto size = static_cast<int64_t>(prompt.size() + output.size());
-  if (row.fed < 0 || row.fed >= size) {  // a new sequence (or one that went back)
+  if (ToFeed(row, size) == size) {  // a new sequence (or one that went back)
     if (absl::Status reset = model_->ResetRow(slot); !reset.ok()) return reset;
     row.fed = 0;
   }
@@ -92,6 +92,7 @@ absl::StatusOr<ModelDrafter::Drafts> ModelDrafter::Draft(int64_t slot, Row& row,
     if (max_tokens < 1) return drafts;
   }
   const absl::Time started = clock_.Now();
+  drafts.caught_up = ToFeed(row, history);
   absl::StatusOr<int64_t> next = Greedy(CatchUp(slot, row, prompt, output), ids_);
   drafts.catch_up = clock_.Now() - started;
   absl::StatusOr<SavedRow> before = next.ok() ? model_->SaveRow(slot) : next.status();

@@ -43,7 +43,15 @@ class ModelDrafter {
     // tokens of plain steps since): the price of drafting at all, which
     // the engine keeps apart from whether the round paid.
     absl::Duration catch_up;
+    int64_t caught_up = 0;  // the tokens that took
   };
+
+  // The tokens a catch-up feeds `row` before drafting after a history of
+  // `history` tokens: those it lacks, or all of them for a new sequence
+  // (or one that went back).
+  static int64_t ToFeed(const Row& row, int64_t history) {
+    return row.fed < 0 || row.fed >= history ? history : history - row.fed;
+  }
 
   // Drafts with `model`, whose vocabulary the caller has checked equals the
   // served model's, among its first `ids` ids (those the served model can

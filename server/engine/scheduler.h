@@ -81,6 +81,9 @@ struct Sequence {
     // Plain steps' time the draft model's rounds saved, less what they and
     // its catch-ups cost beyond that: below 0 while it has not paid.
     double model_gain_steps = 0;
+    // What the draft model's catch-ups longer than a round's own tokens
+    // (the prompt's, those after a pause) took, in seconds.
+    double model_lag_seconds = 0;
   } drafting;
 
   bool prefilling() const { return prefilled < static_cast<int64_t>(request.prompt.size()); }

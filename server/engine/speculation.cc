@@ -193,6 +193,10 @@ std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit, int64_
     if (!draft.empty() || drafter_ == nullptr) return draft;
   }
   if (rows > 1 || drafter_ == nullptr || seq.drafting.model_off) return {};
+  if (!LagFits(seq)) {  // nor will it later: the lag only grows
+    seq.drafting.model_off = true;
+    return {};
+  }
   // The draft model continues the prompt and the output so far, whose last
   // token is the next one to feed.
   absl::StatusOr<ModelDrafter::Drafts> drafts = drafter_->Draft(
@@ -204,8 +208,28 @@ std::vector<int64_t> Engine::Impl::DraftFor(Sequence& seq, int64_t limit, int64_
     seq.drafting.model_off = true;
     return {};
   }
+  NoteCatchUp(seq, drafts->caught_up, absl::ToDoubleSeconds(drafts->catch_up));
   *from_model = *std::move(drafts);
   return (*from_model)->tokens;
+}
+
+bool Engine::Impl::LagFits(const Sequence& seq) const {
+  const auto history = static_cast<int64_t>(seq.request.prompt.size() + seq.generated_ids.size());
+  const int64_t lag = ModelDrafter::ToFeed(seq.drafting.model_row, history);
+  if (lag <= options_.draft_tokens + 1) return true;  // a round's own tokens
+  const double per_token =
+      catch_up_seconds_per_token_ > 0 ? catch_up_seconds_per_token_ : prefill_seconds_per_token_;
+  const double step_seconds = StepSeconds(1);
+  if (per_token <= 0 || step_seconds <= 0) return true;  // nothing to go by
+  const double plain_seconds = static_cast<double>(seq.request.max_tokens) * step_seconds;
+  return seq.drafting.model_lag_seconds + lag * per_token <=
+         options_.draft_prefill_share * plain_seconds;
+}
+
+void Engine::Impl::NoteCatchUp(Sequence& seq, int64_t tokens, double seconds) {
+  if (tokens <= options_.draft_tokens + 1) return;  // a round's own
+  seq.drafting.model_lag_seconds += seconds;
+  if (tokens >= kTimedTokens) Average(catch_up_seconds_per_token_, seconds / tokens);
 }
 
 bool Engine::Impl::Speculate(const std::vector<Sequence*>& batch) {
