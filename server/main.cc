@@ -154,7 +154,7 @@ ABSL_FLAG(std::string, draft_model, RegistryDefaults().draft_model,
           "n-gram lookup, with --speculative=ngram), checked in one pass; the output is "
           "unchanged. Served as itself too.");
 ABSL_FLAG(double, draft_prefill_share, EngineDefaults().draft_prefill_share,
-          "The most of a stream's plain decoding time (--max_tokens steps) the draft model may "
+          "The most of a stream's plain decoding time (its max_tokens steps) the draft model may "
           "spend reading its prompt before its drafts can show they pay; a stream whose prompt "
           "would take longer decodes without it (0-100).");
 ABSL_FLAG(std::string, state_cache, attn::serving::StateCacheName(RegistryDefaults().state_cache),

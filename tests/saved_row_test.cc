@@ -149,6 +149,18 @@ TEST_P(SavedRowTest, ASaveOntoAnEarlierCopyWritesOnlyWhatIsNew) {
   ExpectSameRow(*branch, *backend.SaveRow(1));
   EXPECT_EQ(SharedTensors(*branch, *first), 0);
   ExpectSameRow(*second, *backend.SaveRow(0));
+  // The first copy moved onto the branch's memory holds the same values
+  // there, and the branch's room is none of its own.
+  absl::StatusOr<SavedRow> moved = backend.ViewOnto(*first, *first, *branch);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ExpectSameRow(*moved, first_values);
+  EXPECT_EQ(moved->length, first->length);
+  EXPECT_EQ(SharedTensors(*moved, *branch) > 0, grows);
+  EXPECT_EQ(moved->written == branch->written, grows);
+  // A copy that views other memory than the source's stays as it is.
+  absl::StatusOr<SavedRow> unmoved = backend.ViewOnto(first_values, *first, *branch);
+  ASSERT_TRUE(unmoved.ok()) << unmoved.status();
+  EXPECT_EQ(SharedTensors(*unmoved, *branch), 0);
 
   // The shared copy continues exactly as the row it came from.
   ASSERT_TRUE(backend.LoadRow(1, *second).ok());

@@ -62,6 +62,11 @@ absl::StatusOr<SavedRow> LmBackend::SaveRowOnto(int64_t row, const SavedRow* /*b
   return SaveRow(row);
 }
 
+absl::StatusOr<SavedRow> LmBackend::ViewOnto(const SavedRow& prefix, const SavedRow& /*source*/,
+                                             const SavedRow& /*copy*/) const {
+  return prefix;
+}
+
 absl::StatusOr<torch::Tensor> LmBackend::PrefillForRollBack(
     const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& tokens) {
   absl::StatusOr<torch::Tensor> fed = RowsTokens(rows, tokens, device());

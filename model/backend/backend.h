@@ -89,6 +89,16 @@ class LmBackend {
   // conversation's cached turns hold its key/value prefix once). Otherwise a
   // copy with room for a quarter more. The default is SaveRow(row).
   virtual absl::StatusOr<SavedRow> SaveRowOnto(int64_t row, const SavedRow* base);
+  // After SaveRowOnto made `copy`, a row that continued `source`, in memory
+  // of its own (another save had taken source's room, or it had none):
+  // `prefix`, an earlier save of the same tokens' beginning, with its
+  // key/value positions that view source's memory viewing copy's instead
+  // (the same values: such positions never change once written), sharing
+  // copy's room (none is left behind them). So a document's cached state
+  // stays cached at no cost when question after question copies it.
+  // The default returns `prefix` unchanged.
+  virtual absl::StatusOr<SavedRow> ViewOnto(const SavedRow& prefix, const SavedRow& source,
+                                            const SavedRow& copy) const;
   // Makes `row` continue `saved` exactly as the saved row would have.
   // kInvalidArgument naming what does not fit when `saved` is not a row of
   // this model's state (the row must then be reset before reuse).

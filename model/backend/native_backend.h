@@ -30,6 +30,8 @@ class NativeBackend : public LmBackend {
 
   absl::StatusOr<SavedRow> SaveRow(int64_t row) override;
   absl::StatusOr<SavedRow> SaveRowOnto(int64_t row, const SavedRow* base) override;
+  absl::StatusOr<SavedRow> ViewOnto(const SavedRow& prefix, const SavedRow& source,
+                                    const SavedRow& copy) const override;
   absl::Status LoadRow(int64_t row, const SavedRow& saved) override;
 
   absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens, const torch::Tensor& rows,

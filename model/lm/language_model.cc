@@ -199,6 +199,20 @@ std::vector<torch::Tensor> CausalLmImpl::SaveRowInto(const LmState& state, int64
   return saved;
 }
 
+std::vector<torch::Tensor> CausalLmImpl::ViewOnto(const LmState& state,
+                                                  const std::vector<torch::Tensor>& prefix,
+                                                  const std::vector<torch::Tensor>& source,
+                                                  const std::vector<torch::Tensor>& copy) const {
+  const std::vector<MixerState> prefixes = SplitSaved(state, prefix);
+  const std::vector<MixerState> sources = SplitSaved(state, source);
+  const std::vector<MixerState> copies = SplitSaved(state, copy);
+  std::vector<torch::Tensor> moved;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    AppendLayer(layers_[l]->mixer().ViewOnto(prefixes[l], sources[l], copies[l]), moved);
+  }
+  return moved;
+}
+
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
                                     const torch::Tensor& slots, PrefillLogits logits,
                                     PrefillRecord* record) {

@@ -133,6 +133,12 @@ class CausalLmImpl : public torch::nn::Module {
   bool FitsInto(const LmState& state, int64_t row, const std::vector<torch::Tensor>& base) const;
   std::vector<torch::Tensor> SaveRowInto(const LmState& state, int64_t row,
                                          const std::vector<torch::Tensor>& base) const;
+  // SequenceMixer::ViewOnto for every layer, on SaveRow's lists. Throws
+  // c10::Error when a list does not fit this model.
+  std::vector<torch::Tensor> ViewOnto(const LmState& state,
+                                      const std::vector<torch::Tensor>& prefix,
+                                      const std::vector<torch::Tensor>& source,
+                                      const std::vector<torch::Tensor>& copy) const;
 
   const LmConfig& config() const { return config_; }
   // Longest sequence the model can process; -1 when unbounded.

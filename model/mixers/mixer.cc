@@ -213,6 +213,43 @@ MixerState SequenceMixer::SaveRowInto(const MixerState& state, int64_t row,
   return saved;
 }
 
+namespace {
+
+// Whether `b` has `a`'s shape but for as many or more entries along `dim`.
+bool AtLeastAsLong(const torch::Tensor& a, const torch::Tensor& b, int64_t dim) {
+  if (!a.defined() || !b.defined() || a.dim() != b.dim()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (d == dim ? a.size(d) > b.size(d) : a.size(d) != b.size(d)) return false;
+  }
+  return true;
+}
+
+// Whether `a` views the memory of `b` as its first entries along `dim`.
+bool ViewsStartOf(const torch::Tensor& a, const torch::Tensor& b, int64_t dim) {
+  return AtLeastAsLong(a, b, dim) && a.storage().is_alias_of(b.storage()) &&
+         a.storage_offset() == b.storage_offset() && a.strides() == b.strides();
+}
+
+}  // namespace
+
+MixerState SequenceMixer::ViewOnto(const MixerState& prefix, const MixerState& source,
+                                   const MixerState& copy) const {
+  MixerState moved = prefix;
+  if (!AppendOnly() || prefix.tensors.size() != source.tensors.size() ||
+      prefix.tensors.size() != copy.tensors.size()) {
+    return moved;
+  }
+  const int64_t dim = held_positions().dim;
+  for (size_t i = 0; i < prefix.tensors.size(); ++i) {
+    const torch::Tensor& p = prefix.tensors[i];
+    const torch::Tensor& c = copy.tensors[i];
+    if (ViewsStartOf(p, source.tensors[i], dim) && AtLeastAsLong(p, c, dim)) {
+      moved.tensors[i] = c.narrow(dim, 0, p.size(dim));
+    }
+  }
+  return moved;
+}
+
 MixerState SequenceMixer::SaveRowForRollBack(const MixerState& state, int64_t row) const {
   if (!AppendOnly()) return SaveRow(state, row);
   TORCH_CHECK(row >= 0 && row < state.rows(), "SaveRowForRollBack: row ", row, " of ",

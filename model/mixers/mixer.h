@@ -163,6 +163,16 @@ class SequenceMixer : public torch::nn::Module {
   // positions past base's into that room and returns views of the memory;
   // the other tensors are copied.
   MixerState SaveRowInto(const MixerState& state, int64_t row, const MixerState& base) const;
+  // `copy` is a save of a row that continued `source` (loaded from it or
+  // saved as it, and only extended since) into memory of its own, and
+  // `prefix` a save no longer than `source`. Returns `prefix` with each of
+  // its held positions that views source's memory (the same tensor, at most
+  // as long) viewing copy's instead: the same values, since a key/value
+  // cache's entries never change once written. The rest stays prefix's own.
+  // The state cache moves the cached prefixes of a conversation onto a copy
+  // this way, so that source's memory can go while they stay.
+  MixerState ViewOnto(const MixerState& prefix, const MixerState& source,
+                      const MixerState& copy) const;
   // Speculation's copy of row `row`, taken before a check that RestoreRow
   // may undo: SaveRow, except that an append-only cache's positions (a
   // key/value cache's: entries never change once written) stay in the row,

@@ -11,7 +11,14 @@
    the server's RSS for the default model and, with --state_cache=all, for
    mha-alibi; then the same prompts again: hit rate and TTFT.
 
+4. With --document_tokens=N (and --model), only this: a document of N
+   token ids, then --questions requests of the document and 30 ids of
+   their own (2 tokens generated each, the cache at its default size):
+   the tokens each reused and prefilled, its wall time (attnctl's start-up
+   included), and the cache's entries and bytes at the end.
+
 Usage: scripts/bench/bench_state_reuse.py [--build=build] [--skip_entries] [--model=PACKAGE]
+  [--document_tokens=N [--questions=8]]
 With --model, only the 20-turn conversation, on that package (a hybrid such
 as granite-4.0-h-350m written by scripts/bench/hf_models.sh).
 Runs the real attn-server and attnctl on 127.0.0.1; prints progress on stderr
@@ -20,6 +27,7 @@ and a Markdown report on stdout.
 import argparse
 import json
 import os
+import random
 import re
 import signal
 import statistics
@@ -173,6 +181,35 @@ def shared_prefix(build, models, words, per_word):
     print()
 
 
+def document_questions(build, models, model, document_tokens, questions):
+    rng = random.Random(1)
+    document = [rng.randrange(3, 500) for _ in range(document_tokens)]
+    server = Server(build, models, f"--default_model={model}",
+                    f"--max_prompt_tokens={document_tokens + 64}")
+    print(f"### One document of {document_tokens} tokens, then {questions} questions about it "
+          f"({model}, 30 tokens each, 2 generated)\n")
+    print("| request | reused | prefilled | wall time |")
+    print("|---|---|---|---|")
+    try:
+        for q in range(questions + 1):
+            ids = document + [rng.randrange(3, 500) for _ in range(30 if q else 0)]
+            progress(f"document: {'the document' if q == 0 else f'question {q}'}")
+            started = time.monotonic()
+            out = subprocess.run(ctl(build, server.address, "generate", "--json", "--max_tokens=2",
+                                     "--temperature=0", "--ignore_eos",
+                                     "--ids=" + ",".join(map(str, ids))),
+                                 capture_output=True, text=True, check=True)
+            took = time.monotonic() - started
+            usage = json.loads(out.stdout)["usage"]
+            print(f"| {'document' if q == 0 else f'question {q}'} | {usage.get('cached_tokens', 0)} | "
+                  f"{usage.get('prefilled_tokens', 0)} | {took:.2f} s |")
+        entries_now = server.metric("attn_state_cache_entries", model)
+        size = server.metric("attn_state_cache_bytes", model)
+    finally:
+        server.stop()
+    print(f"\nThe cache at the end: {entries_now:.0f} entries, {size / 1e6:.1f} MB.\n")
+
+
 def entries(build):
     print("### 10,000 cached entries (distinct 64-token prompts, 1 generated token)\n")
     print("| model | entries | cache bytes | bytes per entry | server RSS before / after | "
@@ -212,9 +249,17 @@ def main():
     parser.add_argument("--build", default=os.path.join(REPO, "build"))
     parser.add_argument("--skip_entries", action="store_true")
     parser.add_argument("--model", default="", help="only the conversation, on this package")
+    parser.add_argument("--document_tokens", type=int, default=0,
+                        help="with --model: only a document and questions about it")
+    parser.add_argument("--questions", type=int, default=8)
     args = parser.parse_args()
     models = args.model or f"{REPO}/models/aft-decay.pt"
     model = os.path.basename(models)[:-len(".pt")]
+    if args.document_tokens > 0:
+        print(f"Run {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, "
+              f"`scripts/bench/bench_state_reuse.py --document_tokens={args.document_tokens}`\n")
+        document_questions(args.build, models, model, args.document_tokens, args.questions)
+        return
     words = corpus()
     print(f"Run {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, "
           f"`scripts/bench/bench_state_reuse.py`\n")

@@ -293,6 +293,15 @@ class Engine::Impl {
   absl::Status SaveFinished(Sequence& seq, StreamEvent& last);
   // The tokens `seq`'s state covers (its start state's aside).
   std::vector<int64_t> StateTokens(const Sequence& seq) const;
+  // Puts `state`, the state of `seq` after `tokens` that SaveRowOnto saved
+  // continuing `base` (null: none), into the cache. When the save could not
+  // extend base's memory (another sequence took the room behind it: a
+  // second question about one document), the cached states of the
+  // tokens' beginnings that view base's memory move onto the new copy
+  // first (LmBackend::ViewOnto). Entries thus give base's memory back
+  // only with the others viewing it, and the document's state stays.
+  void CacheState(const Sequence& seq, absl::Span<const int64_t> tokens,
+                  std::shared_ptr<CachedState> state, const SavedRow* base);
   void PublishCacheSize();
 
   std::unique_ptr<LmBackend> backend_;

@@ -139,9 +139,9 @@ void Engine::Impl::SaveCheckpoint(Sequence& seq) {
   auto state = std::make_shared<CachedState>();
   state->row = *std::move(row);
   if (at_end) state->logits = seq.last_logits;
+  const std::shared_ptr<const SavedRow> base = std::move(seq.saved_base);
   seq.saved_base = std::shared_ptr<const SavedRow>(state, &state->row);
-  cache_->Insert(tokens, std::move(state), seq.request.cache_origin);
-  PublishCacheSize();
+  CacheState(seq, tokens, std::move(state), base.get());
 }
 
 bool Engine::Impl::CanFeedLast(const Sequence& seq) const {
@@ -179,8 +179,7 @@ absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
     if (cache_) {
       auto state = std::make_shared<CachedState>();
       state->row = *saved;  // shares the tensors: both only read them
-      cache_->Insert(tokens, std::move(state), seq.request.cache_origin);
-      PublishCacheSize();
+      CacheState(seq, tokens, std::move(state), seq.saved_base.get());
     }
   }
   if (seq.request.return_state) {
@@ -191,6 +190,24 @@ absl::Status Engine::Impl::SaveFinished(Sequence& seq, StreamEvent& last) {
     last.state_token_ids = std::move(tokens);
   }
   return absl::OkStatus();
+}
+
+void Engine::Impl::CacheState(const Sequence& seq, absl::Span<const int64_t> tokens,
+                              std::shared_ptr<CachedState> state, const SavedRow* base) {
+  StateCache::Mover mover;
+  if (base != nullptr && state->row.written != base->written) {
+    mover = [this, base,
+             copy = state](const CachedState& entry) -> std::shared_ptr<const CachedState> {
+      absl::StatusOr<SavedRow> moved = backend_->ViewOnto(entry.row, *base, copy->row);
+      if (!moved.ok() || moved->written == entry.row.written) return nullptr;
+      auto out = std::make_shared<CachedState>();
+      out->row = *std::move(moved);
+      out->logits = entry.logits;
+      return out;
+    };
+  }
+  cache_->Insert(tokens, std::move(state), seq.request.cache_origin, mover);
+  PublishCacheSize();
 }
 
 void Engine::Impl::PublishCacheSize() {

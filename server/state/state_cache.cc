@@ -38,8 +38,6 @@ int64_t StateCache::MemoryBytes(const CachedState& state,
   return bytes;
 }
 
-namespace {}  // namespace
-
 StateCache::StateCache(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
 
 std::vector<uint64_t> StateCache::Keys(absl::Span<const int64_t> tokens, uint64_t origin) {
@@ -86,10 +84,11 @@ bool StateCache::Contains(absl::Span<const int64_t> tokens, uint64_t origin) con
 }
 
 void StateCache::Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state,
-                        uint64_t origin) {
+                        uint64_t origin, const Mover& moved) {
   if (tokens.empty() || !state) return;
   const int64_t bytes = OwnBytes(*state, tokens.size());
   if (bytes + MemoryBytes(*state, nullptr) > capacity_bytes_) return;
+  if (moved) Move(tokens, moved, origin);
   const uint64_t key = Key(tokens, origin);
   if (auto it = entries_.find(key); it != entries_.end()) Erase(it);
   while (bytes_ + bytes + MemoryBytes(*state, &memory_) > capacity_bytes_ && !recency_.empty()) {
@@ -104,6 +103,23 @@ void StateCache::Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const 
   entry.bytes = bytes;
   entry.recency = recency_.begin();
   bytes_ += bytes;
+}
+
+void StateCache::Move(absl::Span<const int64_t> tokens, const Mover& moved, uint64_t origin) {
+  const std::vector<uint64_t> keys = Keys(tokens, origin);
+  for (size_t count = 1; count <= tokens.size(); ++count) {
+    auto it = entries_.find(keys[count - 1]);
+    if (it == entries_.end() || !Holds(it->second, tokens, count, origin)) continue;
+    std::shared_ptr<const CachedState> state = moved(*it->second.state);
+    if (!state) continue;
+    // Held first, then let go: memory both view is never counted out.
+    HoldMemory(*state, +1);
+    HoldMemory(*it->second.state, -1);
+    bytes_ -= it->second.bytes;
+    it->second.bytes = OwnBytes(*state, count);
+    bytes_ += it->second.bytes;
+    it->second.state = std::move(state);
+  }
 }
 
 void StateCache::Erase(std::unordered_map<uint64_t, Entry>::iterator it) {

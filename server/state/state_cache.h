@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <unordered_map>
@@ -56,11 +57,21 @@ class StateCache {
   Hit Lookup(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequenceOrigin);
   // Whether the state after exactly `tokens` is cached (marks nothing).
   bool Contains(absl::Span<const int64_t> tokens, uint64_t origin = kEmptySequenceOrigin) const;
+  // Maps a cached state to the same sequence's state held in other memory
+  // (LmBackend::ViewOnto), or to null where it stays as it is.
+  using Mover = std::function<std::shared_ptr<const CachedState>(const CachedState&)>;
   // Keeps `state` as the state after `tokens` (at least one), replacing any
   // entry for the same key, and drops the least recently used entries until
-  // it fits. A state larger than the whole capacity is not kept.
+  // it fits. A state larger than the whole capacity is not kept. Before
+  // anything is dropped, when `moved` is given and `state` is kept, the
+  // cached states of `tokens`' beginnings move as Move says.
   void Insert(absl::Span<const int64_t> tokens, std::shared_ptr<const CachedState> state,
-              uint64_t origin = kEmptySequenceOrigin);
+              uint64_t origin = kEmptySequenceOrigin, const Mover& moved = nullptr);
+  // Each cached state of a beginning of `tokens` (some or all of them)
+  // for which `moved` returns a state takes that state in its place,
+  // keeping its place in the recency order.
+  void Move(absl::Span<const int64_t> tokens, const Mover& moved,
+            uint64_t origin = kEmptySequenceOrigin);
 
   int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
   int64_t bytes() const { return bytes_; }

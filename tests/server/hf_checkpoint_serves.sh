@@ -278,6 +278,30 @@ echo "== the hybrids' states: cached at token granularity, held by the client"
 state_reuse lfm2
 state_reuse granite
 
+echo "== questions about one LFM2 document each start from its cached state"
+# The cache holds the document's keys and values with their room once, not
+# twice: each question copies them (the first took the room behind them),
+# and the document's state moves onto the copy instead of being dropped.
+first_port=$server_port
+start_server "$work/server_document.log" --models="$work/lfm2.pt" --state_cache_bytes=170000 \
+  --metrics_port=-1
+document_ctl=("$ctl_bin" --server="127.0.0.1:$server_port" --timeout_s=120)
+server_port=$first_port
+document=$(seq -s, 3 302)
+brief=(--model=lfm2 --max_tokens=2 --temperature=0 --ignore_eos --json)
+"${document_ctl[@]}" generate "${brief[@]}" --ids="$document" > /dev/null
+for q in 1 2 3 4; do
+  "${document_ctl[@]}" generate "${brief[@]}" --ids="$document,$((400 + q)),$((420 + q))" \
+    > "$work/question_$q.json"
+done
+$py - "$work" <<'PY' || fail "questions about one document"
+import json, sys
+reused = [int(json.load(open(f"{sys.argv[1]}/question_{q}.json"))["usage"]["cached_tokens"])
+          for q in range(1, 5)]
+assert reused == [300] * 4, reused
+print("   four questions each reuse the document's 300 tokens in a cache too small for two copies")
+PY
+
 echo "== a Granite conversation resumes through Redis; --max_exported_state_bytes bounds it"
 start_redis "$work/redis"
 tier=(--models="$work/granite.pt" --state_cache_bytes=0 --state_store="$redis_url"

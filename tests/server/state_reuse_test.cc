@@ -59,6 +59,13 @@ void ExpectSame(const Result& got, const Result& want, const std::string& what) 
   }
 }
 
+// Whether TinyModel(kind)'s state grows with its context: a key/value
+// cache, or the attention layers of the short convolution's hybrid.
+bool KeepsKeysAndValues(MixerKind kind) {
+  return kind == MixerKind::kMha || kind == MixerKind::kMhaAlibi || kind == MixerKind::kRelative ||
+         kind == MixerKind::kGqa || kind == MixerKind::kShortConv;
+}
+
 class StateReuseTest : public ::testing::TestWithParam<MixerKind> {
  protected:
   std::unique_ptr<Engine> NewEngine(int64_t cache_bytes, EngineObserver* observer = nullptr,
@@ -157,12 +164,8 @@ TEST_P(StateReuseTest, CacheOnOrOffGivesTheSameTokens) {
 // the entry the turn started from, so the turns and the checkpoints every 8
 // tokens view one block of keys and values instead of a copy each.
 TEST_P(StateReuseTest, AConversationHoldsItsKeysAndValuesOnce) {
-  const MixerKind kind = GetParam();
-  if (kind != MixerKind::kMha && kind != MixerKind::kMhaAlibi && kind != MixerKind::kRelative &&
-      kind != MixerKind::kGqa && kind != MixerKind::kShortConv) {
-    GTEST_SKIP() << "no key/value cache";
-  }
-  model_ = TinyModel(kind);
+  if (!KeepsKeysAndValues(GetParam())) GTEST_SKIP() << "no key/value cache";
+  model_ = TinyModel(GetParam());
   auto cached = NewEngine(64 << 20);
   auto plain = NewEngine(0);
   std::vector<int64_t> prompt = Tokens(300, 3);
@@ -180,6 +183,28 @@ TEST_P(StateReuseTest, AConversationHoldsItsKeysAndValuesOnce) {
   // keys and values of one sequence at 512 tokens.
   EXPECT_GT(cached->load().cache_entries, 20);
   EXPECT_LT(cached->load().cache_bytes, 3 * model_->state_bytes_per_sequence(512));
+}
+
+// Many questions about one document (retrieval, a shared system prompt):
+// each request is the document and a question of its own, in a cache that
+// holds about three such sequences, as LFM2-350M's default 256 MiB holds
+// three of 3,400 tokens. The first continuation writes into the room the
+// document's entry left behind it, every other one copies the entry;
+// however many copies come and go, the document's entry is the most
+// recently used and stays, so no question prefills the document again.
+TEST_P(StateReuseTest, QuestionsAboutOneDocumentEachStartFromIt) {
+  if (!KeepsKeysAndValues(GetParam())) GTEST_SKIP() << "no key/value cache";
+  model_ = TinyModel(GetParam());
+  const std::vector<int64_t> document = Tokens(300, 3);
+  auto cached = NewEngine(model_->state_bytes_per_sequence(300) * 16 / 5);
+  auto plain = NewEngine(0);
+  ASSERT_TRUE(Run(*cached, GreedyRun(document, 2)).last.status.ok());
+  for (int question = 0; question < 8; ++question) {
+    const EngineRequest request = GreedyRun(Concat(document, Tokens(7, 40 + 9 * question)), 2);
+    const Result got = Run(*cached, request);
+    ExpectSame(got, Run(*plain, request), "question " + std::to_string(question));
+    EXPECT_EQ(got.last.cached_tokens, 300) << "question " << question;
+  }
 }
 
 // The shared tier (in memory here; Redis in state_store_test.cc and
@@ -342,6 +367,62 @@ TEST(StateCacheTest, EntriesThatViewOneMemoryCountItOnce) {
   EXPECT_EQ(cache.entries(), 2);
   EXPECT_EQ(cache.Lookup({1, 2, 3, 4}).tokens, 0);
   EXPECT_EQ(cache.bytes(), 2 * 260);
+}
+
+TEST(StateCacheTest, MovedEntriesKeepTheirPlaceAndLetTheirMemoryGo) {
+  // A document's state and a checkpoint inside it view one memory of 64
+  // floats; a question's copy (another 64) holds the same beginning.
+  const torch::Tensor old_memory = torch::zeros({64}), new_memory = torch::ones({64});
+  auto view = [](const torch::Tensor& memory, int64_t floats, bool logits) {
+    auto state = std::make_shared<CachedState>();
+    state->row.tensors.push_back(memory.narrow(0, 0, floats));
+    if (logits) state->logits.assign(4, 0);
+    return state;
+  };
+  StateCache cache(1 << 20);
+  cache.Insert({1, 2}, view(old_memory, 16, false));
+  cache.Insert({1, 2, 3}, view(old_memory, 24, true));
+  cache.Insert({9}, StateOf(9, 64));
+  EXPECT_EQ(cache.Lookup({1, 2, 3, 4}).tokens, 3);  // the document is the most recent
+  const int64_t before = cache.bytes();
+  int calls = 0;
+  cache.Move({1, 2, 3, 4}, [&](const CachedState& entry) -> std::shared_ptr<const CachedState> {
+    ++calls;
+    return view(new_memory, entry.row.tensors[0].size(0), !entry.logits.empty());
+  });
+  EXPECT_EQ(calls, 2);               // {1, 2} and {1, 2, 3}; {9} is no beginning of the tokens
+  EXPECT_EQ(cache.bytes(), before);  // one memory of 64 floats for another
+  const StateCache::Hit hit = cache.Lookup({1, 2, 3});
+  ASSERT_EQ(hit.tokens, 3);
+  EXPECT_EQ(hit.state->row.tensors[0][0].item<float>(), 1);  // the new memory
+  EXPECT_EQ(hit.state->logits.size(), 4u);
+  // The copy's own entry adds no memory; {9}, the least recent, goes first.
+  auto copy = std::make_shared<CachedState>();
+  copy->row.tensors.push_back(new_memory.narrow(0, 0, 32));
+  cache.Insert({1, 2, 3, 4}, copy);
+  EXPECT_EQ(cache.bytes(), before + 16);
+  // Room for one memory and the two entries' tokens: the document stays
+  // with its question, where before the move both memories would not fit
+  // and the document, older than the copy, would go.
+  StateCache tight(256 + 12 + 16);
+  const StateCache::Mover onto_new = [&](const CachedState&) {
+    return std::shared_ptr<const CachedState>(view(new_memory, 24, false));
+  };
+  tight.Insert({9}, StateOf(9, 64));
+  tight.Insert({1, 2, 3}, view(old_memory, 24, false));
+  tight.Insert({1, 2, 3, 4}, copy, kEmptySequenceOrigin, onto_new);
+  EXPECT_EQ(tight.Lookup({1, 2, 3, 5}).tokens, 3);
+  EXPECT_EQ(tight.Lookup({9, 9}).tokens, 0);
+  // A copy the cache cannot keep moves nothing onto its memory.
+  const torch::Tensor huge = torch::zeros({1000});
+  auto too_big = std::make_shared<CachedState>();
+  too_big->row.tensors.push_back(huge.narrow(0, 0, 32));
+  tight.Insert({1, 2, 3, 6}, too_big, kEmptySequenceOrigin, [&](const CachedState&) {
+    return std::shared_ptr<const CachedState>(view(huge, 24, false));
+  });
+  EXPECT_LE(tight.bytes(), tight.capacity_bytes());
+  ASSERT_EQ(tight.Lookup({1, 2, 3, 5}).tokens, 3);
+  EXPECT_EQ(tight.Lookup({1, 2, 3, 5}).state->row.tensors[0][0].item<float>(), 1);
 }
 
 }  // namespace state_reuse_test
