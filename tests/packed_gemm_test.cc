@@ -40,16 +40,11 @@ void ExpectNaiveProduct(const std::vector<float>& x, int64_t ldx, const std::vec
   }
 }
 
-// rows x out x in, with or without a bias.
-class PackedGemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
-
-// Against a naive loop in double, with padded row strides on every matrix so
-// that a kernel reading or writing past a row's end would show: PackedGemm,
-// and each path this CPU runs.
-TEST_P(PackedGemmTest, MatchesANaiveLoop) {
-  const auto [rows, out, in, with_bias] = GetParam();
+// PackedGemm and each path this CPU runs against a naive loop in double, on
+// random matrices with these row strides.
+void ExpectEveryPathGivesTheNaiveProduct(int rows, int out, int in, int64_t ldx, int64_t ldw,
+                                         int64_t ldy, bool with_bias) {
   std::mt19937 rng(rows * 7919 + out * 31 + in);
-  const int64_t ldx = in + 3, ldw = in + 5, ldy = out + 7;
   const std::vector<float> x = Random(rows * ldx, rng), w = Random(out * ldw, rng);
   const std::vector<float> bias = Random(out, rng);
   const float* b = with_bias ? bias.data() : nullptr;
@@ -68,6 +63,16 @@ TEST_P(PackedGemmTest, MatchesANaiveLoop) {
   }
 }
 
+// rows x out x in, with or without a bias.
+class PackedGemmTest : public testing::TestWithParam<std::tuple<int, int, int, bool>> {};
+
+// With padded row strides on every matrix, so that a kernel reading or
+// writing past a row's end would show.
+TEST_P(PackedGemmTest, MatchesANaiveLoop) {
+  const auto [rows, out, in, with_bias] = GetParam();
+  ExpectEveryPathGivesTheNaiveProduct(rows, out, in, in + 3, in + 5, out + 7, with_bias);
+}
+
 // Row counts around the 12-row and 6-row tiles, columns around the 32-wide
 // panel and its 16-wide halves, one row (its own loop, four or two steps of
 // the inputs at a time: inputs that are and are not a multiple of them),
@@ -84,6 +89,19 @@ INSTANTIATE_TEST_SUITE_P(
                     std::make_tuple(7, 1000, 33, true), std::make_tuple(1, 20, 5, true),
                     std::make_tuple(1, 16, 2, false), std::make_tuple(6, 16, 9, true),
                     std::make_tuple(5, 17, 4, false), std::make_tuple(18, 48, 31, true)));
+
+// Rows a multiple of 4 KiB apart, which the product reads from a copy spread
+// a cache line further apart (packed_gemm.cc): with inputs filling the rows
+// and inputs short of them, more than one tile of rows and a last tile part
+// full, against the naive loop on every path.
+TEST(PackedGemmStrides, RowsWholePagesApartGiveTheNaiveProduct) {
+  for (const auto& [rows, in, ldx] :
+       {std::make_tuple(25, 1024, 1024), std::make_tuple(13, 1000, 2048),
+        std::make_tuple(57, 1024, 1024)}) {
+    SCOPED_TRACE(testing::Message() << rows << " rows of " << in << " inputs, stride " << ldx);
+    ExpectEveryPathGivesTheNaiveProduct(rows, 300, in, ldx, in, 301, rows != 13);
+  }
+}
 
 // The path PackedGemm takes is one this CPU runs, and the product counts as
 // fast exactly where the CPU has AVX2 (with FMA) or AVX-512.

@@ -132,13 +132,17 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One token's products at `rows` rows, float32 through LibTorch.
-void FloatToken(std::vector<Matrix>& matrices, const torch::Tensor& x,
+// One token's products at `rows` rows, float32 through LibTorch. Each
+// matrix has inputs of its own, [rows, in] and contiguous as a model's
+// activations are: the row stride decides how a tile's inputs fall in the
+// cache (packed_gemm.cc), so one input of the widest width for all would
+// time another product than a model's.
+void FloatToken(std::vector<Matrix>& matrices, const std::vector<torch::Tensor>& x,
                 std::vector<torch::Tensor>& y) {
   for (size_t i = 0; i < matrices.size(); ++i) {
     const Matrix& m = matrices[i];
-    const torch::Tensor input = x.narrow(1, 0, m.in);
-    if (x.size(0) == 1) {
+    const torch::Tensor& input = x[i];
+    if (input.size(0) == 1) {
       torch::Tensor row = y[i].view({m.out});
       torch::addmv_out(row, m.bias, m.weight, input[0]);
     } else {
@@ -149,20 +153,20 @@ void FloatToken(std::vector<Matrix>& matrices, const torch::Tensor& x,
 
 // The same products through the packed float32 product (packed_gemm.h), on
 // this CPU's path.
-void PackedToken(std::vector<Matrix>& matrices, const torch::Tensor& x,
+void PackedToken(std::vector<Matrix>& matrices, const std::vector<torch::Tensor>& x,
                  std::vector<torch::Tensor>& y) {
   for (size_t i = 0; i < matrices.size(); ++i) {
     const Matrix& m = matrices[i];
-    kernels::PackedGemm(x.data_ptr<float>(), x.size(0), x.size(1), m.packed.data(), m.out, m.in,
+    kernels::PackedGemm(x[i].data_ptr<float>(), x[i].size(0), m.in, m.packed.data(), m.out, m.in,
                         m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
   }
 }
 
-void Int8Token(std::vector<Matrix>& matrices, const torch::Tensor& x,
+void Int8Token(std::vector<Matrix>& matrices, const std::vector<torch::Tensor>& x,
                std::vector<torch::Tensor>& y) {
   for (size_t i = 0; i < matrices.size(); ++i) {
     const Matrix& m = matrices[i];
-    kernels::Int8Gemm(x.data_ptr<float>(), x.size(0), x.size(1), m.panels, m.scale.data(), m.out,
+    kernels::Int8Gemm(x[i].data_ptr<float>(), x[i].size(0), m.in, m.panels, m.scale.data(), m.out,
                       m.in, m.bias.data_ptr<float>(), y[i].data_ptr<float>(), m.out);
   }
 }
@@ -513,11 +517,8 @@ int main(int argc, char** argv) {
                              attn::TimeMamba2Scan);
   }
   auto matrices = attn::ModelMatrices();
-  int64_t weights = 0, widest = 0;
-  for (const auto& m : matrices) {
-    weights += m.out * m.in;
-    widest = std::max(widest, m.in);
-  }
+  int64_t weights = 0;
+  for (const auto& m : matrices) weights += m.out * m.in;
   const double float_mb = weights * 4 / 1e6, int8_mb = weights / 1e6;
   std::printf(
       "threads %d, %d alternating repetitions per row count; %.2f MB float32, %.2f MB "
@@ -559,9 +560,9 @@ int main(int argc, char** argv) {
                    std::string(count).c_str());
       return 2;
     }
-    const torch::Tensor x = torch::randn({rows, widest});
-    std::vector<torch::Tensor> y_float, y_packed, y_int8;
+    std::vector<torch::Tensor> x, y_float, y_packed, y_int8;
     for (const auto& m : matrices) {
+      x.push_back(torch::randn({rows, m.in}));
       y_float.push_back(torch::empty({rows, m.out}));
       y_packed.push_back(torch::empty({rows, m.out}));
       y_int8.push_back(torch::empty({rows, m.out}));

@@ -70,16 +70,16 @@ absl::StatusOr<SavedRow> NativeBackend::SaveRowOnto(int64_t row, const SavedRow*
 
 absl::StatusOr<SavedRow> NativeBackend::ViewOnto(const SavedRow& prefix, const SavedRow& source,
                                                  const SavedRow& copy) const {
-  try {
+  return Guarded("moving a cached state", [&] {
     SavedRow moved = prefix;
     moved.tensors = model_->ViewOnto(state_, prefix.tensors, source.tensors, copy.tensors);
     for (size_t i = 0; i < moved.tensors.size(); ++i) {
-      if (!moved.tensors[i].is_same(prefix.tensors[i])) moved.written = copy.written;
+      if (moved.tensors[i].is_same(prefix.tensors[i])) continue;
+      moved.written = copy.written;  // one moved tensor makes the copy's room the row's
+      break;
     }
     return moved;
-  } catch (const c10::Error& error) {
-    return absl::InvalidArgumentError(error.what_without_backtrace());
-  }
+  });
 }
 
 absl::Status NativeBackend::LoadRow(int64_t row, const SavedRow& saved) {

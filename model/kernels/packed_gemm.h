@@ -49,7 +49,9 @@ bool PackedGemmIsFast();
 
 // y[r, :out] = x[r, :in] W^T + bias for r < rows. bias is [out] or null.
 // Parallelises over panels and tiles of rows when the product is large
-// enough to pay for a fork.
+// enough to pay for a fork. Rows a multiple of 4 KiB apart are read from a
+// copy spread a cache line further apart, in a buffer the calling thread
+// keeps (at most 8 MiB; packed_gemm.cc says why).
 void PackedGemm(const float* x, int64_t rows, int64_t ldx, const float* packed, int64_t out,
                 int64_t in, const float* bias, float* y, int64_t ldy);
 
