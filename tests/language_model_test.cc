@@ -6,6 +6,7 @@
 
 #include "model/backend/native_backend.h"
 #include "model/backend/row_pool.h"
+#include "model/lm/row_groups.h"
 #include "model/mixers/state_pool.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
@@ -228,6 +229,45 @@ TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
   EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), expected), kLmTolerance);
   EXPECT_TRUE(state.length().narrow(0, 3, kRows).eq(kPrompt + kSteps).all().item<bool>());
   EXPECT_TRUE(state.length().narrow(0, 0, 3).eq(0).all().item<bool>());
+}
+
+// Float32 layers above kMaxGroupedWeightBytes step their rows as one batch,
+// each product split across the threads, and prefill their feed-forward
+// halves in slices the packed product takes whole: a step of 40 rows and a
+// 300-token chunk (two slices) still equal the parallel form. Int8 copies
+// bring the groups back.
+TEST(LanguageModelRowGroups, LargeFloatLayersStepAsOneBatchAndEqualForward) {
+  const int previous_threads = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(5);
+  LmConfig config = testing::SmallLmConfig(MixerKind::kAftSimple, 61);
+  config.d_model = 512;
+  config.ff_hidden = 8192;
+  config.layers = 4;
+  CausalLm model(config);
+  model->eval();
+  EXPECT_GT(model->parameter_count() * 4, kMaxGroupedWeightBytes);
+  EXPECT_FALSE(model->row_groups());
+  constexpr int64_t kRows = 40, kPrompt = 4, kSteps = 3, kLong = 300;
+  const torch::Tensor tokens = torch::randint(0, 61, {kRows, kPrompt + kSteps}, torch::kLong);
+  const torch::Tensor prompt = torch::randint(0, 61, {1, kLong}, torch::kLong);
+  // The references with autograd on, where nothing runs in slices or groups.
+  const torch::Tensor expected = model->forward(tokens).detach();
+  const torch::Tensor expected_prompt = model->forward(prompt).detach();
+  torch::NoGradGuard no_grad;
+  auto state = model->initial_state(kRows, torch::kCPU);
+  std::vector<torch::Tensor> outputs = {model->prefill(tokens.narrow(1, 0, kPrompt), state)};
+  for (int64_t t = kPrompt; t < kPrompt + kSteps; ++t) {
+    outputs.push_back(model->step(tokens.select(1, t), {}, state).unsqueeze(1));
+  }
+  const double scale = expected.abs().max().item<double>();
+  EXPECT_LT(MaxAbsDiff(torch::cat(outputs, 1), expected), kLmTolerance * scale);
+  auto one = model->initial_state(1, torch::kCPU);
+  EXPECT_LT(MaxAbsDiff(model->prefill(prompt, one), expected_prompt), kLmTolerance * scale);
+  EXPECT_LT(MaxAbsDiff(model->forward(prompt), expected_prompt), kLmTolerance * scale);
+  ASSERT_GT(model->QuantizeInt8(), 0);
+  EXPECT_TRUE(model->row_groups());
+  at::set_num_threads(previous_threads);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllMixers, LanguageModelTest, ::testing::ValuesIn(AllMixerKinds()),

@@ -105,7 +105,7 @@ bool FloatOnCpu(const torch::Tensor& t) {
 // matter. docs/benchmarks-log.md ("Measurements behind the code") has the
 // numbers.
 constexpr int64_t kPackedMinRows = 1;
-constexpr int64_t kPackedMaxRows = 256;
+constexpr int64_t kPackedMaxRows = kDensePackedMaxRows;
 
 // Whether the kernels' products can take these operands: float32 CPU
 // tensors, x [..., in], weight [out, in], bias [out] contiguous or none.

@@ -21,9 +21,15 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <cstdint>
 #include <optional>
 
 namespace attn {
+
+// Dense multiplies float32 weights on the CPU through the packed product
+// (model/kernels/packed_gemm.h) up to this many rows, and through LibTorch's
+// above it: callers with more rows and a choice run them in slices.
+inline constexpr int64_t kDensePackedMaxRows = 256;
 
 // x [..., in], weight [out, in], bias [out] or undefined: [..., out].
 torch::Tensor Dense(const torch::Tensor& x, const torch::Tensor& weight,

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "model/layers/dense.h"
 #include "model/layers/feed_forward.h"
 #include "model/layers/mixture_of_experts.h"
 #include "model/layers/norms.h"
@@ -26,13 +27,16 @@ class FeedForwardHalf {
   }
 
   // y + FF(Norm(y)) with y = h + mixed (y = h when `mixed` is undefined).
-  // Its rows are independent, so a prefill chunk's run in one parallel
-  // region, a group of rows per thread, instead of a fork for each of its
-  // operations. Inside a grouped step there is no thread to spare for it.
-  torch::Tensor AddTo(const torch::Tensor& h, const torch::Tensor& mixed) {
+  // Its rows are independent, so with `row_groups` a prefill chunk's run in
+  // one parallel region, a group of rows per thread, instead of a fork for
+  // each of its operations (inside a grouped step there is no thread to
+  // spare for it). Without, the rows run in slices of at most
+  // kDensePackedMaxRows, each product split across the threads.
+  torch::Tensor AddTo(const torch::Tensor& h, const torch::Tensor& mixed, bool row_groups) {
     const int64_t d = h.size(-1), rows = h.numel() / d;
-    const int64_t groups = RowGroups(rows, h);
-    if (groups == 1) {
+    const int64_t groups = row_groups ? RowGroups(rows, h) : 1;
+    const int64_t slices = row_groups ? 1 : RowSlices(rows, kDensePackedMaxRows, h);
+    if (groups == 1 && slices <= 1) {
       const torch::Tensor y = mixed.defined() ? h + mixed : h;
       return y + (*this)(y);
     }
@@ -41,7 +45,7 @@ class FeedForwardHalf {
     // Each group writes its rows of the result in place: gathering groups'
     // own tensors afterwards would be a serial copy of the chunk.
     torch::Tensor out = torch::empty({rows, d}, h.options());
-    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
+    const auto add_rows = [&](int64_t, int64_t first, int64_t count) {
       torch::Tensor y = out.narrow(0, first, count);
       if (mixed_rows.defined()) {
         torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
@@ -49,7 +53,15 @@ class FeedForwardHalf {
         y.copy_(h_rows.narrow(0, first, count));
       }
       y.add_((*this)(y));
-    });
+    };
+    if (groups > 1) {
+      ForEachRowGroup(rows, groups, add_rows);
+    } else {
+      for (int64_t s = 0; s < slices; ++s) {
+        const int64_t first = rows * s / slices;
+        add_rows(s, first, rows * (s + 1) / slices - first);
+      }
+    }
     return out.view(h.sizes());
   }
 
@@ -75,7 +87,7 @@ class MixerBlock : public Block {
   }
 
   torch::Tensor Forward(const torch::Tensor& h, LayerCarry& /*carry*/) override {
-    return ff_->AddTo(h, mixer_->forward(mix_norm_->forward(h)));
+    return ff_->AddTo(h, mixer_->forward(mix_norm_->forward(h)), row_groups_);
   }
 
   // The mixer sees every position; the residual and the feed-forward run
@@ -84,12 +96,12 @@ class MixerBlock : public Block {
                         int64_t keep, LayerCarry& /*carry*/) override {
     torch::Tensor mixed = mixer_->prefill_last(mix_norm_->forward(h), state, rows, keep);
     if (keep == 0) return mixed;
-    return ff_->AddTo(h.narrow(1, h.size(1) - keep, keep), mixed);
+    return ff_->AddTo(h.narrow(1, h.size(1) - keep, keep), mixed, row_groups_);
   }
 
   torch::Tensor Step(const torch::Tensor& h, MixerState& state, const torch::Tensor& slots,
                      LayerCarry& /*carry*/) override {
-    return ff_->AddTo(h, mixer_->step(mix_norm_->forward(h), state, slots));
+    return ff_->AddTo(h, mixer_->step(mix_norm_->forward(h), state, slots), row_groups_);
   }
 
   const SequenceMixer& mixer() const override { return *mixer_; }
@@ -128,7 +140,7 @@ class WholeBlock : public Block {
  private:
   torch::Tensor AddFeedForward(const torch::Tensor& y) {
     if (!ff_ || y.numel() == 0) return y;
-    return ff_->AddTo(y, torch::Tensor());
+    return ff_->AddTo(y, torch::Tensor(), row_groups_);
   }
 
   std::shared_ptr<WholeBlockMixer> block_;

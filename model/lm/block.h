@@ -44,6 +44,15 @@ class Block : public torch::nn::Module {
   // The mixer whose state the layer keeps: the state's layout, reset,
   // release, copies and limits.
   virtual const SequenceMixer& mixer() const = 0;
+
+  // Whether the feed-forward half splits its rows into one group per thread
+  // (model/lm/row_groups.h): the model decides from the size of its
+  // weights. When it does not, a chunk runs in slices the packed product
+  // takes whole (kDensePackedMaxRows).
+  void set_row_groups(bool on) { row_groups_ = on; }
+
+ protected:
+  bool row_groups_ = true;
 };
 
 // Layer `index` of a model of `config`: a WholeBlock for a whole-block kind

@@ -48,6 +48,7 @@ CausalLmImpl::CausalLmImpl(const LmConfig& config) : config_(config) {
     head_ = register_parameter("head_weight", torch::randn({config.vocab_size, config.d_model}) /
                                                   std::sqrt(static_cast<double>(config.d_model)));
   }
+  ChooseRowGroups();
 }
 
 void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
@@ -285,7 +286,7 @@ torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tenso
   TORCH_CHECK(tokens.dim() == 1, "tokens must be [batch], got ", tokens.sizes());
   CheckTokens(tokens);
   const int64_t batch = tokens.size(0);
-  const int64_t groups = RowGroups(batch, tokens);
+  const int64_t groups = row_groups_ ? RowGroups(batch, tokens) : 1;
   if (groups == 1) return Head(StepLayers(tokens, slots, state));
   const torch::Tensor rows =
       slots.defined() ? slots.to(torch::kLong) : torch::arange(batch, torch::kLong);
@@ -354,6 +355,7 @@ int64_t CausalLmImpl::QuantizeInt8() {
   for (const auto& p : named_parameters()) {
     if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightInt8(p.value());
   }
+  ChooseRowGroups();
   return bytes;
 }
 
@@ -363,6 +365,7 @@ int64_t CausalLmImpl::QuantizeBf16() {
   for (const auto& p : named_parameters()) {
     if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightBf16(p.value());
   }
+  ChooseRowGroups();
   return bytes;
 }
 
@@ -395,6 +398,20 @@ int64_t CausalLmImpl::dense_weight_bytes() const {
     if (IsDenseWeight(p.key(), p.value())) bytes += p.value().numel() * p.value().element_size();
   }
   return bytes;
+}
+
+void CausalLmImpl::ChooseRowGroups() {
+  int64_t bytes = 0;
+  bool copies = false;  // int8 or bf16 copies, which the products read instead
+  for (const auto& layer : layers_) {
+    for (const auto& p : layer->named_parameters()) {
+      const torch::Tensor& t = p.value();
+      bytes += t.numel() * t.element_size();
+      copies |= IsDenseWeight(p.key(), t) && (HasInt8Copy(t) || HasBf16Copy(t));
+    }
+  }
+  row_groups_ = copies || bytes <= kMaxGroupedWeightBytes;
+  for (const auto& layer : layers_) layer->set_row_groups(row_groups_);
 }
 
 double MinimumTensorElements(const LmConfig& config) {

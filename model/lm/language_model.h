@@ -170,6 +170,13 @@ class CausalLmImpl : public torch::nn::Module {
   bool has_int8_weights() const;
   // Bytes of the 2-D weights (what a float32 decode step's products read).
   int64_t dense_weight_bytes() const;
+  // Whether a decode step and the feed-forward halves split their rows into
+  // one group per thread (model/lm/row_groups.h): with int8 or bf16 copies,
+  // or float32 layer weights within kMaxGroupedWeightBytes.
+  // The constructor and the Quantize calls choose; a loader that gives
+  // weights int8 copies otherwise calls ChooseRowGroups after.
+  bool row_groups() const { return row_groups_; }
+  void ChooseRowGroups();
 
  private:
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
@@ -193,6 +200,7 @@ class CausalLmImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<Block>> layers_;         // also in a ModuleList, for names
   Norm final_norm_{nullptr};
   torch::Tensor head_;  // [V, d] when not tied to the embedding
+  bool row_groups_ = true;
 };
 TORCH_MODULE(CausalLm);
 

@@ -281,6 +281,7 @@ absl::StatusOr<ModelPackage> LoadPackage(const std::string& path, torch::Device 
     if (device.is_cpu()) {                             // the int8 product is a CPU kernel
       auto moved = package.model->named_parameters();  // to() may have replaced them
       for (const auto& [name, matrix] : int8) SetInt8Copy(moved[name], matrix);
+      if (!int8.empty()) package.model->ChooseRowGroups();
     }
   } catch (const std::exception& e) {
     return Invalid(path, FirstLine(e.what()));

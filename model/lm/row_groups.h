@@ -21,6 +21,20 @@ namespace attn {
 // reads every weight (docs/benchmarks-log.md).
 constexpr int64_t kMinRowsPerGroup = 16;
 
+// A model with float32 weights splits rows into groups only while its
+// layers' weights hold at most this many bytes. Each group reads every
+// weight: cheap while they stay in the caches (the bundled models, 8 MB,
+// step 1.07-1.47x faster grouped at 32 to 256 rows), but weights that come
+// from memory are then read once per group, and each group's products get
+// half the rows to share them. One batch with each product split across
+// the threads stepped 1.03-1.25x faster at 32 and 64 rows for every
+// imported model (360 MB to 1.15 GB of layer weights). Int8 and bf16
+// copies keep the groups: their weights are a half or a quarter of the
+// bytes, and one batch was no faster in int8 (RWKV-7 0.1B and Mamba-2 130M
+// 4-10% slower, granite-4.0-h-350m and LFM2-350M -1% to +6%).
+// docs/benchmarks-log.md, "A decode step's rows as one batch".
+constexpr int64_t kMaxGroupedWeightBytes = int64_t{128} << 20;
+
 // Groups of rows that work independent row by row splits into, one per
 // intra-op thread: 1 when there are too few rows, no threads to spare (inside
 // a parallel region already), or the work is not plain CPU inference.
@@ -31,6 +45,14 @@ inline int64_t RowGroups(int64_t rows, const torch::Tensor& like) {
     return 1;
   }
   return std::min(threads, rows / kMinRowsPerGroup);
+}
+
+// Slices of at most `max_rows` rows that such work runs in one after the
+// other when it does not split into groups: 1 unless it is plain CPU
+// inference (the slices write their rows in place, which autograd refuses).
+inline int64_t RowSlices(int64_t rows, int64_t max_rows, const torch::Tensor& like) {
+  if (!like.device().is_cpu() || torch::GradMode::is_enabled()) return 1;
+  return (rows + max_rows - 1) / max_rows;
 }
 
 // Calls fn(group, first_row, row_count) for each of `groups` near-equal
