@@ -75,6 +75,34 @@ TEST(KernelGelu, EdgesAndEveryLengthAroundTheBlocks) {
   }
 }
 
+// SwiGLU's gating against silu(g) * u in double, over lengths that end
+// inside, at and past a block of the parallel split, with the tails where
+// exp(-g) overflows (g far below 0) or vanishes, and NaN carried through.
+TEST(KernelSiluMul, MatchesItsFormulaOverEveryLengthAndTheTails) {
+  for (int64_t n : {1, 7, 1023, 1024, 1025, 40961}) {
+    std::vector<float> gate(n), up(n);
+    for (int64_t i = 0; i < n; ++i) {
+      gate[i] = static_cast<float>(i % 211) * 0.5f - 60.0f;  // -60 .. 45
+      up[i] = std::cos(0.37f * static_cast<float>(i)) * 3.0f;
+    }
+    std::vector<float> y = gate;
+    SiluMulInPlace(n, y.data(), up.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = gate[i];
+      const double want = g / (1.0 + std::exp(-g)) * up[i];
+      ASSERT_NEAR(y[i], want, 1e-6 + 5e-7 * std::abs(want)) << "n " << n << " i " << i;
+    }
+  }
+  std::vector<float> gate = {-100.0f, 100.0f, 0.0f, std::nanf(""), 1.0f};
+  const std::vector<float> up = {2.0f, 2.0f, 5.0f, 1.0f, std::nanf("")};
+  SiluMulInPlace(5, gate.data(), up.data());
+  EXPECT_EQ(gate[0], 0.0f);  // -100 * 2 / (1 + e^100): 0, not NaN from inf / inf
+  EXPECT_EQ(gate[1], 200.0f);
+  EXPECT_EQ(gate[2], 0.0f);
+  EXPECT_TRUE(std::isnan(gate[3]));
+  EXPECT_TRUE(std::isnan(gate[4]));
+}
+
 TEST(KernelLogSumExp, MatchesADoubleLoopOnAVocabularyRow) {
   // Logits spread as a trained head's are, with one far above the rest.
   std::vector<float> logits(4099);
@@ -277,6 +305,16 @@ struct AttentionCase {
     a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     a.out = out;
   }
+
+  // The arguments of a one-token step over this cache, rows at `lengths`.
+  CachedAttentionArgs StepArgs(const std::vector<int64_t>& lengths, float* out) const {
+    CachedAttentionArgs a;
+    Fill(a, out);
+    a.lengths = lengths.data();
+    a.q = q.data();
+    a.q_stride = heads * head_dim;
+    return a;
+  }
 };
 
 void ExpectNear(const float* got, const std::vector<double>& want, const std::string& where) {
@@ -330,11 +368,7 @@ TEST(KernelAttention, StepMatchesADoubleLoopWithBothTilings) {
     const std::vector<int64_t> lengths = {5, 233};  // by cache row: slots[0] = 1 reads 233
     for (AttentionTiles tiles : {AttentionTiles::kWide, AttentionTiles::kNarrow}) {
       std::vector<float> out(c.rows * c.heads * dh);
-      CachedAttentionArgs a;
-      c.Fill(a, out.data());
-      a.lengths = lengths.data();
-      a.q = c.q.data();
-      a.q_stride = c.heads * dh;
+      const CachedAttentionArgs a = c.StepArgs(lengths, out.data());
       CachedAttentionStep(a, tiles);
       for (int64_t b = 0; b < c.rows; ++b) {
         for (int64_t h = 0; h < c.heads; ++h) {
@@ -344,6 +378,44 @@ TEST(KernelAttention, StepMatchesADoubleLoopWithBothTilings) {
                      "dh " + std::to_string(dh) +
                          (tiles == AttentionTiles::kWide ? " wide" : " narrow") + ", row " +
                          std::to_string(b) + ", head " + std::to_string(h));
+        }
+      }
+    }
+  }
+}
+
+// The step that writes each row's new key and value itself (`append`): the
+// cache after it is the one AppendToCache leaves, and its outputs equal the
+// float64 loop over that cache, with both tilings and grouped key/value
+// heads (two query heads read each).
+TEST(KernelAttention, StepAppendsTheNewKeysAndValuesItAttends) {
+  for (int64_t dh : {24, 64}) {
+    const AttentionCase c(dh, 300, 1);
+    const std::vector<int64_t> lengths = {5, 233};  // by cache row: slots[0] = 1 appends at 233
+    const int64_t width = c.kv_heads * dh;
+    std::vector<float> fresh(c.rows * 2 * width);  // row b: its keys, then its values
+    std::mt19937 rng(static_cast<unsigned>(dh));
+    std::normal_distribution<float> normal;
+    for (float& x : fresh) x = normal(rng);
+    AttentionCase appended = c;
+    AppendToCache(c.rows, c.kv_heads, dh, c.capacity, c.slots.data(), lengths.data(), fresh.data(),
+                  fresh.data() + width, 2 * width, appended.k.data(), appended.v.data());
+    // Row 0's key head 1, lane 3 lands in cache row 1 at its length.
+    ASSERT_EQ(appended.k[((1 * c.kv_heads + 1) * c.capacity + 233) * dh + 3], fresh[dh + 3]);
+    for (AttentionTiles tiles : {AttentionTiles::kWide, AttentionTiles::kNarrow}) {
+      AttentionCase run = c;
+      std::vector<float> out(c.rows * c.heads * dh);
+      CachedAttentionArgs a = run.StepArgs(lengths, out.data());
+      a.append = {fresh.data(), fresh.data() + width, 2 * width, run.k.data(), run.v.data()};
+      CachedAttentionStep(a, tiles);
+      EXPECT_EQ(run.k, appended.k);
+      EXPECT_EQ(run.v, appended.v);
+      for (int64_t b = 0; b < c.rows; ++b) {
+        for (int64_t h = 0; h < c.heads; ++h) {
+          ExpectNear(out.data() + (b * c.heads + h) * dh,
+                     appended.Attend(a.q + b * a.q_stride, b, h, lengths[c.slots[b]], a.scale),
+                     "dh " + std::to_string(dh) + ", row " + std::to_string(b) + ", head " +
+                         std::to_string(h));
         }
       }
     }

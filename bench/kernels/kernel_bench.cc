@@ -37,6 +37,21 @@
 // register tiling (kernels.h, AttentionTiles: AVX-512's and AVX2's), the
 // two alternating; this CPU's own is marked.
 //
+//   attn-kernel-bench --attention_step=51x250 [--reps=N]
+//
+// times the attention of one decode step of LFM2-350M's six attention
+// layers instead: ROWSxCONTEXT is ROWS rows of CONTEXT cached keys, each
+// layer's cache of its own (as in a server: past the L3 at 51x250). The new
+// keys and values are put in the caches first (AppendToCache) or by the
+// step (CachedAttentionArgs::append), the two alternating.
+//
+//   attn-kernel-bench --swiglu=51,186 [--reps=N]
+//
+// times SwiGLU's gating of that many rows of LFM2-350M's 4,608-wide hidden
+// layer: LibTorch's silu and product against kernels::SiluMulInPlace (which
+// first copies its input back, as it works in place), alternating; the rate
+// counts 4 operations an element.
+//
 //   attn-kernel-bench --linear=512,4096 [--reps=N]
 //
 // times the fused linear attention prefill (LinearAttentionPrefill) likewise,
@@ -82,6 +97,9 @@ ABSL_FLAG(int64_t, vocab, 4096, "Rows of the tied head (the bundled models': 409
 ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,48,64", "Row counts to time.");
 ABSL_FLAG(std::string, attention, "",
           "CHUNKxCACHED,...: time the causal prefill attention at these shapes instead.");
+ABSL_FLAG(std::string, attention_step, "",
+          "ROWSxCONTEXT,...: time a decode step's attention at these shapes instead.");
+ABSL_FLAG(std::string, swiglu, "", "ROWS,...: time SwiGLU's gating of these rows instead.");
 ABSL_FLAG(std::string, linear, "",
           "TOKENS,...: time the linear attention prefill of these lengths instead.");
 ABSL_FLAG(std::string, mamba2, "",
@@ -378,6 +396,69 @@ void TimePrefillAttention(int64_t chunk, int64_t cached, int reps) {
       [&](kernels::AttentionTiles tiles) { kernels::CausalAttentionPrefill(a, tiles); });
 }
 
+// Median seconds of the cached attention step of LFM2-350M's six attention
+// layers for `rows` rows over `context` keys, the keys and values appended
+// first or by the step; prints them with their rates.
+void TimeAttentionStep(int64_t rows, int64_t context, int reps) {
+  constexpr int64_t kLayers = 6, kHeads = 16, kKvHeads = 8, kHeadDim = 64;
+  const int64_t capacity = context + 1, width = (kHeads + 2 * kKvHeads) * kHeadDim;
+  std::vector<torch::Tensor> k, v;
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    k.push_back(torch::randn({rows, kKvHeads, capacity, kHeadDim}));
+    v.push_back(torch::randn({rows, kKvHeads, capacity, kHeadDim}));
+  }
+  const torch::Tensor qkv = torch::randn({rows, width});
+  const float* new_k = qkv.data_ptr<float>() + kHeads * kHeadDim;
+  const float* new_v = new_k + kKvHeads * kHeadDim;
+  const std::vector<int64_t> lengths(rows, context);  // every rep writes position `context`
+  torch::Tensor out = torch::empty({rows, kHeads * kHeadDim});
+  auto step = [&](int64_t layer, bool fused) {
+    kernels::CachedAttentionArgs a;
+    a.batch = rows;
+    a.heads = kHeads;
+    a.kv_heads = kKvHeads;
+    a.head_dim = kHeadDim;
+    a.capacity = capacity;
+    a.k_cache = k[layer].data_ptr<float>();
+    a.v_cache = v[layer].data_ptr<float>();
+    a.scale = 0.125f;
+    a.out = out.data_ptr<float>();
+    a.lengths = lengths.data();
+    a.q = qkv.data_ptr<float>();
+    a.q_stride = width;
+    float* k_cache = k[layer].data_ptr<float>();
+    float* v_cache = v[layer].data_ptr<float>();
+    if (fused) {
+      a.append = {new_k, new_v, width, k_cache, v_cache};
+    } else {
+      kernels::AppendToCache(rows, kKvHeads, kHeadDim, capacity, nullptr, lengths.data(), new_k,
+                             new_v, width, k_cache, v_cache);
+    }
+    kernels::CachedAttentionStep(a);
+  };
+  auto layers = [&](bool fused) {
+    return [&step, fused] {
+      for (int64_t layer = 0; layer < kLayers; ++layer) step(layer, fused);
+    };
+  };
+  const double flop = 4.0 * kLayers * rows * kHeads * kHeadDim * capacity;
+  TimeAlternating(std::to_string(rows) + " rows over " + std::to_string(context), flop, reps,
+                  {{"appended first", layers(false)}, {"appended by the step", layers(true)}});
+}
+
+// SwiGLU's gating of `rows` rows 4,608 wide, op by op and fused.
+void TimeSwiGlu(int64_t rows, int reps) {
+  const torch::Tensor gate = torch::randn({rows, 4608}), up = torch::randn({rows, 4608});
+  torch::Tensor work = gate.clone(), sink;
+  TimeAlternating(std::to_string(rows) + " rows", 4.0 * gate.numel(), reps,
+                  {{"LibTorch silu and product", [&] { sink = torch::silu(gate) * up; }},
+                   {"SiluMulInPlace", [&] {
+                      work.copy_(gate);
+                      kernels::SiluMulInPlace(work.numel(), work.data_ptr<float>(),
+                                              up.data_ptr<float>());
+                    }}});
+}
+
 // LinearAttentionPrefill over `tokens` tokens of one row, the bundled linear
 // models' heads, from a zero state (the state's scale does not change the
 // work).
@@ -485,6 +566,23 @@ int TimeLengths(const std::string& flag, const std::string& list, const char* ti
   return 0;
 }
 
+// Calls time(A, B) for each "AxB" of `shapes` (A >= 1, B >= 0); 0, or 2
+// with a message naming --flag when one is not of that form.
+template <typename Time>
+int ForEachShape(const char* flag, const char* form, const std::string& shapes, Time&& time) {
+  for (const absl::string_view shape : absl::StrSplit(shapes, ',')) {
+    const std::vector<std::string> parts = absl::StrSplit(shape, 'x');
+    int64_t a = 0, b = -1;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &a) || !absl::SimpleAtoi(parts[1], &b) ||
+        a < 1 || b < 0) {
+      std::fprintf(stderr, "--%s: '%s' is not %s\n", flag, std::string(shape).c_str(), form);
+      return 2;
+    }
+    time(a, b);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace attn
 
@@ -495,22 +593,22 @@ int main(int argc, char** argv) {
   torch::NoGradGuard no_grad;
   if (const std::string shapes = absl::GetFlag(FLAGS_attention); !shapes.empty()) {
     std::printf("causal prefill attention, threads %d, median of %d\n", threads, reps);
-    for (const absl::string_view shape : absl::StrSplit(shapes, ',')) {
-      const std::vector<std::string> parts = absl::StrSplit(shape, 'x');
-      int64_t chunk = 0, cached = -1;
-      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &chunk) ||
-          !absl::SimpleAtoi(parts[1], &cached) || chunk < 1 || cached < 0) {
-        std::fprintf(stderr, "--attention: '%s' is not CHUNKxCACHED (e.g. 121x2800)\n",
-                     std::string(shape).c_str());
-        return 2;
-      }
-      attn::TimePrefillAttention(chunk, cached, reps);
-    }
-    return 0;
+    return attn::ForEachShape(
+        "attention", "CHUNKxCACHED (e.g. 121x2800)", shapes,
+        [&](int64_t chunk, int64_t cached) { attn::TimePrefillAttention(chunk, cached, reps); });
+  }
+  if (const std::string shapes = absl::GetFlag(FLAGS_attention_step); !shapes.empty()) {
+    std::printf("decode step attention, 6 layers, threads %d, median of %d\n", threads, reps);
+    return attn::ForEachShape(
+        "attention_step", "ROWSxCONTEXT (e.g. 51x250)", shapes,
+        [&](int64_t rows, int64_t context) { attn::TimeAttentionStep(rows, context, reps); });
   }
   if (const std::string lengths = absl::GetFlag(FLAGS_linear); !lengths.empty()) {
     return attn::TimeLengths("linear", lengths, "linear attention prefill", reps, threads,
                              attn::TimeLinearPrefill);
+  }
+  if (const std::string rows = absl::GetFlag(FLAGS_swiglu); !rows.empty()) {
+    return attn::TimeLengths("swiglu", rows, "SwiGLU gating", reps, threads, attn::TimeSwiGlu);
   }
   if (const std::string lengths = absl::GetFlag(FLAGS_mamba2); !lengths.empty()) {
     return attn::TimeLengths("mamba2", lengths, "Mamba-2 scan", reps, threads,

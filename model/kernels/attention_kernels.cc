@@ -508,6 +508,21 @@ ATTN_HOT void CausalPrefillOneHead(const CausalPrefillArgs& a, int64_t b, int64_
   }
 }
 
+// Writes key and value head h of a new token (dh floats at k + h * dh, v +
+// h * dh) into cache position `length` of cache row `slot`.
+ATTN_INLINE void AppendHead(int64_t kv_heads, int64_t dh, int64_t capacity, int64_t slot,
+                            int64_t length, int64_t h, const float* k, const float* v,
+                            float* k_cache, float* v_cache) {
+  const int64_t at = ((slot * kv_heads + h) * capacity + length) * dh;
+  std::copy_n(k + h * dh, dh, k_cache + at);
+  std::copy_n(v + h * dh, dh, v_cache + at);
+}
+
+// The task grid ForEachRowAndHead walks: `heads` tasks per row.
+struct TaskGrid {
+  int64_t batch, heads, head_dim;
+};
+
 }  // namespace
 
 AttentionTiles AttentionTilesForCpu() {
@@ -518,10 +533,22 @@ void CachedAttentionStep(const CachedAttentionArgs& a, AttentionTiles tiles) {
   int64_t longest = 1;
   for (int64_t b = 0; b < a.batch; ++b)
     longest = std::max(longest, a.lengths[SlotOf(a.slots, b)] + 1);
+  // A task per row and key/value head, which attends with the query heads
+  // that read it (one after another, so the second reads the cache from L2).
+  const int64_t kv = a.kv_heads > 0 ? a.kv_heads : a.heads, group = a.heads / kv;
+  const auto& fresh = a.append;
   ForEachRowAndHead(
-      a, longest * a.head_dim * (a.r ? 3 : 2), tiles,
-      [&](auto head_size, auto narrow, int64_t b, int64_t h, std::vector<float>& scratch) {
-        AttendOneHead<head_size(), narrow()>(a, b, h, scratch);
+      TaskGrid{a.batch, kv, a.head_dim}, group * longest * a.head_dim * (a.r ? 3 : 2), tiles,
+      [&](auto head_size, auto narrow, int64_t b, int64_t g, std::vector<float>& scratch) {
+        if (fresh.k != nullptr) {
+          const int64_t slot = SlotOf(a.slots, b);
+          AppendHead(kv, a.head_dim, a.capacity, slot, a.lengths[slot], g,
+                     fresh.k + b * fresh.stride, fresh.v + b * fresh.stride, fresh.k_cache,
+                     fresh.v_cache);
+        }
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          AttendOneHead<head_size(), narrow()>(a, b, h, scratch);
+        }
       });
 }
 
@@ -531,9 +558,8 @@ void AppendToCache(int64_t batch, int64_t heads, int64_t head_dim, int64_t capac
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t slot = SlotOf(slots, b);
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t at = ((slot * heads + h) * capacity + lengths[slot]) * head_dim;
-      std::copy_n(k + b * stride + h * head_dim, head_dim, k_cache + at);
-      std::copy_n(v + b * stride + h * head_dim, head_dim, v_cache + at);
+      AppendHead(heads, head_dim, capacity, slot, lengths[slot], h, k + b * stride, v + b * stride,
+                 k_cache, v_cache);
     }
   }
 }

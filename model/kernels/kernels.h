@@ -45,10 +45,18 @@ struct CacheHeadsArgs {
 //   score_j = scale * ((q + u) . k_j + (q + v) . r_{L-j}) - slope_h * (L - j),
 //   y = sum_{j=0..L} softmax(score)_j v_j
 //
-// where L is the row's length. The new key/value must already be in the cache
-// at position L (AppendToCache). u, v and r are Transformer-XL's content bias,
-// position bias and projected relative positions; with r null only the
-// content term is used (u may be null). out: [B, H, Dh].
+// where L is the row's length. The new key/value is at cache position L:
+// put there before the call (AppendToCache) or by the call (`append`). u, v
+// and r are Transformer-XL's content bias, position bias and projected
+// relative positions; with r null only the content term is used (u may be
+// null). out: [B, H, Dh].
+//
+// With `append.k` set, the task that attends to a row's key/value head
+// first writes the row's new key and value there, as AppendToCache would:
+// the write shares the cache lines the task then reads, and runs on every
+// thread instead of on one while the others wait. An LFM2-350M decode step
+// of 51 rows spent 3.6% of its samples appending alone
+// (docs/benchmarks-log.md, "The key/value append inside the attention step").
 struct CachedAttentionArgs : CacheHeadsArgs {
   const int64_t* lengths = nullptr;  // [N]
   const float* q = nullptr;          // row b at q + b * q_stride: [H, Dh]
@@ -56,6 +64,13 @@ struct CachedAttentionArgs : CacheHeadsArgs {
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
+  struct NewKeysAndValues {
+    const float* k = nullptr;  // row b at k + b * stride: [kv heads, Dh]; null: none
+    const float* v = nullptr;  // likewise
+    int64_t stride = 0;
+    float* k_cache = nullptr;  // k_cache and v_cache above, to write
+    float* v_cache = nullptr;
+  } append;
 };
 // The register tiles of the two attention kernels below and of
 // LinearAttentionPrefill: kWide keeps up to 24 of AVX-512's 32 vector
@@ -126,6 +141,12 @@ int64_t ArgMax(const float* x, int64_t n);
 // percent. Vectorised and split over the intra-op threads; op by op, GELU
 // was up to a tenth of a decode step at 64 rows.
 void GeluInPlace(int64_t n, float* x);
+
+// gate[i] = silu(gate[i]) * up[i] = gate[i] * up[i] / (1 + exp(-gate[i])),
+// in place, for n values: SwiGLU's gating in one vectorised pass over the
+// intra-op threads, where LibTorch's silu and product took two passes and a
+// temporary (docs/benchmarks-log.md, "SwiGLU's gating in one pass").
+void SiluMulInPlace(int64_t n, float* gate, const float* up);
 
 // lengths[slots[b]] += 1 for every b.
 void AdvanceLengths(int64_t batch, const int64_t* slots, int64_t* lengths);

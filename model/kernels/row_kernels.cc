@@ -26,6 +26,10 @@ ATTN_HOT void ScaleRow(const float* in, const float* gain, float scale, int64_t 
 
 ATTN_HOT float SquaredNorm(const float* in, int64_t d) { return Dot(in, in, d); }
 
+ATTN_HOT void SiluMulSpan(int64_t n, float* gate, const float* up) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] * Sigmoid(gate[i]) * up[i];
+}
+
 ATTN_HOT void GeluSpan(int64_t n, float* x) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   for (int64_t i = 0; i < n; ++i) {
@@ -145,6 +149,15 @@ void GeluInPlace(int64_t n, float* x) {
   at::parallel_for(0, blocks, GrainFor(8 * kBlock), [&](int64_t begin, int64_t end) {
     const int64_t first = begin * kBlock;
     GeluSpan(std::min(n, end * kBlock) - first, x + first);
+  });
+}
+
+void SiluMulInPlace(int64_t n, float* gate, const float* up) {
+  constexpr int64_t kBlock = 1024;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  at::parallel_for(0, blocks, GrainFor(8 * kBlock), [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kBlock;
+    SiluMulSpan(std::min(n, end * kBlock) - first, gate + first, up + first);
   });
 }
 

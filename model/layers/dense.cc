@@ -103,9 +103,8 @@ bool FloatOnCpu(const torch::Tensor& t) {
 // kernel's own four-chain loop beats its matrix-vector product). Above a
 // chunk OpenBLAS's cache blocking, which this kernel lacks, starts to
 // matter. docs/benchmarks-log.md ("Measurements behind the code") has the
-// numbers.
+// numbers. The chunk is kDensePackedMaxRows (dense.h).
 constexpr int64_t kPackedMinRows = 1;
-constexpr int64_t kPackedMaxRows = kDensePackedMaxRows;
 
 // Whether the kernels' products can take these operands: float32 CPU
 // tensors, x [..., in], weight [out, in], bias [out] contiguous or none.
@@ -235,7 +234,7 @@ WeightCopies<Bf16Weight>& Bf16Weights() {
 torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
                          const torch::Tensor& bias) {
   const int64_t rows = x.numel() / x.size(-1);
-  if (rows >= kPackedMinRows && rows <= kPackedMaxRows && PackableOnCpu(x, weight, bias)) {
+  if (rows >= kPackedMinRows && rows <= kDensePackedMaxRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);
   }
   if (rows != 1) {
@@ -363,7 +362,8 @@ torch::Tensor DenseLeadingColumnsForLast(const torch::Tensor& x, const torch::nn
   const torch::Tensor& weight = layer->weight;
   const torch::Tensor& bias = layer->bias;
   const bool packable = !torch::GradMode::is_enabled() && x.dim() == 3 && x.is_contiguous() &&
-                        x.size(0) * x.size(1) <= kPackedMaxRows && PackableOnCpu(x, weight, bias);
+                        x.size(0) * x.size(1) <= kDensePackedMaxRows &&
+                        PackableOnCpu(x, weight, bias);
   const int64_t batch = x.dim() == 3 ? x.size(0) : 0, chunk = x.dim() == 3 ? x.size(1) : 0;
   const int64_t in = weight.size(1), out = weight.size(0);
   if (!packable || HasInt8Copy(weight) || HasBf16Copy(weight) || keep >= chunk || leading <= 0 ||

@@ -20,17 +20,28 @@ FeedForwardImpl::FeedForwardImpl(int64_t d_model, int64_t hidden, FeedForwardKin
   }
 }
 
+namespace {
+
+// Whether the fused CPU kernels may overwrite `hidden`, a fresh product of
+// this layer's: a contiguous float32 CPU tensor that autograd does not track.
+bool FusableInPlace(const torch::Tensor& hidden) {
+  return !(torch::GradMode::is_enabled() && hidden.requires_grad()) && hidden.device().is_cpu() &&
+         hidden.scalar_type() == torch::kFloat && hidden.is_contiguous();
+}
+
+}  // namespace
+
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
   if (kind_ == FeedForwardKind::kSwiGlu) {
-    return Dense(torch::silu(Dense(x, gate_)) * Dense(x, up_), down_);
+    torch::Tensor gate = Dense(x, gate_), up = Dense(x, up_);
+    if (!FusableInPlace(gate) || !FusableInPlace(up)) {
+      return Dense(torch::silu(gate) * up, down_);
+    }
+    kernels::SiluMulInPlace(gate.numel(), gate.data_ptr<float>(), up.data_ptr<float>());
+    return Dense(gate, down_);
   }
   torch::Tensor hidden = Dense(x, up_);
-  const bool tracked = torch::GradMode::is_enabled() && hidden.requires_grad();
-  if (tracked || !hidden.device().is_cpu() || hidden.scalar_type() != torch::kFloat ||
-      !hidden.is_contiguous()) {
-    return Dense(torch::gelu(hidden), down_);
-  }
-  // `hidden` is a fresh tensor of this call: the fused GELU may overwrite it.
+  if (!FusableInPlace(hidden)) return Dense(torch::gelu(hidden), down_);
   kernels::GeluInPlace(hidden.numel(), hidden.data_ptr<float>());
   return Dense(hidden, down_);
 }
