@@ -406,7 +406,7 @@ TEST(KernelAttention, StepAppendsTheNewKeysAndValuesItAttends) {
       AttentionCase run = c;
       std::vector<float> out(c.rows * c.heads * dh);
       CachedAttentionArgs a = run.StepArgs(lengths, out.data());
-      a.append = {fresh.data(), fresh.data() + width, 2 * width, run.k.data(), run.v.data()};
+      a.append = {fresh.data(), fresh.data() + width, 2 * width};
       CachedAttentionStep(a, tiles);
       EXPECT_EQ(run.k, appended.k);
       EXPECT_EQ(run.v, appended.v);

@@ -413,23 +413,23 @@ void TimeAttentionStep(int64_t rows, int64_t context, int reps) {
   const std::vector<int64_t> lengths(rows, context);  // every rep writes position `context`
   torch::Tensor out = torch::empty({rows, kHeads * kHeadDim});
   auto step = [&](int64_t layer, bool fused) {
+    float* k_cache = k[layer].data_ptr<float>();
+    float* v_cache = v[layer].data_ptr<float>();
     kernels::CachedAttentionArgs a;
     a.batch = rows;
     a.heads = kHeads;
     a.kv_heads = kKvHeads;
     a.head_dim = kHeadDim;
     a.capacity = capacity;
-    a.k_cache = k[layer].data_ptr<float>();
-    a.v_cache = v[layer].data_ptr<float>();
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
     a.scale = 0.125f;
     a.out = out.data_ptr<float>();
     a.lengths = lengths.data();
     a.q = qkv.data_ptr<float>();
     a.q_stride = width;
-    float* k_cache = k[layer].data_ptr<float>();
-    float* v_cache = v[layer].data_ptr<float>();
     if (fused) {
-      a.append = {new_k, new_v, width, k_cache, v_cache};
+      a.append = {new_k, new_v, width};
     } else {
       kernels::AppendToCache(rows, kKvHeads, kHeadDim, capacity, nullptr, lengths.data(), new_k,
                              new_v, width, k_cache, v_cache);

@@ -543,8 +543,8 @@ void CachedAttentionStep(const CachedAttentionArgs& a, AttentionTiles tiles) {
         if (fresh.k != nullptr) {
           const int64_t slot = SlotOf(a.slots, b);
           AppendHead(kv, a.head_dim, a.capacity, slot, a.lengths[slot], g,
-                     fresh.k + b * fresh.stride, fresh.v + b * fresh.stride, fresh.k_cache,
-                     fresh.v_cache);
+                     fresh.k + b * fresh.stride, fresh.v + b * fresh.stride,
+                     const_cast<float*>(a.k_cache), const_cast<float*>(a.v_cache));
         }
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           AttendOneHead<head_size(), narrow()>(a, b, h, scratch);

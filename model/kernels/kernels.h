@@ -64,12 +64,11 @@ struct CachedAttentionArgs : CacheHeadsArgs {
   const float* content_bias = nullptr;   // u [H, Dh], or null
   const float* position_bias = nullptr;  // v [H, Dh], used with r
   const float* r = nullptr;              // [H, capacity, Dh] by distance, or null
+  // With k set, k_cache and v_cache must be writable: the step writes them.
   struct NewKeysAndValues {
     const float* k = nullptr;  // row b at k + b * stride: [kv heads, Dh]; null: none
     const float* v = nullptr;  // likewise
     int64_t stride = 0;
-    float* k_cache = nullptr;  // k_cache and v_cache above, to write
-    float* v_cache = nullptr;
   } append;
 };
 // The register tiles of the two attention kernels below and of

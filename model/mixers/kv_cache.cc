@@ -100,8 +100,7 @@ torch::Tensor CachedAttentionStep(const torch::Tensor& qkv, MixerState& state, c
   kernels::CachedAttentionArgs args;
   FillCacheHeadsArgs(batch, heads, head_dim, state, slots, terms.log_slopes, out, &args);
   args.kv_heads = kv_heads;
-  args.append = {qkv_data + d, qkv_data + d + kv, stride, state.tensors[0].data_ptr<float>(),
-                 state.tensors[1].data_ptr<float>()};
+  args.append = {qkv_data + d, qkv_data + d + kv, stride};
   args.lengths = lengths;
   args.q = qkv_data;
   args.q_stride = stride;
