@@ -22,8 +22,9 @@ void ExpectMatchesLinear(const torch::Tensor& x, const torch::Tensor& w, const t
       << "x " << x.sizes() << " max difference " << (got - expected).abs().max().item<float>();
 }
 
-// Row counts on both sides of the switches between the packed product (1 to
-// 256 rows) and OpenBLAS's (more), or without AVX-512 between row-by-row
+// Row counts around the packed product's tiles and its slices of
+// kDensePackedMaxRows rows (one, two and three slices, the last full or
+// not), or without AVX2 on both sides of the switch between row-by-row
 // matrix-vector products (1 to 6 rows) and OpenBLAS's matrix product, for a
 // small weight and one larger than L2.
 TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
@@ -31,7 +32,7 @@ TEST(Dense, EqualsLinearForEveryRowCountAndWeightSize) {
   torch::manual_seed(3);
   for (int64_t out : {40, 4096}) {
     const torch::Tensor w = torch::randn({out, 160}), b = torch::randn({out});
-    for (int64_t rows : {1, 2, 5, 6, 7, 12, 13, 32, 33, 64, 65, 200, 256, 257}) {
+    for (int64_t rows : {1, 2, 5, 6, 7, 12, 13, 32, 33, 64, 65, 200, 256, 257, 512, 600}) {
       ExpectMatchesLinear(torch::randn({rows, 160}), w, b);
       ExpectMatchesLinear(torch::randn({rows, 160}), w, {});
     }
@@ -55,9 +56,10 @@ TEST(Dense, TakesBatchedAndStridedInputs) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
   const torch::Tensor w = torch::randn({48, 24}), b = torch::randn({48});
-  ExpectMatchesLinear(torch::randn({3, 5, 24}), w, b);                // [B, T, in]
-  ExpectMatchesLinear(torch::randn({24, 7}).t(), w, b);               // columns of a matrix
-  ExpectMatchesLinear(torch::randn({6, 30}).narrow(1, 3, 24), w, b);  // rows with a gap
+  ExpectMatchesLinear(torch::randn({3, 5, 24}), w, b);                  // [B, T, in]
+  ExpectMatchesLinear(torch::randn({24, 7}).t(), w, b);                 // columns of a matrix
+  ExpectMatchesLinear(torch::randn({6, 30}).narrow(1, 3, 24), w, b);    // rows with a gap
+  ExpectMatchesLinear(torch::randn({300, 30}).narrow(1, 3, 24), w, b);  // in two slices
   ExpectMatchesLinear(torch::randn({5, 48}).t().narrow(0, 0, 24).t(), w.t().contiguous().t(), b);
 }
 

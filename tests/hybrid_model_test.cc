@@ -155,6 +155,12 @@ TEST(HybridModelTest, StatePoolHoldsMemoryAsRowsAreWritten) {
   model->prefill(first, pool, row, PrefillLogits::kNone);
   EXPECT_GE(ResidentBytes(ssm), row_bytes - 2 * 4096);
   EXPECT_LE(ResidentBytes(ssm), row_bytes + 2 * 4096) << "only the written row is backed";
+  // The prefill backed the fresh row's fixed-size state before writing it
+  // (SequenceMixer::BackRowsForWrite), but not the attention layer's keys,
+  // which cover 8,400 positions a row and hold 30.
+  const torch::Tensor& keys = pool.layers[1].tensors[0];
+  ASSERT_GE(keys.nbytes() / 64, 64 * 4096);
+  EXPECT_LE(ResidentBytes(keys), 2 * 4096) << "a key/value cache is backed as it is written";
 
   MixerState part;  // rows 4 and 5 as a view: not a whole pool
   part.length = pool.layers[0].length.narrow(0, 4, 2);

@@ -233,9 +233,9 @@ TEST_P(LanguageModelTest, GroupedStepOfManyRowsEqualsForward) {
 
 // Float32 layers above kMaxGroupedWeightBytes step their rows as one batch,
 // each product split across the threads, and prefill their feed-forward
-// halves in slices the packed product takes whole: a step of 40 rows and a
-// 300-token chunk (two slices) still equal the parallel form. Int8 copies
-// bring the groups back.
+// halves as one batch, whose products take more than kDensePackedMaxRows
+// rows in slices: a step of 40 rows and a 300-token chunk (two slices)
+// still equal the parallel form. Int8 copies bring the groups back.
 TEST(LanguageModelRowGroups, LargeFloatLayersStepAsOneBatchAndEqualForward) {
   const int previous_threads = at::get_num_threads();
   at::set_num_threads(2);

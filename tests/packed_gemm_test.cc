@@ -76,7 +76,9 @@ TEST_P(PackedGemmTest, MatchesANaiveLoop) {
 // Row counts around the 12-row and 6-row tiles, columns around the 32-wide
 // panel and its 16-wide halves, one row (its own loop, four or two steps of
 // the inputs at a time: inputs that are and are not a multiple of them),
-// and the model's shapes (160 in, 480/640/4096 out; 640 in).
+// the model's shapes (160 in, 480/640/4096 out; 640 in), and panels whose
+// inputs the next panel's prefetch splits among more tiles than it has
+// inputs, or unevenly.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PackedGemmTest,
     testing::Values(std::make_tuple(1, 1, 1, true), std::make_tuple(1, 160, 160, true),
@@ -88,7 +90,8 @@ INSTANTIATE_TEST_SUITE_P(
                     std::make_tuple(64, 4096, 160, false), std::make_tuple(256, 640, 160, true),
                     std::make_tuple(7, 1000, 33, true), std::make_tuple(1, 20, 5, true),
                     std::make_tuple(1, 16, 2, false), std::make_tuple(6, 16, 9, true),
-                    std::make_tuple(5, 17, 4, false), std::make_tuple(18, 48, 31, true)));
+                    std::make_tuple(5, 17, 4, false), std::make_tuple(18, 48, 31, true),
+                    std::make_tuple(61, 40, 2, false), std::make_tuple(51, 70, 643, true)));
 
 // Rows a multiple of 4 KiB apart, which the product reads from a copy spread
 // a cache line further apart (packed_gemm.cc): with inputs filling the rows

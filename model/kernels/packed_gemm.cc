@@ -35,35 +35,48 @@ __attribute__((always_inline)) inline void Store(float* p, const Lanes& v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
+// Where a tile fetches part of the next panel into cache (see RunItems):
+// `rows` of its k-rows from `from`, one every `every` steps of k.
+struct Ahead {
+  const float* from = nullptr;
+  int64_t rows = 0;
+  int64_t every = 1;
+};
+
 // y[r, 0:width] = x[r, :] . panel + bias32 for R rows; width <= 32 columns
 // are kept (the panel is zero-padded beyond the matrix). With kPrefetch,
-// `ahead` is a panel of the same size to fetch into cache meanwhile (see
-// RunItems); a template flag, so that the other tiles' loop carries neither
-// the prefetches nor a test for them.
+// the tile fetches `ahead` meanwhile; a template flag, so that a tile that
+// fetches nothing carries neither the prefetches nor a test for them.
 template <int R, bool kPrefetch>
 __attribute__((always_inline)) inline void Tile(const float* x, int64_t ldx, const float* panel,
                                                 int64_t in, const float* bias32, float* y,
-                                                int64_t ldy, int64_t width, const float* ahead) {
+                                                int64_t ldy, int64_t width, const Ahead& ahead) {
   Lanes lo[R], hi[R];
   const Lanes bias_lo = Load(bias32), bias_hi = Load(bias32 + 16);
   for (int r = 0; r < R; ++r) {
     lo[r] = bias_lo;
     hi[r] = bias_hi;
   }
-  for (int64_t k = 0; k < in; ++k) {
+  const auto step = [&](int64_t k) __attribute__((always_inline)) {
     const Lanes w_lo = Load(panel + k * kPanelWidth);
     const Lanes w_hi = Load(panel + k * kPanelWidth + 16);
-    if constexpr (kPrefetch) {
-      __builtin_prefetch(ahead + k * kPanelWidth, 0, 2);
-      __builtin_prefetch(ahead + k * kPanelWidth + 16, 0, 2);
-    }
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const float xr = x[r * ldx + k];
       lo[r] += xr * w_lo;
       hi[r] += xr * w_hi;
     }
+  };
+  int64_t k = 0;
+  if constexpr (kPrefetch) {
+    for (int64_t f = 0; f < ahead.rows; ++f) {
+      __builtin_prefetch(ahead.from + f * kPanelWidth, 0, 2);
+      __builtin_prefetch(ahead.from + f * kPanelWidth + 16, 0, 2);
+      const int64_t stop = std::min(in, k + ahead.every);
+      for (; k < stop; ++k) step(k);
+    }
   }
+  for (; k < in; ++k) step(k);
   for (int r = 0; r < R; ++r) {
     float* row = y + r * ldy;
     if (width == kPanelWidth) {
@@ -108,34 +121,50 @@ __attribute__((always_inline)) inline void TileOneRow(const float* x, const floa
   std::memcpy(y, full, sizeof(float) * width);
 }
 
+// The share of the next panel that the tile at `row0` fetches while it
+// runs: the panel's tiles split its k-rows evenly, each spreading its share
+// over its own steps. A model step's weights (7.5 MB in the bundled models,
+// hundreds of MB at the public shapes) do not stay in cache from one step to the
+// next, and without a prefetch a panel's first tile waits on them. Fetching
+// the whole next panel in the first tile, two lines every step of k, asks
+// two threads for more than the memory delivers: at 51 rows (five tiles a
+// panel) that tile took 2.5 times as long as the others, 41% of the
+// product (perf, LFM2-350M's shapes, AMD Zen 5). Spread over the tiles,
+// products of 24 to 256 rows ran 1.01-1.13x faster (alternating in one
+// process); up to 12 rows there is one tile a panel and nothing changes.
+// The one-row case streams its panels and was 3-5% slower with a prefetch,
+// so it has none.
+Ahead AheadFor(const GemmArgs& a, int64_t panel, int64_t row0, const float* weights) {
+  if ((panel + 1) * kPanelWidth >= a.out) return {};
+  const int64_t tile = row0 / a.tile_rows;
+  const int64_t share = (a.in + a.tiles - 1) / a.tiles;
+  const int64_t first = std::min(a.in, tile * share);
+  const int64_t rows = std::min(a.in, first + share) - first;
+  if (rows <= 0) return {};
+  return {weights + (a.in + first) * kPanelWidth, rows, std::max<int64_t>(1, a.in / rows)};
+}
+
 // Work items are (panel, row tile) pairs in panel-major order, so the items
 // one thread runs share panels and each panel stays in cache for its tiles.
-// A panel's first tile prefetches the next panel: a model step's weights
-// (7.5 MB in the bundled models) do not stay in L2 from one step to the
-// next, and without it that tile waited on them. The 64-row
-// decode step ran 2-8% faster with it (A/B alternating steps in one
-// process); at 8 and 256 rows 1-3%. The one-row case streams its panels and
-// was 3-5% slower with the same prefetch, so it has none.
 ATTN_HOT void RunItems(const GemmArgs& a, int64_t begin, int64_t end) {
   for (int64_t index = begin; index < end; ++index) {
     const Item item = ItemAt(a, index);
     const float *x = item.x, *weights = item.weights, *bias32 = item.bias32;
     float* y = item.y;
-    const int64_t row0 = item.row0, width = item.width, panel = item.panel;
+    const int64_t row0 = item.row0, width = item.width;
     if (a.rows == 1) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;
     }
-    const bool has_next = (panel + 1) * kPanelWidth < a.out;
-    const float* ahead = row0 == 0 && has_next ? weights + a.in * kPanelWidth : nullptr;
+    const Ahead ahead = AheadFor(a, item.panel, row0, weights);
     switch (std::min<int64_t>(kTileRows, a.rows - row0)) {
-#define ATTN_TILE_CASE(R)                                                        \
-  case R:                                                                        \
-    if (ahead != nullptr) {                                                      \
-      Tile<R, true>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);    \
-    } else {                                                                     \
-      Tile<R, false>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, nullptr); \
-    }                                                                            \
+#define ATTN_TILE_CASE(R)                                                      \
+  case R:                                                                      \
+    if (ahead.rows > 0) {                                                      \
+      Tile<R, true>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);  \
+    } else {                                                                   \
+      Tile<R, false>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead); \
+    }                                                                          \
     break;
       ATTN_TILE_CASE(1)
       ATTN_TILE_CASE(2)

@@ -98,12 +98,13 @@ bool FloatOnCpu(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kFloat;
 }
 
-// Where the packed product beats OpenBLAS: from one row up to a prefill
-// chunk, since OpenBLAS repacks the weight on every call (and at one row the
-// kernel's own four-chain loop beats its matrix-vector product). Above a
-// chunk OpenBLAS's cache blocking, which this kernel lacks, starts to
-// matter. docs/benchmarks-log.md ("Measurements behind the code") has the
-// numbers. The chunk is kDensePackedMaxRows (dense.h).
+// Where the packed product beats OpenBLAS: from one row (OpenBLAS repacks
+// the weight on every call, and at one row the kernel's own four-chain loop
+// beats its matrix-vector product; docs/benchmarks-log.md, "Measurements
+// behind the code") to any count in slices of kDensePackedMaxRows rows
+// (PackedDense): at 256 to 1,024 rows of LFM2-350M's and RWKV-7 0.1B's
+// products 1.95-2.05x OpenBLAS's rate on an AMD Zen 5 ("A prefill's
+// products past 256 rows, packed in slices").
 constexpr int64_t kPackedMinRows = 1;
 
 // Whether the kernels' products can take these operands: float32 CPU
@@ -140,13 +141,21 @@ const float* BiasData(const torch::Tensor& bias) {
   return bias.defined() ? bias.data_ptr<float>() : nullptr;
 }
 
+// More rows than kDensePackedMaxRows run in slices of that many, one after
+// the other, each split across the threads: the kernel has no cache
+// blocking of its own, and a slice's inputs stay in cache for every panel.
 torch::Tensor PackedDense(const torch::Tensor& x, const torch::Tensor& weight,
                           const torch::Tensor& bias) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const auto packed = Packed(weight);
   return RowProduct(x, out, [&](const torch::Tensor& rows, torch::Tensor& y) {
-    kernels::PackedGemm(rows.data_ptr<float>(), rows.size(0), rows.stride(0), packed->data(), out,
-                        in, BiasData(bias), y.data_ptr<float>(), out);
+    const float* first = rows.data_ptr<float>();
+    const int64_t total = rows.size(0), ldx = rows.stride(0);
+    for (int64_t row = 0; row < total; row += kDensePackedMaxRows) {
+      kernels::PackedGemm(first + row * ldx, std::min(kDensePackedMaxRows, total - row), ldx,
+                          packed->data(), out, in, BiasData(bias), y.data_ptr<float>() + row * out,
+                          out);
+    }
   });
 }
 
@@ -234,7 +243,7 @@ WeightCopies<Bf16Weight>& Bf16Weights() {
 torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
                          const torch::Tensor& bias) {
   const int64_t rows = x.numel() / x.size(-1);
-  if (rows >= kPackedMinRows && rows <= kDensePackedMaxRows && PackableOnCpu(x, weight, bias)) {
+  if (rows >= kPackedMinRows && PackableOnCpu(x, weight, bias)) {
     return PackedDense(x, weight, bias);
   }
   if (rows != 1) {

@@ -27,8 +27,8 @@
 namespace attn {
 
 // Dense multiplies float32 weights on the CPU through the packed product
-// (model/kernels/packed_gemm.h) up to this many rows, and through LibTorch's
-// above it: callers with more rows and a choice run them in slices.
+// (model/kernels/packed_gemm.h), at most this many rows at a time: more
+// run in slices of this many, one after the other.
 inline constexpr int64_t kDensePackedMaxRows = 256;
 
 // x [..., in], weight [out, in], bias [out] or undefined: [..., out].

@@ -4,7 +4,6 @@
 
 #include <optional>
 
-#include "model/layers/dense.h"
 #include "model/layers/feed_forward.h"
 #include "model/layers/mixture_of_experts.h"
 #include "model/layers/norms.h"
@@ -30,13 +29,11 @@ class FeedForwardHalf {
   // Its rows are independent, so with `row_groups` a prefill chunk's run in
   // one parallel region, a group of rows per thread, instead of a fork for
   // each of its operations (inside a grouped step there is no thread to
-  // spare for it). Without, the rows run in slices of at most
-  // kDensePackedMaxRows, each product split across the threads.
+  // spare for it). Without, each product is split across the threads.
   torch::Tensor AddTo(const torch::Tensor& h, const torch::Tensor& mixed, bool row_groups) {
     const int64_t d = h.size(-1), rows = h.numel() / d;
     const int64_t groups = row_groups ? RowGroups(rows, h) : 1;
-    const int64_t slices = row_groups ? 1 : RowSlices(rows, kDensePackedMaxRows, h);
-    if (groups == 1 && slices <= 1) {
+    if (groups == 1) {
       const torch::Tensor y = mixed.defined() ? h + mixed : h;
       return y + (*this)(y);
     }
@@ -45,7 +42,7 @@ class FeedForwardHalf {
     // Each group writes its rows of the result in place: gathering groups'
     // own tensors afterwards would be a serial copy of the chunk.
     torch::Tensor out = torch::empty({rows, d}, h.options());
-    const auto add_rows = [&](int64_t, int64_t first, int64_t count) {
+    ForEachRowGroup(rows, groups, [&](int64_t, int64_t first, int64_t count) {
       torch::Tensor y = out.narrow(0, first, count);
       if (mixed_rows.defined()) {
         torch::add_out(y, h_rows.narrow(0, first, count), mixed_rows.narrow(0, first, count));
@@ -53,15 +50,7 @@ class FeedForwardHalf {
         y.copy_(h_rows.narrow(0, first, count));
       }
       y.add_((*this)(y));
-    };
-    if (groups > 1) {
-      ForEachRowGroup(rows, groups, add_rows);
-    } else {
-      for (int64_t s = 0; s < slices; ++s) {
-        const int64_t first = rows * s / slices;
-        add_rows(s, first, rows * (s + 1) / slices - first);
-      }
-    }
+    });
     return out.view(h.sizes());
   }
 

@@ -47,8 +47,8 @@ class Block : public torch::nn::Module {
 
   // Whether the feed-forward half splits its rows into one group per thread
   // (model/lm/row_groups.h): the model decides from the size of its
-  // weights. When it does not, a chunk runs in slices the packed product
-  // takes whole (kDensePackedMaxRows).
+  // weights. When it does not, each of a chunk's products is split across
+  // the threads.
   void set_row_groups(bool on) { row_groups_ = on; }
 
  protected:

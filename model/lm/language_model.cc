@@ -214,6 +214,16 @@ std::vector<torch::Tensor> CausalLmImpl::ViewOnto(const LmState& state,
   return moved;
 }
 
+void CausalLmImpl::BackFreshRows(const LmState& state, const torch::Tensor& rows,
+                                 const torch::Tensor& start) const {
+  if (!state.length().device().is_cpu()) return;
+  const torch::Tensor fresh = rows.masked_select(start.eq(0).to(rows.device()));
+  if (fresh.numel() == 0) return;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l]->mixer().BackRowsForWrite(state.layers[l], fresh);
+  }
+}
+
 torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
                                     const torch::Tensor& slots, PrefillLogits logits,
                                     PrefillRecord* record) {
@@ -225,6 +235,7 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
   auto positions = start.to(tokens.device()).unsqueeze(1) +
                    torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
   auto h = Embed(tokens, positions);
+  BackFreshRows(state, rows, start);
   // Every layer but the last feeds all positions to the next one's state;
   // the last computes the positions whose logits are wanted.
   const int64_t chunk = tokens.size(1);

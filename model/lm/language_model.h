@@ -186,6 +186,10 @@ class CausalLmImpl : public torch::nn::Module {
   // before the head.
   torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
   void CheckTokens(const torch::Tensor& tokens) const;
+  // Backs for writing the fixed-size state of those of `rows` that start
+  // empty (`start`, their lengths, is 0): SequenceMixer::BackRowsForWrite.
+  void BackFreshRows(const LmState& state, const torch::Tensor& rows,
+                     const torch::Tensor& start) const;
   // Throws c10::Error naming the first dense weight that is not finite;
   // `format` ("int8", "bf16") says what needs them so.
   void CheckDenseWeightsFinite(const char* format) const;

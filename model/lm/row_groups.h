@@ -47,14 +47,6 @@ inline int64_t RowGroups(int64_t rows, const torch::Tensor& like) {
   return std::min(threads, rows / kMinRowsPerGroup);
 }
 
-// Slices of at most `max_rows` rows that such work runs in one after the
-// other when it does not split into groups: 1 unless it is plain CPU
-// inference (the slices write their rows in place, which autograd refuses).
-inline int64_t RowSlices(int64_t rows, int64_t max_rows, const torch::Tensor& like) {
-  if (!like.device().is_cpu() || torch::GradMode::is_enabled()) return 1;
-  return (rows + max_rows - 1) / max_rows;
-}
-
 // Calls fn(group, first_row, row_count) for each of `groups` near-equal
 // groups of `rows`, in parallel, with the caller's grad and inference modes.
 template <typename Fn>

@@ -315,6 +315,18 @@ void SequenceMixer::LoadRow(MixerState& state, int64_t row, const MixerState& sa
   state.length.narrow(0, row, 1).copy_(saved.length);
 }
 
+void SequenceMixer::BackRowsForWrite(const MixerState& state, const torch::Tensor& rows) const {
+  if (!state.length.device().is_cpu() || rows.numel() == 0) return;
+  const HeldPositions held = held_positions();
+  const torch::Tensor ids = rows.to(torch::kCPU, torch::kLong).contiguous();
+  for (size_t i = 0; i < state.tensors.size(); ++i) {
+    if (held.dim >= 0 && i >= held.first) continue;
+    for (int64_t r = 0; r < ids.numel(); ++r) {
+      PopulateForWrite(state.tensors[i].narrow(0, ids.data_ptr<int64_t>()[r], 1));
+    }
+  }
+}
+
 // The checks below run on every decode step, so they loop over raw CPU
 // memory instead of issuing tensor ops (~1.3 us each here).
 torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::Tensor& slots,

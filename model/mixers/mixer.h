@@ -150,6 +150,13 @@ class SequenceMixer : public torch::nn::Module {
   // the same sequence can extend them in place (SaveRowInto).
   MixerState SaveRow(const MixerState& state, int64_t row, int64_t room = 0) const;
   void LoadRow(MixerState& state, int64_t row, const MixerState& saved) const;
+  // Backs the memory of rows `rows` of the state's tensors of a fixed size
+  // (not the held positions, which grow with the context) for writing, one
+  // call per run of pages. A row reset or released gives its pages back
+  // (state_pool.h); a prefill that then reads its zero state and writes the
+  // new one faults every page twice, the second time replacing the shared
+  // zero page and flushing the other threads' TLBs.
+  void BackRowsForWrite(const MixerState& state, const torch::Tensor& rows) const;
   // Whether SaveRowInto(state, row, base) can write row `row`'s held
   // positions into the room behind `base`'s: the row is no shorter, its held
   // positions are a key/value cache's (entries never change once written;
