@@ -13,9 +13,12 @@
 namespace attn::kernels {
 namespace {
 
+using packed_tiles::Ahead;
+using packed_tiles::AheadFor;
 using packed_tiles::GemmArgs;
 using packed_tiles::Item;
 using packed_tiles::ItemAt;
+using packed_tiles::StepsFetching;
 
 // Sixteen floats: one AVX-512 register (two AVX2 ones, four SSE ones in the
 // baseline clone). aligned(4): loads and stores need no alignment.
@@ -34,14 +37,6 @@ __attribute__((always_inline)) inline Lanes Load(const float* p) {
 __attribute__((always_inline)) inline void Store(float* p, const Lanes& v) {
   std::memcpy(p, &v, sizeof(v));
 }
-
-// Where a tile fetches part of the next panel into cache (see RunItems):
-// `rows` of its k-rows from `from`, one every `every` steps of k.
-struct Ahead {
-  const float* from = nullptr;
-  int64_t rows = 0;
-  int64_t every = 1;
-};
 
 // y[r, 0:width] = x[r, :] . panel + bias32 for R rows; width <= 32 columns
 // are kept (the panel is zero-padded beyond the matrix). With kPrefetch,
@@ -67,16 +62,7 @@ __attribute__((always_inline)) inline void Tile(const float* x, int64_t ldx, con
       hi[r] += xr * w_hi;
     }
   };
-  int64_t k = 0;
-  if constexpr (kPrefetch) {
-    for (int64_t f = 0; f < ahead.rows; ++f) {
-      __builtin_prefetch(ahead.from + f * kPanelWidth, 0, 2);
-      __builtin_prefetch(ahead.from + f * kPanelWidth + 16, 0, 2);
-      const int64_t stop = std::min(in, k + ahead.every);
-      for (; k < stop; ++k) step(k);
-    }
-  }
-  for (; k < in; ++k) step(k);
+  StepsFetching<kPrefetch>(in, ahead, step);
   for (int r = 0; r < R; ++r) {
     float* row = y + r * ldy;
     if (width == kPanelWidth) {
@@ -119,29 +105,6 @@ __attribute__((always_inline)) inline void TileOneRow(const float* x, const floa
   Store(full, (lo[0] + lo[1]) + (lo[2] + lo[3]));
   Store(full + 16, (hi[0] + hi[1]) + (hi[2] + hi[3]));
   std::memcpy(y, full, sizeof(float) * width);
-}
-
-// The share of the next panel that the tile at `row0` fetches while it
-// runs: the panel's tiles split its k-rows evenly, each spreading its share
-// over its own steps. A model step's weights (7.5 MB in the bundled models,
-// hundreds of MB at the public shapes) do not stay in cache from one step to the
-// next, and without a prefetch a panel's first tile waits on them. Fetching
-// the whole next panel in the first tile, two lines every step of k, asks
-// two threads for more than the memory delivers: at 51 rows (five tiles a
-// panel) that tile took 2.5 times as long as the others, 41% of the
-// product (perf, LFM2-350M's shapes, AMD Zen 5). Spread over the tiles,
-// products of 24 to 256 rows ran 1.01-1.13x faster (alternating in one
-// process); up to 12 rows there is one tile a panel and nothing changes.
-// The one-row case streams its panels and was 3-5% slower with a prefetch,
-// so it has none.
-Ahead AheadFor(const GemmArgs& a, int64_t panel, int64_t row0, const float* weights) {
-  if ((panel + 1) * kPanelWidth >= a.out) return {};
-  const int64_t tile = row0 / a.tile_rows;
-  const int64_t share = (a.in + a.tiles - 1) / a.tiles;
-  const int64_t first = std::min(a.in, tile * share);
-  const int64_t rows = std::min(a.in, first + share) - first;
-  if (rows <= 0) return {};
-  return {weights + (a.in + first) * kPanelWidth, rows, std::max<int64_t>(1, a.in / rows)};
 }
 
 // Work items are (panel, row tile) pairs in panel-major order, so the items

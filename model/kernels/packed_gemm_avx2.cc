@@ -34,16 +34,18 @@ inline void StoreHalf(float* y, __m256 lo, __m256 hi, int64_t width) {
 
 // y[r, 0:width] = x[r, :] . panel + bias32 for R <= 3 rows: 4R registers
 // of sums, R broadcast inputs and one register of weights at a time, 16 at
-// R = 3. The panel streams in order, whole cache lines at a time.
-template <int R>
+// R = 3. The panel streams in order, whole cache lines at a time. With
+// kPrefetch the tile fetches its share of the next panel meanwhile
+// (AheadFor); a template flag, as in packed_gemm.cc.
+template <int R, bool kPrefetch>
 void Tile(const float* x, int64_t ldx, const float* panel, int64_t in, const float* bias32,
-          float* y, int64_t ldy, int64_t width) {
+          float* y, int64_t ldy, int64_t width, const Ahead& ahead) {
   __m256 acc[R][4];
   for (int v = 0; v < 4; ++v) {
     const __m256 bias = _mm256_loadu_ps(bias32 + 8 * v);
     for (int r = 0; r < R; ++r) acc[r][v] = bias;
   }
-  for (int64_t k = 0; k < in; ++k) {
+  const auto step = [&](int64_t k) __attribute__((always_inline)) {
     __m256 xr[R];
     for (int r = 0; r < R; ++r) xr[r] = _mm256_broadcast_ss(x + r * ldx + k);
     const float* w = panel + k * kPanelWidth;
@@ -52,10 +54,22 @@ void Tile(const float* x, int64_t ldx, const float* panel, int64_t in, const flo
       const __m256 wv = _mm256_loadu_ps(w + 8 * v);
       for (int r = 0; r < R; ++r) acc[r][v] = _mm256_fmadd_ps(xr[r], wv, acc[r][v]);
     }
-  }
+  };
+  StepsFetching<kPrefetch>(in, ahead, step);
   for (int r = 0; r < R; ++r) {
     StoreHalf(y + r * ldy, acc[r][0], acc[r][1], width);
     if (width > kHalf) StoreHalf(y + r * ldy + kHalf, acc[r][2], acc[r][3], width - kHalf);
+  }
+}
+
+// Tile<R> with or without the prefetch.
+template <int R>
+void TileFetching(const float* x, int64_t ldx, const float* panel, int64_t in, const float* bias32,
+                  float* y, int64_t ldy, int64_t width, const Ahead& ahead) {
+  if (ahead.rows > 0) {
+    Tile<R, true>(x, ldx, panel, in, bias32, y, ldy, width, ahead);
+  } else {
+    Tile<R, false>(x, ldx, panel, in, bias32, y, ldy, width, ahead);
   }
 }
 
@@ -103,15 +117,16 @@ void RunItemsAvx2(const GemmArgs& a, int64_t begin, int64_t end) {
       TileOneRow(x, weights, a.in, bias32, y, width);
       continue;
     }
+    const Ahead ahead = AheadFor(a, item.panel, item.row0, weights);
     switch (std::min(a.tile_rows, a.rows - item.row0)) {
       case 1:
-        Tile<1>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width);
+        TileFetching<1>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);
         break;
       case 2:
-        Tile<2>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width);
+        TileFetching<2>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);
         break;
       default:
-        Tile<3>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width);
+        TileFetching<3>(x, a.ldx, weights, a.in, bias32, y, a.ldy, width, ahead);
         break;
     }
   }

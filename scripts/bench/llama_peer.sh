@@ -30,10 +30,11 @@
 #   (this server's --quantize=bf16 against it). LOGIT_BIAS: a JSON object of token ids to
 #   biases that every request on both sides carries, e.g. -100 on the byte
 #   tokens a random-weight RWKV model samples, whose text is not UTF-8 and
-#   which llama-server then answers with HTTP 500.
+#   which llama-server then answers with HTTP 500; for a checkpoint
+#   directory, scripts/bench/unprintable_bias.py DIR --pad prints it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -eq 3 ] || { sed -n 2,31p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,34p "$0"; exit 2; }
 weights=${WEIGHTS:-both}
 case $weights in both | int8 | float32) ;; *) echo "WEIGHTS: both, int8 or float32" >&2; exit 2 ;; esac
 # wants KIND: whether this run measures float32 or int8 weights.

@@ -24,13 +24,14 @@
 # 3. Unless SETUP_ONLY=1: llama_peer.sh on each shape's three files. Its
 #    variables pass through (ROUNDS, ENGINE, SERVING, CHAT, WEIGHTS,
 #    SECONDS_EACH, LOGIT_BIAS, ...); scripts/bench/peer_table.py LOG turns
-#    what it printed into one table of medians and ratios.
+#    what it printed into one table of medians and ratios. Mamba-2's
+#    LOGIT_BIAS, unless given, is scripts/bench/unprintable_bias.py's.
 #
 #   WORK_DIR (/tmp/attn-peer)   BUILD_DIR (build)   JOBS (nproc)
 #   LLAMA_SRC (WORK_DIR/llama.cpp)   LLAMA_REPO, LLAMA_COMMIT (below)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { sed -n 2,29p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,31p "$0"; exit 2; }
 work=${WORK_DIR:-/tmp/attn-peer}
 build=${BUILD_DIR:-build}
 llama_src=${LLAMA_SRC:-$work/llama.cpp}
@@ -109,6 +110,12 @@ for shape in "$@"; do prepare "$shape"; done
 [ "${SETUP_ONLY:-0}" = 1 ] && exit 0
 for shape in "$@"; do
   echo "=== $shape"
-  LLAMA_BIN="$llama_src/build/bin" BUILD_DIR="$build" \
+  # Random weights over the real GPT-NeoX vocabulary sample its 484 byte
+  # tokens that are not UTF-8 alone and its 11 padding ids, which
+  # llama-server answers with HTTP 500; both sides leave them out.
+  bias=${LOGIT_BIAS:-}
+  [ "$shape" != mamba2-130m ] || [ -n "$bias" ] ||
+    bias=$($py scripts/bench/unprintable_bias.py "$work/$shape" --pad)
+  LLAMA_BIN="$llama_src/build/bin" BUILD_DIR="$build" LOGIT_BIAS="$bias" \
     scripts/bench/llama_peer.sh "$work/$shape.pt" "$work/$shape-f32.gguf" "$work/$shape-q8_0.gguf"
 done
