@@ -19,22 +19,20 @@ Counts go to standard error.
 """
 import argparse
 import ast
+import importlib.util
 import json
 import pathlib
 import sys
 
 
 def byte_level_table():
-    """GPT-2's byte-to-character table, inverted: character to byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
+    """GPT-2's byte-level table, character to byte: inverted from the one
+    tests/tools/hf_checkpoints.py writes vocabularies with."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "tests" / "tools" / "hf_checkpoints.py"
+    spec = importlib.util.spec_from_file_location("hf_checkpoints", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return {ch: b for b, ch in tool.byte_characters().items()}
 
 
 def byte_level(tokenizer):
