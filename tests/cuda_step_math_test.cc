@@ -123,6 +123,108 @@ TEST(CudaStepMath, Rwkv7LanesSumToTheDeltaRule) {
   }
 }
 
+// The scan (cuda::Rwkv7Scan): every token of a chunk with S in place, the
+// inputs time-major, outputs only from token first_output on, against the
+// delta rule token after token in float64.
+TEST(CudaStepMath, Rwkv7ScanFollowsTheDeltaRuleOverAChunk) {
+  const int64_t batch = 2, heads = 3, n = 40, channels = heads * n, time = 5, first = 2;
+  const int64_t inputs = time * batch * channels, outputs = (time - first) * batch * channels;
+  std::mt19937 gen(17);
+  const auto r = Random(outputs, -1, 1, gen), w = Random(inputs, 0.55f, 1, gen);
+  const auto k = Random(inputs, -1, 1, gen), v = Random(inputs, -1, 1, gen);
+  const auto kk = Random(inputs, -0.3f, 0.3f, gen), iclr = Random(inputs, 0, 1, gen);
+  const auto s0 = Random(batch * heads * n * n, -1, 1, gen);
+  auto s = s0;
+  auto o = Unwritten(outputs);
+  cuda::Rwkv7ScanArgs a;
+  a.batch = batch, a.time = time, a.heads = heads, a.head_dim = n, a.first_output = first;
+  a.r = r.data(), a.w = w.data(), a.k = k.data(), a.v = v.data(), a.kk = kk.data();
+  a.iclr = iclr.data(), a.s = s.data(), a.o = o.data();
+  for (int64_t block = 0; block < batch * heads; ++block) {
+    for (int64_t t = 0; t < time; ++t) {
+      const cuda::Rwkv7StepArgs step = cuda::Rwkv7TokenArgs(a, t);
+      EXPECT_EQ(step.r != nullptr, t >= first);
+      for (int64_t i = 0; i < n; ++i) {
+        float removed = 0.f, out = 0.f;
+        for (int lane = 0; lane < kWarp; ++lane)
+          removed += cuda::Rwkv7RemovedPart(step, block, i, lane);
+        for (int lane = 0; lane < kWarp; ++lane) {
+          out += cuda::Rwkv7UpdatePart(step, block, i, lane, removed);
+        }
+        if (step.r != nullptr) o[cuda::Rwkv7ScanOutputAt(a, block, t, i)] = out;
+      }
+    }
+  }
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t block = row * heads + h;
+      std::vector<double> state(s0.begin() + block * n * n, s0.begin() + (block + 1) * n * n);
+      for (int64_t t = 0; t < time; ++t) {
+        const int64_t c0 = (t * batch + row) * channels + h * n;  // [T, B, C]
+        for (int64_t i = 0; i < n; ++i) {
+          double removed = 0, out = 0;
+          for (int64_t j = 0; j < n; ++j) removed += state[i * n + j] * kk[c0 + j];
+          for (int64_t j = 0; j < n; ++j) {
+            double& cell = state[i * n + j];
+            cell = cell * w[c0 + j] - removed * kk[c0 + j] * iclr[c0 + j] +
+                   static_cast<double>(v[c0 + i]) * k[c0 + j];
+            if (t >= first) out += cell * r[((t - first) * batch + row) * channels + h * n + j];
+          }
+          if (t < first) continue;
+          const int64_t at =
+              (row * (time - first) + t - first) * channels + h * n + i;  // [B, T', C]
+          ExpectClose(o[at], out, "o", at);
+        }
+      }
+      for (int64_t at = 0; at < n * n; ++at) {
+        ExpectClose(s[block * n * n + at], state[at], "S", block * n * n + at);
+      }
+    }
+  }
+}
+
+// RWKV-4's WKV (cuda::Rwkv4Wkv): each (row, channel) over a chunk in the
+// stable form, against the plain sums e^p num and e^p den in float64; the
+// last row starts empty (max -1e38).
+TEST(CudaStepMath, Rwkv4ChannelsFollowTheSums) {
+  const int64_t batch = 3, c = 37, time = 6, first = 2, outputs = time - first;
+  std::mt19937 gen(19);
+  const auto k = Random(batch * time * c, -2, 2, gen), v = Random(batch * time * c, -1, 1, gen);
+  const auto decay = Random(c, -2, -0.05f, gen), u = Random(c, -1, 1, gen);
+  auto num = Random(batch * c, -1, 1, gen), den = Random(batch * c, 0.1f, 2, gen);
+  auto max = Random(batch * c, -2, 2, gen);
+  for (int64_t d = 0; d < c; ++d) num[2 * c + d] = 0, den[2 * c + d] = 0, max[2 * c + d] = -1e38f;
+  const auto num0 = num, den0 = den, max0 = max;
+  auto out = Unwritten(batch * outputs * c);
+  cuda::Rwkv4WkvArgs a;
+  a.batch = batch, a.time = time, a.channels = c, a.first_output = first;
+  a.k = k.data(), a.v = v.data(), a.decay = decay.data(), a.first = u.data();
+  a.num = num.data(), a.den = den.data(), a.max = max.data(), a.out = out.data();
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t d = 0; d < c; ++d) cuda::Rwkv4Channel(a, row, d);
+  }
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t d = 0; d < c; ++d) {
+      const int64_t at = row * c + d;
+      const double scale = std::exp(static_cast<double>(max0[at]));  // 0 for the empty row
+      double sum_v = num0[at] * scale, sum = den0[at] * scale;
+      for (int64_t t = 0; t < time; ++t) {
+        const double kt = k[(row * time + t) * c + d], vt = v[(row * time + t) * c + d];
+        if (t >= first) {
+          const double now = std::exp(u[d] + kt);
+          const int64_t o = (row * outputs + t - first) * c + d;
+          ExpectClose(out[o], (sum_v + now * vt) / (sum + now), "wkv", o);
+        }
+        sum_v = std::exp(static_cast<double>(decay[d])) * sum_v + std::exp(kt) * vt;
+        sum = std::exp(static_cast<double>(decay[d])) * sum + std::exp(kt);
+      }
+      const double held = std::exp(static_cast<double>(max[at]));
+      ExpectClose(num[at] * held, sum_v, "num", at);
+      ExpectClose(den[at] * held, sum, "den", at);
+    }
+  }
+}
+
 // phi(x)_c in float64: elu(x) + 1, or exp(x_c - max x) over the head.
 double Feature(const float* x, int64_t n, int64_t c, bool exp_feature) {
   if (!exp_feature) return x[c] > 0 ? x[c] + 1.0 : std::exp(static_cast<double>(x[c]));

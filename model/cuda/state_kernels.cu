@@ -48,6 +48,20 @@ __global__ void Rwkv7StepKernel(Rwkv7StepArgs a) {
   }
 }
 
+// Rwkv7StepKernel's layout over every token of a prefill, S in place: each
+// warp keeps to its rows of S from token to token, so no barrier is needed.
+__global__ void Rwkv7ScanKernel(Rwkv7ScanArgs a) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int64_t t = 0; t < a.time; ++t) {
+    const Rwkv7StepArgs step = Rwkv7TokenArgs(a, t);
+    for (int64_t i = warp; i < a.head_dim; i += kWarpsPerBlock) {
+      const float removed = WarpAllSum(Rwkv7RemovedPart(step, blockIdx.x, i, lane));
+      const float out = WarpSum(Rwkv7UpdatePart(step, blockIdx.x, i, lane, removed));
+      if (lane == 0 && step.r != nullptr) a.o[Rwkv7ScanOutputAt(a, blockIdx.x, t, i)] = out;
+    }
+  }
+}
+
 // A block per (row, head), a thread per channel (step_math.h).
 __global__ void LinearStepKernel(LinearStepArgs a) {
   extern __shared__ float shared[];  // phi(q), phi(k), phi(q) * z: 3 N floats
@@ -64,6 +78,11 @@ constexpr int kChannelThreads = 128;
 __global__ void AftDecayStepKernel(AftDecayStepArgs a) {
   const int64_t d = static_cast<int64_t>(blockIdx.x) * kChannelThreads + threadIdx.x;
   if (d < a.channels) AftDecayChannel(a, blockIdx.y, d);
+}
+
+__global__ void Rwkv4WkvKernel(Rwkv4WkvArgs a) {
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kChannelThreads + threadIdx.x;
+  if (d < a.channels) Rwkv4Channel(a, blockIdx.y, d);
 }
 
 __global__ void AftStepKernel(AftStepArgs a) {
@@ -110,6 +129,12 @@ std::string Rwkv7Step(const Rwkv7StepArgs& args) {
   return LaunchError();
 }
 
+std::string Rwkv7Scan(const Rwkv7ScanArgs& args) {
+  if (args.batch == 0 || args.time == 0) return "";
+  Rwkv7ScanKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(args);
+  return LaunchError();
+}
+
 std::string LinearStep(const LinearStepArgs& args) {
   if (args.batch == 0) return "";
   if (args.head_dim > kMaxLinearHeadDim) {
@@ -125,6 +150,12 @@ std::string LinearStep(const LinearStepArgs& args) {
 std::string AftDecayStep(const AftDecayStepArgs& args) {
   if (args.batch == 0) return "";
   AftDecayStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
+  return LaunchError();
+}
+
+std::string Rwkv4Wkv(const Rwkv4WkvArgs& args) {
+  if (args.batch == 0 || args.time == 0) return "";
+  Rwkv4WkvKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
   return LaunchError();
 }
 

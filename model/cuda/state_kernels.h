@@ -51,6 +51,37 @@ struct Rwkv7StepArgs {
 };
 std::string Rwkv7Step(const Rwkv7StepArgs& args);
 
+// RWKV-7's delta rule over the `time` tokens of a prefill of `batch` rows,
+// Rwkv7Step's token after token in one launch, with S updated in place:
+// w, k, v, kk and iclr [time, batch, C] (time-major, so that token t's rows
+// are Rwkv7Step's [batch, C]), r [time - first_output, batch, C] (null when
+// no output is wanted), s [batch, heads, N, N]; writes o [batch, time -
+// first_output, C], the outputs of tokens first_output..time-1. A prefill
+// ran this as a dozen ops a token.
+struct Rwkv7ScanArgs {
+  int64_t batch = 0, time = 0, heads = 0, head_dim = 0, first_output = 0;
+  const float *r = nullptr, *w = nullptr, *k = nullptr, *v = nullptr;
+  const float *kk = nullptr, *iclr = nullptr;
+  float *s = nullptr, *o = nullptr;
+};
+std::string Rwkv7Scan(const Rwkv7ScanArgs& args);
+
+// RWKV-4's WKV (model/mixers/rwkv4.h) over `time` tokens of `batch` rows of
+// C = channels channels, a step (time 1) or a prefill alike: k, v [batch,
+// time, C], decay w = -exp(time_decay) and first u [C]; the rows' num, den
+// and max [batch, C], updated in place; writes out [batch, time -
+// first_output, C], wkv of the tokens from first_output on. Per channel, in
+// the stable form (p = max):
+//   output: q = max(p, u + k);  wkv = (e^(p-q) num + e^(u+k-q) v) / (e^(p-q) den + e^(u+k-q))
+//   update: q = max(p + w, k);  num = e^(p+w-q) num + e^(k-q) v;  den likewise;  p = q
+// By ops it was a dozen launches a token and layer.
+struct Rwkv4WkvArgs {
+  int64_t batch = 0, time = 0, channels = 0, first_output = 0;
+  const float *k = nullptr, *v = nullptr, *decay = nullptr, *first = nullptr;
+  float *num = nullptr, *den = nullptr, *max = nullptr, *out = nullptr;
+};
+std::string Rwkv4Wkv(const Rwkv4WkvArgs& args);
+
 // One token of linear attention (model/mixers/linear_attention.h) for
 // `batch` rows of `heads` heads of N = head_dim channels, D = heads * N,
 // updating rows `slots` of a state pool in place:

@@ -12,6 +12,8 @@ const char kAbsent[] = "this build has no CUDA kernels (configure with -DATTN_CU
 
 std::string Mamba2Step(const Mamba2StepArgs&) { return kAbsent; }
 std::string Rwkv7Step(const Rwkv7StepArgs&) { return kAbsent; }
+std::string Rwkv7Scan(const Rwkv7ScanArgs&) { return kAbsent; }
+std::string Rwkv4Wkv(const Rwkv4WkvArgs&) { return kAbsent; }
 std::string LinearStep(const LinearStepArgs&) { return kAbsent; }
 std::string AftDecayStep(const AftDecayStepArgs&) { return kAbsent; }
 std::string AftStep(const AftStepArgs&) { return kAbsent; }

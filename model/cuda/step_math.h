@@ -75,9 +75,54 @@ ATTN_HOST_DEVICE inline float Rwkv7UpdatePart(const Rwkv7StepArgs& a, int64_t bl
     const int64_t at = head0 + j;
     const float updated = s_in[j] * a.w[at] - removed * a.kk[at] * a.iclr[at] + v * a.k[at];
     s_out[j] = updated;
-    part += updated * a.r[at];
+    if (a.r != nullptr) part += updated * a.r[at];
   }
   return part;
+}
+
+// RWKV-7's scan: token t's step, on S in place (a warp's rows of S depend
+// on no other warp's, and each lane reads and writes only its own
+// columns), r null before the first output.
+ATTN_HOST_DEVICE inline Rwkv7StepArgs Rwkv7TokenArgs(const Rwkv7ScanArgs& a, int64_t t) {
+  const int64_t token = t * a.batch * a.heads * a.head_dim;
+  Rwkv7StepArgs step;
+  step.batch = a.batch, step.heads = a.heads, step.head_dim = a.head_dim;
+  const int64_t output = t - a.first_output;
+  step.r = output >= 0 && a.r != nullptr ? a.r + output * a.batch * a.heads * a.head_dim : nullptr;
+  step.w = a.w + token, step.k = a.k + token, step.v = a.v + token;
+  step.kk = a.kk + token, step.iclr = a.iclr + token;
+  step.s_in = a.s, step.s_out = a.s;
+  return step;
+}
+
+// Where the scan writes o_i of `block`'s row and head for token t
+// (t >= first_output): o is [batch, time - first_output, C].
+ATTN_HOST_DEVICE inline int64_t Rwkv7ScanOutputAt(const Rwkv7ScanArgs& a, int64_t block, int64_t t,
+                                                  int64_t i) {
+  const int64_t row = block / a.heads, head = block % a.heads, c = a.heads * a.head_dim;
+  return (row * (a.time - a.first_output) + t - a.first_output) * c + head * a.head_dim + i;
+}
+
+// RWKV-4: row's channel over every token, its num, den and max held in
+// registers and written back at the end. A thread per (row, channel).
+ATTN_HOST_DEVICE inline void Rwkv4Channel(const Rwkv4WkvArgs& a, int64_t row, int64_t channel) {
+  const int64_t c = a.channels, at = row * c + channel, outputs = a.time - a.first_output;
+  const float w = a.decay[channel], u = a.first[channel];
+  float num = a.num[at], den = a.den[at], p = a.max[at];
+  for (int64_t t = 0; t < a.time; ++t) {
+    const float k = a.k[(row * a.time + t) * c + channel],
+                v = a.v[(row * a.time + t) * c + channel];
+    if (t >= a.first_output) {
+      const float q = fmaxf(p, u + k), past = expf(p - q), now = expf(u + k - q);
+      a.out[(row * outputs + t - a.first_output) * c + channel] =
+          (past * num + now * v) / (past * den + now);
+    }
+    const float q = fmaxf(p + w, k), past = expf(p + w - q), now = expf(k - q);
+    num = past * num + now * v;
+    den = past * den + now;
+    p = q;
+  }
+  a.num[at] = num, a.den[at] = den, a.max[at] = p;
 }
 
 // Linear attention: a block per (row, head) with a thread per channel, in

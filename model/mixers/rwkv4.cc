@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/mixers/block_helpers.h"
 
@@ -16,6 +17,35 @@ namespace {
 torch::Tensor Mix(const torch::Tensor& previous, const torch::Tensor& current,
                   const torch::Tensor& mu) {
   return torch::addcmul(previous, current - previous, mu);
+}
+
+// Runs `kernel` (kernels::Rwkv4Wkv on the CPU, cuda::Rwkv4Wkv on a GPU,
+// whose arguments have the same fields) over k, v [B, T, C] and the rows'
+// sums[0..2] (num, den, max: contiguous, updated in place); wkv of the last
+// `tail` tokens, [B, tail, C].
+template <typename Args, typename Kernel>
+torch::Tensor RunWkv(const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& decay,
+                     const torch::Tensor& first, torch::Tensor* sums, int64_t tail,
+                     Kernel&& kernel) {
+  const int64_t batch = k.size(0), time = k.size(1), c = k.size(2);
+  const auto kc = k.contiguous(), vc = v.contiguous();
+  const auto w = decay.contiguous(), u = first.contiguous();
+  torch::Tensor out = torch::empty({batch, tail, c}, k.options());
+  Args args;
+  args.batch = batch;
+  args.time = time;
+  args.channels = c;
+  args.first_output = time - tail;
+  args.k = kc.data_ptr<float>();
+  args.v = vc.data_ptr<float>();
+  args.decay = w.data_ptr<float>();
+  args.first = u.data_ptr<float>();
+  args.num = sums[0].data_ptr<float>();
+  args.den = sums[1].data_ptr<float>();
+  args.max = sums[2].data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  kernel(args);
+  return out;
 }
 
 }  // namespace
@@ -104,11 +134,30 @@ torch::Tensor Rwkv4Impl::WkvByOps(const torch::Tensor& k, const torch::Tensor& v
   return torch::stack(outputs, 1);
 }
 
+torch::Tensor Rwkv4Impl::WkvOnGpu(const torch::Tensor& k, const torch::Tensor& v,
+                                  torch::Tensor& num, torch::Tensor& den, torch::Tensor& max,
+                                  int64_t tail) const {
+  if (!CudaStepApplies({&k, &v, &num, &den, &max})) return {};
+  // Copies, updated in place: a caller may hold the state before the chunk.
+  std::vector<torch::Tensor> updated;
+  for (const torch::Tensor* sum : {&num, &den, &max}) {
+    updated.push_back(sum->clone(torch::MemoryFormat::Contiguous));
+  }
+  std::string error;
+  const c10::DeviceGuard on_device(k.device());
+  torch::Tensor out = RunWkv<cuda::Rwkv4WkvArgs>(
+      k, v, -torch::exp(time_decay_), time_first_, updated.data(), tail,
+      [&](const cuda::Rwkv4WkvArgs& args) { error = cuda::Rwkv4Wkv(args); });
+  TORCH_CHECK(error.empty(), "rwkv4: the CUDA WKV kernel: ", error);
+  num = updated[0], den = updated[1], max = updated[2];
+  return out;
+}
+
 torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t keep,
                              LayerCarry& /*carry*/) {
   std::vector<torch::Tensor>& rows = block.tensors;
   const bool fused = block.fused;
-  const int64_t batch = x.size(0), time = x.size(1), c = options_.d_model;
+  const int64_t time = x.size(1);
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
   const int64_t tail = OutputTail(time, keep);
@@ -120,24 +169,10 @@ torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t k
   rows[0] = a.select(1, time - 1).clone();
   torch::Tensor wkv;
   if (fused) {
-    wkv = torch::empty({batch, tail, c}, x.options());
-    const auto kc = k.contiguous(), vc = v.contiguous();
-    const auto decay = (-torch::exp(time_decay_)).contiguous(), first = time_first_.contiguous();
-    kernels::Rwkv4WkvArgs args;
-    args.batch = batch;
-    args.time = time;
-    args.channels = c;
-    args.first_output = time - tail;
-    args.k = kc.data_ptr<float>();
-    args.v = vc.data_ptr<float>();
-    args.decay = decay.data_ptr<float>();
-    args.first = first.data_ptr<float>();
-    args.num = rows[1].data_ptr<float>();
-    args.den = rows[2].data_ptr<float>();
-    args.max = rows[3].data_ptr<float>();
-    args.out = wkv.data_ptr<float>();
-    kernels::Rwkv4Wkv(args);
-  } else {
+    wkv = RunWkv<kernels::Rwkv4WkvArgs>(
+        k, v, -torch::exp(time_decay_), time_first_, &rows[1], tail,
+        [](const kernels::Rwkv4WkvArgs& args) { kernels::Rwkv4Wkv(args); });
+  } else if (wkv = WkvOnGpu(k, v, rows[1], rows[2], rows[3], tail); !wkv.defined()) {
     wkv = WkvByOps(k, v, rows[1], rows[2], rows[3], tail);
   }
   const torch::Tensor h = last(input) + Project(r * wkv, output_);

@@ -36,8 +36,10 @@
 //
 // forward, prefill and step compute the same recurrence: the projections of
 // all tokens at once, then the sums token by token (O(C) per token). On the
-// CPU that loop is fused (model/kernels/kernels.h, Rwkv4Wkv); elsewhere, or
-// with fused_kernels off, it is torch operations token by token.
+// CPU that loop is fused (model/kernels/kernels.h, Rwkv4Wkv), on a GPU it is
+// one CUDA kernel (model/cuda/state_kernels.h) where the build has them;
+// elsewhere, or with fused_kernels off, it is torch operations token by
+// token.
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -69,6 +71,11 @@ class Rwkv4Impl : public WholeBlockMixer {
   // wkv of the last `tail` tokens [B, tail, C] by torch operations, updating
   // num, den and max.
   torch::Tensor WkvByOps(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& num,
+                         torch::Tensor& den, torch::Tensor& max, int64_t tail) const;
+  // The same as one CUDA kernel (cuda::Rwkv4Wkv), replacing num, den and
+  // max, where the build has the kernels, every tensor is float32 on the GPU
+  // and no gradient is recorded; else undefined, with nothing done.
+  torch::Tensor WkvOnGpu(const torch::Tensor& k, const torch::Tensor& v, torch::Tensor& num,
                          torch::Tensor& den, torch::Tensor& max, int64_t tail) const;
   bool halves_output() const;
 

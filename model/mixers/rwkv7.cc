@@ -266,10 +266,45 @@ torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
   return o;
 }
 
+bool Rwkv7Impl::ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) const {
+  if (!CudaStepApplies({&m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv})) return false;
+  if (m.tail > 0 && !CudaStepApplies({&m.r})) return false;
+  const int64_t batch = m.k.size(0), time = m.k.size(1);
+  auto by_time = [](const torch::Tensor& t) { return t.transpose(0, 1).contiguous(); };
+  const auto w = by_time(m.w), k = by_time(m.k), v = by_time(m.v), kk = by_time(m.kk),
+             iclr = by_time(m.iclr);
+  const auto r = m.tail > 0 ? by_time(m.r) : torch::Tensor();
+  // A copy, updated in place: a caller may hold the state before the chunk.
+  auto s = wkv.clone(torch::MemoryFormat::Contiguous);
+  auto out = torch::empty({batch, m.tail, options_.d_model}, m.k.options());
+  cuda::Rwkv7ScanArgs args;
+  args.batch = batch;
+  args.time = time;
+  args.heads = options_.heads;
+  args.head_dim = head_size();
+  args.first_output = time - m.tail;
+  args.r = r.defined() ? r.data_ptr<float>() : nullptr;
+  args.w = w.data_ptr<float>();
+  args.k = k.data_ptr<float>();
+  args.v = v.data_ptr<float>();
+  args.kk = kk.data_ptr<float>();
+  args.iclr = iclr.data_ptr<float>();
+  args.s = s.data_ptr<float>();
+  args.o = out.data_ptr<float>();
+  const c10::DeviceGuard on_device(s.device());
+  const std::string error = cuda::Rwkv7Scan(args);
+  TORCH_CHECK(error.empty(), "rwkv7: the CUDA scan kernel: ", error);
+  wkv = s;
+  if (m.tail > 0) *o = out;
+  return true;
+}
+
 torch::Tensor Rwkv7Impl::UpdateByOps(const Mixed& m, torch::Tensor& wkv) const {
   const int64_t batch = m.k.size(0), time = m.k.size(1), heads = options_.heads, n = head_size();
   if (time == 1 && m.tail == 1) {
     if (torch::Tensor o = StepOnGpu(m, wkv); o.defined()) return o;
+  } else if (torch::Tensor o; ScanOnGpu(m, wkv, &o)) {
+    return o;
   }
   const auto target = m.kk * m.iclr;
   auto column = [&](const torch::Tensor& t, int64_t i) {

@@ -109,6 +109,10 @@ class Rwkv7Impl : public WholeBlockMixer {
   // tensor is float32 on the GPU and no gradient is recorded; else an
   // undefined tensor.
   torch::Tensor StepOnGpu(const Mixed& m, torch::Tensor& wkv) const;
+  // Every token of a chunk on a GPU as one CUDA kernel (cuda::Rwkv7Scan),
+  // replacing wkv and setting *o to [B, tail, C] (left undefined with tail
+  // 0), where StepOnGpu's conditions hold; else false, with nothing done.
+  bool ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) const;
   torch::Tensor UpdateByOps(const Mixed& m, torch::Tensor& wkv) const;
   // The block's output before its gate, [B, tail, C], from the update's
   // o: each head normalised, plus the current token's bonus. In torch

@@ -43,7 +43,9 @@ SKIP_PACKAGES+='|^(libkrb5|libgssapi|libk5crypto|libcom-err|libkeyutils)'
 die() { echo "make_kit: $*" >&2; exit 1; }
 
 [ -f "$BUILD_DIR/build.ninja" ] || die "$BUILD_DIR holds no build; run scripts/test.sh (or cmake and ninja) first"
-ninja -C "$BUILD_DIR" -n 2>/dev/null | grep -q "no work to do" ||
+# grep reads to the end (not -q): under pipefail, a writer that grep -q
+# left early fails with SIGPIPE, at random.
+ninja -C "$BUILD_DIR" -n 2>/dev/null | grep "no work to do" > /dev/null ||
   die "$BUILD_DIR is not up to date; finish it with ninja -C $BUILD_DIR"
 
 work=$(mktemp -d)
@@ -62,7 +64,7 @@ needed() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p';
 # names) is one the kit leaves out.
 skipped() {
   local bare=${1#/usr}
-  dpkg -S "$bare" "/usr$bare" 2>/dev/null | cut -d: -f1 | grep -qE "$SKIP_PACKAGES"
+  dpkg -S "$bare" "/usr$bare" 2>/dev/null | cut -d: -f1 | grep -E "$SKIP_PACKAGES" > /dev/null
 }
 shared_libraries() {
   local queue=("$@") seen=" " lib soname path
@@ -221,7 +223,7 @@ reduce_icu_data() {
   icupkg -a "$dir/items.txt" -s "$dir/items.d" new "$dir/package/${prefix}l.dat" > /dev/null
   genccode --assembly gcc -e "$prefix" -d "$dir" "$dir/package/${prefix}l.dat" > /dev/null
   gcc -shared -Wl,-soname,"$soname" -o "$dir/lib/$soname" "$dir/${prefix}l_dat.S"
-  LD_LIBRARY_PATH="$dir/lib" ldd "$tests" | grep -q "libicudata.* => $dir/lib/" ||
+  LD_LIBRARY_PATH="$dir/lib" ldd "$tests" | grep "libicudata.* => $dir/lib/" > /dev/null ||
     die "$tests does not load ICU's data from $dir/lib (an RPATH?): the check would prove nothing"
   LD_LIBRARY_PATH="$dir/lib" "$tests" --gtest_brief=1 \
     --gtest_filter='Tokenizer*:BytesTokenizer*:ChatTemplate*' > "$dir/check.log" 2>&1 ||

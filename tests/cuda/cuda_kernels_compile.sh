@@ -25,7 +25,7 @@ for source in "${sources[@]}"; do
   # byte) and that no kernel spills registers to memory.
   "$nvcc" "${flags[@]}" -Xptxas -v -cubin "$source" -o "$work/$name.cubin" 2> "$work/$name.ptxas" ||
     fail "$source: no cubin"
-  readelf -h "$work/$name.cubin" | grep -q 'Machine: *NVIDIA CUDA' || fail "$name.cubin is not CUDA code"
+  readelf -h "$work/$name.cubin" | grep 'Machine: *NVIDIA CUDA' > /dev/null || fail "$name.cubin is not CUDA code"
   arch=$(( $(readelf -h "$work/$name.cubin" | awk '/Flags:/ {print $2}') >> 8 & 0xff ))
   [ "$arch" -eq 90 ] || fail "$name.cubin is for sm_$arch, not sm_90"
   if grep -E 'bytes spill (stores|loads)' "$work/$name.ptxas" | grep -qv ' 0 bytes spill stores, 0 bytes spill loads'; then
