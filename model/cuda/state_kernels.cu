@@ -50,11 +50,15 @@ __global__ void Rwkv7StepKernel(Rwkv7StepArgs a) {
 
 // Rwkv7StepKernel's layout over every token of a prefill, S in place: each
 // warp keeps to its rows of S from token to token, so no barrier is needed.
+// A (row, head)'s rows of S are spread over gridDim.y blocks, a warp each:
+// a prefill of one row would otherwise fill a block per head.
 __global__ void Rwkv7ScanKernel(Rwkv7ScanArgs a) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + warp;
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * kWarpsPerBlock;
   for (int64_t t = 0; t < a.time; ++t) {
     const Rwkv7StepArgs step = Rwkv7TokenArgs(a, t);
-    for (int64_t i = warp; i < a.head_dim; i += kWarpsPerBlock) {
+    for (int64_t i = first; i < a.head_dim; i += stride) {
       const float removed = WarpAllSum(Rwkv7RemovedPart(step, blockIdx.x, i, lane));
       const float out = WarpSum(Rwkv7UpdatePart(step, blockIdx.x, i, lane, removed));
       if (lane == 0 && step.r != nullptr) a.o[Rwkv7ScanOutputAt(a, blockIdx.x, t, i)] = out;
@@ -131,7 +135,9 @@ std::string Rwkv7Step(const Rwkv7StepArgs& args) {
 
 std::string Rwkv7Scan(const Rwkv7ScanArgs& args) {
   if (args.batch == 0 || args.time == 0) return "";
-  Rwkv7ScanKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(args);
+  const dim3 grid(static_cast<unsigned>(args.batch * args.heads),
+                  static_cast<unsigned>((args.head_dim + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  Rwkv7ScanKernel<<<grid, kWarp * kWarpsPerBlock>>>(args);
   return LaunchError();
 }
 

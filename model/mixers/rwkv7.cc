@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -30,6 +31,20 @@ const float* ParameterFloats(const torch::Tensor& t) {
   TORCH_CHECK(t.is_contiguous(),
               "rwkv7: the fused kernels need contiguous parameters, got strides ", t.strides());
   return t.data_ptr<float>();
+}
+
+// Points the CUDA kernels' arguments (cuda::Rwkv7StepArgs and
+// Rwkv7ScanArgs name them alike) at the update's inputs, each laid out as
+// the kernel reads it (r undefined: null).
+template <typename Args>
+void PointAtInputs(Args& args, const std::array<torch::Tensor, 6>& r_w_k_v_kk_iclr) {
+  const auto& [r, w, k, v, kk, iclr] = r_w_k_v_kk_iclr;
+  args.r = r.defined() ? r.data_ptr<float>() : nullptr;
+  args.w = w.data_ptr<float>();
+  args.k = k.data_ptr<float>();
+  args.v = v.data_ptr<float>();
+  args.kk = kk.data_ptr<float>();
+  args.iclr = iclr.data_ptr<float>();
 }
 
 }  // namespace
@@ -240,21 +255,17 @@ void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tenso
 torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
   if (!CudaStepApplies({&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv})) return {};
   const int64_t batch = m.k.size(0);
-  const auto r = m.r.contiguous(), w = m.w.contiguous(), k = m.k.contiguous();
-  const auto v = m.v.contiguous(), kk = m.kk.contiguous(), iclr = m.iclr.contiguous();
+  const std::array<torch::Tensor, 6> inputs = {m.r.contiguous(),  m.w.contiguous(),
+                                               m.k.contiguous(),  m.v.contiguous(),
+                                               m.kk.contiguous(), m.iclr.contiguous()};
   const auto s_in = wkv.contiguous();
   auto s_out = torch::empty_like(s_in);
-  auto o = torch::empty({batch, 1, options_.d_model}, k.options());
+  auto o = torch::empty({batch, 1, options_.d_model}, m.k.options());
   cuda::Rwkv7StepArgs args;
   args.batch = batch;
   args.heads = options_.heads;
   args.head_dim = head_size();
-  args.r = r.data_ptr<float>();
-  args.w = w.data_ptr<float>();
-  args.k = k.data_ptr<float>();
-  args.v = v.data_ptr<float>();
-  args.kk = kk.data_ptr<float>();
-  args.iclr = iclr.data_ptr<float>();
+  PointAtInputs(args, inputs);
   args.s_in = s_in.data_ptr<float>();
   args.s_out = s_out.data_ptr<float>();
   args.o = o.data_ptr<float>();
@@ -271,9 +282,12 @@ bool Rwkv7Impl::ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) 
   if (m.tail > 0 && !CudaStepApplies({&m.r})) return false;
   const int64_t batch = m.k.size(0), time = m.k.size(1);
   auto by_time = [](const torch::Tensor& t) { return t.transpose(0, 1).contiguous(); };
-  const auto w = by_time(m.w), k = by_time(m.k), v = by_time(m.v), kk = by_time(m.kk),
-             iclr = by_time(m.iclr);
-  const auto r = m.tail > 0 ? by_time(m.r) : torch::Tensor();
+  const std::array<torch::Tensor, 6> inputs = {m.tail > 0 ? by_time(m.r) : torch::Tensor(),
+                                               by_time(m.w),
+                                               by_time(m.k),
+                                               by_time(m.v),
+                                               by_time(m.kk),
+                                               by_time(m.iclr)};
   // A copy, updated in place: a caller may hold the state before the chunk.
   auto s = wkv.clone(torch::MemoryFormat::Contiguous);
   auto out = torch::empty({batch, m.tail, options_.d_model}, m.k.options());
@@ -283,12 +297,7 @@ bool Rwkv7Impl::ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) 
   args.heads = options_.heads;
   args.head_dim = head_size();
   args.first_output = time - m.tail;
-  args.r = r.defined() ? r.data_ptr<float>() : nullptr;
-  args.w = w.data_ptr<float>();
-  args.k = k.data_ptr<float>();
-  args.v = v.data_ptr<float>();
-  args.kk = kk.data_ptr<float>();
-  args.iclr = iclr.data_ptr<float>();
+  PointAtInputs(args, inputs);
   args.s = s.data_ptr<float>();
   args.o = out.data_ptr<float>();
   const c10::DeviceGuard on_device(s.device());

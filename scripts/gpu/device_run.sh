@@ -6,15 +6,17 @@
 # the device tests on the GPU (with the CUDA kernels of model/cuda, then
 # without them), times the backends there (then again without the kernels),
 # serves the bundled models from the GPU and from the CPU and compares
-# their greedy tokens, and writes summary.md and one log per step to OUT.
+# their greedy tokens, runs the short device tests under compute-sanitizer,
+# and writes summary.md and one log per step to OUT.
 #
 #   scripts/gpu/device_run.sh OUT
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench serve optest opbench"): the steps to run, in
-#   that order; optest and opbench run the device tests and the timings
-#   again with ATTN_CUDA_KERNELS=0
+#   STEPS ("build test bench serve sanitize optest opbench"): the steps to
+#   run, in that order; sanitize runs the short device tests under
+#   compute-sanitizer's memcheck and racecheck; optest and opbench run the
+#   device tests and the timings again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
 set -uo pipefail
@@ -24,7 +26,7 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench serve optest opbench}
+STEPS=${STEPS:-build test bench serve sanitize optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
@@ -133,6 +135,24 @@ bench() {
 # The same timings on the op-by-op path alone: what the kernels gain.
 bench_by_ops() { ATTN_CUDA_KERNELS=0 bench; }
 
+# compute-sanitizer's memcheck (out-of-bounds and misaligned accesses) and
+# racecheck (shared memory hazards) over the device tests that run the
+# kernels at short context: every kind's chunked prefill and steps, and
+# pool rows at different positions stepped together. (The 8,300-token
+# test would take minutes under the tools.) Where the machine has no
+# compute-sanitizer, the step says so and fails.
+sanitize() {
+  local sanitizer tool
+  sanitizer=$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")
+  [ -x "$sanitizer" ] || { echo "no compute-sanitizer beside nvcc or on PATH"; return 1; }
+  for tool in memcheck racecheck; do
+    echo "== $tool"
+    ATTN_TEST_DEVICE=cuda timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 3 \
+      "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
+      --gtest_filter='*ChunkedPrefillThenSteps*:*PoolRowsAtDifferentPositions*' || return
+  done
+}
+
 # The bundled models served from the GPU and from the CPU: the same greedy
 # tokens for the same prompts (scripts/gpu/served_greedy.sh).
 serve() {
@@ -156,6 +176,7 @@ esac
 case " $STEPS " in *" test "*) step device_tests run_tests ;; esac
 case " $STEPS " in *" bench "*) step bench bench ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
+case " $STEPS " in *" sanitize "*) step sanitize sanitize ;; esac
 case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
 case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
