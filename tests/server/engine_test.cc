@@ -67,9 +67,12 @@ void Read(RequestStream& stream, Output* out) {
 }
 
 // Reads `stream` into `out` as events arrive, woken by its listener, until
-// the last event or `timeout`; returns whether the request ended.
+// the last event or `timeout`; returns whether the request ended. `start`,
+// if given, runs once the listener is in place: a request submitted there
+// has `on_push` called for every push, even one that ends at once.
 bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout,
-                   const std::function<void()>& on_push = nullptr) {
+                   const std::function<void()>& on_push = nullptr,
+                   const std::function<void()>& start = nullptr) {
   absl::Mutex mu;
   bool pushed = false;
   stream.SetListener([&] {
@@ -77,6 +80,7 @@ bool ReadUntilDone(RequestStream& stream, Output* out, absl::Duration timeout,
     absl::MutexLock lock(&mu);
     pushed = true;
   });
+  if (start) start();
   const absl::Time give_up = absl::Now() + timeout;
   Read(stream, out);
   while (!out->done) {
@@ -589,14 +593,17 @@ TEST_F(EngineTest, IdleEngineReleasesItsIntraOpThreads) {
   absl::Mutex running_mu;
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto stream = std::make_shared<RequestStream>(1000);
-    ASSERT_TRUE(engine->Submit(request, stream).ok());
     const int64_t released = engine->load().teams_released;
-    // Samples the engine's threads at every token the request produces.
-    ReadUntilDone(*stream, &outputs[i], absl::Seconds(60), [&] {
+    // Samples the engine's threads at every token the request produces,
+    // listening before the request is submitted: on a loaded machine the
+    // whole request may run before a late listener is set.
+    const auto sample = [&] {
       const auto names = EngineNamedThreads();
       absl::MutexLock lock(&running_mu);
       running[i].insert(names.begin(), names.end());
-    });
+    };
+    ReadUntilDone(*stream, &outputs[i], absl::Seconds(60), sample,
+                  [&] { EXPECT_TRUE(engine->Submit(request, stream).ok()); });
     ASSERT_TRUE(outputs[i].done);
     EXPECT_TRUE(outputs[i].last.status.ok()) << outputs[i].last.status;
     // The engine hands its team back after about 20 ms without work.
