@@ -9,9 +9,12 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "model/backend/native_backend.h"
+#include "model/backend/step_graphs.h"
 #include "model/lm/language_model.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
@@ -93,28 +96,66 @@ TEST_P(DeviceTest, ChunkedPrefillThenStepsEqualFloat64) {
 }
 
 // Sequences in scattered rows of one pool, at different positions, stepped
-// together as the engine's batches are: on a GPU, the step kernels'
-// indexing of pool rows and the op-by-op path's batch of rows.
-TEST_P(DeviceTest, PoolRowsAtDifferentPositionsStepTogether) {
-  torch::NoGradGuard no_grad;
+// together as the engine's batches are (1 to 3 rows a step), by `step`
+// (host tokens and rows [B] -> logits [B, V]); each sequence's logits.
+std::vector<torch::Tensor> StepScatteredRows(
+    const torch::Tensor& tokens,
+    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& step) {
   const std::vector<int64_t> slot_of = {3, 0, 2}, start = {0, 4, 9};
-  LmState pool = model_->initial_state(5, device_);
   std::vector<std::vector<torch::Tensor>> logits(kRows);
   for (int64_t clock = 0; clock < kTime + start.back(); ++clock) {
-    std::vector<int64_t> sequences, slots, tokens;
+    std::vector<int64_t> sequences, slots, ids;
     for (int64_t b = 0; b < kRows; ++b) {
       const int64_t t = clock - start[b];
       if (t < 0 || t >= kTime) continue;
       sequences.push_back(b);
       slots.push_back(slot_of[b]);
-      tokens.push_back(tokens_[b][t].item<int64_t>());
+      ids.push_back(tokens[b][t].item<int64_t>());
     }
-    const torch::Tensor out =
-        model_->step(torch::tensor(tokens).to(device_), torch::tensor(slots), pool).cpu();
+    const torch::Tensor out = step(torch::tensor(ids), torch::tensor(slots)).cpu();
     for (size_t i = 0; i < sequences.size(); ++i) logits[sequences[i]].push_back(out[i]);
   }
+  std::vector<torch::Tensor> stacked;
+  for (const auto& sequence : logits) stacked.push_back(torch::stack(sequence));
+  return stacked;
+}
+
+// On a GPU, the step kernels' indexing of pool rows and the op-by-op
+// path's batch of rows.
+TEST_P(DeviceTest, PoolRowsAtDifferentPositionsStepTogether) {
+  torch::NoGradGuard no_grad;
+  LmState pool = model_->initial_state(5, device_);
+  const std::vector<torch::Tensor> logits =
+      StepScatteredRows(tokens_, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+        return model_->step(ids.to(device_), slots, pool);
+      });
   for (int64_t b = 0; b < kRows; ++b) {
-    EXPECT_LT(MaxAbsDiff(torch::stack(logits[b]), expected_[b]), kFloat32Tolerance)
+    EXPECT_LT(MaxAbsDiff(logits[b], expected_[b]), kFloat32Tolerance)
+        << "sequence " << b << " on " << device_;
+  }
+}
+
+// The same through the backend's CUDA graphs (model/backend/step_graphs.h):
+// a bucket's first batch runs eagerly, later ones replay its graph, and a
+// batch of 3 pads to a bucket of 4 with a spare row. Host tokens and rows,
+// as the engine passes them.
+TEST_P(DeviceTest, GraphedStepsEqualFloat64) {
+  const std::string unavailable = StepGraphs::Unavailable(model_, device_);
+  if (!unavailable.empty()) GTEST_SKIP() << "no CUDA graphs: " << unavailable;
+  torch::NoGradGuard no_grad;
+  NativeBackend backend(model_);
+  ASSERT_TRUE(backend.AllocateRows(5).ok());
+  ASSERT_NE(backend.graphs(), nullptr);
+  const std::vector<torch::Tensor> logits =
+      StepScatteredRows(tokens_, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+        absl::StatusOr<torch::Tensor> out = backend.Step(ids, slots);
+        EXPECT_TRUE(out.ok()) << out.status();
+        return out.ok() ? *out : torch::zeros({ids.size(0), kVocab});
+      });
+  EXPECT_EQ(backend.graphs()->failure(), "");
+  EXPECT_EQ(backend.graphs()->graphs(), 3) << "buckets 1, 2 and 4";
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(logits[b], expected_[b]), kFloat32Tolerance)
         << "sequence " << b << " on " << device_;
   }
 }

@@ -86,6 +86,12 @@ inline double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// The values of an integer tensor, to compare with EXPECT_EQ.
+inline std::vector<int64_t> Int64s(const torch::Tensor& t) {
+  const torch::Tensor ids = t.to(torch::kCPU, torch::kLong).contiguous();
+  return {ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()};
+}
+
 // A deep copy of a state (its length and every tensor).
 inline MixerState CopyState(const MixerState& state) {
   MixerState copy;

@@ -110,6 +110,9 @@ class LmBackend {
   virtual absl::StatusOr<torch::Tensor> Prefill(const torch::Tensor& tokens,
                                                 const torch::Tensor& rows,
                                                 PrefillLogits logits) = 0;
+  // Step's tokens and rows may also be on the CPU, which is how the engine
+  // passes them: a GPU step then copies them over once and queues all its
+  // work without waiting for the GPU until its logits are read.
   virtual absl::StatusOr<torch::Tensor> Step(const torch::Tensor& tokens,
                                              const torch::Tensor& rows) = 0;
 

@@ -26,8 +26,13 @@ std::unique_ptr<LmBackend> NativeBackend::ShareWeights() const {
 
 absl::Status NativeBackend::AllocateRows(int64_t rows) {
   check_.reset();
-  return GuardedCall("allocating state rows",
-                     [&] { state_ = model_->initial_state(rows, device_); });
+  graphs_.reset();
+  return GuardedCall("allocating state rows", [&] {
+    const bool graphs = StepGraphs::Unavailable(model_, device_).empty();
+    state_ = model_->initial_state(graphs ? rows + StepGraphs::kSpareRows : rows, device_);
+    rows_ = rows;
+    if (graphs) graphs_ = std::make_unique<StepGraphs>(model_, device_, rows);
+  });
 }
 
 absl::Status NativeBackend::ResetRow(int64_t row) {
@@ -50,7 +55,7 @@ absl::StatusOr<SavedRow> NativeBackend::SaveRow(int64_t row) {
 
 absl::StatusOr<SavedRow> NativeBackend::SaveRowOnto(int64_t row, const SavedRow* base) {
   return Guarded("saving a state row", [&] {
-    TORCH_CHECK(row >= 0 && row < state_.rows(), "SaveRow: row ", row, " of ", state_.rows());
+    TORCH_CHECK(row >= 0 && row < rows_, "SaveRow: row ", row, " of ", rows_);
     const int64_t length = state_.length()[row].item<int64_t>();
     if (base != nullptr && base->written != nullptr &&
         model_->FitsInto(state_, row, base->tensors)) {
@@ -101,7 +106,14 @@ absl::StatusOr<torch::Tensor> NativeBackend::Prefill(const torch::Tensor& tokens
 
 absl::StatusOr<torch::Tensor> NativeBackend::Step(const torch::Tensor& tokens,
                                                   const torch::Tensor& rows) {
-  return Guarded("decode step", [&] { return model_->step(tokens, rows, state_); });
+  return Guarded("decode step", [&] {
+    if (graphs_ != nullptr) {
+      if (std::optional<torch::Tensor> logits = graphs_->Step(tokens, rows, state_)) {
+        return *std::move(logits);
+      }
+    }
+    return model_->step(tokens, rows, state_);
+  });
 }
 
 absl::StatusOr<torch::Tensor> NativeBackend::PrefillForRollBack(

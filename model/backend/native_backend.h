@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/backend/backend.h"
+#include "model/backend/step_graphs.h"
 
 namespace attn {
 
@@ -23,7 +24,9 @@ class NativeBackend : public LmBackend {
   }
 
   absl::Status AllocateRows(int64_t rows) override;
-  int64_t rows() const override { return state_.rows(); }
+  // The rows the engine uses; with CUDA graphs the pool holds
+  // StepGraphs::kSpareRows more after them, to pad batches with.
+  int64_t rows() const override { return rows_; }
   int64_t bytes_per_row() const override { return state_.bytes_per_row(); }
   absl::Status ResetRow(int64_t row) override;
   absl::Status ReleaseRow(int64_t row) override;
@@ -56,11 +59,16 @@ class NativeBackend : public LmBackend {
   // The rows, for callers that run the model on them directly (tests,
   // benchmarks).
   LmState& state() { return state_; }
+  // The decode step's CUDA graphs, or null where they do not apply
+  // (StepGraphs::Unavailable).
+  const StepGraphs* graphs() const { return graphs_.get(); }
 
  private:
   CausalLm model_;
   torch::Device device_;
   LmState state_;
+  int64_t rows_ = 0;
+  std::unique_ptr<StepGraphs> graphs_;
   // The last PrefillForRollBack's rows, tokens and layer inputs; RollBackRow
   // replays each row's once.
   struct Check {

@@ -364,10 +364,11 @@ absl::StatusOr<torch::Tensor> TorchScriptBackend::Prefill(const torch::Tensor& t
   });
 }
 
-absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& tokens,
-                                                       const torch::Tensor& rows) {
+absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& host_tokens,
+                                                       const torch::Tensor& host_rows) {
   return Guarded("decode step", [&] {
     c10::InferenceMode inference;
+    const torch::Tensor tokens = host_tokens.to(device_), rows = host_rows.to(device_);
     const int64_t batch = tokens.size(0);
     // Rows are independent (the contract), so a large step runs as one call
     // per group of rows, a group per intra-op thread, as CausalLm::step does:

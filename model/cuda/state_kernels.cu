@@ -113,6 +113,8 @@ dim3 ChannelGrid(int64_t batch, int64_t channels) {
               static_cast<unsigned>(batch));
 }
 
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
 std::string LaunchError() {
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? "" : cudaGetErrorString(error);
@@ -120,28 +122,29 @@ std::string LaunchError() {
 
 }  // namespace
 
-std::string Mamba2Step(const Mamba2StepArgs& args) {
+std::string Mamba2Step(const Mamba2StepArgs& args, void* stream) {
   if (args.batch == 0) return "";
-  Mamba2StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(
-      args);
+  Mamba2StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock, 0,
+                     AsStream(stream)>>>(args);
   return LaunchError();
 }
 
-std::string Rwkv7Step(const Rwkv7StepArgs& args) {
+std::string Rwkv7Step(const Rwkv7StepArgs& args, void* stream) {
   if (args.batch == 0) return "";
-  Rwkv7StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock>>>(args);
+  Rwkv7StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock, 0,
+                    AsStream(stream)>>>(args);
   return LaunchError();
 }
 
-std::string Rwkv7Scan(const Rwkv7ScanArgs& args) {
+std::string Rwkv7Scan(const Rwkv7ScanArgs& args, void* stream) {
   if (args.batch == 0 || args.time == 0) return "";
   const dim3 grid(static_cast<unsigned>(args.batch * args.heads),
                   static_cast<unsigned>((args.head_dim + kWarpsPerBlock - 1) / kWarpsPerBlock));
-  Rwkv7ScanKernel<<<grid, kWarp * kWarpsPerBlock>>>(args);
+  Rwkv7ScanKernel<<<grid, kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
   return LaunchError();
 }
 
-std::string LinearStep(const LinearStepArgs& args) {
+std::string LinearStep(const LinearStepArgs& args, void* stream) {
   if (args.batch == 0) return "";
   if (args.head_dim > kMaxLinearHeadDim) {
     return "linear attention heads over " + std::to_string(kMaxLinearHeadDim) + " channels";
@@ -149,25 +152,28 @@ std::string LinearStep(const LinearStepArgs& args) {
   const int64_t threads = (args.head_dim + kWarp - 1) / kWarp * kWarp;
   const size_t shared = 3 * static_cast<size_t>(args.head_dim) * sizeof(float);
   LinearStepKernel<<<static_cast<unsigned>(args.batch * args.heads), static_cast<unsigned>(threads),
-                     shared>>>(args);
+                     shared, AsStream(stream)>>>(args);
   return LaunchError();
 }
 
-std::string AftDecayStep(const AftDecayStepArgs& args) {
+std::string AftDecayStep(const AftDecayStepArgs& args, void* stream) {
   if (args.batch == 0) return "";
-  AftDecayStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
+  AftDecayStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads, 0,
+                       AsStream(stream)>>>(args);
   return LaunchError();
 }
 
-std::string Rwkv4Wkv(const Rwkv4WkvArgs& args) {
+std::string Rwkv4Wkv(const Rwkv4WkvArgs& args, void* stream) {
   if (args.batch == 0 || args.time == 0) return "";
-  Rwkv4WkvKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
+  Rwkv4WkvKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads, 0, AsStream(stream)>>>(
+      args);
   return LaunchError();
 }
 
-std::string AftStep(const AftStepArgs& args) {
+std::string AftStep(const AftStepArgs& args, void* stream) {
   if (args.batch == 0) return "";
-  AftStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads>>>(args);
+  AftStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads, 0, AsStream(stream)>>>(
+      args);
   return LaunchError();
 }
 

@@ -1,9 +1,11 @@
 // CUDA kernels for the recurrent state updates of the GPU path, written from
 // the equations of the mixers' headers. They take raw device pointers and
 // run on the calling thread's current GPU (the caller sets it to the
-// tensors' own) and default stream, where LibTorch queues its own work
-// unless a caller sets another stream (this project sets none), so they
-// are ordered with the ops around them. The kernels are compiled with nvcc
+// tensors' own), queued on `stream` (a cudaStream_t; null: the legacy
+// default stream). Callers pass LibTorch's current stream
+// (CurrentCudaStream, model/mixers/block_helpers.h), so that the kernels
+// are ordered with the ops around them, and a CUDA graph, which captures
+// the stream it sets as current, takes them in. The kernels are compiled with nvcc
 // only when the build asks for them (-DATTN_CUDA_KERNELS=ON, which
 // scripts/gpu/device_run.sh passes); elsewhere KernelsEnabled() is false
 // and the op-by-op path runs. Setting
@@ -35,7 +37,7 @@ struct Mamba2StepArgs {
   float *s_out = nullptr, *y = nullptr;
 };
 // Queues the step; returns the launch's error, empty when there is none.
-std::string Mamba2Step(const Mamba2StepArgs& args);
+std::string Mamba2Step(const Mamba2StepArgs& args, void* stream);
 
 // One token of RWKV-7's delta rule (model/mixers/rwkv7.h) for `batch` rows
 // of `heads` heads of N = head_dim channels, C = heads * N; every array
@@ -49,7 +51,7 @@ struct Rwkv7StepArgs {
   const float *kk = nullptr, *iclr = nullptr, *s_in = nullptr;
   float *s_out = nullptr, *o = nullptr;
 };
-std::string Rwkv7Step(const Rwkv7StepArgs& args);
+std::string Rwkv7Step(const Rwkv7StepArgs& args, void* stream);
 
 // RWKV-7's delta rule over the `time` tokens of a prefill of `batch` rows,
 // Rwkv7Step's token after token in one launch, with S updated in place:
@@ -64,7 +66,7 @@ struct Rwkv7ScanArgs {
   const float *kk = nullptr, *iclr = nullptr;
   float *s = nullptr, *o = nullptr;
 };
-std::string Rwkv7Scan(const Rwkv7ScanArgs& args);
+std::string Rwkv7Scan(const Rwkv7ScanArgs& args, void* stream);
 
 // RWKV-4's WKV (model/mixers/rwkv4.h) over `time` tokens of `batch` rows of
 // C = channels channels, a step (time 1) or a prefill alike: k, v [batch,
@@ -80,7 +82,7 @@ struct Rwkv4WkvArgs {
   const float *k = nullptr, *v = nullptr, *decay = nullptr, *first = nullptr;
   float *num = nullptr, *den = nullptr, *max = nullptr, *out = nullptr;
 };
-std::string Rwkv4Wkv(const Rwkv4WkvArgs& args);
+std::string Rwkv4Wkv(const Rwkv4WkvArgs& args, void* stream);
 
 // One token of linear attention (model/mixers/linear_attention.h) for
 // `batch` rows of `heads` heads of N = head_dim channels, D = heads * N,
@@ -103,7 +105,7 @@ struct LinearStepArgs {
 // A block holds a thread per channel of a head: larger heads take the
 // op-by-op path.
 inline constexpr int64_t kMaxLinearHeadDim = 1024;
-std::string LinearStep(const LinearStepArgs& args);
+std::string LinearStep(const LinearStepArgs& args, void* stream);
 
 // One token of aft-decay (model/mixers/aft_decay.h) for `batch` rows of
 // D = channels channels and a window of s, each row at its own length t,
@@ -128,7 +130,7 @@ struct AftDecayStepArgs {
   float *ref = nullptr, *num = nullptr, *den = nullptr, *ring_k = nullptr, *ring_v = nullptr;
   float* out = nullptr;
 };
-std::string AftDecayStep(const AftDecayStepArgs& args);
+std::string AftDecayStep(const AftDecayStepArgs& args, void* stream);
 
 // One token of AFT (model/mixers/aft.h: aft-full, -local, -simple, -conv)
 // for `batch` rows of D = channels channels and a window of s (0 for
@@ -153,6 +155,6 @@ struct AftStepArgs {
   float *c = nullptr, *num = nullptr, *den = nullptr, *ring_ek = nullptr, *ring_ekv = nullptr;
   float* out = nullptr;
 };
-std::string AftStep(const AftStepArgs& args);
+std::string AftStep(const AftStepArgs& args, void* stream);
 
 }  // namespace attn::cuda

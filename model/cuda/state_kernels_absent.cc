@@ -10,12 +10,12 @@ namespace {
 const char kAbsent[] = "this build has no CUDA kernels (configure with -DATTN_CUDA_KERNELS=ON)";
 }  // namespace
 
-std::string Mamba2Step(const Mamba2StepArgs&) { return kAbsent; }
-std::string Rwkv7Step(const Rwkv7StepArgs&) { return kAbsent; }
-std::string Rwkv7Scan(const Rwkv7ScanArgs&) { return kAbsent; }
-std::string Rwkv4Wkv(const Rwkv4WkvArgs&) { return kAbsent; }
-std::string LinearStep(const LinearStepArgs&) { return kAbsent; }
-std::string AftDecayStep(const AftDecayStepArgs&) { return kAbsent; }
-std::string AftStep(const AftStepArgs&) { return kAbsent; }
+std::string Mamba2Step(const Mamba2StepArgs&, void*) { return kAbsent; }
+std::string Rwkv7Step(const Rwkv7StepArgs&, void*) { return kAbsent; }
+std::string Rwkv7Scan(const Rwkv7ScanArgs&, void*) { return kAbsent; }
+std::string Rwkv4Wkv(const Rwkv4WkvArgs&, void*) { return kAbsent; }
+std::string LinearStep(const LinearStepArgs&, void*) { return kAbsent; }
+std::string AftDecayStep(const AftDecayStepArgs&, void*) { return kAbsent; }
+std::string AftStep(const AftStepArgs&, void*) { return kAbsent; }
 
 }  // namespace attn::cuda

@@ -11,6 +11,7 @@
 #include "model/layers/dense.h"
 #include "model/lm/row_groups.h"
 #include "model/mixers/state_pool.h"
+#include "model/mixers/step_rows.h"
 
 namespace attn {
 
@@ -224,11 +225,13 @@ void CausalLmImpl::BackFreshRows(const LmState& state, const torch::Tensor& rows
   }
 }
 
-torch::Tensor CausalLmImpl::prefill(const torch::Tensor& tokens, LmState& state,
+torch::Tensor CausalLmImpl::prefill(const torch::Tensor& given, LmState& state,
                                     const torch::Tensor& slots, PrefillLogits logits,
                                     PrefillRecord* record) {
-  TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, chunk], got ", tokens.sizes());
-  CheckTokens(tokens);
+  TORCH_CHECK(given.dim() == 2, "tokens must be [batch, chunk], got ", given.sizes());
+  CheckTokens(given);
+  // Host tokens go to the model's device, as a step's do.
+  const torch::Tensor tokens = HostToDevice(given, state.length().device());
   auto rows =
       slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
   auto start = state.length().index_select(0, rows.to(state.length().device()));
@@ -298,7 +301,17 @@ torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tenso
   CheckTokens(tokens);
   const int64_t batch = tokens.size(0);
   const int64_t groups = row_groups_ ? RowGroups(batch, tokens) : 1;
-  if (groups == 1) return Head(StepLayers(tokens, slots, state));
+  if (groups == 1) {
+    // The rows are checked and copied to the device once for every layer
+    // (model/mixers/step_rows.h): from host ids and tokens, a GPU step
+    // queues its work without waiting for the GPU.
+    TORCH_CHECK(!state.layers.empty() && state.length().defined(),
+                "the state is empty; call initial_state first");
+    const torch::Device device = state.length().device();
+    const torch::Tensor host = CheckSlots(state.rows(), slots, batch);
+    const StepRows rows(host, HostToDevice(host, device));
+    return StepChecked(HostToDevice(tokens, device), rows, state);
+  }
   const torch::Tensor rows =
       slots.defined() ? slots.to(torch::kLong) : torch::arange(batch, torch::kLong);
   std::vector<torch::Tensor> hidden(groups);
@@ -308,6 +321,11 @@ torch::Tensor CausalLmImpl::step(const torch::Tensor& tokens, const torch::Tenso
   // The head runs once on all rows: its product is the step's largest and
   // splits well across the threads by itself.
   return Head(torch::cat(hidden));
+}
+
+torch::Tensor CausalLmImpl::StepChecked(const torch::Tensor& tokens, const StepRows& rows,
+                                        LmState& state) {
+  return Head(StepLayers(tokens, rows.device(), state));
 }
 
 torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots,

@@ -20,7 +20,9 @@
 //                                 mixers must step disjoint rows
 //                                 concurrently.
 // A token's position is its sequence's length in the state, so positional
-// embeddings agree between the three.
+// embeddings agree between the three. prefill() and step() take tokens and
+// rows on the CPU too, check them there and copy them to the state's device
+// once (model/mixers/step_rows.h).
 //
 // A RowPool over a NativeBackend (model/backend/) holds N sequences' states
 // and hands out rows: sequences join and leave without touching each other.
@@ -88,7 +90,8 @@ class CausalLmImpl : public torch::nn::Module {
 
   LmState initial_state(int64_t rows, torch::Device device) const;
   // With `record`, also what ReplayPrefix needs (references to tensors the
-  // prefill computes anyway: the layers do not write their inputs).
+  // prefill computes anyway: the layers do not write their inputs). Tokens
+  // on the CPU are checked there and copied to the state's device.
   torch::Tensor prefill(const torch::Tensor& tokens, LmState& state,
                         const torch::Tensor& slots = {}, PrefillLogits logits = PrefillLogits::kAll,
                         PrefillRecord* record = nullptr);
@@ -105,6 +108,14 @@ class CausalLmImpl : public torch::nn::Module {
   // exceeds the chunk.
   void ReplayPrefix(const PrefillRecord& record, int64_t count, LmState& state);
   torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
+  // step() for rows the caller has checked (CheckSlots, room for a token)
+  // and installed (`rows`, model/mixers/step_rows.h), tokens checked
+  // (CheckTokens) and on the model's device: nothing is checked again and
+  // no device value is read on the host, which is what a CUDA graph of the
+  // step captures (model/backend/step_graphs.h).
+  torch::Tensor StepChecked(const torch::Tensor& tokens, const StepRows& rows, LmState& state);
+  // Throws c10::Error unless every id is int64 in [0, vocab_size).
+  void CheckTokens(const torch::Tensor& tokens) const;
   // Resets rows `slots` to empty sequences.
   void ResetSlots(LmState& state, const torch::Tensor& slots) const;
   // Rows `slots` have ended: resets them and returns the memory they hold
@@ -185,7 +196,6 @@ class CausalLmImpl : public torch::nn::Module {
   // Embedding and every layer's step for rows `slots`: the hidden state
   // before the head.
   torch::Tensor StepLayers(const torch::Tensor& tokens, const torch::Tensor& slots, LmState& state);
-  void CheckTokens(const torch::Tensor& tokens) const;
   // Backs for writing the fixed-size state of those of `rows` that start
   // empty (`start`, their lengths, is 0): SequenceMixer::BackRowsForWrite.
   void BackFreshRows(const LmState& state, const torch::Tensor& rows,

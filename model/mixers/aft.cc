@@ -239,13 +239,13 @@ torch::Tensor AftImpl::Prefill(const torch::Tensor& x, MixerState& state,
   CheckCapacity(state, rows, x.size(1));
   const int64_t start = CommonLength(state, rows);
   if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, start, keep);
-  auto index = rows.to(x.device());
+  auto index = RowsOn(rows, x.device());
   auto held = GatherWindowRows(state, index, window_, start);
   Sums sums{held[0], held[1], held[2], held[3], held[4]};
   auto y = Blocks(x, start, sums);
   ScatterWindowRows(state, index, window_, start + x.size(1),
                     {sums.c, sums.num, sums.den, sums.ek, sums.ekv});
-  state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
+  state.length.index_fill_(0, RowsOn(rows, state.length.device()), start + x.size(1));
   return y.narrow(1, x.size(1) - keep, keep);
 }
 
@@ -302,8 +302,8 @@ torch::Tensor AftImpl::StepByOps(const torch::Tensor& x, MixerState& state,
   CheckCapacity(state, rows, 1);
   if (torch::Tensor y = StepOnGpu(x, state, rows); y.defined()) return y;
   const int64_t batch = x.size(0);
-  const auto index = rows.to(x.device());
-  const auto t = state.length.index_select(0, rows.to(state.length.device())).to(x.device());
+  const auto index = RowsOn(rows, x.device());
+  const auto t = state.length.index_select(0, RowsOn(rows, state.length.device())).to(x.device());
   const auto qkv = Dense(x, in_proj_).chunk(3, -1);
   const auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
   // Rows short of the window hold keys only in the slots below their
@@ -358,7 +358,7 @@ torch::Tensor AftImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
   const int64_t batch = x.size(0), d = options_.d_model;
   const auto qkv = Dense(x, in_proj_).contiguous();
   const auto bias = window_ > 0 ? position_bias_.contiguous() : torch::Tensor();
-  const auto slots = rows.to(x.device());
+  const auto slots = RowsOn(rows, x.device());
   auto out = torch::empty({batch, d}, x.options());
   cuda::AftStepArgs args;
   FillSharedArgs(qkv, bias, out, window_, bias_heads_, state, &args);
@@ -366,7 +366,7 @@ torch::Tensor AftImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
   args.stride = 3 * d;
   args.slots = slots.data_ptr<int64_t>();
   args.lengths = state.length.data_ptr<int64_t>();
-  RunPoolStep(state, slots, "aft", [&] { return cuda::AftStep(args); });
+  RunPoolStep(state, slots, "aft", [&](void* stream) { return cuda::AftStep(args, stream); });
   return Dense(out, out_proj_);
 }
 

@@ -204,13 +204,13 @@ torch::Tensor AftDecayImpl::Prefill(const torch::Tensor& x, MixerState& state,
   auto rows = ResolveSlots(state, slots, x.size(0));
   const int64_t start = CommonLength(state, rows);
   if (CanFuse(x, state)) return Fused(x.contiguous(), state, rows.data_ptr<int64_t>(), keep);
-  auto index = rows.to(x.device());
+  auto index = RowsOn(rows, x.device());
   auto held = GatherWindowRows(state, index, options_.window, start);
   Sums sums{held[0], held[1], held[2], held[3], held[4]};
   auto y = Blocks(x, sums);
   ScatterWindowRows(state, index, options_.window, start + x.size(1),
                     {sums.ref, sums.num, sums.den, sums.k, sums.v});
-  state.length.index_fill_(0, rows.to(state.length.device()), start + x.size(1));
+  state.length.index_fill_(0, RowsOn(rows, state.length.device()), start + x.size(1));
   return y.narrow(1, x.size(1) - keep, keep);
 }
 
@@ -232,8 +232,8 @@ torch::Tensor AftDecayImpl::StepByOps(const torch::Tensor& x, MixerState& state,
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   if (torch::Tensor y = StepOnGpu(x, state, rows); y.defined()) return y;
   const int64_t batch = x.size(0), s = options_.window, d = options_.d_model;
-  const auto index = rows.to(x.device());
-  const auto t = state.length.index_select(0, rows.to(state.length.device())).to(x.device());
+  const auto index = RowsOn(rows, x.device());
+  const auto t = state.length.index_select(0, RowsOn(rows, state.length.device())).to(x.device());
   const auto qkv = Dense(x, in_proj_).chunk(3, -1);
   const auto &q = qkv[0], &k = qkv[1], &v = qkv[2];
   std::array<torch::Tensor, 5> held;  // ref, num, den, ring of keys, ring of values
@@ -282,7 +282,7 @@ torch::Tensor AftDecayImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
   const int64_t batch = x.size(0), d = options_.d_model;
   const auto qkv = Dense(x, in_proj_).contiguous();
   const auto decay = decay_factor().contiguous(), bias = position_bias_.contiguous();
-  const auto slots = rows.to(x.device());
+  const auto slots = RowsOn(rows, x.device());
   auto out = torch::empty({batch, d}, x.options());
   cuda::AftDecayStepArgs args;
   args.batch = batch;
@@ -300,7 +300,8 @@ torch::Tensor AftDecayImpl::StepOnGpu(const torch::Tensor& x, MixerState& state,
   args.ring_k = t[3].data_ptr<float>();
   args.ring_v = t[4].data_ptr<float>();
   args.out = out.data_ptr<float>();
-  RunPoolStep(state, slots, "aft-decay", [&] { return cuda::AftDecayStep(args); });
+  RunPoolStep(state, slots, "aft-decay",
+              [&](void* stream) { return cuda::AftDecayStep(args, stream); });
   return Dense(out, out_proj_);
 }
 

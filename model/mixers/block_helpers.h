@@ -52,16 +52,21 @@ bool CudaStepApplies(std::initializer_list<const torch::Tensor*> tensors);
 // contiguous, the lengths on a GPU.
 bool CudaPoolStepApplies(const torch::Tensor& x, const MixerState& state);
 
-// Runs `launch` (a model/cuda step, which returns its launch error) on the
-// state's GPU, throws naming `what` if it failed, then advances rows
-// `slots` (on the device) by one token: the kernels read the lengths, so
-// they change only after.
+// LibTorch's current CUDA stream on the current GPU, as the cudaStream_t
+// the kernels of model/cuda queue on; null in a build without them.
+void* CurrentCudaStream();
+
+// Runs `launch(stream)` (a model/cuda step on `stream`, which returns its
+// launch error) on the state's GPU and LibTorch's current stream there,
+// throws naming `what` if it failed, then advances rows `slots` (on the
+// device) by one token: the kernels read the lengths, so they change only
+// after.
 template <typename Launch>
 void RunPoolStep(MixerState& state, const torch::Tensor& slots, const char* what, Launch&& launch) {
   {
     // The kernel runs on the calling thread's current GPU: the state's.
     const c10::DeviceGuard on_device(state.length.device());
-    const std::string error = launch();
+    const std::string error = launch(CurrentCudaStream());
     TORCH_CHECK(error.empty(), what, ": the CUDA step kernel: ", error);
   }
   AdvanceRows(state, slots, 1);

@@ -116,7 +116,7 @@ torch::Tensor GroupedAttentionImpl::Prefill(const torch::Tensor& x, MixerState& 
     return qkv.narrow(2, first, dkv).reshape({batch, chunk, kv_heads_, head_dim_}).transpose(1, 2);
   };
   auto [keys, values] =
-      AppendChunkToCache(state, rows.to(x.device()), start, cached(dq), cached(dq + dkv));
+      AppendChunkToCache(state, RowsOn(rows, x.device()), start, cached(dq), cached(dq + dkv));
   // Queries chunk - keep.. sit at positions start + chunk - keep..
   const auto q = qkv.narrow(1, chunk - keep, keep)
                      .narrow(2, 0, dq)
@@ -125,7 +125,7 @@ torch::Tensor GroupedAttentionImpl::Prefill(const torch::Tensor& x, MixerState& 
   const auto y = ScaledDotProductAttention(
       q, keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1),
       CausalBias(keep, start + chunk, start + chunk - keep, q.options()), false);
-  state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
+  state.length.index_fill_(0, RowsOn(rows, state.length.device()), start + chunk);
   return Dense(y.transpose(1, 2).reshape({batch, keep, options_.d_model}), out_proj_);
 }
 
@@ -152,7 +152,7 @@ torch::Tensor GroupedAttentionImpl::StepByOps(const torch::Tensor& x, MixerState
   const int64_t batch = x.size(0), heads = options_.heads;
   const int64_t dq = heads * head_dim_, dkv = kv_heads_ * head_dim_, group = heads / kv_heads_;
   const auto qkv = Project(x, positions);
-  auto cached = AppendStepToCache(state, rows.to(x.device()), positions,
+  auto cached = AppendStepToCache(state, RowsOn(rows, x.device()), positions,
                                   qkv.narrow(1, dq, dkv).view({batch, kv_heads_, head_dim_}),
                                   qkv.narrow(1, dq + dkv, dkv).view({batch, kv_heads_, head_dim_}));
   const auto q = qkv.narrow(1, 0, dq).view({batch, heads, 1, head_dim_});

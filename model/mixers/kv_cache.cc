@@ -64,8 +64,8 @@ ProjectedStep ProjectStepToCache(MixerState& state, const torch::Tensor& rows,
   const auto qkv = ProjectToHeads(in_proj, x.unsqueeze(1), x.unsqueeze(1), x.unsqueeze(1),
                                   heads);  // [B, H, 1, Dh] each
   step.q = qkv[0];
-  step.cached = AppendStepToCache(state, rows.to(x.device()), step.positions, qkv[1].squeeze(2),
-                                  qkv[2].squeeze(2));
+  step.cached = AppendStepToCache(state, RowsOn(rows, x.device()), step.positions,
+                                  qkv[1].squeeze(2), qkv[2].squeeze(2));
   return step;
 }
 

@@ -127,7 +127,7 @@ torch::Tensor LinearAttentionImpl::Prefill(const torch::Tensor& x, MixerState& s
                                            const torch::Tensor& slots, int64_t keep) {
   auto rows = ResolveSlots(state, slots, x.size(0));
   if (CanFuse(x, state)) return FusedPrefill(x.contiguous(), state, rows, keep);
-  auto index = rows.to(x.device());
+  auto index = RowsOn(rows, x.device());
   auto s = state.tensors[0].index_select(0, index);
   auto z = state.tensors[1].index_select(0, index);
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
@@ -207,7 +207,7 @@ torch::Tensor LinearAttentionImpl::StepOnGpu(const torch::Tensor& x, MixerState&
   const int64_t batch = x.size(0), d = options_.d_model;
   const auto qkv = Dense(x, in_proj_).contiguous();
   const auto decay = decayed() ? decay_factor().contiguous() : torch::Tensor();
-  const auto slots = rows.to(x.device());
+  const auto slots = RowsOn(rows, x.device());
   auto out = torch::empty({batch, d}, x.options());
   cuda::LinearStepArgs args;
   args.batch = batch;
@@ -221,7 +221,8 @@ torch::Tensor LinearAttentionImpl::StepOnGpu(const torch::Tensor& x, MixerState&
   args.s = state.tensors[0].data_ptr<float>();
   args.z = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
-  RunPoolStep(state, slots, "linear attention", [&] { return cuda::LinearStep(args); });
+  RunPoolStep(state, slots, "linear attention",
+              [&](void* stream) { return cuda::LinearStep(args, stream); });
   return Dense(out, out_proj_);
 }
 

@@ -146,7 +146,7 @@ torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) co
   args.y = y.data_ptr<float>();
   // The kernel runs on the calling thread's current GPU: the state's.
   const c10::DeviceGuard on_device(s_in.device());
-  const std::string error = cuda::Mamba2Step(args);
+  const std::string error = cuda::Mamba2Step(args, CurrentCudaStream());
   TORCH_CHECK(error.empty(), "mamba2: the CUDA step kernel: ", error);
   ssm = s_out;
   return y;

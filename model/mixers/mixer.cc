@@ -20,6 +20,7 @@
 #include "model/mixers/rwkv7.h"
 #include "model/mixers/short_conv.h"
 #include "model/mixers/state_pool.h"
+#include "model/mixers/step_rows.h"
 
 namespace attn {
 int64_t MixerState::bytes_per_row() const {
@@ -51,7 +52,7 @@ void ScatterState(MixerState& pool, const torch::Tensor& slots, const MixerState
 }
 
 void AdvanceRows(MixerState& state, const torch::Tensor& rows, int64_t tokens) {
-  state.length.index_add_(0, rows.to(state.length.device()),
+  state.length.index_add_(0, RowsOn(rows, state.length.device()),
                           torch::full({rows.size(0)}, tokens, state.length.options()));
 }
 
@@ -327,34 +328,16 @@ void SequenceMixer::BackRowsForWrite(const MixerState& state, const torch::Tenso
   }
 }
 
-// The checks below run on every decode step, so they loop over raw CPU
-// memory instead of issuing tensor ops (~1.3 us each here).
 torch::Tensor SequenceMixer::ResolveSlots(const MixerState& state, const torch::Tensor& slots,
                                           int64_t batch) const {
   TORCH_CHECK(state.length.defined(), "mixer state is empty; call initial_state first");
-  if (!slots.defined()) {
-    TORCH_CHECK(batch <= state.rows(), "batch of ", batch, " sequences but the state has ",
-                state.rows(), " rows");
-    return torch::arange(batch, torch::kLong);
+  // The model checked its step's rows once for every layer.
+  if (const StepRows* step = StepRows::Current(); step != nullptr && step->Names(slots)) {
+    TORCH_CHECK(step->host().size(0) == batch, "slots must be int64 [", batch, "], got ",
+                step->host().sizes());
+    return step->host();
   }
-  auto resolved = slots.to(torch::kCPU, torch::kLong).contiguous();
-  TORCH_CHECK(resolved.dim() == 1 && resolved.size(0) == batch, "slots must be int64 [", batch,
-              "], got ", slots.sizes());
-  const int64_t* ids = resolved.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(ids[b] >= 0 && ids[b] < state.rows(), "slot ", ids[b], " out of range [0, ",
-                state.rows(), ")");
-  }
-  // Two rows of one call must not share a state row: the fused kernels would
-  // update it from two threads. (One row cannot repeat: no work at batch 1.)
-  if (batch > 1) {
-    std::vector<int64_t> sorted(ids, ids + batch);
-    std::sort(sorted.begin(), sorted.end());
-    const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
-    TORCH_CHECK(repeated == sorted.end(), "slot ", repeated == sorted.end() ? 0 : *repeated,
-                " appears twice in one call");
-  }
-  return resolved;
+  return CheckSlots(state.rows(), slots, batch);
 }
 
 namespace {
@@ -375,6 +358,9 @@ void CheckRowCapacity(const MixerOptions& options, int64_t limit, const int64_t*
 
 void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& slots,
                                   int64_t tokens) const {
+  // A recurrence holds any length: no reason to read the lengths, which on a
+  // GPU would wait for it.
+  if (max_context() < 0) return;
   const auto lengths = state.length.to(torch::kCPU).contiguous();
   CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
                    slots.size(0), tokens);

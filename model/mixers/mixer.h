@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "model/mixers/mixer_options.h"
+#include "model/mixers/step_rows.h"
 
 namespace attn {
 

@@ -135,11 +135,11 @@ torch::Tensor MultiHeadAttentionImpl::Prefill(const torch::Tensor& x, MixerState
                  out_proj_);
   }
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
-  auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
+  auto [keys, values] = AppendChunkToCache(state, RowsOn(rows, x.device()), start, qkv[1], qkv[2]);
   // Queries chunk - keep.. sit at positions start + chunk - keep..
   auto y = AttendHeads(qkv[0].narrow(2, chunk - keep, keep), keys, values, {}, /*causal=*/true,
                        start + chunk - keep);
-  state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
+  state.length.index_fill_(0, RowsOn(rows, state.length.device()), start + chunk);
   return y;
 }
 

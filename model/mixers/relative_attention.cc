@@ -123,9 +123,9 @@ torch::Tensor RelativeMultiHeadAttentionImpl::Prefill(const torch::Tensor& x, Mi
   CheckCapacity(state, rows, chunk);
   const int64_t start = CommonLength(state, rows);
   auto qkv = ProjectToHeads(in_proj_, x, x, x, options_.heads);
-  auto [keys, values] = AppendChunkToCache(state, rows.to(x.device()), start, qkv[1], qkv[2]);
+  auto [keys, values] = AppendChunkToCache(state, RowsOn(rows, x.device()), start, qkv[1], qkv[2]);
   auto y = Attend(qkv[0], keys, values, start);
-  state.length.index_fill_(0, rows.to(state.length.device()), start + chunk);
+  state.length.index_fill_(0, RowsOn(rows, state.length.device()), start + chunk);
   return y.narrow(1, chunk - keep, keep);
 }
 

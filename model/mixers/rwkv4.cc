@@ -147,7 +147,7 @@ torch::Tensor Rwkv4Impl::WkvOnGpu(const torch::Tensor& k, const torch::Tensor& v
   const c10::DeviceGuard on_device(k.device());
   torch::Tensor out = RunWkv<cuda::Rwkv4WkvArgs>(
       k, v, -torch::exp(time_decay_), time_first_, updated.data(), tail,
-      [&](const cuda::Rwkv4WkvArgs& args) { error = cuda::Rwkv4Wkv(args); });
+      [&](const cuda::Rwkv4WkvArgs& args) { error = cuda::Rwkv4Wkv(args, CurrentCudaStream()); });
   TORCH_CHECK(error.empty(), "rwkv4: the CUDA WKV kernel: ", error);
   num = updated[0], den = updated[1], max = updated[2];
   return out;

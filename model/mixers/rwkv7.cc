@@ -271,7 +271,7 @@ torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
   args.o = o.data_ptr<float>();
   // The kernel runs on the calling thread's current GPU: the state's.
   const c10::DeviceGuard on_device(s_in.device());
-  const std::string error = cuda::Rwkv7Step(args);
+  const std::string error = cuda::Rwkv7Step(args, CurrentCudaStream());
   TORCH_CHECK(error.empty(), "rwkv7: the CUDA step kernel: ", error);
   wkv = s_out;
   return o;
@@ -301,7 +301,7 @@ bool Rwkv7Impl::ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) 
   args.s = s.data_ptr<float>();
   args.o = out.data_ptr<float>();
   const c10::DeviceGuard on_device(s.device());
-  const std::string error = cuda::Rwkv7Scan(args);
+  const std::string error = cuda::Rwkv7Scan(args, CurrentCudaStream());
   TORCH_CHECK(error.empty(), "rwkv7: the CUDA scan kernel: ", error);
   wkv = s;
   if (m.tail > 0) *o = out;

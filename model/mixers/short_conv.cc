@@ -61,7 +61,7 @@ torch::Tensor ShortConvImpl::forward(const torch::Tensor& x) {
 torch::Tensor ShortConvImpl::Continue(const torch::Tensor& x, MixerState& state,
                                       const torch::Tensor& slots, int64_t keep) {
   const torch::Tensor ids = ResolveSlots(state, slots, x.size(0));
-  const auto index = ids.to(state.length.device());
+  const auto index = RowsOn(ids, state.length.device());
   torch::Tensor window = state.tensors[0].index_select(0, index);
   torch::Tensor y = Run(x, window, keep);
   state.tensors[0].index_copy_(0, index, window);

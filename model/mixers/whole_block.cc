@@ -51,7 +51,7 @@ void WholeBlockMixer::ContinueRows(MixerState& state, const torch::Tensor& slots
                                    int64_t tokens, bool fused,
                                    const std::function<void(BlockRows&)>& run) const {
   const torch::Tensor ids = ResolveSlots(state, slots, batch);  // CPU int64, alive below
-  const auto index = ids.to(state.length.device());
+  const auto index = RowsOn(ids, state.length.device());
   BlockRows rows;
   rows.fused = fused;
   auto in_place = [&](size_t i) { return rows.fused && InPlaceWhenFused(i); };

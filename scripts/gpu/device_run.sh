@@ -4,7 +4,8 @@
 # call of about 8 minutes: unpacks the kit, configures against that
 # machine's PyTorch (its LibTorch, with CUDA), builds with every core, runs
 # the device tests on the GPU (with the CUDA kernels of model/cuda, then
-# without them), times the backends there (then again without the kernels),
+# without them), times the backends there (then again without the decode
+# step's CUDA graphs, and without the kernels),
 # serves the bundled models from the GPU and from the CPU and compares
 # their greedy tokens, runs the short device tests under compute-sanitizer,
 # and writes summary.md and one log per step to OUT.
@@ -13,8 +14,9 @@
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench serve sanitize optest opbench"): the steps to
-#   run, in that order; sanitize runs the short device tests under
+#   STEPS ("build test bench eagerbench serve sanitize optest opbench"): the
+#   steps to run, in that order; eagerbench times again with
+#   ATTN_CUDA_GRAPHS=0; sanitize runs the short device tests under
 #   compute-sanitizer's memcheck and racecheck; optest and opbench run the
 #   device tests and the timings again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
@@ -26,7 +28,7 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench serve sanitize optest opbench}
+STEPS=${STEPS:-build test bench eagerbench serve sanitize optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
@@ -132,6 +134,9 @@ bench() {
   done
 }
 
+# The same timings with every step launched eagerly: what the decode step's
+# CUDA graphs gain.
+bench_eager() { ATTN_CUDA_GRAPHS=0 bench; }
 # The same timings on the op-by-op path alone: what the kernels gain.
 bench_by_ops() { ATTN_CUDA_KERNELS=0 bench; }
 
@@ -149,7 +154,7 @@ sanitize() {
     echo "== $tool"
     ATTN_TEST_DEVICE=cuda timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 3 \
       "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
-      --gtest_filter='*ChunkedPrefillThenSteps*:*PoolRowsAtDifferentPositions*' || return
+      --gtest_filter='*ChunkedPrefillThenSteps*:*PoolRowsAtDifferentPositions*:*GraphedSteps*' || return
   done
 }
 
@@ -175,6 +180,7 @@ case " $STEPS " in *" build "*)
 esac
 case " $STEPS " in *" test "*) step device_tests run_tests ;; esac
 case " $STEPS " in *" bench "*) step bench bench ;; esac
+case " $STEPS " in *" eagerbench "*) step bench_eager bench_eager ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
 case " $STEPS " in *" sanitize "*) step sanitize sanitize ;; esac
 case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
@@ -183,6 +189,11 @@ case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true
 grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null | tee -a "$summary" || true
+if [ -s "$OUT/bench_eager.log" ]; then
+  note ""
+  note "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
+  grep -hE "^(batch|prefill|model)" "$OUT/bench_eager.log" | tee -a "$summary" || true
+fi
 if [ -s "$OUT/bench_by_ops.log" ]; then
   note ""
   note "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"

@@ -303,6 +303,19 @@ absl::StatusOr<std::shared_ptr<LmBackend>> DraftModelFor(const DraftPackage* dra
   return std::shared_ptr<LmBackend>(*std::move(drafter));
 }
 
+// On a GPU, a progress line says whether the native backend's decode steps
+// replay CUDA graphs, or why not (model/backend/step_graphs.h).
+void SayHowStepsRun(const std::string& name, LmBackend& backend, const torch::Device& device,
+                    const RegistryOptions& options) {
+  if (!device.is_cuda() || !options.progress || backend.kind() != BackendKind::kNative) return;
+  auto& native = static_cast<NativeBackend&>(backend);
+  options.progress(native.graphs() != nullptr
+                       ? absl::StrCat("  ", name, ": decode steps replay CUDA graphs")
+                       : absl::StrCat("  ", name,
+                                      ": decode steps run eagerly, without CUDA graphs: ",
+                                      StepGraphs::Unavailable(native.model(), device)));
+}
+
 absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
                                                        const DraftPackage* draft,
                                                        const torch::Device& device,
@@ -317,6 +330,7 @@ absl::StatusOr<std::unique_ptr<HostedModel>> LoadModel(const std::string& path,
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": --max_active=", engine_options.max_active, ": ", rows.message()));
   }
+  SayHowStepsRun(name, *loaded->backend, device, options);
   auto hosted = std::make_unique<HostedModel>();
   if (auto files = options.initial_states.find(name); files != options.initial_states.end()) {
     absl::StatusOr<InitialStates> states = LoadInitialStates(name, *loaded->backend, files->second);

@@ -145,8 +145,8 @@ void Engine::Impl::PlainStep(const std::vector<Sequence*>& batch) {
   }
   const absl::Time started = clock_.Now();
   absl::StatusOr<torch::Tensor> stepped =
-      backend_->Step(torch::tensor(tokens, torch::dtype(torch::kLong)).to(device_),
-                     torch::tensor(slots, torch::dtype(torch::kLong)).to(device_));
+      backend_->Step(torch::tensor(tokens, torch::dtype(torch::kLong)),
+                     torch::tensor(slots, torch::dtype(torch::kLong)));
   torch::Tensor logits;
   if (stepped.ok()) {
     try {

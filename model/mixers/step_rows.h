@@ -1,0 +1,58 @@
+// The rows of the decode step in flight, checked once for the whole model.
+//
+// A step names the pool rows it continues (`slots`). Each layer used to
+// check them on the host and copy them to the state's device: on a GPU each
+// copy between host and device waits for the device, a few times a layer and
+// token, and a step that waits can neither run ahead of the GPU nor be
+// captured in a CUDA graph. CausalLm::step checks the rows once on the host
+// (CheckSlots), copies them to the model's device once, and holds a
+// StepRows while its layers run: a mixer's ResolveSlots then returns the
+// host ids without checking them again, and RowsOn(ids, device) the device
+// copy without copying.
+//
+// Thread-local, like LibTorch's grad mode: a call on another thread (the
+// CPU's row groups, which step slices of the rows) checks its rows itself.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace attn {
+
+class StepRows {
+ public:
+  // `host`: checked int64 ids on the CPU; `device`: the same ids on the
+  // model's device (the same tensor where that is the CPU).
+  StepRows(torch::Tensor host, torch::Tensor device);
+  ~StepRows();
+  StepRows(const StepRows&) = delete;
+  StepRows& operator=(const StepRows&) = delete;
+
+  // The rows of the step running on this thread, or null.
+  static const StepRows* Current();
+  // Whether `slots` is this step's rows, either copy.
+  bool Names(const torch::Tensor& slots) const;
+  const torch::Tensor& host() const { return host_; }
+  const torch::Tensor& device() const { return device_; }
+
+ private:
+  torch::Tensor host_, device_;
+  const StepRows* previous_;
+};
+
+// Checks `slots` for a call on `batch` rows of a pool of `pool_rows`
+// (int64 [batch], each in [0, pool_rows), none twice; undefined: rows
+// 0..batch-1) and returns them as a CPU int64 tensor. Throws c10::Error
+// naming the offending slot.
+torch::Tensor CheckSlots(int64_t pool_rows, const torch::Tensor& slots, int64_t batch);
+
+// `rows` (int64) on `device`: the running step's device copy where `rows`
+// is its host ids (no copy, no wait), else rows.to(device).
+torch::Tensor RowsOn(const torch::Tensor& rows, torch::Device device);
+
+// `t` on `device`. A CPU tensor bound for a GPU goes through pinned memory
+// without waiting for the GPU: the copy is queued behind the work before it.
+torch::Tensor HostToDevice(const torch::Tensor& t, torch::Device device);
+
+}  // namespace attn

@@ -1,0 +1,212 @@
+// The decode step's CUDA graphs (model/backend/step_graphs.h) on the host:
+// buckets, padding with spare rows, the reasons graphs do not apply, and,
+// with a capturer that reruns the captured step at every replay (a graph's
+// semantics: the same tensors, its buffers' new values), that replays on
+// the CPU's op path give the eager steps' logits and leave the engine's rows
+// as the eager steps do. A GPU build's device_tests replay real graphs.
+#include "model/backend/step_graphs.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/backend/native_backend.h"
+#include "tests/test_util.h"
+#include "tests/tiny_model.h"
+
+namespace attn {
+namespace {
+
+using testing::Int64s;
+
+using testing::MaxAbsDiff;
+
+TEST(StepGraphs, EveryBatchPadsToABucketWithinTheSpareRows) {
+  EXPECT_EQ(StepGraphs::BucketFor(1), 1);
+  EXPECT_EQ(StepGraphs::BucketFor(2), 2);
+  EXPECT_EQ(StepGraphs::BucketFor(3), 4);
+  EXPECT_EQ(StepGraphs::BucketFor(5), 8);
+  EXPECT_EQ(StepGraphs::BucketFor(9), 16);
+  EXPECT_EQ(StepGraphs::BucketFor(StepGraphs::kMaxBatch), StepGraphs::kMaxBatch);
+  EXPECT_EQ(StepGraphs::BucketFor(StepGraphs::kMaxBatch + 1), 0);
+  EXPECT_EQ(StepGraphs::BucketFor(0), 0);
+  for (int64_t batch = 1; batch <= StepGraphs::kMaxBatch; ++batch) {
+    const int64_t bucket = StepGraphs::BucketFor(batch);
+    ASSERT_GE(bucket, batch);
+    ASSERT_LE(bucket - batch, StepGraphs::kSpareRows) << "batch " << batch;
+  }
+}
+
+TEST(StepGraphs, PaddingTakesTheSpareRowsAndTokenZero) {
+  const auto padded =
+      step_graphs_internal::PadStep(torch::tensor({7, 8, 9}), torch::tensor({4, 0, 2}), 8, 10);
+  EXPECT_EQ(Int64s(padded.tokens), (std::vector<int64_t>{7, 8, 9, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(Int64s(padded.rows), (std::vector<int64_t>{4, 0, 2, 10, 11, 12, 13, 14}));
+  const auto exact = step_graphs_internal::PadStep(torch::tensor({5}), torch::tensor({3}), 1, 10);
+  EXPECT_EQ(Int64s(exact.rows), (std::vector<int64_t>{3}));
+  EXPECT_THROW(step_graphs_internal::PadStep(torch::tensor({5}), torch::tensor({3}), 16, 10),
+               c10::Error);
+}
+
+// Models whose steps size their work by the rows' lengths on the host, or
+// route rows there, are not captured.
+TEST(StepGraphs, OnlyRecurrentModelsAreCaptured) {
+  using step_graphs_internal::WhyNotCapturable;
+  EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kMamba2)), "");
+  EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kMha)), "");
+  EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kAftConv)).find("layer 0 is aft-conv"),
+            std::string::npos);
+  EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv)).find("layer 1 is gqa"),
+            std::string::npos);
+  LmConfig experts = testing::TinyConfig(MixerKind::kRwkv7);
+  experts.moe.experts = 4;
+  EXPECT_NE(WhyNotCapturable(experts), "");
+}
+
+// A CPU model gets no graphs, and its backend no spare rows.
+TEST(StepGraphs, TheCpuStepsEagerly) {
+  CausalLm model(testing::TinyConfig(MixerKind::kRwkv7));
+  EXPECT_FALSE(StepGraphs::Unavailable(model, torch::kCPU).empty());
+  NativeBackend backend(model);
+  ASSERT_TRUE(backend.AllocateRows(3).ok());
+  EXPECT_EQ(backend.graphs(), nullptr);
+  EXPECT_EQ(backend.rows(), 3);
+  EXPECT_EQ(backend.state().rows(), 3);
+}
+
+// Runs the captured step again at every replay, as a graph would.
+class Rerun : public CapturedStep {
+ public:
+  explicit Rerun(std::function<torch::Tensor()> step) : step_(std::move(step)) {}
+  void Replay() override { logits_ = step_(); }
+  const torch::Tensor& logits() const override { return logits_; }
+
+ private:
+  std::function<torch::Tensor()> step_;
+  torch::Tensor logits_;
+};
+
+// Counts its captures; fails each with `error` when that is not empty.
+StepCapturer RerunCapturer(int* captures, std::string error = "") {
+  return [captures, error](const std::function<torch::Tensor()>& step, CapturedStep* /*share*/,
+                           std::string* why) -> std::unique_ptr<CapturedStep> {
+    ++*captures;
+    if (!error.empty()) {
+      *why = error;
+      return nullptr;
+    }
+    return std::make_unique<Rerun>(step);
+  };
+}
+
+constexpr int64_t kRows = 3;
+
+// A float64 model: the CPU runs its op path, the one a GPU captures.
+CausalLm Float64Model(MixerKind kind) {
+  CausalLm model = testing::TinyModel(kind, 13);
+  model->to(torch::kDouble);
+  return model;
+}
+
+// A pool of `rows` rows in the model's float64.
+LmState Float64Pool(const CausalLm& model, int64_t rows) {
+  LmState state = model->initial_state(rows, torch::kCPU);
+  for (MixerState& layer : state.layers) {
+    for (torch::Tensor& t : layer.tensors) {
+      if (t.is_floating_point()) t = t.to(torch::kDouble);
+    }
+  }
+  return state;
+}
+
+class StepGraphsReplayTest : public ::testing::TestWithParam<MixerKind> {};
+
+// Three sequences in scattered rows, joining at different times: batches
+// of 1, 2 and 3 rows (3 padded to 4 with a spare), each bucket run eagerly
+// once, then captured and replayed.
+TEST_P(StepGraphsReplayTest, ReplaysGiveTheEagerStepsAndLeaveTheRowsAsTheyDo) {
+  CausalLm model = Float64Model(GetParam());
+  torch::NoGradGuard no_grad;
+  ASSERT_EQ(step_graphs_internal::WhyNotCapturable(model->config()), "");
+  int captures = 0;
+  StepGraphs graphs(model, torch::kCPU, kRows, RerunCapturer(&captures));
+  LmState eager = Float64Pool(model, kRows);
+  LmState graphed = Float64Pool(model, kRows + StepGraphs::kSpareRows);
+  const std::vector<int64_t> slot_of = {2, 0, 1}, start = {0, 3, 6};
+  const int64_t time = 12;
+  const torch::Tensor tokens = torch::randint(0, model->config().vocab_size, {kRows, time});
+  int64_t replays = 0;
+  for (int64_t clock = 0; clock < time + start.back(); ++clock) {
+    std::vector<int64_t> slots, ids;
+    for (int64_t b = 0; b < kRows; ++b) {
+      const int64_t t = clock - start[b];
+      if (t < 0 || t >= time) continue;
+      slots.push_back(slot_of[b]);
+      ids.push_back(tokens[b][t].item<int64_t>());
+    }
+    const torch::Tensor id_tensor = torch::tensor(ids), slot_tensor = torch::tensor(slots);
+    const torch::Tensor expected = model->step(id_tensor, slot_tensor, eager);
+    std::optional<torch::Tensor> replayed = graphs.Step(id_tensor, slot_tensor, graphed);
+    replays += replayed.has_value();
+    const torch::Tensor got =
+        replayed.has_value() ? *replayed : model->step(id_tensor, slot_tensor, graphed);
+    ASSERT_LT(MaxAbsDiff(got, expected), 1e-12) << "at clock " << clock;
+  }
+  EXPECT_EQ(graphs.failure(), "");
+  EXPECT_EQ(captures, 3) << "buckets 1, 2 and 4";
+  EXPECT_EQ(graphs.graphs(), 3);
+  EXPECT_EQ(replays, 18 - 3) << "18 steps, the first of each bucket eager";
+  const torch::Tensor rows = torch::arange(kRows);
+  for (size_t l = 0; l < eager.layers.size(); ++l) {
+    EXPECT_EQ(Int64s(graphed.layers[l].length.index_select(0, rows)),
+              Int64s(eager.layers[l].length));
+    for (size_t i = 0; i < eager.layers[l].tensors.size(); ++i) {
+      EXPECT_LT(MaxAbsDiff(graphed.layers[l].tensors[i].index_select(0, rows),
+                           eager.layers[l].tensors[i]),
+                1e-12)
+          << "layer " << l << ", tensor " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Recurrent, StepGraphsReplayTest,
+                         ::testing::Values(MixerKind::kRwkv7, MixerKind::kRwkv4, MixerKind::kMamba2,
+                                           MixerKind::kLinearElu, MixerKind::kLinearDecay,
+                                           MixerKind::kAftDecay),
+                         testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
+
+// A failed capture turns graphs off for good, saying why; a pool
+// reallocated since a capture is captured again.
+TEST(StepGraphs, AFailedCaptureTurnsThemOffAndANewPoolIsCapturedAgain) {
+  CausalLm model = Float64Model(MixerKind::kRwkv7);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor one = torch::tensor({int64_t{1}}), row = torch::tensor({int64_t{0}});
+  int failed = 0;
+  StepGraphs broken(model, torch::kCPU, 1, RerunCapturer(&failed, "no room"));
+  LmState pool = Float64Pool(model, 1 + StepGraphs::kSpareRows);
+  EXPECT_FALSE(broken.Step(one, row, pool).has_value());  // the bucket's eager run
+  EXPECT_FALSE(broken.Step(one, row, pool).has_value());
+  EXPECT_EQ(broken.failure(), "capturing a step of 1 rows: no room");
+  EXPECT_FALSE(broken.Step(one, row, pool).has_value());
+  EXPECT_EQ(failed, 1);
+
+  int captures = 0;
+  StepGraphs graphs(model, torch::kCPU, 1, RerunCapturer(&captures));
+  EXPECT_FALSE(graphs.Step(one, row, pool).has_value());
+  EXPECT_TRUE(graphs.Step(one, row, pool).has_value());
+  pool = Float64Pool(model, 1 + StepGraphs::kSpareRows);
+  EXPECT_FALSE(graphs.Step(one, row, pool).has_value()) << "replayed on a pool since freed";
+  EXPECT_TRUE(graphs.Step(one, row, pool).has_value());
+  EXPECT_EQ(captures, 2);
+  EXPECT_THROW(graphs.Step(torch::tensor({int64_t{1}}), torch::tensor({int64_t{1}}), pool),
+               c10::Error)
+      << "a spare row is not the engine's";
+}
+
+}  // namespace
+}  // namespace attn
