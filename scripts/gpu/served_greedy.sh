@@ -2,8 +2,9 @@
 # The bundled models served from DEVICE (cuda) and from the CPU, side by
 # side: every model's greedy completion of every prompt must be the same
 # text, and a text's scores must agree within 1e-3 per token (float32 on two
-# devices sums in different orders). scripts/gpu/device_run.sh runs it on a
-# GPU machine; here DEVICE=cpu checks the script itself.
+# devices sums in different orders), and on a GPU no CUDA graph capture may
+# fail. scripts/gpu/device_run.sh runs it on a GPU machine; here DEVICE=cpu
+# checks the script itself.
 #
 #   ATTN_SERVER=build/server/attn-server ATTNCTL=build/client/attnctl \
 #     bash scripts/gpu/served_greedy.sh
@@ -56,5 +57,11 @@ for package in "$MODELS"/*.pt; do
   fi
   [ "$failures" -gt "$before" ] || echo "$model: $DEVICE and cpu served the same greedy tokens and scores"
 done
+# On a GPU, how each model's decode steps ran: CUDA graphs, or why not; a
+# capture that failed while serving counts as a difference.
+if [[ $DEVICE == cuda* ]]; then
+  grep -h "decode steps" "$work/device.log" || true
+  if grep -h "CUDA graphs off" "$work/device.log"; then failures=$((failures + 1)); fi
+fi
 echo "served_greedy: $checked completions and $(find "$MODELS" -name '*.pt' | wc -l) scores compared, $failures different"
 [ "$failures" -eq 0 ]

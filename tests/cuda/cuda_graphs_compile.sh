@@ -29,7 +29,7 @@ echo '#pragma once' > "$work/c10/cuda/impl/cuda_cmake_macros.h"
 torch_flags=(-isystem "$torch_include/torch/csrc/api/include")
 [ "$torch_include" = /usr/include ] || torch_flags+=(-isystem "$torch_include")
 for source in "$repo/model/backend/step_graphs_cuda.cc" "$repo/model/mixers/cuda_stream.cc"; do
-  ${CXX:-g++} -std=${CXX_STD:-c++17} -fsyntax-only -Wall -Wextra -Werror -I"$repo" -isystem "$work" \
+  ${CXX:-g++} -std="${CXX_STD:-c++17}" -fsyntax-only -Wall -Wextra -Werror -I"$repo" -isystem "$work" \
     -isystem "$cuda_include" "${torch_flags[@]}" "$source" ||
     { echo "FAIL: $source does not compile against the CUDA headers" >&2; exit 1; }
   echo "ok: $(basename "$source") compiles against the CUDA LibTorch headers"
