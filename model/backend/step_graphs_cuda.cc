@@ -71,6 +71,9 @@ StepCapturer CudaGraphCapturer(torch::Device device) {
       graph->Capture(step, static_cast<CudaGraphStep*>(share), stream);
     } catch (const c10::Error& e) {
       *error = e.what_without_backtrace();
+      // The runtime keeps a failed capture's error for the next call that
+      // asks: the eager steps' kernel launches would report it as theirs.
+      (void)cudaGetLastError();
       return nullptr;
     }
     return graph;
