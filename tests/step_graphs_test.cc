@@ -208,5 +208,25 @@ TEST(StepGraphs, AFailedCaptureTurnsThemOffAndANewPoolIsCapturedAgain) {
       << "a spare row is not the engine's";
 }
 
+// Replays check the pool's addresses in place: any tensor moved, added or
+// missing is a different pool.
+TEST(StepGraphs, APoolIsAtTheAddressesItWasCapturedWith) {
+  using step_graphs_internal::StateAddresses;
+  using step_graphs_internal::StateAt;
+  CausalLm model = Float64Model(MixerKind::kMamba2);
+  LmState pool = Float64Pool(model, 2);
+  const std::vector<const void*> addresses = StateAddresses(pool);
+  ASSERT_GT(addresses.size(), 2u);
+  EXPECT_TRUE(StateAt(pool, addresses));
+  std::vector<const void*> shorter(addresses.begin(), addresses.end() - 1);
+  EXPECT_FALSE(StateAt(pool, shorter));
+  std::vector<const void*> longer = addresses;
+  longer.push_back(nullptr);
+  EXPECT_FALSE(StateAt(pool, longer));
+  pool.layers.back().tensors.back() = pool.layers.back().tensors.back().clone();
+  EXPECT_FALSE(StateAt(pool, addresses));
+  EXPECT_TRUE(StateAt(pool, StateAddresses(pool)));
+}
+
 }  // namespace
 }  // namespace attn

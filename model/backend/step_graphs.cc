@@ -94,10 +94,10 @@ std::optional<torch::Tensor> StepGraphs::Step(const torch::Tensor& tokens,
   const torch::Tensor host_tokens = tokens.to(torch::kCPU);
   g.model->CheckTokens(host_tokens);
   const torch::Tensor host_rows = CheckSlots(g.rows, rows, batch);
-  if (auto now = step_graphs_internal::StateAddresses(state); now != g.addresses) {
+  if (!step_graphs_internal::StateAt(state, g.addresses)) {
     g.graphs.clear();  // captured on a pool since reallocated
     g.warmed.clear();
-    g.addresses = std::move(now);
+    g.addresses = step_graphs_internal::StateAddresses(state);
   }
   if (g.warmed.insert(bucket).second) return std::nullopt;
   auto captured = g.graphs.find(bucket);
@@ -107,8 +107,8 @@ std::optional<torch::Tensor> StepGraphs::Step(const torch::Tensor& tokens,
   }
   const step_graphs_internal::PaddedStep padded =
       step_graphs_internal::PadStep(host_tokens, host_rows, bucket, g.rows);
-  g.tokens_in.narrow(0, 0, bucket).copy_(HostToDevice(padded.tokens, g.device));
-  g.rows_in.narrow(0, 0, bucket).copy_(HostToDevice(padded.rows, g.device));
+  CopyFromHost(g.tokens_in.narrow(0, 0, bucket), padded.tokens);
+  CopyFromHost(g.rows_in.narrow(0, 0, bucket), padded.rows);
   captured->second->Replay();
   // A copy: the graph's output is overwritten by its next replay.
   return captured->second->logits().narrow(0, 0, batch).clone();
@@ -157,6 +157,20 @@ std::vector<const void*> StateAddresses(const LmState& state) {
     for (const torch::Tensor& t : layer.tensors) addresses.push_back(t.data_ptr());
   }
   return addresses;
+}
+
+bool StateAt(const LmState& state, const std::vector<const void*>& addresses) {
+  size_t i = 0;
+  const auto next = [&](const torch::Tensor& t) {
+    return i < addresses.size() && addresses[i++] == t.data_ptr();
+  };
+  for (const MixerState& layer : state.layers) {
+    if (!next(layer.length)) return false;
+    for (const torch::Tensor& t : layer.tensors) {
+      if (!next(t)) return false;
+    }
+  }
+  return i == addresses.size();
 }
 
 }  // namespace step_graphs_internal

@@ -111,6 +111,9 @@ PaddedStep PadStep(const torch::Tensor& tokens, const torch::Tensor& rows, int64
 // addresses it was captured with, so a pool reallocated since (its rows
 // grown, say) needs new graphs.
 std::vector<const void*> StateAddresses(const LmState& state);
+// StateAddresses(state) == addresses, without building the vector: every
+// replay checks it.
+bool StateAt(const LmState& state, const std::vector<const void*>& addresses);
 
 }  // namespace step_graphs_internal
 }  // namespace attn

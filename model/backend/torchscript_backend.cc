@@ -12,6 +12,7 @@
 #include "model/backend/guarded.h"
 #include "model/lm/checked_archive.h"
 #include "model/lm/row_groups.h"
+#include "model/mixers/step_rows.h"
 #include "model/text/chat_format.h"
 #include "model/text/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -368,7 +369,8 @@ absl::StatusOr<torch::Tensor> TorchScriptBackend::Step(const torch::Tensor& host
                                                        const torch::Tensor& host_rows) {
   return Guarded("decode step", [&] {
     c10::InferenceMode inference;
-    const torch::Tensor tokens = host_tokens.to(device_), rows = host_rows.to(device_);
+    const torch::Tensor tokens = HostToDevice(host_tokens, device_);
+    const torch::Tensor rows = HostToDevice(host_rows, device_);
     const int64_t batch = tokens.size(0);
     // Rows are independent (the contract), so a large step runs as one call
     // per group of rows, a group per intra-op thread, as CausalLm::step does:

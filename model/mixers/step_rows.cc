@@ -68,4 +68,14 @@ torch::Tensor HostToDevice(const torch::Tensor& t, torch::Device device) {
   return t.to(device);
 }
 
+void CopyFromHost(torch::Tensor dst, const torch::Tensor& src) {
+  // Pinned memory from LibTorch's caching host allocator stays reserved
+  // until the queued copy has read it.
+  if (src.is_cpu() && dst.is_cuda()) {
+    dst.copy_(src.pin_memory(), /*non_blocking=*/true);
+  } else {
+    dst.copy_(src);
+  }
+}
+
 }  // namespace attn

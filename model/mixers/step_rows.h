@@ -54,5 +54,8 @@ torch::Tensor RowsOn(const torch::Tensor& rows, torch::Device device);
 // `t` on `device`. A CPU tensor bound for a GPU goes through pinned memory
 // without waiting for the GPU: the copy is queued behind the work before it.
 torch::Tensor HostToDevice(const torch::Tensor& t, torch::Device device);
+// dst.copy_(src) for a CPU `src`, the same way when `dst` is on a GPU: one
+// copy straight into `dst`, queued without waiting.
+void CopyFromHost(torch::Tensor dst, const torch::Tensor& src);
 
 }  // namespace attn
