@@ -99,7 +99,8 @@ ABSL_FLAG(std::string, quantize, attn::serving::QuantizationName(RegistryDefault
           "Quantisation at load, native backend: none, int8 (the dense weights as int8 with a "
           "float scale per output channel, multiplied by activations rounded to int8 per row; "
           "decode steps read a quarter of the bytes) or bf16 (the dense weights and the "
-          "activations rounded to bfloat16, sums float32; decode steps read half the bytes); for "
+          "activations rounded to bfloat16, sums float32; decode steps read half the bytes; on a "
+          "GPU too, with LibTorch's bf16 product, whose outputs are bf16; int8 is CPU only); for "
           "single models, comma-separated NAME=none|int8|bf16 entries (\"none,big=int8\").");
 ABSL_FLAG(std::string, chat_template, "",
           "A Jinja chat template file every model renders chats with, instead of the one its "
@@ -128,9 +129,9 @@ ABSL_FLAG(int64_t, max_tokens, LimitDefaults().max_tokens,
           "Largest max_tokens a request may ask for.");
 ABSL_FLAG(int64_t, default_max_tokens, LimitDefaults().default_max_tokens,
           "max_tokens when a request leaves it unset.");
-ABSL_FLAG(int64_t, prefill_chunk, EngineDefaults().prefill_chunk,
+ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Prompt tokens prefilled per engine iteration: bounds how long a prompt delays "
-          "running streams.");
+          "running streams. 0: 256 on a CPU, 2048 on a GPU.");
 ABSL_FLAG(int64_t, max_decode_rows, EngineDefaults().max_decode_rows,
           "Sequences decoded together per engine iteration; when more are ready, those with "
           "the fewest generated tokens go first.");
@@ -234,7 +235,8 @@ attn::serving::ServerOptions OptionsFromFlags() {
   engine.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   engine.limits.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   engine.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
-  engine.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  engine.prefill_chunk =
+      attn::serving::PrefillChunkFor(absl::GetFlag(FLAGS_prefill_chunk), options.registry.device);
   engine.max_decode_rows = absl::GetFlag(FLAGS_max_decode_rows);
   engine.stream_buffer = absl::GetFlag(FLAGS_stream_buffer);
   engine.stream_interval = absl::GetFlag(FLAGS_stream_interval);

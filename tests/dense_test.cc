@@ -255,20 +255,58 @@ TEST(DenseBf16, AWeightWrittenAgainDropsItsBf16Copy) {
 
 TEST(DenseBf16, RefusesWhatItCannotQuantise) {
   torch::NoGradGuard no_grad;
-  EXPECT_THROW(QuantizeWeightBf16(torch::randn({4, 4}, torch::kDouble)), c10::Error);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()}) {
-    torch::Tensor w = torch::randn({4, 4});
-    w[1][2] = bad;
-    const torch::Tensor before = w.clone();
-    try {
-      QuantizeWeightBf16(w);
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const c10::Error& e) {
-      EXPECT_NE(std::string(e.what_without_backtrace()).find("at [1, 2]"), std::string::npos)
-          << e.what_without_backtrace();
+  for (Bf16Product product : {Bf16Product::kForDevice, Bf16Product::kLibTorch}) {
+    SCOPED_TRACE(product == Bf16Product::kLibTorch ? "LibTorch's product" : "the kernels'");
+    EXPECT_THROW(QuantizeWeightBf16(torch::randn({4, 4}, torch::kDouble), product), c10::Error);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()}) {
+      torch::Tensor w = torch::randn({4, 4});
+      w[1][2] = bad;
+      const torch::Tensor before = w.clone();
+      try {
+        QuantizeWeightBf16(w, product);
+        ADD_FAILURE() << bad << " was accepted";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what_without_backtrace()).find("at [1, 2]"), std::string::npos)
+            << e.what_without_backtrace();
+      }
+      EXPECT_TRUE(torch::nan_to_num(w).equal(torch::nan_to_num(before)));  // unchanged
+      EXPECT_FALSE(HasBf16Copy(w));
     }
-    EXPECT_TRUE(torch::nan_to_num(w).equal(torch::nan_to_num(before)));  // unchanged
-    EXPECT_FALSE(HasBf16Copy(w));
+  }
+}
+
+// The product a GPU runs (Bf16Product::kLibTorch, here on the CPU): the
+// weights rounded exactly as the kernels round them (to nearest, ties to
+// even), LibTorch's bf16 product of them and the rounded activations, its
+// outputs rounded to bf16, then the float32 bias.
+TEST(DenseBf16, LibTorchsProductRoundsTheWeightsAsTheKernelsDo) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(15);
+  torch::Tensor original = torch::randn({48, 160}) * 0.05;
+  // Ties: 1 + 2^-8 rounds down to 1 (even), 1 + 3 * 2^-8 up to 1 + 2^-6.
+  original[0][0] = 1.0f + std::ldexp(1.0f, -8);
+  original[0][1] = 1.0f + 3 * std::ldexp(1.0f, -8);
+  torch::Tensor kernels_w = original.clone(), libtorch_w = original.clone();
+  EXPECT_EQ(QuantizeWeightBf16(kernels_w), 48 * 160 * 2);
+  EXPECT_EQ(QuantizeWeightBf16(libtorch_w, Bf16Product::kLibTorch), 48 * 160 * 2);
+  ASSERT_TRUE(HasBf16Copy(libtorch_w));
+  EXPECT_TRUE(libtorch_w.equal(kernels_w));
+  EXPECT_EQ(libtorch_w[0][0].item<float>(), 1.0f);
+  EXPECT_EQ(libtorch_w[0][1].item<float>(), 1.0f + std::ldexp(1.0f, -6));
+  const torch::Tensor b = torch::randn({48});
+  for (const torch::Tensor& x :
+       {torch::randn({1, 160}), torch::randn({7, 160}), torch::randn({2, 5, 160})}) {
+    SCOPED_TRACE(::testing::Message() << x.sizes());
+    const torch::Tensor product = Dense(x, libtorch_w);
+    // The outputs were rounded to bf16: 16 zero low bits.
+    EXPECT_TRUE((product.view(torch::kInt).bitwise_and(0xFFFF) == 0).all().item<bool>());
+    const torch::Tensor exact = torch::nn::functional::linear(
+        x.to(torch::kBFloat16).to(torch::kDouble), libtorch_w.to(torch::kDouble));
+    const torch::Tensor got = Dense(x, libtorch_w, b).to(torch::kDouble) - b.to(torch::kDouble);
+    // Half a bf16 step of each output, plus float32 sums and the bias's add.
+    EXPECT_TRUE((got - exact).abs().le(exact.abs() * std::ldexp(1.0, -8) + 1e-5).all().item<bool>())
+        << (got - exact).abs().max().item<double>();
+    EXPECT_GT((got - exact).abs().max().item<double>(), 1e-7) << "the outputs were rounded";
   }
 }
 

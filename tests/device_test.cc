@@ -33,6 +33,12 @@ constexpr double kFloat32Tolerance = 2e-5;
 // The same float64 arithmetic on two devices differs only in the order of
 // sums (and the GPU's fused multiply-adds).
 constexpr double kFloat64Tolerance = 1e-10;
+// Bf16 weights and activations against float64 of the same rounded weights,
+// relative to the logits' largest magnitude: each product's activations and
+// outputs keep 8 significant bits (a relative rounding of at most 2^-9), the
+// logits too. Every kind stayed within 0.0073 on the CPU (LibTorch 1.13's
+// bf16 product): 2.7 times that.
+constexpr double kBf16Tolerance = 0.02;
 
 torch::Device TestDevice() {
   const char* named = std::getenv("ATTN_TEST_DEVICE");
@@ -135,28 +141,63 @@ TEST_P(DeviceTest, PoolRowsAtDifferentPositionsStepTogether) {
   }
 }
 
-// The same through the backend's CUDA graphs (model/backend/step_graphs.h):
-// a bucket's first batch runs eagerly, later ones replay its graph, and a
+// `model`'s steps of StepScatteredRows through NativeBackend::Step, which
+// captures and replays CUDA graphs (model/backend/step_graphs.h): a
+// bucket's first batch runs eagerly, later ones replay its graph, and a
 // batch of 3 pads to a bucket of 4 with a spare row. Host tokens and rows,
 // as the engine passes them.
-TEST_P(DeviceTest, GraphedStepsEqualFloat64) {
-  const std::string unavailable = StepGraphs::Unavailable(model_, device_);
-  if (!unavailable.empty()) GTEST_SKIP() << "no CUDA graphs: " << unavailable;
-  torch::NoGradGuard no_grad;
-  NativeBackend backend(model_);
-  ASSERT_TRUE(backend.AllocateRows(5).ok());
-  ASSERT_NE(backend.graphs(), nullptr);
+std::vector<torch::Tensor> GraphedSteps(const CausalLm& model, const torch::Tensor& tokens) {
+  NativeBackend backend(model);
+  EXPECT_TRUE(backend.AllocateRows(5).ok());
+  EXPECT_NE(backend.graphs(), nullptr);
+  if (backend.graphs() == nullptr) return {};
   const std::vector<torch::Tensor> logits =
-      StepScatteredRows(tokens_, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+      StepScatteredRows(tokens, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
         absl::StatusOr<torch::Tensor> out = backend.Step(ids, slots);
         EXPECT_TRUE(out.ok()) << out.status();
         return out.ok() ? *out : torch::zeros({ids.size(0), kVocab});
       });
   EXPECT_EQ(backend.graphs()->failure(), "");
   EXPECT_EQ(backend.graphs()->graphs(), 3) << "buckets 1, 2 and 4";
+  return logits;
+}
+
+TEST_P(DeviceTest, GraphedStepsEqualFloat64) {
+  const std::string unavailable = StepGraphs::Unavailable(model_, device_);
+  if (!unavailable.empty()) GTEST_SKIP() << "no CUDA graphs: " << unavailable;
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> logits = GraphedSteps(model_, tokens_);
+  ASSERT_EQ(logits.size(), static_cast<size_t>(kRows));
   for (int64_t b = 0; b < kRows; ++b) {
     EXPECT_LT(MaxAbsDiff(logits[b], expected_[b]), kFloat32Tolerance)
         << "sequence " << b << " on " << device_;
+  }
+}
+
+// Bf16 weights as a GPU multiplies them (Bf16Product::kLibTorch: LibTorch's
+// bf16 product, cuBLAS's there; on a CPU the same operations): the parallel
+// form, streamed chunks and steps, and graphed steps against float64 of the
+// same rounded weights, within kBf16Tolerance of the logits' largest
+// magnitude. The activations' rounding is all that differs.
+TEST_P(DeviceTest, Bf16WeightsStayWithinTheirTolerance) {
+  torch::NoGradGuard no_grad;
+  CausalLm rounded = SeededModel(config_);
+  rounded->QuantizeBf16(Bf16Product::kLibTorch);
+  rounded->to(torch::kDouble);
+  const torch::Tensor expected = rounded->forward(tokens_);
+  const double bound = kBf16Tolerance * expected.abs().max().item<double>();
+  EXPECT_GT(model_->QuantizeBf16(Bf16Product::kLibTorch), 0);
+  const double parallel = MaxAbsDiff(model_->forward(tokens_.to(device_)).cpu(), expected);
+  EXPECT_LT(parallel, bound) << "parallel form on " << device_;
+  EXPECT_GT(parallel, 1e-4) << "the products rounded nothing: the bf16 copies were not used";
+  const torch::Tensor streamed =
+      testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
+  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), bound) << "streamed on " << device_;
+  if (!StepGraphs::Unavailable(model_, device_).empty()) return;
+  const std::vector<torch::Tensor> graphed = GraphedSteps(model_, tokens_);
+  ASSERT_EQ(graphed.size(), static_cast<size_t>(kRows));
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(graphed[b], expected[b]), bound) << "graphed, sequence " << b;
   }
 }
 

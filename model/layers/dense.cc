@@ -223,15 +223,16 @@ int64_t InstallInt8Copy(const torch::Tensor& weight, const int8_t* q, std::vecto
   return Int8Bytes(out, in);
 }
 
-// `format`: "int8" or "bf16", for the message.
-void CheckQuantizable(const torch::Tensor& weight, const char* format) {
-  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(), format,
-              " quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
+// Int8 copies feed the CPU's kernels only.
+void CheckQuantizable(const torch::Tensor& weight) {
+  TORCH_CHECK(FloatOnCpu(weight) && weight.dim() == 2 && !weight.is_inference(),
+              "int8 quantisation needs a float32 CPU matrix, got ", weight.scalar_type(), " ",
               weight.sizes(), " on ", weight.device());
 }
 
 struct Bf16Weight {
-  kernels::Bf16Panels panels;  // [out, in] in kernels::Bf16Gemm's layout
+  kernels::Bf16Panels panels;  // [out, in] in kernels::Bf16Gemm's layout, or
+  torch::Tensor values;        // bf16 [out, in] for LibTorch's product
 };
 
 WeightCopies<Bf16Weight>& Bf16Weights() {
@@ -266,13 +267,24 @@ torch::Tensor FloatDense(const torch::Tensor& x, const torch::Tensor& weight,
 // multiplies the rounded activations instead.
 constexpr int64_t kBf16Avx2MaxRows = 6;
 
+// LibTorch's bf16 product (Bf16Product::kLibTorch): bf16 outputs widened,
+// then the float32 bias.
+torch::Tensor LibTorchBf16Dense(const torch::Tensor& x, const torch::Tensor& values,
+                                const torch::Tensor& bias) {
+  torch::Tensor y = torch::nn::functional::linear(x.to(torch::kBFloat16), values).to(torch::kFloat);
+  if (bias.defined()) y.add_(bias);
+  return y;
+}
+
 // The bf16 product when `weight` has a bf16 copy (dense.h); undefined
 // otherwise.
 torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias) {
-  if (!KernelOperands(x, weight, bias)) return {};
+  if (x.scalar_type() != torch::kFloat) return {};
   const auto copy = Bf16Weights().Find(weight);
   if (copy == nullptr) return {};
+  if (copy->values.defined()) return LibTorchBf16Dense(x, copy->values, bias);
+  if (!KernelOperands(x, weight, bias)) return {};
   const int64_t rows = x.numel() / x.size(-1);
   if (rows > kBf16Avx2MaxRows && !kernels::Bf16GemmRunsEveryRowCount()) {
     // The same function but for the order of the sums: both operands
@@ -286,10 +298,39 @@ torch::Tensor Bf16Dense(const torch::Tensor& x, const torch::Tensor& weight,
   });
 }
 
+// Writes the rounded values into `weight` and installs `copy`: in place,
+// which moves the version counter, so copies of the old values are dropped
+// and the bf16 copy records the new version.
+void InstallBf16Copy(const torch::Tensor& weight, const torch::Tensor& rounded,
+                     std::shared_ptr<Bf16Weight> copy) {
+  {
+    torch::NoGradGuard no_grad;
+    weight.copy_(rounded);
+  }
+  Bf16Weights().Insert(weight, std::move(copy));
+}
+
+// The copy for LibTorch's product: LibTorch rounds float32 to bf16 to
+// nearest, ties to even, as kernels::RoundToBf16 does.
+void QuantizeForLibTorch(const torch::Tensor& weight) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor values = weight.detach().to(torch::kBFloat16).contiguous();
+  const torch::Tensor bad = torch::isfinite(values).logical_not();
+  if (bad.any().item<bool>()) {
+    const torch::Tensor at = bad.nonzero()[0].cpu();
+    const int64_t o = at[0].item<int64_t>(), i = at[1].item<int64_t>();
+    TORCH_CHECK(false, "bf16 quantisation needs finite weights within bf16's range; value ",
+                weight[o][i].item<float>(), " at [", o, ", ", i, "]");
+  }
+  auto copy = std::make_shared<Bf16Weight>();
+  copy->values = values;
+  InstallBf16Copy(weight, values.to(torch::kFloat), std::move(copy));
+}
+
 }  // namespace
 
 int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
-  CheckQuantizable(weight, "int8");
+  CheckQuantizable(weight);
   const int64_t out = weight.size(0), in = weight.size(1);
   // Quantising the dequantised values again could move a value by a
   // rounding step: a valid copy stays.
@@ -303,7 +344,7 @@ int64_t QuantizeWeightInt8(const torch::Tensor& weight) {
 }
 
 int64_t SetInt8Copy(const torch::Tensor& weight, const Int8Matrix& matrix) {
-  CheckQuantizable(weight, "int8");
+  CheckQuantizable(weight);
   const int64_t out = weight.size(0), in = weight.size(1);
   TORCH_CHECK(matrix.values.scalar_type() == torch::kChar && matrix.values.dim() == 2 &&
                   matrix.values.size(0) == out && matrix.values.size(1) == in,
@@ -336,11 +377,17 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
 
 bool HasInt8Copy(const torch::Tensor& weight) { return Int8Weights().Find(weight) != nullptr; }
 
-int64_t QuantizeWeightBf16(const torch::Tensor& weight) {
-  CheckQuantizable(weight, "bf16");
+int64_t QuantizeWeightBf16(const torch::Tensor& weight, Bf16Product product) {
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat && weight.dim() == 2 && !weight.is_inference(),
+              "bf16 quantisation needs a float32 matrix, got ", weight.scalar_type(), " ",
+              weight.sizes(), " on ", weight.device());
   const int64_t out = weight.size(0), in = weight.size(1);
   const int64_t bytes = out * in * static_cast<int64_t>(sizeof(uint16_t));
   if (HasBf16Copy(weight)) return bytes;
+  if (product == Bf16Product::kLibTorch || !weight.is_cpu()) {
+    QuantizeForLibTorch(weight);
+    return bytes;
+  }
   const torch::Tensor w = weight.detach().contiguous();
   const float* values = w.data_ptr<float>();
   std::vector<uint16_t> rounded(out * in);
@@ -354,13 +401,8 @@ int64_t QuantizeWeightBf16(const torch::Tensor& weight) {
   }
   auto copy = std::make_shared<Bf16Weight>();
   copy->panels = kernels::PackBf16Panels(rounded.data(), out, in);
-  {
-    torch::NoGradGuard no_grad;
-    // In place, which moves the version counter: copies of the old values
-    // are dropped, and the bf16 copy records the new version.
-    weight.copy_(torch::from_blob(widened.data(), {out, in}, torch::kFloat));
-  }
-  Bf16Weights().Insert(weight, std::move(copy));
+  InstallBf16Copy(weight, torch::from_blob(widened.data(), {out, in}, torch::kFloat),
+                  std::move(copy));
   return bytes;
 }
 

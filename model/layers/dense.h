@@ -76,20 +76,35 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight);
 // Whether Dense would multiply `weight` through its int8 copy.
 bool HasInt8Copy(const torch::Tensor& weight);
 
-// Bf16 for `weight` [out, in], a float32 CPU parameter
-// (model/kernels/bf16_gemm.h): rounds each value to bf16, writes the rounded
-// values back into `weight`, so that every float path computes with the
-// same weights, and keeps a bf16 copy that Dense multiplies by the
-// activations rounded to bf16, with float32 sums: at every row count on a
-// CPU with AVX-512, else at 1 to 6 rows, where a step is bound by reading
-// the weights and reads half the bytes. More rows there take the float
-// paths on the rounded weights and rounded activations, which differ from
-// the bf16 product only in the order of the sums. (Autograd, when a tensor
-// requires grad, multiplies unrounded activations.)
+// How Dense multiplies a weight's bf16 copy by activations rounded to bf16.
+enum class Bf16Product {
+  // A CPU weight's copy is packed for the kernels of model/kernels/bf16_gemm.h
+  // (float32 sums and outputs); another device's (a GPU's) is a bf16 tensor
+  // there, multiplied by LibTorch's bf16 matrix product (cuBLAS: float32
+  // sums, outputs rounded to bf16, then widened and the bias added in
+  // float32), as bf16 inference on a GPU runs.
+  kForDevice,
+  // LibTorch's bf16 product on every device: on a CPU it checks the GPU's
+  // arithmetic without a GPU.
+  kLibTorch,
+};
+
+// Bf16 for `weight` [out, in], a float32 parameter: rounds each value to
+// bf16 (to nearest, ties to even), writes the rounded values back into
+// `weight`, so that every float path computes with the same weights, and
+// keeps a bf16 copy that Dense multiplies by the activations rounded to
+// bf16 (`product` says how): on a CPU with the kernels, at every row count
+// with AVX-512, else at 1 to 6 rows, where a step is bound by reading the
+// weights and reads half the bytes. More rows there take the float paths on
+// the rounded weights and rounded activations, which differ from the bf16
+// product only in the order of the sums. (Autograd, when a tensor requires
+// grad, multiplies unrounded activations.) The float32 weights stay too, for
+// those paths: the copy adds half their bytes.
 // Writing `weight` again later drops the bf16 copy; a weight that still has
 // one keeps it. Throws c10::Error when a value is not finite or rounds to
 // infinity (beyond about 3.39e38). Returns the bf16 copy's bytes.
-int64_t QuantizeWeightBf16(const torch::Tensor& weight);
+int64_t QuantizeWeightBf16(const torch::Tensor& weight,
+                           Bf16Product product = Bf16Product::kForDevice);
 
 // Whether Dense would multiply `weight` through its bf16 copy (at the row
 // counts above).

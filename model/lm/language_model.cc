@@ -388,11 +388,11 @@ int64_t CausalLmImpl::QuantizeInt8() {
   return bytes;
 }
 
-int64_t CausalLmImpl::QuantizeBf16() {
+int64_t CausalLmImpl::QuantizeBf16(Bf16Product product) {
   CheckDenseWeightsFinite("bf16");
   int64_t bytes = 0;
   for (const auto& p : named_parameters()) {
-    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightBf16(p.value());
+    if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightBf16(p.value(), product);
   }
   ChooseRowGroups();
   return bytes;

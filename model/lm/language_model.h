@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/layers/dense.h"
 #include "model/layers/norms.h"
 #include "model/layers/positions.h"
 #include "model/lm/block.h"
@@ -172,10 +173,12 @@ class CausalLmImpl : public torch::nn::Module {
   // Bf16 for the same weights (QuantizeWeightBf16 in model/layers/dense.h):
   // each rounded to bf16 and the model then computing with the rounded
   // weights everywhere, its products multiplying the bf16 copies by
-  // activations rounded to bf16. Returns the bytes of the bf16 copies.
-  // Throws c10::Error, before changing anything, when a weight is not
-  // finite.
-  int64_t QuantizeBf16();
+  // activations rounded to bf16 (on a CPU with the kernels, on a GPU with
+  // LibTorch's bf16 product; `product` says). Quantise on the device that
+  // serves: the copies belong to the weights' memory, and moving the model
+  // after drops them. Returns the bytes of the bf16 copies. Throws
+  // c10::Error, before changing anything, when a weight is not finite.
+  int64_t QuantizeBf16(Bf16Product product = Bf16Product::kForDevice);
   // Whether any dense weight has an int8 copy (QuantizeInt8 ran, or the
   // model came from an int8 package).
   bool has_int8_weights() const;

@@ -129,7 +129,7 @@ bench() {
   local model
   for model in $BENCH_MODELS; do
     "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --model="$model" \
-      --backends=native,torchscript --batch=1,64,256 --repeats=100 --prefill_tokens=512 ||
+      --backends=native,bf16,torchscript --batch=1,64,256 --repeats=100 --prefill_tokens=512 ||
       return
   done
 }

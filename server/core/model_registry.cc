@@ -61,11 +61,12 @@ using Quantization = RegistryOptions::Quantization;
 
 absl::StatusOr<LoadedModel> LoadNative(const std::string& path, const torch::Device& device,
                                        Quantization quantization) {
-  if (quantization != Quantization::kNone && !device.is_cpu()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": --quantize=", QuantizationName(quantization),
-        " copies the weights for the CPU's kernels; on ", device.str(),
-        " the model computes in float32: serve it without --quantize, or with --device=cpu"));
+  // Bf16 copies are multiplied on any device; int8 ones feed the CPU's
+  // kernels only.
+  if (quantization == Quantization::kInt8 && !device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": --quantize=int8 copies the weights for the CPU's kernels; on ",
+                     device.str(), " serve it with --quantize=bf16 or none, or with --device=cpu"));
   }
   auto package = LoadPackage(path, device);
   if (!package.ok()) return package.status();

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "model/backend/backend.h"
@@ -61,6 +62,11 @@ absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation) 
   }
   return absl::InvalidArgumentError(
       absl::StrCat("speculative: expected off or ngram, got \"", name, "\""));
+}
+
+int64_t PrefillChunkFor(int64_t flag, const std::string& device) {
+  if (flag > 0) return flag;
+  return absl::StartsWith(device, "cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
 }
 
 absl::Status EngineOptions::Validate() const {

@@ -77,13 +77,23 @@ inline constexpr double kMaxDraftPrefillShare = 100;
 // kInvalidArgument naming the flag for anything else.
 absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation);
 
+// Prompt tokens an engine iteration prefills by default: on a CPU a chunk
+// of 256 already keeps every core busy in matrix products, and more only
+// delays the running streams' next token; a GPU needs more rows to fill it
+// (vLLM's chunked prefill takes 2,048 tokens a step by default).
+inline constexpr int64_t kCpuPrefillChunk = 256;
+inline constexpr int64_t kGpuPrefillChunk = 2048;
+// --prefill_chunk's value: `flag` where it is positive, else the default for
+// `device` ("cpu", "cuda", "cuda:N").
+int64_t PrefillChunkFor(int64_t flag, const std::string& device);
+
 struct EngineOptions {
-  int64_t max_active = 256;       // state slots: sequences running at once
-  int64_t max_waiting = 1024;     // queued beyond them; more: RESOURCE_EXHAUSTED
-  int64_t prefill_chunk = 256;    // prompt tokens per iteration
-  int64_t max_decode_rows = 256;  // sequences per decode step
-  int64_t stream_buffer = 16;     // events a stream queues before its sequence pauses
-                                  // (the capacity callers give RequestStreams)
+  int64_t max_active = 256;                  // state slots: sequences running at once
+  int64_t max_waiting = 1024;                // queued beyond them; more: RESOURCE_EXHAUSTED
+  int64_t prefill_chunk = kCpuPrefillChunk;  // prompt tokens per iteration
+  int64_t max_decode_rows = 256;             // sequences per decode step
+  int64_t stream_buffer = 16;                // events a stream queues before its sequence pauses
+                                             // (the capacity callers give RequestStreams)
   // Tokens per streamed message after the first, which always goes out at
   // once. 1 streams every token; more send fewer, larger messages, trading
   // smoothness for throughput where per-message cost matters (each message

@@ -655,5 +655,17 @@ TEST_F(EngineTest, StateBudgetMakesRequestsWaitAndRefusesWhatCanNeverFit) {
   EXPECT_EQ(engine->load().running, 0);
 }
 
+// --prefill_chunk=0 (its default) sizes the chunk by device; a value
+// given is kept whatever the device.
+TEST(EngineOptionsTest, PrefillChunkDefaultsByDevice) {
+  EXPECT_EQ(PrefillChunkFor(0, "cpu"), kCpuPrefillChunk);
+  EXPECT_EQ(PrefillChunkFor(0, "cuda"), kGpuPrefillChunk);
+  EXPECT_EQ(PrefillChunkFor(0, "cuda:1"), kGpuPrefillChunk);
+  EXPECT_EQ(PrefillChunkFor(64, "cuda:0"), 64);
+  EXPECT_EQ(PrefillChunkFor(512, "cpu"), 512);
+  EXPECT_EQ(EngineOptions().prefill_chunk, kCpuPrefillChunk);
+  EXPECT_GT(kGpuPrefillChunk, kCpuPrefillChunk);
+}
+
 }  // namespace
 }  // namespace attn::serving
