@@ -4,7 +4,7 @@
 // (--quantize=int8, --quantize=bf16), at each batch size, timed in one interleaved loop because
 // this machine's speed drifts between runs. Where the TorchScript time goes:
 // the same step called on the module directly, without the backend's
-// gather and write-back of pool rows. Then a prefill of --prefill_tokens,
+// gather and write-back of pool rows. Then prefills of --prefill_tokens,
 // float32 against int8 and bf16 weights. With --check_tokens, a speculation
 // round's check of that many tokens and its rollbacks, by replaying the
 // layers' recorded inputs against feeding the kept tokens again.
@@ -12,7 +12,10 @@
 //   attn-backend-bench --model=models/aft-conv.pt --batch=1,64
 //
 // With --device=cuda the weights and rows live on that GPU and every timing
-// waits for the device to finish.
+// waits for the device to finish. With --shape=NAME a public model's shape
+// (rwkv7-7.2b, mamba2-2.7b, ...) with random weights stands in for a package:
+//
+//   attn-backend-bench --device=cuda --shape=rwkv7-1.5b --backends=native,bf16
 //
 // The last line of output is a JSON object with every median.
 #include <torch/cuda.h>
@@ -34,10 +37,15 @@
 #include "absl/time/clock.h"
 #include "model/backend/native_backend.h"
 #include "model/backend/torchscript_backend.h"
+#include "model/checkpoints/public_shapes.h"
 #include "model/lm/model_package.h"
 #include "util/cpus.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
+ABSL_FLAG(std::string, shape, "",
+          "A public model's shape with random weights instead of --model (rwkv7-0.1b ... "
+          "rwkv7-7.2b, mamba2-130m ... mamba2-2.7b: model/checkpoints/public_shapes.h); native, "
+          "int8 and bf16 only.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where the weights and rows live: cpu, cuda or cuda:N (timings then wait for the GPU).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0: the usable CPUs.");
@@ -51,9 +59,9 @@ ABSL_FLAG(std::vector<std::string>, backends,
           "weights), torchscript (the "
           "backend), module (the package's own step); the others report 0. One alone suits a "
           "profiler.");
-ABSL_FLAG(int64_t, prefill_tokens, 512,
-          "Prompt length of the prefill comparison, float32 against int8 and bf16 weights (0: "
-          "none).");
+ABSL_FLAG(std::vector<std::string>, prefill_tokens, std::vector<std::string>({"512"}),
+          "Prompt lengths of the prefill comparison, float32 against int8 and bf16 weights, "
+          "comma-separated (0: none); the JSON line holds the first's.");
 ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
 ABSL_FLAG(int64_t, check_tokens, 0,
           "With N > 0: a speculation round's check of N tokens in row 0 (PrefillForRollBack) and "
@@ -138,6 +146,58 @@ std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repe
          line;
 }
 
+// A prompt of `length` tokens read into an empty row by each of the timed
+// models in turn (null: not timed); prints the medians and returns them as
+// the JSON line's ", \"prefill\": {...}".
+std::string TimePrefill(attn::NativeBackend* native, attn::NativeBackend* int8,
+                        attn::NativeBackend* bf16, int64_t length) {
+  const int repeats = absl::GetFlag(FLAGS_prefill_repeats);
+  const torch::Tensor row = torch::zeros({1}, torch::kLong);
+  const torch::Tensor prompt = torch::randint(3,
+                                              (native != nullptr ? native
+                                               : int8 != nullptr ? int8
+                                                                 : bf16)
+                                                  ->vocab_size(),
+                                              {1, length}, torch::kLong);
+  std::vector<double> float_ms, int8_ms, bf16_ms;
+  std::fprintf(stderr, "prefill of %ld tokens: %d each...\n", static_cast<long>(length), repeats);
+  std::vector<std::pair<attn::NativeBackend*, std::vector<double>*>> timings;
+  if (native != nullptr) timings.emplace_back(native, &float_ms);
+  if (int8 != nullptr) timings.emplace_back(int8, &int8_ms);
+  if (bf16 != nullptr) timings.emplace_back(bf16, &bf16_ms);
+  for (int i = 0; i < repeats; ++i) {
+    for (auto [backend, times] : timings) {
+      Check(backend->ResetRow(0));
+      times->push_back(Milliseconds(
+          [&] { Check(backend->Prefill(prompt, row, attn::PrefillLogits::kLast).status()); }));
+    }
+  }
+  const double f = Median(float_ms), q = Median(int8_ms), h = Median(bf16_ms);
+  std::printf("prefill %ld tokens: %s\n", static_cast<long>(length),
+              StepLine(f, q, h, 0, 0).c_str());
+  return absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
+                      ", \"native_int8_ms\": ", q, ", \"native_bf16_ms\": ", h, "}");
+}
+
+// The model of --shape (random weights, the same for every call) or of
+// --model's package, on `device`.
+attn::CausalLm LoadModel(const torch::Device& device) {
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  if (shape.empty()) {
+    auto package = attn::LoadPackage(absl::GetFlag(FLAGS_model), device);
+    Check(package.status());
+    return package->model;
+  }
+  absl::StatusOr<attn::LmConfig> config = attn::PublicShapeConfig(shape);
+  Check(config.status());
+  std::fprintf(stderr, "building %s with random weights...\n", shape.c_str());
+  torch::manual_seed(1);
+  attn::CausalLm model(*config);
+  model->eval();
+  model->to(device);
+  return model;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,23 +206,29 @@ int main(int argc, char** argv) {
   // temporaries are not fresh zeroed pages every layer.
   attn::KeepFreedMemoryForReuse();
   const int threads = attn::ConfigureThreads(absl::GetFlag(FLAGS_threads));
-  const std::string path = absl::GetFlag(FLAGS_model);
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  const std::string path = shape.empty() ? absl::GetFlag(FLAGS_model) : shape;
   const torch::Device device(absl::GetFlag(FLAGS_device));
   g_on_gpu = device.is_cuda();
-  auto package = attn::LoadPackage(path, device);
-  Check(package.status());
   const std::vector<std::string> backends = absl::GetFlag(FLAGS_backends);
   const auto timed = [&](const std::string& name) {
     return std::find(backends.begin(), backends.end(), name) != backends.end();
   };
   // A package without TorchScript methods (a hybrid's) runs natively only.
   const bool scripted = timed("torchscript") || timed("module");
+  if (!shape.empty()) Check(attn::PublicShapeConfig(shape).status());
+  if (scripted && !shape.empty()) {
+    Check(
+        absl::InvalidArgumentError("--shape has no TorchScript methods: time native, int8 or "
+                                   "bf16 (--backends)"));
+  }
+  const attn::CausalLm loaded = LoadModel(device);
   absl::StatusOr<std::unique_ptr<attn::TorchScriptBackend>> script;
   if (scripted) {
     script = attn::TorchScriptBackend::Load(path, device);
     Check(script.status());
   }
-  attn::NativeBackend native(package->model);
+  attn::NativeBackend native(loaded);
   // The int8 model only where it is timed, and a second copy only beside a
   // timed float one: the int8 model keeps its float weights for large
   // prefills, so each copy is the float size and more (5.8 GB and more for
@@ -171,12 +237,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<attn::NativeBackend> native_int8, native_bf16;
   bool package_taken = timed("native");
   const auto quantized = [&](auto quantize) {
-    attn::CausalLm model = package->model;
-    if (package_taken) {
-      auto copy = attn::LoadPackage(path, device);
-      Check(copy.status());
-      model = copy->model;
-    }
+    attn::CausalLm model = package_taken ? LoadModel(device) : loaded;
     package_taken = true;
     Check(quantize(model).status());
     return std::make_unique<attn::NativeBackend>(model);
@@ -190,6 +251,10 @@ int main(int argc, char** argv) {
   const int64_t vocab = native.vocab_size();
   std::printf("model %s on %s, %d threads, %ld rows at context %ld\n", path.c_str(),
               device.str().c_str(), threads, static_cast<long>(rows), static_cast<long>(context));
+  // What a decode step reads, for the bound of the device's bandwidth.
+  std::printf("model weights %.3f GB float32 (%.3f GB as bf16), state %.3f MB a stream\n",
+              loaded->dense_weight_bytes() / 1e9, loaded->dense_weight_bytes() / 2e9,
+              loaded->state_bytes_per_sequence(context) / 1e6);
   torch::InferenceMode inference;
   // Both backends' rows hold the same `context` tokens.
   const torch::Tensor prompt = torch::randint(3, vocab, {rows, context}, torch::kLong);
@@ -251,29 +316,12 @@ int main(int argc, char** argv) {
   }
   // A prompt read into an empty row by each timed model in turn.
   std::string prefill_json;
-  if (const int64_t length = absl::GetFlag(FLAGS_prefill_tokens); length > 0) {
-    const torch::Tensor row = torch::zeros({1}, torch::kLong);
-    const torch::Tensor long_prompt = torch::randint(3, vocab, {1, length}, torch::kLong);
-    std::vector<double> float_ms, int8_ms, bf16_ms;
-    std::fprintf(stderr, "prefill of %ld tokens: %d each...\n", static_cast<long>(length),
-                 absl::GetFlag(FLAGS_prefill_repeats));
-    std::vector<std::pair<attn::NativeBackend*, std::vector<double>*>> timings;
-    if (timed("native")) timings.emplace_back(&native, &float_ms);
-    if (native_int8 != nullptr) timings.emplace_back(native_int8.get(), &int8_ms);
-    if (native_bf16 != nullptr) timings.emplace_back(native_bf16.get(), &bf16_ms);
-    for (int i = 0; i < absl::GetFlag(FLAGS_prefill_repeats); ++i) {
-      for (auto [backend, times] : timings) {
-        Check(backend->ResetRow(0));
-        times->push_back(Milliseconds([&] {
-          Check(backend->Prefill(long_prompt, row, attn::PrefillLogits::kLast).status());
-        }));
-      }
-    }
-    const double f = Median(float_ms), q = Median(int8_ms), h = Median(bf16_ms);
-    std::printf("prefill %ld tokens: %s\n", static_cast<long>(length),
-                StepLine(f, q, h, 0, 0).c_str());
-    prefill_json = absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
-                                ", \"native_int8_ms\": ", q, ", \"native_bf16_ms\": ", h, "}");
+  for (const std::string& tokens : absl::GetFlag(FLAGS_prefill_tokens)) {
+    const int64_t length = std::stoll(tokens);
+    if (length <= 0) continue;
+    const std::string timed_json = TimePrefill(timed("native") ? &native : nullptr,
+                                               native_int8.get(), native_bf16.get(), length);
+    if (prefill_json.empty()) prefill_json = timed_json;
   }
   if (const int64_t length = absl::GetFlag(FLAGS_check_tokens); length > 0) {
     std::vector<std::pair<const char*, attn::NativeBackend*>> timings;

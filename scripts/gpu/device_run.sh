@@ -14,12 +14,14 @@
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench eagerbench serve sanitize optest opbench"): the
-#   steps to run, in that order; eagerbench times again with
+#   STEPS ("build test bench eagerbench serve sanitize shapes optest
+#   opbench"): the steps to run, in that order; eagerbench times again with
 #   ATTN_CUDA_GRAPHS=0; sanitize runs the short device tests under
-#   compute-sanitizer's memcheck and racecheck; optest and opbench run the
-#   device tests and the timings again with ATTN_CUDA_KERNELS=0
+#   compute-sanitizer's memcheck and racecheck; shapes times public models'
+#   shapes with random weights; optest and opbench run the device tests and
+#   the timings again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
+#   SHAPES ("rwkv7-0.1b mamba2-130m rwkv7-1.5b rwkv7-7.2b mamba2-2.7b")
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,8 +30,9 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench eagerbench serve sanitize optest opbench}
+STEPS=${STEPS:-build test bench eagerbench serve sanitize shapes optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
+SHAPES=${SHAPES:-rwkv7-0.1b mamba2-130m rwkv7-1.5b rwkv7-7.2b mamba2-2.7b}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
 mkdir -p "$OUT"
@@ -134,6 +137,23 @@ bench() {
   done
 }
 
+# Public models' shapes with random weights (model/checkpoints/
+# public_shapes.h): decode at 1 to 1,024 streams and prefills of 512 and
+# 4,096 tokens, float32 against bf16 weights; the largest in bf16 alone and
+# at 1 to 256 streams, where float32 weights, their bf16 copy and 1,024
+# streams' states would not fit together.
+shapes() {
+  local shape flags
+  for shape in $SHAPES; do
+    case "$shape" in
+      *-7.2b | *-2.7b) flags=(--backends=bf16 --batch=1,64,256) ;;
+      *) flags=(--backends=native,bf16 --batch=1,64,256,1024) ;;
+    esac
+    "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --shape="$shape" "${flags[@]}" \
+      --repeats=50 --prefill_tokens=512,4096 --prefill_repeats=5 || return
+  done
+}
+
 # The same timings with every step launched eagerly: what the decode step's
 # CUDA graphs gain.
 bench_eager() { ATTN_CUDA_GRAPHS=0 bench; }
@@ -183,6 +203,7 @@ case " $STEPS " in *" bench "*) step bench bench ;; esac
 case " $STEPS " in *" eagerbench "*) step bench_eager bench_eager ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
 case " $STEPS " in *" sanitize "*) step sanitize sanitize ;; esac
+case " $STEPS " in *" shapes "*) step shapes shapes ;; esac
 case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
 case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
@@ -193,6 +214,11 @@ if [ -s "$OUT/bench_eager.log" ]; then
   note ""
   note "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
   grep -hE "^(batch|prefill|model)" "$OUT/bench_eager.log" | tee -a "$summary" || true
+fi
+if [ -s "$OUT/shapes.log" ]; then
+  note ""
+  note "public shapes, random weights (--shape):"
+  grep -hE "^(batch|prefill|model)" "$OUT/shapes.log" | tee -a "$summary" || true
 fi
 if [ -s "$OUT/bench_by_ops.log" ]; then
   note ""
