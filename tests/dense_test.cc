@@ -310,5 +310,30 @@ TEST(DenseBf16, LibTorchsProductRoundsTheWeightsAsTheKernelsDo) {
   }
 }
 
+// A weight that nothing but Dense multiplies gives up its float32 values:
+// the parameter becomes its bf16 copy (the same memory), and Dense's
+// results do not change.
+TEST(DenseBf16, AWeightDropsItsFloatValuesForItsCopy) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(16);
+  torch::Tensor w = torch::randn({48, 160}) * 0.05;
+  const torch::Tensor b = torch::randn({48}), x = torch::randn({5, 160});
+  EXPECT_THROW(DropFloatValues(w), c10::Error) << "no copy yet";
+  QuantizeWeightBf16(w, Bf16Product::kLibTorch);
+  const torch::Tensor rounded = w.clone(), before = Dense(x, w, b);
+  const c10::TensorImpl* impl = w.unsafeGetTensorImpl();
+  EXPECT_EQ(DropFloatValues(w), 48 * 160 * 4);
+  EXPECT_EQ(w.unsafeGetTensorImpl(), impl) << "the same parameter";
+  EXPECT_EQ(w.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(w.to(torch::kFloat).equal(rounded));
+  EXPECT_TRUE(HasBf16Copy(w));
+  EXPECT_TRUE(Dense(x, w, b).equal(before));
+  EXPECT_EQ(DropFloatValues(w), 0) << "dropped before";
+  EXPECT_EQ(QuantizeWeightBf16(w, Bf16Product::kLibTorch), 48 * 160 * 2) << "keeps its copy";
+  torch::Tensor kernels_copy = torch::randn({48, 160});
+  QuantizeWeightBf16(kernels_copy);
+  EXPECT_THROW(DropFloatValues(kernels_copy), c10::Error) << "the CPU kernels' copy is packed";
+}
+
 }  // namespace
 }  // namespace attn

@@ -174,11 +174,13 @@ TEST_P(DeviceTest, GraphedStepsEqualFloat64) {
   }
 }
 
-// Bf16 weights as a GPU multiplies them (Bf16Product::kLibTorch: LibTorch's
-// bf16 product, cuBLAS's there; on a CPU the same operations): the parallel
-// form, streamed chunks and steps, and graphed steps against float64 of the
-// same rounded weights, within kBf16Tolerance of the logits' largest
-// magnitude. The activations' rounding is all that differs.
+// Bf16 weights as a GPU serves them (Bf16Product::kLibTorch: LibTorch's
+// bf16 product, cuBLAS's there, on weights that keep only their bf16
+// values; on a CPU the same operations): the parallel form, streamed
+// chunks, pool rows at different positions stepped together, and graphed
+// steps against float64 of the same rounded weights, within kBf16Tolerance
+// of the logits' largest magnitude. The activations' rounding is all that
+// differs.
 TEST_P(DeviceTest, Bf16WeightsStayWithinTheirTolerance) {
   torch::NoGradGuard no_grad;
   CausalLm rounded = SeededModel(config_);
@@ -186,13 +188,24 @@ TEST_P(DeviceTest, Bf16WeightsStayWithinTheirTolerance) {
   rounded->to(torch::kDouble);
   const torch::Tensor expected = rounded->forward(tokens_);
   const double bound = kBf16Tolerance * expected.abs().max().item<double>();
+  const int64_t float_bytes = model_->dense_weight_bytes();
   EXPECT_GT(model_->QuantizeBf16(Bf16Product::kLibTorch), 0);
+  // The projections, embedding and head hold only their bf16 values now.
+  EXPECT_LT(model_->dense_weight_bytes(), 0.6 * float_bytes);
   const double parallel = MaxAbsDiff(model_->forward(tokens_.to(device_)).cpu(), expected);
   EXPECT_LT(parallel, bound) << "parallel form on " << device_;
   EXPECT_GT(parallel, 1e-4) << "the products rounded nothing: the bf16 copies were not used";
   const torch::Tensor streamed =
       testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
   EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), bound) << "streamed on " << device_;
+  LmState pool = model_->initial_state(5, device_);
+  const std::vector<torch::Tensor> stepped =
+      StepScatteredRows(tokens_, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+        return model_->step(ids.to(device_), slots, pool);
+      });
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(stepped[b], expected[b]), bound) << "stepped, sequence " << b;
+  }
   if (!StepGraphs::Unavailable(model_, device_).empty()) return;
   const std::vector<torch::Tensor> graphed = GraphedSteps(model_, tokens_);
   ASSERT_EQ(graphed.size(), static_cast<size_t>(kRows));

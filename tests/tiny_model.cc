@@ -79,7 +79,15 @@ torch::Tensor StreamedLogits(CausalLm& model, const torch::Tensor& tokens, torch
                              const std::vector<int64_t>& chunks) {
   torch::NoGradGuard no_grad;
   LmState state = model->initial_state(tokens.size(0), device);
-  const torch::ScalarType dtype = model->parameters().front().scalar_type();
+  // The model's arithmetic's type (float64 for a reference): a parameter's,
+  // but not that of a weight holding only its bf16 values.
+  torch::ScalarType dtype = torch::kFloat;
+  for (const torch::Tensor& p : model->parameters()) {
+    if (p.scalar_type() != torch::kBFloat16) {
+      dtype = p.scalar_type();
+      break;
+    }
+  }
   for (MixerState& layer : state.layers) {
     for (torch::Tensor& t : layer.tensors) {
       if (t.is_floating_point()) t = t.to(dtype);

@@ -223,6 +223,7 @@ int main(int argc, char** argv) {
                                    "bf16 (--backends)"));
   }
   const attn::CausalLm loaded = LoadModel(device);
+  const int64_t float_bytes = loaded->dense_weight_bytes();  // before any quantisation
   absl::StatusOr<std::unique_ptr<attn::TorchScriptBackend>> script;
   if (scripted) {
     script = attn::TorchScriptBackend::Load(path, device);
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
               device.str().c_str(), threads, static_cast<long>(rows), static_cast<long>(context));
   // What a decode step reads, for the bound of the device's bandwidth.
   std::printf("model weights %.3f GB float32 (%.3f GB as bf16), state %.3f MB a stream\n",
-              loaded->dense_weight_bytes() / 1e9, loaded->dense_weight_bytes() / 2e9,
+              float_bytes / 1e9, float_bytes / 2e9,
               loaded->state_bytes_per_sequence(context) / 1e6);
   torch::InferenceMode inference;
   // Both backends' rows hold the same `context` tokens.

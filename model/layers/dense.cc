@@ -378,12 +378,13 @@ std::optional<Int8Matrix> Int8CopyOf(const torch::Tensor& weight) {
 bool HasInt8Copy(const torch::Tensor& weight) { return Int8Weights().Find(weight) != nullptr; }
 
 int64_t QuantizeWeightBf16(const torch::Tensor& weight, Bf16Product product) {
+  // A weight that kept its copy (DropFloatValues may have made it bf16).
+  if (HasBf16Copy(weight)) return weight.numel() * static_cast<int64_t>(sizeof(uint16_t));
   TORCH_CHECK(weight.scalar_type() == torch::kFloat && weight.dim() == 2 && !weight.is_inference(),
               "bf16 quantisation needs a float32 matrix, got ", weight.scalar_type(), " ",
               weight.sizes(), " on ", weight.device());
   const int64_t out = weight.size(0), in = weight.size(1);
   const int64_t bytes = out * in * static_cast<int64_t>(sizeof(uint16_t));
-  if (HasBf16Copy(weight)) return bytes;
   if (product == Bf16Product::kLibTorch || !weight.is_cpu()) {
     QuantizeForLibTorch(weight);
     return bytes;
@@ -404,6 +405,20 @@ int64_t QuantizeWeightBf16(const torch::Tensor& weight, Bf16Product product) {
   InstallBf16Copy(weight, torch::from_blob(widened.data(), {out, in}, torch::kFloat),
                   std::move(copy));
   return bytes;
+}
+
+int64_t DropFloatValues(const torch::Tensor& weight) {
+  const auto copy = Bf16Weights().Find(weight);
+  TORCH_CHECK(copy != nullptr && copy->values.defined(),
+              "only a weight with a bf16 copy for LibTorch's product can drop its float32 values");
+  if (weight.scalar_type() != torch::kFloat) return 0;  // dropped before
+  const int64_t freed = weight.numel() * weight.element_size();
+  {
+    torch::NoGradGuard no_grad;
+    weight.set_data(copy->values);  // the same parameter, now the copy's storage
+  }
+  Bf16Weights().Insert(weight, copy);  // its new address and version
+  return freed;
 }
 
 bool HasBf16Copy(const torch::Tensor& weight) { return Bf16Weights().Find(weight) != nullptr; }

@@ -99,12 +99,22 @@ enum class Bf16Product {
 // the rounded weights and rounded activations, which differ from the bf16
 // product only in the order of the sums. (Autograd, when a tensor requires
 // grad, multiplies unrounded activations.) The float32 weights stay too, for
-// those paths: the copy adds half their bytes.
+// those paths: the copy adds half their bytes, unless DropFloatValues frees
+// them.
 // Writing `weight` again later drops the bf16 copy; a weight that still has
 // one keeps it. Throws c10::Error when a value is not finite or rounds to
 // infinity (beyond about 3.39e38). Returns the bf16 copy's bytes.
 int64_t QuantizeWeightBf16(const torch::Tensor& weight,
                            Bf16Product product = Bf16Product::kForDevice);
+
+// Makes `weight`, which has a bf16 copy for LibTorch's product, that copy:
+// the parameter holds the bf16 values from then on and its float32 values'
+// memory is freed. Only for weights that nothing but Dense multiplies,
+// outside autograd (a GPU model's projections, embedding and head): the
+// float32 values would otherwise take twice the copy's memory and feed no
+// product. Throws c10::Error for a weight without such a copy. Returns the
+// bytes freed.
+int64_t DropFloatValues(const torch::Tensor& weight);
 
 // Whether Dense would multiply `weight` through its bf16 copy (at the row
 // counts above).

@@ -65,6 +65,9 @@ void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
 
 torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tensor& positions) {
   auto h = embedding_->forward(tokens);
+  // A table that dropped its float32 values (QuantizeBf16 on a GPU) gives
+  // bf16 rows: the residual stream stays float32.
+  if (h.scalar_type() == torch::kBFloat16) h = h.to(torch::kFloat);
   switch (config_.positions) {
     case PositionKind::kNone:
       return h;
@@ -394,8 +397,21 @@ int64_t CausalLmImpl::QuantizeBf16(Bf16Product product) {
   for (const auto& p : named_parameters()) {
     if (IsDenseWeight(p.key(), p.value())) bytes += QuantizeWeightBf16(p.value(), product);
   }
+  if (product == Bf16Product::kLibTorch || !embedding_->weight.is_cpu()) DropDenseFloatValues();
   ChooseRowGroups();
   return bytes;
+}
+
+void CausalLmImpl::DropDenseFloatValues() {
+  // Only Dense multiplies these outside autograd (the embedding is also
+  // looked up, and Embed widens its rows); other 2-D weights (a learned
+  // position table) keep their float32 values.
+  std::vector<torch::Tensor> weights = {embedding_->weight};
+  if (head_.defined()) weights.push_back(head_);
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (const auto* linear = module->as<torch::nn::Linear>()) weights.push_back(linear->weight);
+  }
+  for (const torch::Tensor& weight : weights) DropFloatValues(weight);
 }
 
 bool CausalLmImpl::has_int8_weights() const {

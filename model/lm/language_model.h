@@ -174,10 +174,14 @@ class CausalLmImpl : public torch::nn::Module {
   // each rounded to bf16 and the model then computing with the rounded
   // weights everywhere, its products multiplying the bf16 copies by
   // activations rounded to bf16 (on a CPU with the kernels, on a GPU with
-  // LibTorch's bf16 product; `product` says). Quantise on the device that
-  // serves: the copies belong to the weights' memory, and moving the model
-  // after drops them. Returns the bytes of the bf16 copies. Throws
-  // c10::Error, before changing anything, when a weight is not finite.
+  // LibTorch's bf16 product; `product` says). With LibTorch's product the
+  // projections, the embedding and the head then hold only their bf16
+  // values (DropFloatValues in model/layers/dense.h): a GPU model's dense
+  // weights take half the memory, and the model serves only outside
+  // autograd. Quantise on the device that serves: the copies belong to the
+  // weights' memory, and moving the model after drops them. Returns the
+  // bytes of the bf16 copies. Throws c10::Error, before changing anything,
+  // when a weight is not finite.
   int64_t QuantizeBf16(Bf16Product product = Bf16Product::kForDevice);
   // Whether any dense weight has an int8 copy (QuantizeInt8 ran, or the
   // model came from an int8 package).
@@ -193,6 +197,8 @@ class CausalLmImpl : public torch::nn::Module {
   void ChooseRowGroups();
 
  private:
+  // QuantizeBf16's last step with LibTorch's product.
+  void DropDenseFloatValues();
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
   torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
   torch::Tensor Head(const torch::Tensor& hidden);
