@@ -14,14 +14,16 @@
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
-#   STEPS ("build test bench eagerbench serve sanitize shapes optest
-#   opbench"): the steps to run, in that order; eagerbench times again with
-#   ATTN_CUDA_GRAPHS=0; sanitize runs the short device tests under
-#   compute-sanitizer's memcheck and racecheck; shapes times public models'
+#   STEPS ("build test bench eagerbench serve sanitize serverbench shapes
+#   optest opbench"): the steps to run, in that order; eagerbench times
+#   again with ATTN_CUDA_GRAPHS=0; sanitize runs the short device tests
+#   under compute-sanitizer's memcheck and racecheck; serverbench drives the
+#   real server on the GPU with 256 streams; shapes times public models'
 #   shapes with random weights; optest and opbench run the device tests and
 #   the timings again with ATTN_CUDA_KERNELS=0
 #   BENCH_MODELS ("models/rwkv7.pt models/aft-decay.pt")
 #   SHAPES ("rwkv7-0.1b mamba2-130m rwkv7-1.5b rwkv7-7.2b mamba2-2.7b")
+#   SERVER_MODEL (models/rwkv7.pt): the package serverbench serves
 #   BUDGET_S (480): a step that would start after this many seconds is skipped
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -30,9 +32,12 @@ OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
-STEPS=${STEPS:-build test bench eagerbench serve sanitize shapes optest opbench}
+STEPS=${STEPS:-build test bench eagerbench serve sanitize serverbench shapes optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 SHAPES=${SHAPES:-rwkv7-0.1b mamba2-130m rwkv7-1.5b rwkv7-7.2b mamba2-2.7b}
+SERVER_MODEL=${SERVER_MODEL:-models/rwkv7.pt}
+SERVER_DEVICE=${SERVER_DEVICE:-cuda}
+SERVER_SECONDS=${SERVER_SECONDS:-20}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
 mkdir -p "$OUT"
@@ -154,6 +159,24 @@ shapes() {
   done
 }
 
+# The real server on the GPU over gRPC: attnctl bench keeps 256 streams of
+# 128-token prompts and 128 generated tokens open for 20 s against
+# SERVER_MODEL, with float32 weights and then with --quantize=bf16.
+server_bench() (
+  . scripts/lib/local_server.sh
+  use_binaries "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl"
+  trap kill_servers EXIT
+  for quantize in none bf16; do
+    echo "server: $SERVER_MODEL on $SERVER_DEVICE, --quantize=$quantize, 256 streams over gRPC"
+    start_server "$OUT/serverbench-$quantize.log" --models="$SERVER_MODEL" \
+      --device="$SERVER_DEVICE" --quantize="$quantize" --max_active=256 --metrics_port=-1 || exit
+    "$BUILD_DIR/client/attnctl" --server="127.0.0.1:$server_port" bench --concurrency=256 \
+      --duration_s="$SERVER_SECONDS" --prompt_tokens=128 --max_tokens=128 --ignore_eos \
+      --progress=false || exit
+    stop_server "$server_pid"
+  done
+)
+
 # The same timings with every step launched eagerly: what the decode step's
 # CUDA graphs gain.
 bench_eager() { ATTN_CUDA_GRAPHS=0 bench; }
@@ -203,6 +226,7 @@ case " $STEPS " in *" bench "*) step bench bench ;; esac
 case " $STEPS " in *" eagerbench "*) step bench_eager bench_eager ;; esac
 case " $STEPS " in *" serve "*) step serve serve ;; esac
 case " $STEPS " in *" sanitize "*) step sanitize sanitize ;; esac
+case " $STEPS " in *" serverbench "*) step serverbench server_bench ;; esac
 case " $STEPS " in *" shapes "*) step shapes shapes ;; esac
 case " $STEPS " in *" optest "*) step device_tests_by_ops run_tests_by_ops ;; esac
 case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
@@ -214,6 +238,11 @@ if [ -s "$OUT/bench_eager.log" ]; then
   note ""
   note "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
   grep -hE "^(batch|prefill|model)" "$OUT/bench_eager.log" | tee -a "$summary" || true
+fi
+if [ -s "$OUT/serverbench.log" ]; then
+  note ""
+  note "the server on the GPU, 256 streams over gRPC (attnctl bench):"
+  grep -hE "^(server|streams|time to first|inter-token)" "$OUT/serverbench.log" | tee -a "$summary" || true
 fi
 if [ -s "$OUT/shapes.log" ]; then
   note ""
