@@ -65,7 +65,7 @@ absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation) 
 }
 
 int64_t PrefillChunkFor(int64_t flag, const std::string& device) {
-  if (flag > 0) return flag;
+  if (flag != 0) return flag;  // a negative one is refused by Validate, naming the flag
   return absl::StartsWith(device, "cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
 }
 

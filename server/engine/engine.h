@@ -79,12 +79,12 @@ absl::Status ParseSpeculation(absl::string_view name, Speculation* speculation);
 
 // Prompt tokens an engine iteration prefills by default: on a CPU a chunk
 // of 256 already keeps every core busy in matrix products, and more only
-// delays the running streams' next token; a GPU needs more rows to fill it
-// (vLLM's chunked prefill takes 2,048 tokens a step by default).
+// delays the running streams' next token; a GPU's products need more rows
+// before they stop waiting on memory (docs/model.md, "CUDA kernels").
 inline constexpr int64_t kCpuPrefillChunk = 256;
 inline constexpr int64_t kGpuPrefillChunk = 2048;
-// --prefill_chunk's value: `flag` where it is positive, else the default for
-// `device` ("cpu", "cuda", "cuda:N").
+// --prefill_chunk's value: `flag`, or for 0 the default for `device`
+// ("cpu", "cuda", "cuda:N").
 int64_t PrefillChunkFor(int64_t flag, const std::string& device);
 
 struct EngineOptions {

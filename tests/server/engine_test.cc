@@ -663,6 +663,7 @@ TEST(EngineOptionsTest, PrefillChunkDefaultsByDevice) {
   EXPECT_EQ(PrefillChunkFor(0, "cuda:1"), kGpuPrefillChunk);
   EXPECT_EQ(PrefillChunkFor(64, "cuda:0"), 64);
   EXPECT_EQ(PrefillChunkFor(512, "cpu"), 512);
+  EXPECT_EQ(PrefillChunkFor(-1, "cuda"), -1) << "left for Validate to refuse";
   EXPECT_EQ(EngineOptions().prefill_chunk, kCpuPrefillChunk);
   EXPECT_GT(kGpuPrefillChunk, kCpuPrefillChunk);
 }
