@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,6 +64,9 @@ ABSL_FLAG(std::vector<std::string>, prefill_tokens, std::vector<std::string>({"5
           "Prompt lengths of the prefill comparison, float32 against int8 and bf16 weights, "
           "comma-separated (0: none); the JSON line holds the first's.");
 ABSL_FLAG(int, prefill_repeats, 20, "Prefills timed per weight type.");
+ABSL_FLAG(double, bandwidth_gbs, 0,
+          "The device's copy rate in GB/s (scripts/gpu/ceilings.py): > 0 prints batch 1's "
+          "steps as fractions of the bound it sets, the weights' bytes over that rate.");
 ABSL_FLAG(int64_t, check_tokens, 0,
           "With N > 0: a speculation round's check of N tokens in row 0 (PrefillForRollBack) and "
           "its rollback to the first 1 and (N + 1) / 2 tokens, replayed (RollBackRow) against fed "
@@ -177,6 +181,24 @@ std::string TimePrefill(attn::NativeBackend* native, attn::NativeBackend* int8,
               StepLine(f, q, h, 0, 0).c_str());
   return absl::StrCat(", \"prefill\": {\"tokens\": ", length, ", \"native_ms\": ", f,
                       ", \"native_int8_ms\": ", q, ", \"native_bf16_ms\": ", h, "}");
+}
+
+// Batch 1's medians (0: not timed) as fractions of what reading the dense
+// weights once at --bandwidth_gbs takes: float32's bytes, int8's quarter
+// (its scales aside) and bf16's half.
+void PrintBandwidthBound(int64_t float_bytes, double native, double int8, double bf16) {
+  const double rate = absl::GetFlag(FLAGS_bandwidth_gbs);
+  if (rate <= 0) return;
+  std::string line;
+  for (auto [name, ms, bytes] : {std::tuple{"native", native, float_bytes / 1.0},
+                                 std::tuple{"native int8", int8, float_bytes / 4.0},
+                                 std::tuple{"native bf16", bf16, float_bytes / 2.0}}) {
+    if (ms <= 0) continue;
+    const double bound_ms = bytes / (rate * 1e9) * 1e3;
+    absl::StrAppendFormat(&line, "%s%s %.3f of its bound %.3f ms", line.empty() ? "" : ", ", name,
+                          bound_ms / ms, bound_ms);
+  }
+  if (!line.empty()) std::printf("batch   1 against %.0f GB/s: %s\n", rate, line.c_str());
 }
 
 // The model of --shape (random weights, the same for every call) or of
@@ -311,6 +333,7 @@ int main(int argc, char** argv) {
     const double n = Median(native_ms), q = Median(int8_ms), h = Median(bf16_ms),
                  s = Median(script_ms), m = Median(module_ms);
     std::printf("batch %3ld: %s\n", static_cast<long>(batch), StepLine(n, q, h, s, m).c_str());
+    if (batch == 1) PrintBandwidthBound(float_bytes, n, q, h);
     json.push_back(absl::StrCat("\"", batch, "\": {\"native_ms\": ", n, ", \"native_int8_ms\": ", q,
                                 ", \"native_bf16_ms\": ", h, ", \"torchscript_ms\": ", s,
                                 ", \"module_ms\": ", m, "}"));

@@ -144,18 +144,22 @@ bench() {
 
 # Public models' shapes with random weights (model/checkpoints/
 # public_shapes.h): decode at 1 to 1,024 streams and prefills of 512 and
-# 4,096 tokens, float32 against bf16 weights; the largest in bf16 alone and
-# at 1 to 256 streams, where float32 weights, their bf16 copy and 1,024
-# streams' states would not fit together.
+# 4,096 tokens, float32 against bf16 weights; the largest in bf16 alone,
+# RWKV-7 7.2B at up to 960 streams (34.6 MB of state each) and Mamba-2 2.7B
+# at up to 256 (172 MB each). Batch 1 also as a fraction of the bound the
+# copy rate of step ceilings sets.
 shapes() {
-  local shape flags
+  local shape flags copy_gbs
+  copy_gbs=$(awk '/^ceiling copy/ {print $3}' "$OUT/ceilings.log" 2>/dev/null)
   for shape in $SHAPES; do
     case "$shape" in
-      *-7.2b | *-2.7b) flags=(--backends=bf16 --batch=1,64,256) ;;
+      *-7.2b) flags=(--backends=bf16 --batch=1,64,256,960) ;;  # Albatross's batch
+      *-2.7b) flags=(--backends=bf16 --batch=1,64,256) ;;
       *) flags=(--backends=native,bf16 --batch=1,64,256,1024) ;;
     esac
     "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --shape="$shape" "${flags[@]}" \
-      --repeats=50 --prefill_tokens=512,4096 --prefill_repeats=5 || return
+      --repeats=50 --prefill_tokens=512,4096 --prefill_repeats=5 --bandwidth_gbs="${copy_gbs:-0}" ||
+      return
   done
 }
 
@@ -215,6 +219,7 @@ note ""
 note "| step | outcome |"
 note "| --- | --- |"
 step machine machine
+step ceilings python3 scripts/gpu/ceilings.py
 step unpack unpack || exit 1
 torch_libs=$(torch_dir lib)
 export LD_LIBRARY_PATH="$KIT_ROOT/usr/lib/x86_64-linux-gnu:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -233,6 +238,7 @@ case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true
+grep -hE "^ceiling" "$OUT/ceilings.log" 2>/dev/null | tee -a "$summary" || true
 grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null | tee -a "$summary" || true
 if [ -s "$OUT/bench_eager.log" ]; then
   note ""
