@@ -154,15 +154,10 @@ std::string TimeRollBacks(attn::NativeBackend& backend, int64_t length, int repe
 // models in turn (null: not timed); prints the medians and returns them as
 // the JSON line's ", \"prefill\": {...}".
 std::string TimePrefill(attn::NativeBackend* native, attn::NativeBackend* int8,
-                        attn::NativeBackend* bf16, int64_t length) {
+                        attn::NativeBackend* bf16, int64_t vocab, int64_t length) {
   const int repeats = absl::GetFlag(FLAGS_prefill_repeats);
   const torch::Tensor row = torch::zeros({1}, torch::kLong);
-  const torch::Tensor prompt = torch::randint(3,
-                                              (native != nullptr ? native
-                                               : int8 != nullptr ? int8
-                                                                 : bf16)
-                                                  ->vocab_size(),
-                                              {1, length}, torch::kLong);
+  const torch::Tensor prompt = torch::randint(3, vocab, {1, length}, torch::kLong);
   std::vector<double> float_ms, int8_ms, bf16_ms;
   std::fprintf(stderr, "prefill of %ld tokens: %d each...\n", static_cast<long>(length), repeats);
   std::vector<std::pair<attn::NativeBackend*, std::vector<double>*>> timings;
@@ -344,7 +339,7 @@ int main(int argc, char** argv) {
     const int64_t length = std::stoll(tokens);
     if (length <= 0) continue;
     const std::string timed_json = TimePrefill(timed("native") ? &native : nullptr,
-                                               native_int8.get(), native_bf16.get(), length);
+                                               native_int8.get(), native_bf16.get(), vocab, length);
     if (prefill_json.empty()) prefill_json = timed_json;
   }
   if (const int64_t length = absl::GetFlag(FLAGS_check_tokens); length > 0) {

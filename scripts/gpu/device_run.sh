@@ -238,27 +238,23 @@ case " $STEPS " in *" opbench "*) step bench_by_ops bench_by_ops ;; esac
 # The build's errors, deduplicated, for the next change.
 grep -h "error:" "$OUT/build.log" "$OUT/configure.log" 2>/dev/null | sort | uniq -c |
   sort -rn | head -n 40 > "$OUT/errors.txt" || true
-grep -hE "^ceiling" "$OUT/ceilings.log" 2>/dev/null | tee -a "$summary" || true
-grep -hE "^(batch|prefill|model)" "$OUT/bench.log" 2>/dev/null | tee -a "$summary" || true
-if [ -s "$OUT/bench_eager.log" ]; then
-  note ""
-  note "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
-  grep -hE "^(batch|prefill|model)" "$OUT/bench_eager.log" | tee -a "$summary" || true
-fi
-if [ -s "$OUT/serverbench.log" ]; then
-  note ""
-  note "the server on the GPU, 256 streams over gRPC (attnctl bench):"
-  grep -hE "^(server|streams|time to first|inter-token)" "$OUT/serverbench.log" | tee -a "$summary" || true
-fi
-if [ -s "$OUT/shapes.log" ]; then
-  note ""
-  note "public shapes, random weights (--shape):"
-  grep -hE "^(batch|prefill|model)" "$OUT/shapes.log" | tee -a "$summary" || true
-fi
-if [ -s "$OUT/bench_by_ops.log" ]; then
-  note ""
-  note "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"
-  grep -hE "^(batch|prefill|model)" "$OUT/bench_by_ops.log" | tee -a "$summary" || true
-fi
+# summarize LOG PATTERN [TITLE]: LOG's lines matching PATTERN in the
+# summary, under TITLE; nothing where the step wrote no LOG.
+summarize() {
+  [ -s "$OUT/$1" ] || return 0
+  if [ $# -gt 2 ]; then
+    note ""
+    note "$3"
+  fi
+  grep -hE "$2" "$OUT/$1" | tee -a "$summary" || true
+}
+timings='^(batch|prefill|model)'
+summarize ceilings.log '^ceiling'
+summarize bench.log "$timings"
+summarize bench_eager.log "$timings" "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
+summarize serverbench.log '^(server|streams|time to first|inter-token)' \
+  "the server on the GPU, 256 streams over gRPC (attnctl bench):"
+summarize shapes.log "$timings" "public shapes, random weights (--shape):"
+summarize bench_by_ops.log "$timings" "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"
 note ""
 note "total $((SECONDS - started)) s"
