@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/cuda/state_kernels.h"
 
 namespace attn {
 
@@ -30,7 +31,7 @@ std::string StepGraphs::Unavailable(const CausalLm& model, torch::Device device)
       off != nullptr && std::string(off) == "0") {
     return "ATTN_CUDA_GRAPHS=0";
   }
-  return step_graphs_internal::WhyNotCapturable(model->config());
+  return step_graphs_internal::WhyNotCapturable(model->config(), cuda::KernelsEnabled());
 }
 
 struct StepGraphs::Impl {
@@ -68,7 +69,9 @@ bool StepGraphs::Impl::Capture(int64_t bucket, LmState& state) {
       [this, bucket, &state] {
         // The host ids only satisfy the layers' checks: the step indexes
         // rows with the device copy, which each replay fills.
-        const StepRows step_rows(torch::arange(bucket, torch::kLong), rows_in.narrow(0, 0, bucket));
+        // Step() checks the rows' room before each replay.
+        const StepRows step_rows(torch::arange(bucket, torch::kLong), rows_in.narrow(0, 0, bucket),
+                                 StepRows::Capacity::kCallerChecked);
         return model->StepChecked(tokens_in.narrow(0, 0, bucket), step_rows, state);
       },
       share, &error);
@@ -94,6 +97,7 @@ std::optional<torch::Tensor> StepGraphs::Step(const torch::Tensor& tokens,
   const torch::Tensor host_tokens = tokens.to(torch::kCPU);
   g.model->CheckTokens(host_tokens);
   const torch::Tensor host_rows = CheckSlots(g.rows, rows, batch);
+  step_graphs_internal::CheckRoom(state, host_rows, g.model->max_context());
   if (!step_graphs_internal::StateAt(state, g.addresses)) {
     g.graphs.clear();  // captured on a pool since reallocated
     g.warmed.clear();
@@ -120,22 +124,42 @@ int64_t StepGraphs::graphs() const { return static_cast<int64_t>(impl_->graphs.s
 
 namespace step_graphs_internal {
 
-std::string WhyNotCapturable(const LmConfig& config) {
+std::string WhyNotCapturable(const LmConfig& config, bool kernels) {
   if (config.positions != PositionKind::kNone) return "the model has positional embeddings";
   if (config.moe.experts > 0) return "a mixture of experts routes its rows on the host";
   // Recurrences and aft-decay: their steps read no length on the host.
-  // Attention and AFT's other kinds size their work by the rows' lengths.
+  // Attention sizes its work by the rows' lengths, and so does AFT's
+  // op-by-op step; AFT's kernel reads them on the device.
   constexpr MixerKind kRecurrent[] = {
       MixerKind::kLinearElu, MixerKind::kLinearExp, MixerKind::kLinearDecay, MixerKind::kAftDecay,
       MixerKind::kRwkv7,     MixerKind::kRwkv4,     MixerKind::kMamba2,      MixerKind::kShortConv};
+  constexpr MixerKind kAft[] = {MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kAftSimple,
+                                MixerKind::kAftConv};
+  const auto among = [](const auto& kinds, MixerKind kind) {
+    return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
+  };
   for (int64_t l = 0; l < config.layers; ++l) {
     const MixerKind kind = config.layer_mixer(l);
-    if (std::find(std::begin(kRecurrent), std::end(kRecurrent), kind) == std::end(kRecurrent)) {
-      return absl::StrCat("layer ", l, " is ", MixerKindName(kind),
-                          ", whose step sizes its work by the rows' lengths on the host");
-    }
+    if (among(kRecurrent, kind) || (kernels && among(kAft, kind))) continue;
+    return absl::StrCat(
+        "layer ", l, " is ", MixerKindName(kind),
+        among(kAft, kind) ? ", whose step without the fused CUDA kernels" : ", whose step",
+        " sizes its work by the rows' lengths on the host");
   }
   return "";
+}
+
+void CheckRoom(const LmState& state, const torch::Tensor& rows, int64_t limit) {
+  if (limit < 0 || state.layers.empty()) return;
+  // Every layer's lengths advance together: the first layer's are all's.
+  const torch::Tensor lengths = state.layers.front().length.to(torch::kCPU).contiguous();
+  const int64_t* length = lengths.data_ptr<int64_t>();
+  const int64_t* row = rows.data_ptr<int64_t>();
+  for (int64_t b = 0; b < rows.size(0); ++b) {
+    TORCH_CHECK(length[row[b]] < limit, "the model holds at most ", limit,
+                " tokens per sequence; the sequence in row ", row[b], ", at ", length[row[b]],
+                ", cannot take another");
+  }
 }
 
 PaddedStep PadStep(const torch::Tensor& tokens, const torch::Tensor& rows, int64_t bucket,

@@ -12,7 +12,11 @@
 //
 // Only a step that never waits for the GPU can be captured
 // (CausalLm::StepChecked, model/mixers/step_rows.h), so graphs serve models
-// whose every layer is a recurrence (Unavailable() says why not otherwise).
+// whose every layer is a recurrence, or an AFT kind when the fused step
+// kernels run (Unavailable() says why not otherwise). A model bounded by a
+// max_context (aft-local, aft-full) has its rows' lengths checked before
+// each replay, one small read from the device; spare rows run on past it,
+// which the kernels tolerate.
 // A bucket's first batch runs eagerly, which also sets up what the step
 // initialises lazily (cuBLAS handles, kernels' modules); its second is
 // captured and replayed. If a capture fails, every step of this model runs
@@ -96,8 +100,16 @@ namespace step_graphs_internal {
 bool GraphsBuilt();
 
 // Why a model of `config` has a step that reads device values on the host
-// (and so cannot be captured); empty when it has none.
-std::string WhyNotCapturable(const LmConfig& config);
+// (and so cannot be captured); empty when it has none. `kernels`: whether
+// the fused CUDA step kernels run (model/cuda/state_kernels.h), which read
+// AFT's lengths on the device where its op-by-op step reads them on the
+// host.
+std::string WhyNotCapturable(const LmConfig& config, bool kernels);
+
+// Throws c10::Error unless every row of `rows` (host ids) of `state` can
+// take one more token under `limit` tokens (-1: unbounded). Reads the
+// rows' lengths from the device: a replay runs no layer's own check.
+void CheckRoom(const LmState& state, const torch::Tensor& rows, int64_t limit);
 
 // A step's host tokens and rows padded to `bucket` entries: padding tokens
 // are 0, padding rows the spares from `first_spare` on.

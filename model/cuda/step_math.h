@@ -232,8 +232,11 @@ ATTN_HOST_DEVICE inline void AftChannel(const AftStepArgs& a, int64_t row, int64
   const float v = a.v[row * a.stride + d];
   const float* u = nullptr;
   if (s > 0) {
+    // A row past the table is a CUDA graph's spare row, run on past the
+    // context (model/backend/step_graphs.h): it reads the last row.
     const int64_t group = d / (channels / a.bias_heads);
-    u = a.bias + (group * a.bias_rows + (a.bias_rows > 1 ? t : 0)) * s;
+    const int64_t table_row = t < a.bias_rows ? t : a.bias_rows - 1;
+    u = a.bias + (group * a.bias_rows + table_row) * s;
   }
   const float m = fmaxf(a.c[at], k), scale = expf(a.c[at] - m), ek = expf(k - m);
   const float own = s > 0 ? expf(u[0]) : 1.f;

@@ -275,8 +275,10 @@ std::pair<torch::Tensor, torch::Tensor> AftImpl::StepFactors(
   const int64_t batch = t.size(0), s = window_, d = options_.d_model;
   const int64_t groups = bias_heads_, width = d / groups;
   const auto table = position_bias_.to(options.dtype());  // [G, rows, S]
-  const auto rows =
-      table.size(1) > 1 ? table.index_select(1, t) : table.expand({groups, batch, s});  // [G, B, S]
+  // A row past the table (a CUDA graph's spare row, which runs on past the
+  // context) reads the last row, as the kernel does.
+  const auto rows = table.size(1) > 1 ? table.index_select(1, t.clamp_max(table.size(1) - 1))
+                                      : table.expand({groups, batch, s});  // [G, B, S]
   // Slot j holds the key of the position p in [t - S, t) with p = j mod S:
   // delta = t - p in 1..S, and the slot holds nothing yet where p < 0.
   const auto j = torch::arange(span, t.options()).view({1, span});

@@ -359,8 +359,13 @@ void CheckRowCapacity(const MixerOptions& options, int64_t limit, const int64_t*
 void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& slots,
                                   int64_t tokens) const {
   // A recurrence holds any length: no reason to read the lengths, which on a
-  // GPU would wait for it.
+  // GPU would wait for it. Nor when the step's caller checked them.
   if (max_context() < 0) return;
+  if (const StepRows* step = StepRows::Current();
+      step != nullptr && step->capacity() == StepRows::Capacity::kCallerChecked &&
+      step->Names(slots)) {
+    return;
+  }
   const auto lengths = state.length.to(torch::kCPU).contiguous();
   CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
                    slots.size(0), tokens);

@@ -13,8 +13,11 @@ thread_local const StepRows* current_step = nullptr;
 
 }  // namespace
 
-StepRows::StepRows(torch::Tensor host, torch::Tensor device)
-    : host_(std::move(host)), device_(std::move(device)), previous_(current_step) {
+StepRows::StepRows(torch::Tensor host, torch::Tensor device, Capacity capacity)
+    : host_(std::move(host)),
+      device_(std::move(device)),
+      capacity_(capacity),
+      previous_(current_step) {
   current_step = this;
 }
 

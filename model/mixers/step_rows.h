@@ -22,9 +22,15 @@ namespace attn {
 
 class StepRows {
  public:
+  // Who keeps the rows within a bounded layer's max_context: the layers,
+  // which read the rows' lengths (on a GPU, a wait), or the caller, which
+  // checked them before the step (a CUDA graph's capture: its replays run
+  // no host code, so a check inside the step would guard nothing).
+  enum class Capacity { kLayersCheck, kCallerChecked };
+
   // `host`: checked int64 ids on the CPU; `device`: the same ids on the
   // model's device (the same tensor where that is the CPU).
-  StepRows(torch::Tensor host, torch::Tensor device);
+  StepRows(torch::Tensor host, torch::Tensor device, Capacity capacity = Capacity::kLayersCheck);
   ~StepRows();
   StepRows(const StepRows&) = delete;
   StepRows& operator=(const StepRows&) = delete;
@@ -35,9 +41,11 @@ class StepRows {
   bool Names(const torch::Tensor& slots) const;
   const torch::Tensor& host() const { return host_; }
   const torch::Tensor& device() const { return device_; }
+  Capacity capacity() const { return capacity_; }
 
  private:
   torch::Tensor host_, device_;
+  Capacity capacity_;
   const StepRows* previous_;
 };
 
