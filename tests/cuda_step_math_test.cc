@@ -2,7 +2,8 @@
 // block, warp channel and lane as the kernels run them, the lanes' parts
 // summed in place of the warp's shuffles, against the recurrences of
 // model/mixers/mamba2.h, rwkv7.h, linear_attention.h, aft_decay.h and
-// aft.h written here in float64. Sizes are not
+// aft.h, and softmax attention over a cache (kv_cache.h), written here in
+// float64. Sizes are not
 // multiples of the warp, and groups share B and C, so the indexing is what
 // is checked; the launch itself runs on a GPU (device_tests there, with and
 // without the kernels).
@@ -479,6 +480,118 @@ TEST(CudaStepMath, AftThreadsFollowThePrefixSums) {
     for (int64_t i = untouched * d; i < (untouched + 1) * d; ++i) ASSERT_EQ(p.c[i], before.c[i]);
     for (int64_t i = untouched * s * d; i < (untouched + 1) * s * d; ++i) {
       ASSERT_EQ(p.ek[i], before.ek[i]);
+    }
+  }
+}
+
+// Attention over a cache: four rows at lengths 5, 2, 0 and 9 (past the
+// cache of 9 positions: the kernel writes its zeros, the cache stays),
+// heads sharing
+// key/value heads or not, with ALiBi's and Transformer-XL's terms, run as
+// the kernels run it: the append, then four warps taking every fourth
+// position, merged.
+TEST(CudaStepMath, AttentionWarpsMergeToTheSoftmaxOverTheCache) {
+  const int64_t batch = 4, heads = 4, n = 40, capacity = 9, rows = 5, warps = 4;
+  const std::vector<int64_t> slots = {3, 0, 4, 2}, lengths = {2, 0, 0, 5, 9};
+  struct Form {
+    int64_t kv_heads;
+    bool alibi, xl;
+  };
+  for (const Form form : {Form{2, true, false}, Form{4, false, true}, Form{1, false, false}}) {
+    const int64_t kv = form.kv_heads, stride = (heads + 2 * kv) * n;
+    SCOPED_TRACE("kv heads " + std::to_string(kv));
+    std::mt19937 gen(31);
+    const auto qkv = Random(batch * stride, -1, 1, gen);
+    const auto log_slopes = Random(heads, -3, 0, gen), u = Random(heads * n, -1, 1, gen);
+    const auto p = Random(heads * n, -1, 1, gen), r = Random(heads * capacity * n, -1, 1, gen);
+    const auto k_before = Random(rows * kv * capacity * n, -2, 2, gen);
+    const auto v_before = Random(k_before.size(), -2, 2, gen);
+    auto k_cache = k_before, v_cache = v_before;
+    auto out = Unwritten(batch * heads * n);
+    cuda::AttentionStepArgs a;
+    a.batch = batch, a.heads = heads, a.kv_heads = kv, a.head_dim = n, a.capacity = capacity;
+    a.stride = stride, a.scale = 1.f / std::sqrt(static_cast<float>(n)), a.q = qkv.data();
+    a.k = a.q + heads * n, a.v = a.k + kv * n, a.slots = slots.data(), a.lengths = lengths.data();
+    a.log_slopes = form.alibi ? log_slopes.data() : nullptr;
+    a.content_bias = form.xl ? u.data() : nullptr, a.position_bias = form.xl ? p.data() : nullptr;
+    a.r = form.xl ? r.data() : nullptr;
+    a.k_cache = k_cache.data(), a.v_cache = v_cache.data(), a.out = out.data();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t g = 0; g < kv; ++g) {
+        for (int64_t e = 0; e < n; ++e) cuda::AttentionAppend(a, b, g, e);
+      }
+    }
+    for (int64_t block = 0; block < batch * heads; ++block) {
+      const int64_t t = cuda::AttentionLength(a, block);
+      if (t < 0) {
+        EXPECT_EQ(lengths[slots[block / heads]], capacity);
+        continue;
+      }
+      std::vector<float> maxes(warps), sums(warps), values(warps * n);
+      for (int64_t w = 0; w < warps; ++w) {
+        std::vector<cuda::SoftmaxRun> runs(kWarp);
+        for (int64_t j = w; j <= t; j += warps) {
+          float dot = 0.f;
+          for (int lane = 0; lane < kWarp; ++lane)
+            dot += cuda::AttentionDotPart(a, block, t, j, lane);
+          const float score = cuda::AttentionScore(a, block, t, j, dot);
+          for (int lane = 0; lane < kWarp; ++lane)
+            cuda::AttentionTake(a, block, j, lane, score, &runs[lane]);
+        }
+        maxes[w] = runs[0].max, sums[w] = runs[0].sum;
+        for (int64_t e = 0; e < n; ++e) values[w * n + e] = runs[e % kWarp].values[e / kWarp];
+      }
+      for (int64_t e = 0; e < n; ++e) {
+        cuda::AttentionOutput(a, block, e, maxes.data(), sums.data(), values.data(), warps);
+      }
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t slot = slots[b], t = lengths[slot];
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / (heads / kv), block = b * heads + h;
+        if (t >= capacity) {
+          for (int64_t e = 0; e < n; ++e) EXPECT_TRUE(std::isnan(out[block * n + e]));
+          continue;
+        }
+        // Key and value j: the cache's, but the row's new ones at t.
+        auto cached = [&](const std::vector<float>& cache, int64_t j, int64_t e, int64_t offset) {
+          return j == t ? static_cast<double>(qkv[b * stride + offset + g * n + e])
+                        : static_cast<double>(cache[((slot * kv + g) * capacity + j) * n + e]);
+        };
+        std::vector<double> score(t + 1);
+        for (int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < n; ++e) {
+            const double q = qkv[b * stride + h * n + e];
+            dot += (q + (form.xl ? u[h * n + e] : 0.0)) * cached(k_before, j, e, heads * n);
+            if (form.xl) dot += (q + p[h * n + e]) * r[(h * capacity + t - j) * n + e];
+          }
+          score[j] = dot / std::sqrt(static_cast<double>(n)) -
+                     (form.alibi ? std::exp(static_cast<double>(log_slopes[h])) * (t - j) : 0.0);
+        }
+        const double top = *std::max_element(score.begin(), score.end());
+        for (int64_t e = 0; e < n; ++e) {
+          double num = 0, den = 0;
+          for (int64_t j = 0; j <= t; ++j) {
+            num += std::exp(score[j] - top) * cached(v_before, j, e, (heads + kv) * n);
+            den += std::exp(score[j] - top);
+          }
+          ExpectClose(out[block * n + e], num / den, "y", block * n + e);
+        }
+      }
+    }
+    // The cache changed only at the live rows' lengths, to their keys and values.
+    for (int64_t i = 0; i < static_cast<int64_t>(k_cache.size()); ++i) {
+      const int64_t slot = i / (kv * capacity * n), j = i / n % capacity;
+      const int64_t at = std::find(slots.begin(), slots.end(), slot) - slots.begin();
+      if (at == batch || j != lengths[slot]) {
+        ASSERT_EQ(k_cache[i], k_before[i]) << "key at " << i;
+        ASSERT_EQ(v_cache[i], v_before[i]) << "value at " << i;
+        continue;
+      }
+      const int64_t g = i / (capacity * n) % kv, e = i % n;
+      ASSERT_EQ(k_cache[i], qkv[at * stride + heads * n + g * n + e]) << "key at " << i;
+      ASSERT_EQ(v_cache[i], qkv[at * stride + (heads + kv) * n + g * n + e]) << "value at " << i;
     }
   }
 }

@@ -56,25 +56,31 @@ TEST(StepGraphs, PaddingTakesTheSpareRowsAndTokenZero) {
 }
 
 // Models whose steps size their work by the rows' lengths on the host, or
-// route rows there, are not captured; AFT is, where its kernels run.
-TEST(StepGraphs, RecurrentModelsAreCapturedAndAftWithItsKernels) {
+// route rows there, are not captured; AFT and attention are, where their
+// kernels run, but not with positional embeddings.
+TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
   using step_graphs_internal::WhyNotCapturable;
   for (const bool kernels : {false, true}) {
     SCOPED_TRACE(kernels ? "with the kernels" : "without the kernels");
     EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kMamba2), kernels), "");
     EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kAftDecay), kernels), "");
-    EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kMha), kernels), "");
-    EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), kernels)
-                  .find("layer 1 is gqa, whose step sizes"),
-              std::string::npos);
+    EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kMha), kernels),
+              "the model has positional embeddings");
     LmConfig experts = testing::TinyConfig(MixerKind::kRwkv7);
     experts.moe.experts = 4;
     EXPECT_NE(WhyNotCapturable(experts, kernels), "");
   }
+  EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), true), "");
+  EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), false)
+                .find("layer 1 is gqa, whose step without the fused CUDA kernels sizes"),
+            std::string::npos);
   for (const MixerKind kind :
-       {MixerKind::kAftConv, MixerKind::kAftLocal, MixerKind::kAftFull, MixerKind::kAftSimple}) {
-    EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(kind), true), "") << MixerKindName(kind);
-    EXPECT_NE(WhyNotCapturable(testing::TinyConfig(kind), false)
+       {MixerKind::kAftConv, MixerKind::kAftLocal, MixerKind::kAftFull, MixerKind::kAftSimple,
+        MixerKind::kMha, MixerKind::kMhaAlibi, MixerKind::kRelative, MixerKind::kGqa}) {
+    LmConfig config = testing::TinyConfig(kind);
+    config.positions = PositionKind::kNone;
+    EXPECT_EQ(WhyNotCapturable(config, true), "") << MixerKindName(kind);
+    EXPECT_NE(WhyNotCapturable(config, false)
                   .find(absl::StrCat("layer 0 is ", MixerKindName(kind),
                                      ", whose step without the fused CUDA kernels")),
               std::string::npos);
@@ -119,7 +125,8 @@ StepCapturer RerunCapturer(int* captures, std::string error = "") {
 
 constexpr int64_t kRows = 3;
 
-// A float64 model: the CPU runs its op path, the one a GPU captures.
+// A float64 model: the CPU runs its op-by-op step, which a GPU captures
+// (or, for AFT, the kernel that does the same to the same rows).
 CausalLm Float64Model(MixerKind kind) {
   CausalLm model = testing::TinyModel(kind, 13);
   model->to(torch::kDouble);
@@ -139,6 +146,10 @@ LmState Float64Pool(const CausalLm& model, int64_t rows) {
 
 class StepGraphsReplayTest : public ::testing::TestWithParam<MixerKind> {};
 
+// Attention is not among the kinds: its op-by-op step, the CPU's, finds
+// positions by the host ids, which a capture's only stand in for; its
+// captured step is the GPU kernel's (device_tests).
+//
 // Three sequences in scattered rows, joining at different times: batches
 // of 1, 2 and 3 rows (3 padded to 4 with a spare), each bucket run eagerly
 // once, then captured and replayed.

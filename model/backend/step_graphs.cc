@@ -128,22 +128,23 @@ std::string WhyNotCapturable(const LmConfig& config, bool kernels) {
   if (config.positions != PositionKind::kNone) return "the model has positional embeddings";
   if (config.moe.experts > 0) return "a mixture of experts routes its rows on the host";
   // Recurrences and aft-decay: their steps read no length on the host.
-  // Attention sizes its work by the rows' lengths, and so does AFT's
-  // op-by-op step; AFT's kernel reads them on the device.
+  // AFT's other kinds and attention size their work by the rows' lengths
+  // in their op-by-op steps; their CUDA kernels read them on the device.
   constexpr MixerKind kRecurrent[] = {
       MixerKind::kLinearElu, MixerKind::kLinearExp, MixerKind::kLinearDecay, MixerKind::kAftDecay,
       MixerKind::kRwkv7,     MixerKind::kRwkv4,     MixerKind::kMamba2,      MixerKind::kShortConv};
-  constexpr MixerKind kAft[] = {MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kAftSimple,
-                                MixerKind::kAftConv};
+  constexpr MixerKind kByKernel[] = {
+      MixerKind::kAftFull, MixerKind::kAftLocal, MixerKind::kAftSimple, MixerKind::kAftConv,
+      MixerKind::kMha,     MixerKind::kMhaAlibi, MixerKind::kRelative,  MixerKind::kGqa};
   const auto among = [](const auto& kinds, MixerKind kind) {
     return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
   };
   for (int64_t l = 0; l < config.layers; ++l) {
     const MixerKind kind = config.layer_mixer(l);
-    if (among(kRecurrent, kind) || (kernels && among(kAft, kind))) continue;
+    if (among(kRecurrent, kind) || (kernels && among(kByKernel, kind))) continue;
     return absl::StrCat(
         "layer ", l, " is ", MixerKindName(kind),
-        among(kAft, kind) ? ", whose step without the fused CUDA kernels" : ", whose step",
+        among(kByKernel, kind) ? ", whose step without the fused CUDA kernels" : ", whose step",
         " sizes its work by the rows' lengths on the host");
   }
   return "";

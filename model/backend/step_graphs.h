@@ -12,11 +12,14 @@
 //
 // Only a step that never waits for the GPU can be captured
 // (CausalLm::StepChecked, model/mixers/step_rows.h), so graphs serve models
-// whose every layer is a recurrence, or an AFT kind when the fused step
-// kernels run (Unavailable() says why not otherwise). A model bounded by a
-// max_context (aft-local, aft-full) has its rows' lengths checked before
-// each replay, one small read from the device; spare rows run on past it,
-// which the kernels tolerate.
+// whose every layer is a recurrence, or AFT or attention when the fused
+// step kernels run (Unavailable() says why not otherwise); not a model
+// with positional embeddings, whose tables a spare row run on past the
+// context would read beyond (below). A model
+// bounded by a max_context (attention's cache, aft-local's and aft-full's
+// bias tables) has its rows' lengths checked before each replay, one small
+// read from the device; spare rows run on past it, which the kernels
+// tolerate.
 // A bucket's first batch runs eagerly, which also sets up what the step
 // initialises lazily (cuBLAS handles, kernels' modules); its second is
 // captured and replayed. If a capture fails, every step of this model runs
@@ -102,8 +105,8 @@ bool GraphsBuilt();
 // Why a model of `config` has a step that reads device values on the host
 // (and so cannot be captured); empty when it has none. `kernels`: whether
 // the fused CUDA step kernels run (model/cuda/state_kernels.h), which read
-// AFT's lengths on the device where its op-by-op step reads them on the
-// host.
+// AFT's and attention's lengths on the device where their op-by-op steps
+// read them on the host.
 std::string WhyNotCapturable(const LmConfig& config, bool kernels);
 
 // Throws c10::Error unless every row of `rows` (host ids) of `state` can

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "model/cuda/state_kernels.h"
 #include "model/cuda/step_math.h"
@@ -73,6 +74,50 @@ __global__ void LinearStepKernel(LinearStepArgs a) {
   if (channel < a.head_dim) LinearKeyChannel(a, blockIdx.x, channel, shared);
   __syncthreads();
   if (channel < a.head_dim) LinearValueColumn(a, blockIdx.x, channel, shared);
+}
+
+// A block per (row, kv head), a thread per channel: the new key and value
+// go into the cache before any block attends to them.
+__global__ void AttentionAppendKernel(AttentionStepArgs a) {
+  for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
+    AttentionAppend(a, blockIdx.x / a.kv_heads, blockIdx.x % a.kv_heads, e);
+  }
+}
+
+// A block per (row, head), its warps taking every kAttentionWarps-th cache
+// position, each warp's lanes across the channels: a warp reads a key and a
+// value in whole cache lines, sums the dot product with shuffles and keeps
+// its own online softmax; the warps' runs are merged at the end. The
+// length is read on the device, so a CUDA graph can capture the step.
+constexpr int kAttentionWarps = 4;
+__global__ void AttentionStepKernel(AttentionStepArgs a) {
+  __shared__ float maxes[kAttentionWarps], sums[kAttentionWarps];
+  __shared__ float values[kAttentionWarps * kMaxAttentionHeadDim];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t t = AttentionLength(a, blockIdx.x);
+  if (t < 0) {  // every thread of the block sees the same row
+    for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
+      a.out[blockIdx.x * a.head_dim + e] = 0.f;
+    }
+    return;
+  }
+  SoftmaxRun run;
+  for (int64_t j = warp; j <= t; j += kAttentionWarps) {
+    const float dot = WarpAllSum(AttentionDotPart(a, blockIdx.x, t, j, lane));
+    AttentionTake(a, blockIdx.x, j, lane, AttentionScore(a, blockIdx.x, t, j, dot), &run);
+  }
+  if (lane == 0) {
+    maxes[warp] = run.max;
+    sums[warp] = run.sum;
+  }
+  for (int i = 0; i < kAttentionLaneChannels; ++i) {
+    const int64_t e = lane + static_cast<int64_t>(i) * kWarp;
+    if (e < a.head_dim) values[warp * a.head_dim + e] = run.values[i];
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
+    AttentionOutput(a, blockIdx.x, e, maxes, sums, values, kAttentionWarps);
+  }
 }
 
 // A thread per (row, channel): blocks of kChannelThreads channels, a grid
@@ -167,6 +212,22 @@ std::string Rwkv4Wkv(const Rwkv4WkvArgs& args, void* stream) {
   if (args.batch == 0 || args.time == 0) return "";
   Rwkv4WkvKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads, 0, AsStream(stream)>>>(
       args);
+  return LaunchError();
+}
+
+std::string AttentionStep(const AttentionStepArgs& args, void* stream) {
+  if (args.batch == 0) return "";
+  if (args.head_dim > kMaxAttentionHeadDim) {
+    return "attention heads over " + std::to_string(kMaxAttentionHeadDim) + " channels";
+  }
+  if (args.kv_heads <= 0 || args.heads % args.kv_heads != 0) {
+    return "query heads not a multiple of key/value heads";
+  }
+  const unsigned threads = kWarp * kAttentionWarps;
+  AttentionAppendKernel<<<static_cast<unsigned>(args.batch * args.kv_heads), threads, 0,
+                          AsStream(stream)>>>(args);
+  AttentionStepKernel<<<static_cast<unsigned>(args.batch * args.heads), threads, 0,
+                        AsStream(stream)>>>(args);
   return LaunchError();
 }
 

@@ -157,4 +157,34 @@ struct AftStepArgs {
 };
 std::string AftStep(const AftStepArgs& args, void* stream);
 
+// One token of softmax attention over a key/value cache
+// (model/mixers/kv_cache.h) for `batch` rows of `heads` query heads of
+// Dh = head_dim channels, heads / kv_heads of them sharing a key/value
+// head, each row at its own length L, read on the device:
+//   q, k, v: row b's [heads, Dh], [kv_heads, Dh] and [kv_heads, Dh] at
+//   q + b * stride (k and v likewise); k_cache, v_cache [rows, kv_heads,
+//   capacity, Dh]; slots [batch] (null: rows 0..batch-1); lengths [rows]
+//   (int64; the caller advances them); writes out [batch, heads, Dh].
+// The new key and value go to cache position L, then per query head h
+//   score_j = scale ((q + u) . k_j + (q + p) . r_{L-j}) - m_h (L - j),
+//   y = sum_{j=0..L} softmax(score)_j v_j
+// with m_h = exp(log_slopes[h]) (ALiBi; null: 0), u = content_bias and
+// p = position_bias [heads, Dh] (Transformer-XL; null: 0), r [heads,
+// capacity, Dh] by distance (null: no position term). A row at or past the
+// capacity (a CUDA graph's spare row, run on past the context) leaves the
+// cache alone and gets zeros.
+struct AttentionStepArgs {
+  int64_t batch = 0, heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, stride = 0;
+  float scale = 1.f;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  const float *log_slopes = nullptr, *content_bias = nullptr, *position_bias = nullptr;
+  const float* r = nullptr;
+  const int64_t *slots = nullptr, *lengths = nullptr;
+  float *k_cache = nullptr, *v_cache = nullptr, *out = nullptr;
+};
+// A lane holds head_dim / 32 channels' sums in registers: larger heads take
+// the op-by-op path.
+inline constexpr int64_t kMaxAttentionHeadDim = 256;
+std::string AttentionStep(const AttentionStepArgs& args, void* stream);
+
 }  // namespace attn::cuda

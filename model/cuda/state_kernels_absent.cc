@@ -17,5 +17,6 @@ std::string Rwkv4Wkv(const Rwkv4WkvArgs&, void*) { return kAbsent; }
 std::string LinearStep(const LinearStepArgs&, void*) { return kAbsent; }
 std::string AftDecayStep(const AftDecayStepArgs&, void*) { return kAbsent; }
 std::string AftStep(const AftStepArgs&, void*) { return kAbsent; }
+std::string AttentionStep(const AttentionStepArgs&, void*) { return kAbsent; }
 
 }  // namespace attn::cuda

@@ -274,4 +274,98 @@ ATTN_HOST_DEVICE inline void AftChannel(const AftStepArgs& a, int64_t row, int64
   ring_ekv[leaving * channels] = ek * v;
 }
 
+// Attention: thread (row, kv head, channel e) of the append writes the
+// row's new key and value at its length.
+ATTN_HOST_DEVICE inline void AttentionAppend(const AttentionStepArgs& a, int64_t row,
+                                             int64_t kv_head, int64_t e) {
+  const int64_t slot = a.slots != nullptr ? a.slots[row] : row, t = a.lengths[slot];
+  if (t >= a.capacity) return;
+  const int64_t at = ((slot * a.kv_heads + kv_head) * a.capacity + t) * a.head_dim + e;
+  const int64_t from = row * a.stride + kv_head * a.head_dim + e;
+  a.k_cache[at] = a.k[from];
+  a.v_cache[at] = a.v[from];
+}
+
+// Attention, block = row * heads + head: the row's length, or -1 for a row
+// past the cache, whose output is zeros.
+ATTN_HOST_DEVICE inline int64_t AttentionLength(const AttentionStepArgs& a, int64_t block) {
+  const int64_t row = block / a.heads;
+  const int64_t t = a.lengths[a.slots != nullptr ? a.slots[row] : row];
+  return t < a.capacity ? t : -1;
+}
+
+// Cache position j of the block's key/value head.
+ATTN_HOST_DEVICE inline int64_t AttentionCacheAt(const AttentionStepArgs& a, int64_t block,
+                                                 int64_t j) {
+  const int64_t row = block / a.heads, head = block % a.heads;
+  const int64_t slot = a.slots != nullptr ? a.slots[row] : row;
+  const int64_t kv_head = head / (a.heads / a.kv_heads);
+  return ((slot * a.kv_heads + kv_head) * a.capacity + j) * a.head_dim;
+}
+
+// Lane's part of position j's dot products, content and (with r) position,
+// for a row at length t.
+ATTN_HOST_DEVICE inline float AttentionDotPart(const AttentionStepArgs& a, int64_t block, int64_t t,
+                                               int64_t j, int lane) {
+  const int64_t n = a.head_dim, head = block % a.heads;
+  const float* q = a.q + block / a.heads * a.stride + head * n;
+  const float* key = a.k_cache + AttentionCacheAt(a, block, j);
+  float part = 0.f;
+  for (int64_t e = lane; e < n; e += kWarp) {
+    const float u = a.content_bias != nullptr ? a.content_bias[head * n + e] : 0.f;
+    part += (q[e] + u) * key[e];
+    if (a.r != nullptr) {
+      part += (q[e] + a.position_bias[head * n + e]) * a.r[(head * a.capacity + t - j) * n + e];
+    }
+  }
+  return part;
+}
+
+// Position j's score from its whole dot product.
+ATTN_HOST_DEVICE inline float AttentionScore(const AttentionStepArgs& a, int64_t block, int64_t t,
+                                             int64_t j, float dot) {
+  const float slope = a.log_slopes != nullptr ? expf(a.log_slopes[block % a.heads]) : 0.f;
+  return a.scale * dot - slope * static_cast<float>(t - j);
+}
+
+// One warp's softmax over the positions it takes, online: the largest
+// score so far, the weights' sum and the lane's channels' weighted values,
+// all relative to it.
+inline constexpr int kAttentionLaneChannels = static_cast<int>(kMaxAttentionHeadDim / kWarp);
+struct SoftmaxRun {
+  float max = -INFINITY, sum = 0.f;
+  float values[kAttentionLaneChannels] = {};
+};
+
+// Takes position j, of `score`, into the lane's run.
+ATTN_HOST_DEVICE inline void AttentionTake(const AttentionStepArgs& a, int64_t block, int64_t j,
+                                           int lane, float score, SoftmaxRun* run) {
+  const float max = fmaxf(run->max, score);
+  const float rescale = expf(run->max - max), weight = expf(score - max);
+  const float* value = a.v_cache + AttentionCacheAt(a, block, j);
+  run->sum = run->sum * rescale + weight;
+  for (int i = 0; i < kAttentionLaneChannels; ++i) {
+    const int64_t e = lane + static_cast<int64_t>(i) * kWarp;
+    if (e < a.head_dim) run->values[i] = run->values[i] * rescale + weight * value[e];
+  }
+  run->max = max;
+}
+
+// Channel e of the block's output from `warps` runs: their maxima and sums
+// [warps] and values [warps, head_dim].
+ATTN_HOST_DEVICE inline void AttentionOutput(const AttentionStepArgs& a, int64_t block, int64_t e,
+                                             const float* maxes, const float* sums,
+                                             const float* values, int warps) {
+  float max = -INFINITY;
+  for (int w = 0; w < warps; ++w) max = fmaxf(max, maxes[w]);
+  float num = 0.f, den = 0.f;
+  for (int w = 0; w < warps; ++w) {
+    if (sums[w] == 0.f) continue;  // a warp that took no position
+    const float scale = expf(maxes[w] - max);
+    num += scale * values[w * a.head_dim + e];
+    den += scale * sums[w];
+  }
+  a.out[block * a.head_dim + e] = num / den;
+}
+
 }  // namespace attn::cuda

@@ -46,6 +46,14 @@ GroupedAttentionImpl::GroupedAttentionImpl(const MixerOptions& options) : Sequen
   }
 }
 
+const torch::Tensor& GroupedAttentionImpl::InvFreqOn(torch::Device device) {
+  if (device.is_cpu()) return inv_freq_;
+  if (!inv_freq_device_.defined() || inv_freq_device_.device() != device) {
+    inv_freq_device_ = inv_freq_.to(device);
+  }
+  return inv_freq_device_;
+}
+
 torch::Tensor GroupedAttentionImpl::Project(const torch::Tensor& x,
                                             const torch::Tensor& positions) {
   const int64_t heads = options_.heads, dq = heads * head_dim_, dkv = kv_heads_ * head_dim_;
@@ -67,9 +75,11 @@ torch::Tensor GroupedAttentionImpl::Project(const torch::Tensor& x,
   if (!options_.rope) {
     return torch::cat({q.flatten(-2), k.flatten(-2), qkv.narrow(-1, dq + dkv, dkv)}, -1);
   }
-  // Angles in float64 from the exact positions: [.., 1, Dh / 2].
+  // Angles in float64 from the exact positions, on the positions' device
+  // (a GPU step's stay there: a capturable step reads nothing back):
+  // [.., 1, Dh / 2].
   const auto angles =
-      positions.to(torch::kCPU, torch::kDouble).unsqueeze(-1).unsqueeze(-1) * inv_freq_;
+      positions.to(torch::kDouble).unsqueeze(-1).unsqueeze(-1) * InvFreqOn(positions.device());
   const auto cos = torch::cos(angles).to(x.device(), x.scalar_type());
   const auto sin = torch::sin(angles).to(x.device(), x.scalar_type());
   return torch::cat({Rotate(q, cos, sin).flatten(-2), Rotate(k, cos, sin).flatten(-2),
@@ -148,6 +158,12 @@ torch::Tensor GroupedAttentionImpl::StepByOps(const torch::Tensor& x, MixerState
                                               const torch::Tensor& slots) {
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, 1);
+  if (CudaCachedStepApplies(x, state)) {
+    // The positions stay on the device: nothing here waits for it.
+    const auto positions = state.length.index_select(0, RowsOn(rows, state.length.device()));
+    const auto qkv = Project(x, positions).contiguous();
+    return Dense(CudaCachedStep(qkv, state, rows, options_.heads, kv_heads_), out_proj_);
+  }
   const torch::Tensor positions = state.length.to(torch::kCPU).index_select(0, rows);
   const int64_t batch = x.size(0), heads = options_.heads;
   const int64_t dq = heads * head_dim_, dkv = kv_heads_ * head_dim_, group = heads / kv_heads_;

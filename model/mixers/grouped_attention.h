@@ -72,8 +72,11 @@ class GroupedAttentionImpl : public SequenceMixer {
   torch::nn::Linear out_proj_{nullptr};  // H Dh -> d
   Norm q_norm_{nullptr}, k_norm_{nullptr};
   // theta^(-2i / Dh), i < Dh / 2: float64 on the CPU, not a parameter or
-  // buffer (it follows from the options).
-  torch::Tensor inv_freq_;
+  // buffer (it follows from the options); the copy on the device a GPU's
+  // steps last asked for, made by the first of them (eager, before a CUDA
+  // graph captures one: a capture may not copy from the host).
+  torch::Tensor inv_freq_, inv_freq_device_;
+  const torch::Tensor& InvFreqOn(torch::Device device);
 };
 TORCH_MODULE(GroupedAttention);
 

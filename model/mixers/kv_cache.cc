@@ -7,8 +7,11 @@
 #include <limits>
 #include <vector>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/heads.h"
+#include "model/mixers/block_helpers.h"
+#include "model/mixers/step_rows.h"
 
 namespace attn {
 
@@ -141,6 +144,41 @@ torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state
   args.token_stride = stride;
   args.first_output = first_output;
   kernels::CausalAttentionPrefill(args);
+  return out;
+}
+
+bool CudaCachedStepApplies(const torch::Tensor& x, const MixerState& state) {
+  return CudaPoolStepApplies(x, state) && state.tensors.size() == 2 &&
+         state.tensors[0].size(3) <= cuda::kMaxAttentionHeadDim;
+}
+
+torch::Tensor CudaCachedStep(const torch::Tensor& qkv, MixerState& state, const torch::Tensor& rows,
+                             int64_t heads, int64_t kv_heads, const CudaCachedStepTerms& terms) {
+  const int64_t batch = qkv.size(0), head_dim = state.tensors[0].size(3);
+  TORCH_CHECK(qkv.is_contiguous() && qkv.size(1) == (heads + 2 * kv_heads) * head_dim,
+              "the cached step expects q, k and v of ", heads, " and ", kv_heads, " heads of ",
+              head_dim, ", got ", qkv.sizes());
+  TORCH_CHECK(!terms.r.defined() || terms.r.size(1) == state.tensors[0].size(2),
+              "the cached step's distances must cover the cache");
+  const torch::Tensor slots = RowsOn(rows, qkv.device());
+  auto out = torch::empty({batch, heads * head_dim}, qkv.options());
+  const auto pointer = [](const torch::Tensor& t) -> const float* {
+    return t.defined() ? t.data_ptr<float>() : nullptr;
+  };
+  cuda::AttentionStepArgs args;
+  args.batch = batch, args.heads = heads, args.kv_heads = kv_heads, args.head_dim = head_dim;
+  args.capacity = state.tensors[0].size(2), args.stride = qkv.size(1);
+  args.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  args.q = qkv.data_ptr<float>(), args.k = args.q + heads * head_dim;
+  args.v = args.k + kv_heads * head_dim;
+  args.log_slopes = pointer(terms.log_slopes), args.content_bias = pointer(terms.content_bias);
+  args.position_bias = pointer(terms.position_bias), args.r = pointer(terms.r);
+  args.slots = slots.data_ptr<int64_t>(), args.lengths = state.length.data_ptr<int64_t>();
+  args.k_cache = state.tensors[0].data_ptr<float>(),
+  args.v_cache = state.tensors[1].data_ptr<float>();
+  args.out = out.data_ptr<float>();
+  RunPoolStep(state, slots, "attention",
+              [&](void* stream) { return cuda::AttentionStep(args, stream); });
   return out;
 }
 

@@ -89,6 +89,29 @@ torch::Tensor CachedAttentionPrefill(const torch::Tensor& qkv, MixerState& state
                                      const float* log_slopes, int64_t first_output = 0,
                                      int64_t kv_heads = 0);
 
+// Whether CudaCachedStep applies: the step kernels run (CudaPoolStepApplies,
+// block_helpers.h) and the cache's heads fit the kernel.
+bool CudaCachedStepApplies(const torch::Tensor& x, const MixerState& state);
+
+// Optional terms of CudaCachedStep, each float32 and contiguous on the
+// cache's GPU, or undefined (model/cuda AttentionStepArgs).
+struct CudaCachedStepTerms {
+  torch::Tensor log_slopes;                   // ALiBi, log m_h [H]
+  torch::Tensor content_bias, position_bias;  // Transformer-XL u and v [H, Dh]
+  torch::Tensor r;                            // Transformer-XL W_r R [H, capacity, Dh]
+};
+
+// The one-token step on a GPU, one kernel pair (model/cuda AttentionStep)
+// that reads the rows' lengths on the device, so that a CUDA graph can
+// capture it: qkv [B, (heads + 2 kv_heads) Dh] (float32, contiguous, on
+// the GPU) holds each row's q, then k and v; rows are the checked host ids
+// (the step's device copy serves them, model/mixers/step_rows.h). Appends,
+// attends, advances the rows' lengths; returns the heads' output [B,
+// heads * Dh] before the output projection. Where CudaCachedStepApplies.
+torch::Tensor CudaCachedStep(const torch::Tensor& qkv, MixerState& state, const torch::Tensor& rows,
+                             int64_t heads, int64_t kv_heads,
+                             const CudaCachedStepTerms& terms = {});
+
 // Bytes a sequence's cache holds at `context` tokens.
 int64_t KvCacheBytes(int64_t context, int64_t capacity, int64_t d_model);
 

@@ -162,6 +162,13 @@ torch::Tensor MultiHeadAttentionImpl::StepByOps(const torch::Tensor& x, MixerSta
                                                 const torch::Tensor& slots) {
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, 1);
+  if (CudaCachedStepApplies(x, state)) {
+    CudaCachedStepTerms terms;
+    if (uses_alibi()) terms.log_slopes = log_slopes_.contiguous();
+    const auto qkv = Dense(x, in_proj_).contiguous();
+    return Dense(CudaCachedStep(qkv, state, rows, options_.heads, options_.heads, terms),
+                 out_proj_);
+  }
   const auto [q, positions, cached] = ProjectStepToCache(state, rows, in_proj_, options_.heads, x);
   torch::Tensor bias = cached.mask;
   if (uses_alibi()) {  // -m_h (i - j) for the keys j <= i a row sees

@@ -151,6 +151,15 @@ torch::Tensor RelativeMultiHeadAttentionImpl::StepByOps(const torch::Tensor& x, 
                                                         const torch::Tensor& slots) {
   const torch::Tensor rows = ResolveSlots(state, slots, x.size(0));
   CheckCapacity(state, rows, 1);
+  if (CudaCachedStepApplies(x, state)) {
+    CudaCachedStepTerms terms;
+    terms.content_bias = u_.contiguous();
+    terms.position_bias = v_.contiguous();
+    terms.r = ProjectedDistances(options_.max_context).contiguous();
+    const auto qkv = Dense(x, in_proj_).contiguous();
+    return Dense(CudaCachedStep(qkv, state, rows, options_.heads, options_.heads, terms),
+                 out_proj_);
+  }
   const auto [q, positions, cached] = ProjectStepToCache(state, rows, in_proj_, options_.heads, x);
   const int64_t keys = cached.keys.size(2);
   auto content = torch::matmul(q + u_.view({1, -1, 1, head_dim_}), cached.keys.transpose(-2, -1));
