@@ -83,5 +83,55 @@ TEST(StepRows, TheModelsStepChecksTheRowsOnce) {
   EXPECT_EQ(Int64s(pool.length()), (std::vector<int64_t>{1, 0, 1})) << "a refused step ran";
 }
 
+// The pool's lengths are read once a call, by the first layer that asks,
+// and kept apart from the layers' own, which advance in place.
+TEST(StepRows, HostLengthsAreReadOnceAndKeptApart) {
+  const torch::Tensor ids = torch::tensor({int64_t{1}});
+  const StepRows rows(ids, ids);
+  torch::Tensor length = torch::tensor({int64_t{3}, int64_t{5}});
+  EXPECT_EQ(Int64s(rows.HostLengths(length)), (std::vector<int64_t>{3, 5}));
+  length.add_(1);
+  EXPECT_EQ(Int64s(rows.HostLengths(length)), (std::vector<int64_t>{3, 5}));
+}
+
+std::string PrefillError(CausalLm& model, const torch::Tensor& tokens, const torch::Tensor& rows,
+                         LmState& pool) {
+  try {
+    model->prefill(tokens, pool, rows);
+  } catch (const c10::Error& error) {
+    return error.what_without_backtrace();
+  }
+  return "";
+}
+
+// A prefill checks its rows once for every layer, and its layers check the
+// room and the common start on lengths read once: the errors are each
+// layer's, and a refused prefill changes nothing.
+TEST(StepRows, TheModelsPrefillChecksTheRowsOnce) {
+  torch::manual_seed(5);
+  LmConfig config = testing::TinyConfig(MixerKind::kMhaAlibi);
+  config.max_context = 8;
+  CausalLm model(config);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  LmState pool = model->initial_state(3, torch::kCPU);
+  const torch::Tensor three = torch::tensor({{1, 2, 3}, {4, 5, 6}});
+  model->prefill(three, pool, torch::tensor({2, 0}));
+  EXPECT_EQ(Int64s(pool.length()), (std::vector<int64_t>{3, 0, 3}));
+  EXPECT_NE(PrefillError(model, three, torch::tensor({2, 2}), pool).find("slot 2 appears twice"),
+            std::string::npos);
+  EXPECT_NE(PrefillError(model, three, torch::tensor({2, 1}), pool)
+                .find("prefill needs every sequence of the batch at the same length"),
+            std::string::npos);
+  const torch::Tensor six = torch::ones({1, 6}, torch::kLong);
+  EXPECT_NE(PrefillError(model, six, torch::tensor({0}), pool)
+                .find("holds at most 8 tokens per sequence; a sequence at 3 cannot take 6 more"),
+            std::string::npos);
+  EXPECT_EQ(Int64s(pool.length()), (std::vector<int64_t>{3, 0, 3})) << "a refused prefill ran";
+  for (const MixerState& layer : pool.layers) {
+    EXPECT_EQ(Int64s(layer.length), (std::vector<int64_t>{3, 0, 3}));
+  }
+}
+
 }  // namespace
 }  // namespace attn

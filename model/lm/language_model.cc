@@ -233,11 +233,14 @@ torch::Tensor CausalLmImpl::prefill(const torch::Tensor& given, LmState& state,
                                     PrefillRecord* record) {
   TORCH_CHECK(given.dim() == 2, "tokens must be [batch, chunk], got ", given.sizes());
   CheckTokens(given);
-  // Host tokens go to the model's device, as a step's do.
-  const torch::Tensor tokens = HostToDevice(given, state.length().device());
-  auto rows =
-      slots.defined() ? slots.to(torch::kLong) : torch::arange(tokens.size(0), torch::kLong);
-  auto start = state.length().index_select(0, rows.to(state.length().device()));
+  // Host tokens go to the model's device, as a step's do, and the rows are
+  // checked once for every layer, which also read the pool's lengths once
+  // between them (StepRows): on a GPU, a wait a layer less.
+  const torch::Device device = state.length().device();
+  const torch::Tensor tokens = HostToDevice(given, device);
+  const torch::Tensor rows = CheckSlots(state.rows(), slots, tokens.size(0));
+  const StepRows prefill_rows(rows, HostToDevice(rows, device));
+  auto start = state.length().index_select(0, prefill_rows.device());
   auto positions = start.to(tokens.device()).unsqueeze(1) +
                    torch::arange(tokens.size(1), tokens.options()).unsqueeze(0);
   auto h = Embed(tokens, positions);

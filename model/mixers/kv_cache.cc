@@ -174,7 +174,7 @@ torch::Tensor CudaCachedStep(const torch::Tensor& qkv, MixerState& state, const 
   args.log_slopes = pointer(terms.log_slopes), args.content_bias = pointer(terms.content_bias);
   args.position_bias = pointer(terms.position_bias), args.r = pointer(terms.r);
   args.slots = slots.data_ptr<int64_t>(), args.lengths = state.length.data_ptr<int64_t>();
-  args.k_cache = state.tensors[0].data_ptr<float>(),
+  args.k_cache = state.tensors[0].data_ptr<float>();
   args.v_cache = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
   RunPoolStep(state, slots, "attention",

@@ -361,12 +361,11 @@ void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& 
   // A recurrence holds any length: no reason to read the lengths, which on a
   // GPU would wait for it. Nor when the step's caller checked them.
   if (max_context() < 0) return;
-  if (const StepRows* step = StepRows::Current();
-      step != nullptr && step->capacity() == StepRows::Capacity::kCallerChecked &&
-      step->Names(slots)) {
-    return;
-  }
-  const auto lengths = state.length.to(torch::kCPU).contiguous();
+  const StepRows* step = StepRows::Current();
+  if (step != nullptr && !step->Names(slots)) step = nullptr;
+  if (step != nullptr && step->capacity() == StepRows::Capacity::kCallerChecked) return;
+  const torch::Tensor lengths =
+      step != nullptr ? step->HostLengths(state.length) : state.length.to(torch::kCPU).contiguous();
   CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
                    slots.size(0), tokens);
 }
@@ -388,7 +387,10 @@ const int64_t* SequenceMixer::PrepareFusedStep(const MixerState& state, const to
 
 int64_t SequenceMixer::CommonLength(const MixerState& state, const torch::Tensor& slots) const {
   if (slots.size(0) == 0) return 0;
-  const auto lengths = state.length.to(torch::kCPU).index_select(0, slots);
+  const StepRows* step = StepRows::Current();
+  const auto lengths = (step != nullptr && step->Names(slots) ? step->HostLengths(state.length)
+                                                              : state.length.to(torch::kCPU))
+                           .index_select(0, slots);
   const int64_t first = lengths[0].item<int64_t>();
   TORCH_CHECK(lengths.eq(first).all().item<bool>(),
               "prefill needs every sequence of the batch at the same length");

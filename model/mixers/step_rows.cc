@@ -25,6 +25,15 @@ StepRows::~StepRows() { current_step = previous_; }
 
 const StepRows* StepRows::Current() { return current_step; }
 
+const torch::Tensor& StepRows::HostLengths(const torch::Tensor& length) const {
+  // A copy even on the CPU: the layers advance their lengths in place.
+  if (!host_lengths_.defined()) {
+    host_lengths_ =
+        length.to(torch::kCPU, torch::kLong, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  }
+  return host_lengths_;
+}
+
 bool StepRows::Names(const torch::Tensor& slots) const {
   return slots.defined() && (slots.is_same(host_) || slots.is_same(device_));
 }

@@ -1,4 +1,5 @@
-// The rows of the decode step in flight, checked once for the whole model.
+// The rows of the decode step or prefill in flight, checked once for the
+// whole model.
 //
 // A step names the pool rows it continues (`slots`). Each layer used to
 // check them on the host and copy them to the state's device: on a GPU each
@@ -42,10 +43,17 @@ class StepRows {
   const torch::Tensor& host() const { return host_; }
   const torch::Tensor& device() const { return device_; }
   Capacity capacity() const { return capacity_; }
+  // The pool's lengths on the host (int64, every row), as `length` (a
+  // layer's) held them when a layer first asked during this call: read
+  // once, one wait for a GPU instead of one a layer (a prefill's room and
+  // common start). Every layer's lengths are the same until it advances its
+  // own, which it does after reading them.
+  const torch::Tensor& HostLengths(const torch::Tensor& length) const;
 
  private:
   torch::Tensor host_, device_;
   Capacity capacity_;
+  mutable torch::Tensor host_lengths_;
   const StepRows* previous_;
 };
 
