@@ -57,15 +57,17 @@ TEST(StepGraphs, PaddingTakesTheSpareRowsAndTokenZero) {
 
 // Models whose steps size their work by the rows' lengths on the host, or
 // route rows there, are not captured; AFT and attention are, where their
-// kernels run, but not with positional embeddings.
+// kernels run, and sinusoidal positions, but not learned ones.
 TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
   using step_graphs_internal::WhyNotCapturable;
   for (const bool kernels : {false, true}) {
     SCOPED_TRACE(kernels ? "with the kernels" : "without the kernels");
     EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kMamba2), kernels), "");
     EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kAftDecay), kernels), "");
-    EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kMha), kernels),
-              "the model has positional embeddings");
+    LmConfig learned = testing::TinyConfig(MixerKind::kRwkv7);
+    learned.positions = PositionKind::kLearned;
+    EXPECT_EQ(WhyNotCapturable(learned, kernels),
+              "the model's learned positions are checked on the host");
     LmConfig experts = testing::TinyConfig(MixerKind::kRwkv7);
     experts.moe.experts = 4;
     EXPECT_NE(WhyNotCapturable(experts, kernels), "");
@@ -77,8 +79,7 @@ TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
   for (const MixerKind kind :
        {MixerKind::kAftConv, MixerKind::kAftLocal, MixerKind::kAftFull, MixerKind::kAftSimple,
         MixerKind::kMha, MixerKind::kMhaAlibi, MixerKind::kRelative, MixerKind::kGqa}) {
-    LmConfig config = testing::TinyConfig(kind);
-    config.positions = PositionKind::kNone;
+    const LmConfig config = testing::TinyConfig(kind);  // mha's, relative's: sinusoidal
     EXPECT_EQ(WhyNotCapturable(config, true), "") << MixerKindName(kind);
     EXPECT_NE(WhyNotCapturable(config, false)
                   .find(absl::StrCat("layer 0 is ", MixerKindName(kind),
@@ -153,8 +154,7 @@ class StepGraphsReplayTest : public ::testing::TestWithParam<MixerKind> {};
 // Three sequences in scattered rows, joining at different times: batches
 // of 1, 2 and 3 rows (3 padded to 4 with a spare), each bucket run eagerly
 // once, then captured and replayed.
-TEST_P(StepGraphsReplayTest, ReplaysGiveTheEagerStepsAndLeaveTheRowsAsTheyDo) {
-  CausalLm model = Float64Model(GetParam());
+void ExpectReplaysToFollowTheEagerSteps(CausalLm model) {
   torch::NoGradGuard no_grad;
   ASSERT_EQ(step_graphs_internal::WhyNotCapturable(model->config(), /*kernels=*/true), "");
   int captures = 0;
@@ -199,6 +199,10 @@ TEST_P(StepGraphsReplayTest, ReplaysGiveTheEagerStepsAndLeaveTheRowsAsTheyDo) {
   }
 }
 
+TEST_P(StepGraphsReplayTest, ReplaysGiveTheEagerStepsAndLeaveTheRowsAsTheyDo) {
+  ExpectReplaysToFollowTheEagerSteps(Float64Model(GetParam()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Captured, StepGraphsReplayTest,
                          ::testing::Values(MixerKind::kRwkv7, MixerKind::kRwkv4, MixerKind::kMamba2,
                                            MixerKind::kLinearElu, MixerKind::kLinearDecay,
@@ -206,6 +210,17 @@ INSTANTIATE_TEST_SUITE_P(Captured, StepGraphsReplayTest,
                                            MixerKind::kAftLocal, MixerKind::kAftFull,
                                            MixerKind::kAftSimple),
                          testing::KindTestName<::testing::TestParamInfo<MixerKind>>);
+
+// Sinusoidal positions are computed from the rows' lengths on the device,
+// the replayed rows' (a spare row's too, however far past the context).
+TEST(StepGraphs, SinusoidalPositionsComeFromTheReplayedRows) {
+  LmConfig config = testing::TinyConfig(MixerKind::kLinearElu);
+  config.positions = PositionKind::kSinusoidal;
+  torch::manual_seed(13);
+  CausalLm model(config);
+  model->to(torch::kDouble);
+  ExpectReplaysToFollowTheEagerSteps(model);
+}
 
 // A model bounded by its context (aft-local's table has a row per
 // position): Step() checks the engine's rows against it before each replay,

@@ -13,9 +13,8 @@
 // Only a step that never waits for the GPU can be captured
 // (CausalLm::StepChecked, model/mixers/step_rows.h), so graphs serve models
 // whose every layer is a recurrence, or AFT or attention when the fused
-// step kernels run (Unavailable() says why not otherwise); not a model
-// with positional embeddings, whose tables a spare row run on past the
-// context would read beyond (below). A model
+// step kernels run, with sinusoidal positions or none (Unavailable() says
+// why not otherwise). A model
 // bounded by a max_context (attention's cache, aft-local's and aft-full's
 // bias tables) has its rows' lengths checked before each replay, one small
 // read from the device; spare rows run on past it, which the kernels
