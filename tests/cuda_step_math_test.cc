@@ -486,20 +486,24 @@ TEST(CudaStepMath, AftThreadsFollowThePrefixSums) {
 
 // Attention over a cache: four rows at lengths 5, 2, 0 and 9 (past the
 // cache of 9 positions: the kernel writes its zeros, the cache stays),
-// heads sharing
-// key/value heads or not, with ALiBi's and Transformer-XL's terms, run as
-// the kernels run it: the append, then four warps taking every fourth
-// position, merged.
-TEST(CudaStepMath, AttentionWarpsMergeToTheSoftmaxOverTheCache) {
+// heads sharing key/value heads or not, with ALiBi's and Transformer-XL's
+// terms, run as the kernels run it: the append, then four warps taking
+// every fourth position of a block's span, merged, and the splits' partial
+// runs merged where a (row, head) is split over blocks.
+TEST(CudaStepMath, AttentionWarpsAndSplitsMergeToTheSoftmaxOverTheCache) {
   const int64_t batch = 4, heads = 4, n = 40, capacity = 9, rows = 5, warps = 4;
   const std::vector<int64_t> slots = {3, 0, 4, 2}, lengths = {2, 0, 0, 5, 9};
   struct Form {
     int64_t kv_heads;
     bool alibi, xl;
+    int64_t splits;
   };
-  for (const Form form : {Form{2, true, false}, Form{4, false, true}, Form{1, false, false}}) {
+  // Three splits of the 6 positions of the row at 5 take 2 each; the row at
+  // 0 leaves two splits empty.
+  for (const Form form : {Form{2, true, false, 1}, Form{4, false, true, 1},
+                          Form{1, false, false, 1}, Form{2, true, true, 3}}) {
     const int64_t kv = form.kv_heads, stride = (heads + 2 * kv) * n;
-    SCOPED_TRACE("kv heads " + std::to_string(kv));
+    SCOPED_TRACE("kv heads " + std::to_string(kv) + ", splits " + std::to_string(form.splits));
     std::mt19937 gen(31);
     const auto qkv = Random(batch * stride, -1, 1, gen);
     const auto log_slopes = Random(heads, -3, 0, gen), u = Random(heads * n, -1, 1, gen);
@@ -516,6 +520,9 @@ TEST(CudaStepMath, AttentionWarpsMergeToTheSoftmaxOverTheCache) {
     a.content_bias = form.xl ? u.data() : nullptr, a.position_bias = form.xl ? p.data() : nullptr;
     a.r = form.xl ? r.data() : nullptr;
     a.k_cache = k_cache.data(), a.v_cache = v_cache.data(), a.out = out.data();
+    a.splits = form.splits;
+    std::vector<float> partial(cuda::AttentionPartialFloats(a));
+    a.partial = partial.data();
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t g = 0; g < kv; ++g) {
         for (int64_t e = 0; e < n; ++e) cuda::AttentionAppend(a, b, g, e);
@@ -527,23 +534,31 @@ TEST(CudaStepMath, AttentionWarpsMergeToTheSoftmaxOverTheCache) {
         EXPECT_EQ(lengths[slots[block / heads]], capacity);
         continue;
       }
-      std::vector<float> maxes(warps), sums(warps), values(warps * n);
-      for (int64_t w = 0; w < warps; ++w) {
-        std::vector<cuda::SoftmaxRun> runs(kWarp);
-        for (int64_t j = w; j <= t; j += warps) {
-          float dot = 0.f;
-          for (int lane = 0; lane < kWarp; ++lane)
-            dot += cuda::AttentionDotPart(a, block, t, j, lane);
-          const float score = cuda::AttentionScore(a, block, t, j, dot);
-          for (int lane = 0; lane < kWarp; ++lane)
-            cuda::AttentionTake(a, block, j, lane, score, &runs[lane]);
+      for (int64_t split = 0; split < a.splits; ++split) {
+        int64_t begin = 0, end = 0;
+        cuda::AttentionSpan(a, t, split, &begin, &end);
+        std::vector<float> maxes(warps), sums(warps), values(warps * n);
+        for (int64_t w = 0; w < warps; ++w) {
+          std::vector<cuda::SoftmaxRun> runs(kWarp);
+          for (int64_t j = begin + w; j < end; j += warps) {
+            float dot = 0.f;
+            for (int lane = 0; lane < kWarp; ++lane) {
+              dot += cuda::AttentionDotPart(a, block, t, j, lane);
+            }
+            const float score = cuda::AttentionScore(a, block, t, j, dot);
+            for (int lane = 0; lane < kWarp; ++lane) {
+              cuda::AttentionTake(a, block, j, lane, score, &runs[lane]);
+            }
+          }
+          maxes[w] = runs[0].max, sums[w] = runs[0].sum;
+          for (int64_t e = 0; e < n; ++e) values[w * n + e] = runs[e % kWarp].values[e / kWarp];
         }
-        maxes[w] = runs[0].max, sums[w] = runs[0].sum;
-        for (int64_t e = 0; e < n; ++e) values[w * n + e] = runs[e % kWarp].values[e / kWarp];
+        for (int64_t e = 0; e < n; ++e) {
+          cuda::AttentionSplitResult(a, block, split, e, maxes.data(), sums.data(), values.data(),
+                                     warps);
+        }
       }
-      for (int64_t e = 0; e < n; ++e) {
-        cuda::AttentionOutput(a, block, e, maxes.data(), sums.data(), values.data(), warps);
-      }
+      for (int64_t e = 0; e < n && a.splits > 1; ++e) cuda::AttentionMergeSplits(a, block, e);
     }
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t slot = slots[b], t = lengths[slot];
@@ -594,6 +609,20 @@ TEST(CudaStepMath, AttentionWarpsMergeToTheSoftmaxOverTheCache) {
       ASSERT_EQ(v_cache[i], qkv[at * stride + (heads + kv) * n + g * n + e]) << "value at " << i;
     }
   }
+}
+
+// A (row, head) is split only where the batch leaves the GPU idle and the
+// cache is long enough to share out.
+TEST(CudaStepMath, AttentionSplitsFillTheGpuAtLongContexts) {
+  EXPECT_EQ(cuda::AttentionSplits(32, 8192), 16);   // one row of 32 heads
+  EXPECT_EQ(cuda::AttentionSplits(4, 8192), 32);    // at most 256 positions a span
+  EXPECT_EQ(cuda::AttentionSplits(2048, 8192), 1);  // 64 rows fill it
+  EXPECT_EQ(cuda::AttentionSplits(1, 300), 1);      // too short to share
+  cuda::AttentionStepArgs a;
+  a.batch = 2, a.heads = 3, a.head_dim = 10, a.splits = 4;
+  EXPECT_EQ(cuda::AttentionPartialFloats(a), 2 * 3 * 4 * 12);
+  a.splits = 1;
+  EXPECT_EQ(cuda::AttentionPartialFloats(a), 0);
 }
 
 }  // namespace

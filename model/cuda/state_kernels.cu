@@ -84,27 +84,32 @@ __global__ void AttentionAppendKernel(AttentionStepArgs a) {
   }
 }
 
-// A block per (row, head), its warps taking every kAttentionWarps-th cache
-// position, each warp's lanes across the channels: a warp reads a key and a
-// value in whole cache lines, sums the dot product with shuffles and keeps
-// its own online softmax; the warps' runs are merged at the end. The
-// length is read on the device, so a CUDA graph can capture the step.
+// A block per (row, head) and split, its warps taking every
+// kAttentionWarps-th position of the split's span, each warp's lanes across
+// the channels: a warp reads a key and a value in whole cache lines, sums
+// the dot product with shuffles and keeps its own online softmax; the
+// warps' runs are merged at the end, into the output or, split, into the
+// split's partial run. The length is read on the device, so a CUDA graph
+// can capture the step.
 constexpr int kAttentionWarps = 4;
 __global__ void AttentionStepKernel(AttentionStepArgs a) {
   __shared__ float maxes[kAttentionWarps], sums[kAttentionWarps];
   __shared__ float values[kAttentionWarps * kMaxAttentionHeadDim];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int64_t t = AttentionLength(a, blockIdx.x);
+  const int64_t block = blockIdx.x, split = blockIdx.y;
+  const int64_t t = AttentionLength(a, block);
   if (t < 0) {  // every thread of the block sees the same row
-    for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
-      a.out[blockIdx.x * a.head_dim + e] = 0.f;
+    for (int64_t e = threadIdx.x; e < a.head_dim && a.splits == 1; e += blockDim.x) {
+      a.out[block * a.head_dim + e] = 0.f;
     }
     return;
   }
+  int64_t begin = 0, end = 0;
+  AttentionSpan(a, t, split, &begin, &end);
   SoftmaxRun run;
-  for (int64_t j = warp; j <= t; j += kAttentionWarps) {
-    const float dot = WarpAllSum(AttentionDotPart(a, blockIdx.x, t, j, lane));
-    AttentionTake(a, blockIdx.x, j, lane, AttentionScore(a, blockIdx.x, t, j, dot), &run);
+  for (int64_t j = begin + warp; j < end; j += kAttentionWarps) {
+    const float dot = WarpAllSum(AttentionDotPart(a, block, t, j, lane));
+    AttentionTake(a, block, j, lane, AttentionScore(a, block, t, j, dot), &run);
   }
   if (lane == 0) {
     maxes[warp] = run.max;
@@ -116,7 +121,21 @@ __global__ void AttentionStepKernel(AttentionStepArgs a) {
   }
   __syncthreads();
   for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
-    AttentionOutput(a, blockIdx.x, e, maxes, sums, values, kAttentionWarps);
+    AttentionSplitResult(a, block, split, e, maxes, sums, values, kAttentionWarps);
+  }
+}
+
+// A block per (row, head), a thread per channel: the splits' partial runs
+// merged into the output.
+__global__ void AttentionMergeKernel(AttentionStepArgs a) {
+  const int64_t block = blockIdx.x;
+  const bool held = AttentionLength(a, block) >= 0;
+  for (int64_t e = threadIdx.x; e < a.head_dim; e += blockDim.x) {
+    if (held) {
+      AttentionMergeSplits(a, block, e);
+    } else {
+      a.out[block * a.head_dim + e] = 0.f;
+    }
   }
 }
 
@@ -223,11 +242,18 @@ std::string AttentionStep(const AttentionStepArgs& args, void* stream) {
   if (args.kv_heads <= 0 || args.heads % args.kv_heads != 0) {
     return "query heads not a multiple of key/value heads";
   }
+  if (args.splits < 1 || (args.splits > 1 && args.partial == nullptr)) {
+    return "a split attention step needs its partial results' memory";
+  }
   const unsigned threads = kWarp * kAttentionWarps;
+  const unsigned blocks = static_cast<unsigned>(args.batch * args.heads);
   AttentionAppendKernel<<<static_cast<unsigned>(args.batch * args.kv_heads), threads, 0,
                           AsStream(stream)>>>(args);
-  AttentionStepKernel<<<static_cast<unsigned>(args.batch * args.heads), threads, 0,
+  AttentionStepKernel<<<dim3(blocks, static_cast<unsigned>(args.splits)), threads, 0,
                         AsStream(stream)>>>(args);
+  if (args.splits > 1) {
+    AttentionMergeKernel<<<blocks, threads, 0, AsStream(stream)>>>(args);
+  }
   return LaunchError();
 }
 

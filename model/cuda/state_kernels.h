@@ -172,9 +172,15 @@ std::string AftStep(const AftStepArgs& args, void* stream);
 // p = position_bias [heads, Dh] (Transformer-XL; null: 0), r [heads,
 // capacity, Dh] by distance (null: no position term). A row at or past the
 // capacity (a CUDA graph's spare row, run on past the context) leaves the
-// cache alone and gets zeros.
+// cache alone and gets zeros. With splits > 1 each (row, head) is split
+// over `splits` blocks, each taking a span of the positions (a row alone
+// at a long context would leave most of the GPU idle), whose partial
+// results `partial` holds (AttentionPartialFloats floats) until a second
+// kernel merges them.
 struct AttentionStepArgs {
   int64_t batch = 0, heads = 0, kv_heads = 0, head_dim = 0, capacity = 0, stride = 0;
+  int64_t splits = 1;
+  float* partial = nullptr;
   float scale = 1.f;
   const float *q = nullptr, *k = nullptr, *v = nullptr;
   const float *log_slopes = nullptr, *content_bias = nullptr, *position_bias = nullptr;
@@ -186,5 +192,24 @@ struct AttentionStepArgs {
 // the op-by-op path.
 inline constexpr int64_t kMaxAttentionHeadDim = 256;
 std::string AttentionStep(const AttentionStepArgs& args, void* stream);
+
+// How many blocks to split each of `blocks` (rows x heads) over, for a
+// cache of `capacity` positions: enough for about kAttentionBlocksWanted
+// blocks in all (a few per streaming multiprocessor of an H100's 132), but
+// no span shorter than kAttentionSplitPositions at the full capacity. A
+// function of the batch and the cache, not of the lengths, which only the
+// GPU knows: a CUDA graph's bucket keeps its count.
+inline constexpr int64_t kAttentionBlocksWanted = 512;
+inline constexpr int64_t kAttentionSplitPositions = 256;
+inline int64_t AttentionSplits(int64_t blocks, int64_t capacity) {
+  const int64_t wanted = (kAttentionBlocksWanted + blocks - 1) / (blocks > 0 ? blocks : 1);
+  const int64_t most = capacity / kAttentionSplitPositions;
+  const int64_t splits = wanted < most ? wanted : most;
+  return splits > 1 ? splits : 1;
+}
+// The floats of AttentionStepArgs::partial.
+inline int64_t AttentionPartialFloats(const AttentionStepArgs& a) {
+  return a.splits > 1 ? a.batch * a.heads * a.splits * (2 + a.head_dim) : 0;
+}
 
 }  // namespace attn::cuda

@@ -351,21 +351,72 @@ ATTN_HOST_DEVICE inline void AttentionTake(const AttentionStepArgs& a, int64_t b
   run->max = max;
 }
 
-// Channel e of the block's output from `warps` runs: their maxima and sums
-// [warps] and values [warps, head_dim].
-ATTN_HOST_DEVICE inline void AttentionOutput(const AttentionStepArgs& a, int64_t block, int64_t e,
-                                             const float* maxes, const float* sums,
-                                             const float* values, int warps) {
-  float max = -INFINITY;
-  for (int w = 0; w < warps; ++w) max = fmaxf(max, maxes[w]);
-  float num = 0.f, den = 0.f;
-  for (int w = 0; w < warps; ++w) {
-    if (sums[w] == 0.f) continue;  // a warp that took no position
-    const float scale = expf(maxes[w] - max);
-    num += scale * values[w * a.head_dim + e];
-    den += scale * sums[w];
+// Position j's span of the split `split` of a row at length t: positions
+// [begin, end), the splits' spans in order covering 0..t.
+ATTN_HOST_DEVICE inline void AttentionSpan(const AttentionStepArgs& a, int64_t t, int64_t split,
+                                           int64_t* begin, int64_t* end) {
+  const int64_t span = (t + a.splits) / a.splits;  // ceil((t + 1) / splits)
+  *begin = split * span;
+  *end = *begin + span < t + 1 ? *begin + span : t + 1;
+}
+
+// Several runs merged, for channel e: relative to their largest maximum,
+// the weights' sum and channel e's weighted values (not yet divided). A
+// run that took no position (sum 0) adds nothing.
+struct MergedRun {
+  float max = -INFINITY, sum = 0.f, value = 0.f;
+};
+ATTN_HOST_DEVICE inline MergedRun AttentionMerge(const float* maxes, const float* sums,
+                                                 const float* values, int count, int64_t head_dim,
+                                                 int64_t e) {
+  MergedRun merged;
+  for (int w = 0; w < count; ++w) merged.max = fmaxf(merged.max, maxes[w]);
+  for (int w = 0; w < count; ++w) {
+    if (sums[w] == 0.f) continue;
+    const float scale = expf(maxes[w] - merged.max);
+    merged.value += scale * values[w * head_dim + e];
+    merged.sum += scale * sums[w];
   }
-  a.out[block * a.head_dim + e] = num / den;
+  return merged;
+}
+
+// A split block's partial result (splits > 1): maxima and sums [blocks,
+// splits], then values [blocks, splits, head_dim], in `partial`.
+ATTN_HOST_DEVICE inline float* AttentionPartialMaxes(const AttentionStepArgs& a, int64_t block) {
+  return a.partial + block * a.splits;
+}
+ATTN_HOST_DEVICE inline float* AttentionPartialSums(const AttentionStepArgs& a, int64_t block) {
+  return a.partial + (a.batch * a.heads + block) * a.splits;
+}
+ATTN_HOST_DEVICE inline float* AttentionPartialValues(const AttentionStepArgs& a, int64_t block) {
+  return a.partial + 2 * a.batch * a.heads * a.splits + block * a.splits * a.head_dim;
+}
+
+// Channel e of split `split` of the block from its warps' runs: the output
+// itself where there is one split, else the split's partial run.
+ATTN_HOST_DEVICE inline void AttentionSplitResult(const AttentionStepArgs& a, int64_t block,
+                                                  int64_t split, int64_t e, const float* maxes,
+                                                  const float* sums, const float* values,
+                                                  int warps) {
+  const MergedRun run = AttentionMerge(maxes, sums, values, warps, a.head_dim, e);
+  if (a.splits == 1) {
+    a.out[block * a.head_dim + e] = run.value / run.sum;
+    return;
+  }
+  if (e == 0) {
+    AttentionPartialMaxes(a, block)[split] = run.max;
+    AttentionPartialSums(a, block)[split] = run.sum;
+  }
+  AttentionPartialValues(a, block)[split * a.head_dim + e] = run.value;
+}
+
+// Channel e of the block's output from its splits' partial runs.
+ATTN_HOST_DEVICE inline void AttentionMergeSplits(const AttentionStepArgs& a, int64_t block,
+                                                  int64_t e) {
+  const MergedRun run =
+      AttentionMerge(AttentionPartialMaxes(a, block), AttentionPartialSums(a, block),
+                     AttentionPartialValues(a, block), static_cast<int>(a.splits), a.head_dim, e);
+  a.out[block * a.head_dim + e] = run.value / run.sum;
 }
 
 }  // namespace attn::cuda

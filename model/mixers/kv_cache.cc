@@ -177,6 +177,12 @@ torch::Tensor CudaCachedStep(const torch::Tensor& qkv, MixerState& state, const 
   args.k_cache = state.tensors[0].data_ptr<float>();
   args.v_cache = state.tensors[1].data_ptr<float>();
   args.out = out.data_ptr<float>();
+  args.splits = cuda::AttentionSplits(batch * heads, args.capacity);
+  torch::Tensor partial;
+  if (args.splits > 1) {
+    partial = torch::empty({cuda::AttentionPartialFloats(args)}, qkv.options());
+    args.partial = partial.data_ptr<float>();
+  }
   RunPoolStep(state, slots, "attention",
               [&](void* stream) { return cuda::AttentionStep(args, stream); });
   return out;
