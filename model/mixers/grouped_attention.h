@@ -63,8 +63,10 @@ class GroupedAttentionImpl : public SequenceMixer {
   // q, k, v of a packed tensor [B, T, (H + 2 KV) Dh] as [B, heads, T, Dh],
   // k and v repeated to H heads.
   std::array<torch::Tensor, 3> Split(const torch::Tensor& qkv) const;
-  // step() where the fused kernels do not run (a GPU): the whole batch in
-  // one set of ops, rows at different lengths masked (AppendStepToCache).
+  // step() where the CPU's fused kernels do not run (a GPU): the CUDA
+  // kernel where it applies (CudaCachedStep, kv_cache.h), else the whole
+  // batch in one set of ops, rows at different lengths masked
+  // (AppendStepToCache).
   torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
 
   int64_t kv_heads_, head_dim_;

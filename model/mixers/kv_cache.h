@@ -34,13 +34,13 @@ std::pair<torch::Tensor, torch::Tensor> AppendChunkToCache(MixerState& state,
                                                            int64_t start, const torch::Tensor& k,
                                                            const torch::Tensor& v);
 
-// The op-by-op step (a GPU's) of rows `index` (on the state's device) at
-// different lengths `positions` (CPU int64 [B], each row's length): writes
-// k and v [B, H, Dh] at each row's own position, advances the rows' lengths
-// by one, and returns the rows' keys and values up to the longest new
-// length L, [B, H, L, Dh] each, beside the additive mask [B, 1, 1, L] (0 at
-// or before each row's position, -inf after) that keeps a row from
-// another's positions.
+// The op-by-op step (a GPU's without the CUDA kernel) of rows `index` (on
+// the state's device) at different lengths `positions` (CPU int64 [B], each
+// row's length): writes k and v [B, H, Dh] at each row's own position,
+// advances the rows' lengths by one, and returns the rows' keys and values
+// up to the longest new length L, [B, H, L, Dh] each, beside the additive
+// mask [B, 1, 1, L] (0 at or before each row's position, -inf after) that
+// keeps a row from another's positions.
 struct CachedStepRows {
   torch::Tensor keys, values, mask;
 };

@@ -89,8 +89,10 @@ class MultiHeadAttentionImpl : public SequenceMixer {
   torch::Tensor AttendHeads(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& key_padding_mask, bool causal,
                             int64_t query_offset);
-  // step() where the fused kernels do not run (a GPU): the whole batch in
-  // one set of ops, rows at different lengths masked (AppendStepToCache).
+  // step() where the CPU's fused kernels do not run (a GPU): the CUDA
+  // kernel where it applies (CudaCachedStep, kv_cache.h), else the whole
+  // batch in one set of ops, rows at different lengths masked
+  // (AppendStepToCache).
   torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
 
   int64_t head_dim_;

@@ -68,8 +68,10 @@ class RelativeMultiHeadAttentionImpl : public SequenceMixer {
  private:
   // W_r R for distances 0..count-1, head-major: [H, count, Dh].
   torch::Tensor ProjectedDistances(int64_t count);
-  // step() where the fused kernels do not run (a GPU): the whole batch in
-  // one set of ops, rows at different lengths masked (AppendStepToCache).
+  // step() where the CPU's fused kernels do not run (a GPU): the CUDA
+  // kernel where it applies (CudaCachedStep, kv_cache.h), else the whole
+  // batch in one set of ops, rows at different lengths masked
+  // (AppendStepToCache).
   torch::Tensor StepByOps(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots);
   // Attention of q [B, H, Tq, Dh] at positions offset.. over k, v
   // [B, H, Tk, Dh] at positions 0..Tk-1; returns [B, T, D] after W_o.
