@@ -59,6 +59,10 @@ LmConfig DeviceConfig(MixerKind kind, int64_t max_context) {
   if (kind == MixerKind::kMha || kind == MixerKind::kRelative) {
     c.positions = PositionKind::kSinusoidal;
   }
+  // Learned positions, looked up on the device by the graphed steps too.
+  if (kind == MixerKind::kLinearDecay || kind == MixerKind::kAftLocal) {
+    c.positions = PositionKind::kLearned;
+  }
   return c;
 }
 

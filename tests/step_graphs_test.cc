@@ -57,7 +57,7 @@ TEST(StepGraphs, PaddingTakesTheSpareRowsAndTokenZero) {
 
 // Models whose steps size their work by the rows' lengths on the host, or
 // route rows there, are not captured; AFT and attention are, where their
-// kernels run, and sinusoidal positions, but not learned ones.
+// kernels run, and positions, sinusoidal or learned.
 TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
   using step_graphs_internal::WhyNotCapturable;
   for (const bool kernels : {false, true}) {
@@ -66,11 +66,11 @@ TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
     EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kAftDecay), kernels), "");
     LmConfig learned = testing::TinyConfig(MixerKind::kRwkv7);
     learned.positions = PositionKind::kLearned;
-    EXPECT_EQ(WhyNotCapturable(learned, kernels),
-              "the model's learned positions are checked on the host");
+    EXPECT_EQ(WhyNotCapturable(learned, kernels), "");
     LmConfig experts = testing::TinyConfig(MixerKind::kRwkv7);
     experts.moe.experts = 4;
-    EXPECT_NE(WhyNotCapturable(experts, kernels), "");
+    EXPECT_EQ(WhyNotCapturable(experts, kernels),
+              "a mixture of experts routes its rows on the host");
   }
   EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), true), "");
   EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), false)
@@ -222,13 +222,12 @@ TEST(StepGraphs, SinusoidalPositionsComeFromTheReplayedRows) {
   ExpectReplaysToFollowTheEagerSteps(model);
 }
 
-// A model bounded by its context (aft-local's table has a row per
-// position): Step() checks the engine's rows against it before each replay,
-// since a replay runs no layer's check, while the spare row that pads every
-// batch of 3 runs on past the context without disturbing anyone.
-TEST(StepGraphs, ABoundedModelsRowsAreCheckedBeforeEachReplay) {
-  LmConfig config = testing::TinyConfig(MixerKind::kAftLocal);
-  config.max_context = 6;
+// A model bounded by its context: Step() checks the engine's rows against
+// it before each replay, since a replay runs no layer's check, while the
+// spare row that pads every batch of 3 runs on past the context without
+// disturbing anyone. `config.max_context` is 6.
+void ExpectBoundedRowsCheckedBeforeEachReplay(const LmConfig& config) {
+  ASSERT_EQ(config.max_context, 6);
   torch::manual_seed(13);
   CausalLm model(config);
   testing::RandomizePositionParameters(*model, 0.3);
@@ -264,6 +263,23 @@ TEST(StepGraphs, ABoundedModelsRowsAreCheckedBeforeEachReplay) {
               std::string::npos)
         << error.what_without_backtrace();
   }
+}
+
+// aft-local's bias table has a row per position.
+TEST(StepGraphs, ABoundedModelsRowsAreCheckedBeforeEachReplay) {
+  LmConfig config = testing::TinyConfig(MixerKind::kAftLocal);
+  config.max_context = 6;
+  ExpectBoundedRowsCheckedBeforeEachReplay(config);
+}
+
+// Learned positions bound a model of recurrences: a replay looks them up
+// on the device without the host check of the eager lookup, the spare
+// row's past the table taking its last row.
+TEST(StepGraphs, LearnedPositionsAreLookedUpOnTheDeviceWithinTheirTable) {
+  LmConfig config = testing::TinyConfig(MixerKind::kLinearDecay);
+  config.positions = PositionKind::kLearned;
+  config.max_context = 6;
+  ExpectBoundedRowsCheckedBeforeEachReplay(config);
 }
 
 // A failed capture turns graphs off for good, saying why; a pool

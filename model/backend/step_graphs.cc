@@ -125,10 +125,8 @@ int64_t StepGraphs::graphs() const { return static_cast<int64_t>(impl_->graphs.s
 namespace step_graphs_internal {
 
 std::string WhyNotCapturable(const LmConfig& config, bool kernels) {
-  // Sinusoidal positions are computed on the device from the rows' lengths.
-  if (config.positions == PositionKind::kLearned) {
-    return "the model's learned positions are checked on the host";
-  }
+  // Positions are computed or looked up on the device from the rows'
+  // lengths; CheckRoom keeps learned ones within their table.
   if (config.moe.experts > 0) return "a mixture of experts routes its rows on the host";
   // Recurrences and aft-decay: their steps read no length on the host.
   // AFT's other kinds and attention size their work by the rows' lengths

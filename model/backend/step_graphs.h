@@ -13,11 +13,11 @@
 // Only a step that never waits for the GPU can be captured
 // (CausalLm::StepChecked, model/mixers/step_rows.h), so graphs serve models
 // whose every layer is a recurrence, or AFT or attention when the fused
-// step kernels run, with sinusoidal positions or none (Unavailable() says
-// why not otherwise). A model bounded by a max_context (attention's cache,
-// aft-local's and aft-full's bias tables) has its rows' lengths checked
-// before each replay, one small read from the device; spare rows run on
-// past it, which the kernels tolerate.
+// step kernels run, and no mixture of experts (Unavailable() says why not
+// otherwise). A model bounded by a max_context (attention's cache,
+// aft-local's and aft-full's bias tables, learned positions) has its rows'
+// lengths checked before each replay, one small read from the device;
+// spare rows run on past it, which the kernels and lookups tolerate.
 // A bucket's first batch runs eagerly, which also sets up what the step
 // initialises lazily (cuBLAS handles, kernels' modules); its second is
 // captured and replayed. If a capture fails, every step of this model runs

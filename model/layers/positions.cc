@@ -67,4 +67,9 @@ torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& positions) cons
   return torch::nn::functional::embedding(positions.to(torch::kLong), table_);
 }
 
+torch::Tensor LearnedPositionsImpl::Clamped(const torch::Tensor& positions) const {
+  const auto rows = positions.to(torch::kLong).clamp(0, table_.size(0) - 1);
+  return torch::nn::functional::embedding(rows, table_);
+}
+
 }  // namespace attn

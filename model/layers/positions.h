@@ -50,6 +50,11 @@ class LearnedPositionsImpl : public torch::nn::Module {
   LearnedPositionsImpl(int64_t max_positions, int64_t d_model);
   // positions must lie in [0, max_positions).
   torch::Tensor forward(const torch::Tensor& positions) const;
+  // forward() without its check, which reads the positions on the host:
+  // positions past the table take its last row. For a caller that checked
+  // the positions it reads (a CUDA graph's replay, whose padding rows run
+  // on past the context and whose outputs no one reads).
+  torch::Tensor Clamped(const torch::Tensor& positions) const;
   const torch::Tensor& table() const { return table_; }
 
  private:

@@ -73,8 +73,14 @@ torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tens
       return h;
     case PositionKind::kSinusoidal:
       return h + sinusoidal_positions_->forward(positions).to(h.options());
-    case PositionKind::kLearned:
-      return h + learned_positions_->forward(positions);
+    case PositionKind::kLearned: {
+      // A graph's replay reads no host value; its caller checked the rows.
+      const StepRows* rows = StepRows::Current();
+      const bool checked =
+          rows != nullptr && rows->capacity() == StepRows::Capacity::kCallerChecked;
+      return h + (checked ? learned_positions_->Clamped(positions)
+                          : learned_positions_->forward(positions));
+    }
   }
   return h;
 }
