@@ -1,8 +1,8 @@
 // Every kind on the device a GPU build serves from, against float64 on the
 // CPU: the parallel form, chunked prefill then steps, pool rows at different
 // positions stepped together (eagerly and through CUDA graphs), bf16
-// weights, and a context past 8,192 tokens; and public shapes' greedy
-// decode against the CPU's. The device is ATTN_TEST_DEVICE (cpu, cuda or
+// weights, and a context past 8,192 tokens; a mixture of experts; and
+// public shapes' greedy decode against the CPU's. The device is ATTN_TEST_DEVICE (cpu, cuda or
 // cuda:N); by default the first GPU where LibTorch sees one, else the CPU,
 // so that the suite runs in every build: here it checks the CPU's fused
 // kernels, on a GPU machine (scripts/gpu/device_run.sh) the op-by-op path
@@ -255,6 +255,46 @@ TEST_P(DeviceTest, AContextPast8192TokensStaysEqualToFloat64) {
   for (int64_t t : {int64_t{0}, int64_t{4095}, int64_t{8191}, int64_t{8192}, kLong - 1}) {
     EXPECT_LT(MaxAbsDiff(logits.select(1, t), expected.select(1, t)), kFloat32Tolerance)
         << "at t=" << t << " on " << device_;
+  }
+}
+
+// A gqa model with a mixture of experts beside each feed-forward: the
+// parallel form (its rows grouped by expert on the host), streamed chunks,
+// pool rows stepped together and graphed steps (on a GPU, the experts'
+// kernel: the router's choices stay on the device) against float64 on the
+// CPU. Float32 only: bf16's rounding moves router logits enough to swap
+// experts at near-ties, which no tolerance covers.
+TEST(DeviceExperts, EveryPathEqualsFloat64) {
+  const torch::Device device = TestDevice();
+  LmConfig config = DeviceConfig(MixerKind::kGqa, 128);
+  config.moe.experts = 6;
+  config.moe.top_k = 2;
+  config.moe.hidden = 24;
+  config.ff = FeedForwardKind::kSwiGlu;
+  CausalLm reference = SeededModel(config), model = SeededModel(config);
+  reference->to(torch::kDouble);
+  model->to(device);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = torch::randint(0, kVocab, {kRows, kTime}, torch::kLong);
+  const torch::Tensor expected = reference->forward(tokens);
+  EXPECT_LT(MaxAbsDiff(model->forward(tokens.to(device)).cpu(), expected), kFloat32Tolerance);
+  const torch::Tensor streamed =
+      testing::StreamedLogits(model, tokens.to(device), device, {17, 1, 20});
+  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), kFloat32Tolerance) << "streamed";
+  LmState pool = model->initial_state(5, device);
+  const std::vector<torch::Tensor> stepped =
+      StepScatteredRows(tokens, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+        return model->step(ids.to(device), slots, pool);
+      });
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(stepped[b], expected[b]), kFloat32Tolerance) << "stepped, sequence " << b;
+  }
+  const std::string unavailable = StepGraphs::Unavailable(model, device);
+  if (!unavailable.empty()) GTEST_SKIP() << "no CUDA graphs: " << unavailable;
+  const std::vector<torch::Tensor> graphed = GraphedSteps(model, tokens);
+  ASSERT_EQ(graphed.size(), static_cast<size_t>(kRows));
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(graphed[b], expected[b]), kFloat32Tolerance) << "graphed, sequence " << b;
   }
 }
 

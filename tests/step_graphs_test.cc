@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/native_backend.h"
+#include "model/cuda/state_kernels.h"
 #include "tests/test_util.h"
 #include "tests/tiny_model.h"
 
@@ -70,7 +71,9 @@ TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
     LmConfig experts = testing::TinyConfig(MixerKind::kRwkv7);
     experts.moe.experts = 4;
     EXPECT_EQ(WhyNotCapturable(experts, kernels),
-              "a mixture of experts routes its rows on the host");
+              kernels ? ""
+                      : "a mixture of experts without the fused CUDA kernels routes its rows "
+                        "on the host");
   }
   EXPECT_EQ(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), true), "");
   EXPECT_NE(WhyNotCapturable(testing::TinyConfig(MixerKind::kShortConv), false)
@@ -85,6 +88,24 @@ TEST(StepGraphs, RecurrentModelsAreCapturedAndOthersWithTheirKernels) {
                   .find(absl::StrCat("layer 0 is ", MixerKindName(kind),
                                      ", whose step without the fused CUDA kernels")),
               std::string::npos);
+  }
+}
+
+// The experts' kernel takes at most 256 choices a call: graphs serve a
+// mixture of experts up to the bucket whose rows choose no more.
+TEST(StepGraphs, AMixtureOfExpertsIsCapturedUpToTheKernelsChoices) {
+  using step_graphs_internal::LargestBucket;
+  LmConfig config = testing::TinyConfig(MixerKind::kRwkv7);
+  EXPECT_EQ(LargestBucket(config), StepGraphs::kMaxBatch);
+  config.moe.experts = 64;
+  const std::vector<std::pair<int64_t, int64_t>> top_k_bucket = {
+      {1, 256}, {2, 128}, {6, 40}, {8, 32}, {40, 4}, {64, 4}, {80, 2}, {100, 2}, {256, 1}};
+  for (const auto& [top_k, bucket] : top_k_bucket) {
+    config.moe.top_k = top_k;
+    EXPECT_EQ(LargestBucket(config), bucket) << "top " << top_k;
+    EXPECT_EQ(StepGraphs::BucketFor(bucket), bucket);
+    EXPECT_LE(bucket * top_k, cuda::kMaxExpertChoices);
+    EXPECT_GT(StepGraphs::BucketFor(bucket + 1) * top_k, cuda::kMaxExpertChoices);
   }
 }
 

@@ -36,7 +36,11 @@ std::string StepGraphs::Unavailable(const CausalLm& model, torch::Device device)
 
 struct StepGraphs::Impl {
   Impl(CausalLm model, torch::Device device, int64_t rows, StepCapturer capture)
-      : model(std::move(model)), device(device), rows(rows), capture(std::move(capture)) {
+      : model(std::move(model)),
+        device(device),
+        rows(rows),
+        largest_bucket(step_graphs_internal::LargestBucket(this->model->config())),
+        capture(std::move(capture)) {
     const auto options = torch::TensorOptions(torch::kLong).device(device);
     tokens_in = torch::zeros({kMaxBatch}, options);
     rows_in = torch::zeros({kMaxBatch}, options);
@@ -46,6 +50,7 @@ struct StepGraphs::Impl {
   CausalLm model;
   torch::Device device;
   int64_t rows;
+  int64_t largest_bucket;
   StepCapturer capture;
   torch::Tensor tokens_in, rows_in;  // int64 [kMaxBatch] on the device
   std::map<int64_t, std::unique_ptr<CapturedStep>> graphs;
@@ -91,7 +96,7 @@ std::optional<torch::Tensor> StepGraphs::Step(const torch::Tensor& tokens,
   Impl& g = *impl_;
   const int64_t batch = tokens.dim() == 1 ? tokens.size(0) : 0;
   const int64_t bucket = BucketFor(batch);
-  if (!g.failure.empty() || bucket == 0) return std::nullopt;
+  if (!g.failure.empty() || bucket == 0 || bucket > g.largest_bucket) return std::nullopt;
   // The model's own checks, which a replay skips: the engine's rows only,
   // never a spare.
   const torch::Tensor host_tokens = tokens.to(torch::kCPU);
@@ -127,7 +132,9 @@ namespace step_graphs_internal {
 std::string WhyNotCapturable(const LmConfig& config, bool kernels) {
   // Positions are computed or looked up on the device from the rows'
   // lengths; CheckRoom keeps learned ones within their table.
-  if (config.moe.experts > 0) return "a mixture of experts routes its rows on the host";
+  if (config.moe.experts > 0 && !kernels) {
+    return "a mixture of experts without the fused CUDA kernels routes its rows on the host";
+  }
   // Recurrences and aft-decay: their steps read no length on the host.
   // AFT's other kinds and attention size their work by the rows' lengths
   // in their op-by-op steps; their CUDA kernels read them on the device.
@@ -149,6 +156,14 @@ std::string WhyNotCapturable(const LmConfig& config, bool kernels) {
         " sizes its work by the rows' lengths on the host");
   }
   return "";
+}
+
+int64_t LargestBucket(const LmConfig& config) {
+  if (config.moe.experts == 0) return StepGraphs::kMaxBatch;
+  // The experts' kernel serves at most kMaxExpertChoices choices a call.
+  const int64_t rows = std::min(StepGraphs::kMaxBatch, cuda::kMaxExpertChoices / config.moe.top_k);
+  if (rows >= 8) return rows / 8 * 8;
+  return rows >= 4 ? 4 : (rows >= 2 ? 2 : rows);
 }
 
 void CheckRoom(const LmState& state, const torch::Tensor& rows, int64_t limit) {

@@ -13,11 +13,14 @@
 // Only a step that never waits for the GPU can be captured
 // (CausalLm::StepChecked, model/mixers/step_rows.h), so graphs serve models
 // whose every layer is a recurrence, or AFT or attention when the fused
-// step kernels run, and no mixture of experts (Unavailable() says why not
-// otherwise). A model bounded by a max_context (attention's cache,
-// aft-local's and aft-full's bias tables, learned positions) has its rows'
-// lengths checked before each replay, one small read from the device;
-// spare rows run on past it, which the kernels and lookups tolerate.
+// step kernels run (Unavailable() says why not otherwise). With the
+// kernels a mixture of experts is captured too, for buckets whose rows
+// make at most cuda::kMaxExpertChoices choices of experts
+// (LargestBucket); larger batches step eagerly. A model bounded by a
+// max_context (attention's cache, aft-local's and aft-full's bias tables,
+// learned positions) has its rows' lengths checked before each replay, one
+// small read from the device; spare rows run on past it, which the kernels
+// and lookups tolerate.
 // A bucket's first batch runs eagerly, which also sets up what the step
 // initialises lazily (cuBLAS handles, kernels' modules); its second is
 // captured and replayed. If a capture fails, every step of this model runs
@@ -79,8 +82,8 @@ class StepGraphs {
 
   // CausalLm::step(tokens, rows, state) for host `tokens` and `rows` [B]
   // through the graph of B's bucket; nullopt where the caller should step
-  // eagerly instead (the bucket's first batch, a batch past kMaxBatch,
-  // graphs given up). Throws c10::Error for tokens or rows the model's step
+  // eagerly instead (the bucket's first batch, a batch past the model's
+  // LargestBucket, graphs given up). Throws c10::Error for tokens or rows the model's step
   // would refuse, before anything runs.
   std::optional<torch::Tensor> Step(const torch::Tensor& tokens, const torch::Tensor& rows,
                                     LmState& state);
@@ -106,6 +109,11 @@ bool GraphsBuilt();
 // AFT's and attention's lengths on the device where their op-by-op steps
 // read them on the host.
 std::string WhyNotCapturable(const LmConfig& config, bool kernels);
+
+// The largest bucket graphs serve for a model of `config`: kMaxBatch, or
+// for a mixture of experts the largest whose rows' choices the experts'
+// kernel takes in one call (cuda::kMaxExpertChoices).
+int64_t LargestBucket(const LmConfig& config);
 
 // Throws c10::Error unless every row of `rows` (host ids) of `state` can
 // take one more token under `limit` tokens (-1: unbounded). Reads the

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/cuda/experts_math.h"
 #include "model/cuda/state_kernels.h"
 #include "model/cuda/step_math.h"
 
@@ -158,6 +159,57 @@ __global__ void AftStepKernel(AftStepArgs a) {
   if (d < a.channels) AftChannel(a, blockIdx.y, d);
 }
 
+// Lists the choices of the block's expert (blockIdx.x) in `choices`, in
+// any order; every thread returns how many.
+__device__ int ListExpertChoices(const ExpertsArgs& a, int64_t* choices, int* count) {
+  if (threadIdx.x == 0) *count = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < a.rows * a.top_k; i += blockDim.x) {
+    if (a.chosen[i] == blockIdx.x) choices[atomicAdd(count, 1)] = i;
+  }
+  __syncthreads();
+  return *count;
+}
+
+// One stage of an expert's SwiGLU for every choice of it (experts_math.h):
+// a warp per row of the expert's matrices at a time, kExpertChoicesAtOnce
+// choices a pass. The hidden stage (`hidden`) writes act = silu(W_gate x)
+// * (W_up x), the output stage out = W_down act.
+template <bool kHidden>
+__global__ void ExpertsKernel(ExpertsArgs a) {
+  __shared__ int64_t choices[kMaxExpertChoices];
+  __shared__ int count;
+  const int n = ListExpertChoices(a, choices, &count);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t rows = kHidden ? a.hidden : a.d, width = kHidden ? a.d : a.hidden;
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * kWarpsPerBlock;
+  for (int64_t row = static_cast<int64_t>(blockIdx.y) * kWarpsPerBlock + warp; row < rows;
+       row += stride) {
+    for (int first = 0; first < n; first += kExpertChoicesAtOnce) {
+      const int batch = min(n - first, kExpertChoicesAtOnce);
+      int64_t inputs[kExpertChoicesAtOnce];
+      ExpertInputs(a, choices, first, batch, kHidden, inputs);
+      float sums[kExpertChoicesAtOnce], ups[kExpertChoicesAtOnce];
+      const void* w = kHidden ? a.gate[blockIdx.x] : a.down[blockIdx.x];
+      ExpertLaneDots(w, a.bf16, row, width, kHidden ? a.x : a.act, inputs, batch, lane, sums);
+      if (kHidden)
+        ExpertLaneDots(a.up[blockIdx.x], a.bf16, row, width, a.x, inputs, batch, lane, ups);
+#pragma unroll
+      for (int c = 0; c < kExpertChoicesAtOnce; ++c) {
+        if (c >= batch) break;
+        const float sum = WarpSum(sums[c]);
+        const float up = kHidden ? WarpSum(ups[c]) : 0.f;
+        if (lane != 0) continue;
+        if (kHidden) {
+          a.act[choices[first + c] * a.hidden + row] = ExpertActivation(sum, up);
+        } else {
+          a.out[choices[first + c] * a.d + row] = sum;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool KernelsEnabled() {
@@ -261,6 +313,25 @@ std::string AftStep(const AftStepArgs& args, void* stream) {
   if (args.batch == 0) return "";
   AftStepKernel<<<ChannelGrid(args.batch, args.channels), kChannelThreads, 0, AsStream(stream)>>>(
       args);
+  return LaunchError();
+}
+
+std::string Experts(const ExpertsArgs& args, void* stream) {
+  if (args.rows == 0) return "";
+  if (args.rows * args.top_k > kMaxExpertChoices) {
+    return "over " + std::to_string(kMaxExpertChoices) + " choices of experts in one call";
+  }
+  // A block per expert and slice of its matrices' rows, at most 256
+  // slices: warps stride over the rows beyond.
+  const auto slices = [](int64_t rows) {
+    const int64_t wanted = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    return static_cast<unsigned>(wanted < 256 ? wanted : 256);
+  };
+  const unsigned experts = static_cast<unsigned>(args.experts);
+  ExpertsKernel<true>
+      <<<dim3(experts, slices(args.hidden)), kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
+  ExpertsKernel<false>
+      <<<dim3(experts, slices(args.d)), kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
   return LaunchError();
 }
 

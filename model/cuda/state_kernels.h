@@ -212,4 +212,35 @@ inline int64_t AttentionPartialFloats(const AttentionStepArgs& a) {
   return a.splits > 1 ? a.batch * a.heads * a.splits * (2 + a.head_dim) : 0;
 }
 
+// A mixture of SwiGLU experts (model/layers/mixture_of_experts.h) for
+// `rows` rows, each routed on the device to top_k of `experts` experts:
+//   x [rows, d] float32; chosen [rows, top_k] (int64 expert ids, the
+//   router's top k); gate, up and down: device arrays of `experts` pointers
+//   to each expert's [hidden, d], [hidden, d] and [d, hidden] weights,
+//   float32, or bf16 where `bf16`; act [rows * top_k, hidden] scratch;
+//   writes out [rows * top_k, d], for choice i = row * top_k + k of
+//   expert e = chosen[i]:
+//     out_i = W_down,e (silu(W_gate,e x_row) * (W_up,e x_row))
+// The caller weighs each row's choices by their gates and sums them. A
+// block serves one expert and a few rows of its matrices, for every choice
+// of that expert, so each chosen expert's weights are read once a call and
+// an expert no row chose costs a block that returns at once: the bytes the
+// host's grouping of rows by expert reads, without the host ever waiting
+// for the router. Each choice's sums are a warp's, in float32.
+struct ExpertsArgs {
+  int64_t rows = 0, top_k = 0, experts = 0, d = 0, hidden = 0;
+  bool bf16 = false;
+  const float* x = nullptr;
+  const int64_t* chosen = nullptr;
+  const void* const* gate = nullptr;
+  const void* const* up = nullptr;
+  const void* const* down = nullptr;
+  float *act = nullptr, *out = nullptr;
+};
+// A block lists the choices of its expert in shared memory: at most this
+// many choices (rows x top_k) a call. Past a few dozen choices an expert's
+// rows are better multiplied as one matrix product (the host's grouping).
+inline constexpr int64_t kMaxExpertChoices = 256;
+std::string Experts(const ExpertsArgs& args, void* stream);
+
 }  // namespace attn::cuda

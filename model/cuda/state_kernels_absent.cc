@@ -18,5 +18,6 @@ std::string LinearStep(const LinearStepArgs&, void*) { return kAbsent; }
 std::string AftDecayStep(const AftDecayStepArgs&, void*) { return kAbsent; }
 std::string AftStep(const AftStepArgs&, void*) { return kAbsent; }
 std::string AttentionStep(const AttentionStepArgs&, void*) { return kAbsent; }
+std::string Experts(const ExpertsArgs&, void*) { return kAbsent; }
 
 }  // namespace attn::cuda

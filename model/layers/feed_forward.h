@@ -25,6 +25,11 @@ class FeedForwardImpl : public torch::nn::Module {
   // Children "up" and "down" (and "gate" for swiglu).
   FeedForwardImpl(int64_t d_model, int64_t hidden, FeedForwardKind kind = FeedForwardKind::kGelu);
   torch::Tensor forward(const torch::Tensor& x);
+  // The projections, for a kernel that runs this network itself (gate:
+  // swiglu's only).
+  const torch::nn::Linear& up() const { return up_; }
+  const torch::nn::Linear& down() const { return down_; }
+  const torch::nn::Linear& gate() const { return gate_; }
 
  private:
   FeedForwardKind kind_;

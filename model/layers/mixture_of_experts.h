@@ -10,6 +10,9 @@
 // Each token runs only its top_k experts: the rows are grouped by expert on
 // the CPU and each chosen expert multiplies its rows at once, so a decode
 // step of B rows costs at most B * top_k experts' products, whatever E is.
+// On a GPU a step's few rows skip the host instead (model/mixers/
+// gpu_experts.h): a kernel runs the chosen experts, which KernelWeights()
+// names.
 // The experts are ordinary feed-forwards (children "experts.N.{gate, up,
 // down}", the router "router"), so int8 weights and packed products apply
 // to them as to any projection.
@@ -22,6 +25,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/layers/feed_forward.h"
@@ -34,10 +38,36 @@ class MixtureOfExpertsImpl : public torch::nn::Module {
   MixtureOfExpertsImpl(int64_t d_model, int64_t hidden, int64_t experts, int64_t top_k);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // The router's choices for rows [n, d_model]: chosen [n, top_k] expert
+  // ids (int64) and their gates [n, top_k] in the rows' type.
+  struct Routing {
+    torch::Tensor chosen, gates;
+  };
+  Routing Route(const torch::Tensor& rows);
+
+  // The experts' weights for a kernel on their device: `pointers`, int64
+  // [3, experts] there, holds each expert's gate, up and down weights'
+  // addresses; `bf16`, whether they are bf16 (else float32). Nullopt unless
+  // every weight is a contiguous float32 tensor on a GPU that Dense
+  // multiplies as it is (no bf16 copy), or every one is bf16 there. Made
+  // on the first call (a copy to the device) and kept while the weights
+  // stay where they are, so that a CUDA graph's capture finds it made.
+  struct KernelWeights {
+    torch::Tensor pointers;
+    bool bf16 = false;
+  };
+  std::optional<KernelWeights> KernelWeightsOnDevice();
+
+  int64_t top_k() const { return top_k_; }
+  int64_t experts() const { return static_cast<int64_t>(experts_.size()); }
+  int64_t hidden() const { return hidden_; }
+
  private:
-  int64_t top_k_;
+  int64_t top_k_, hidden_;
   torch::nn::Linear router_{nullptr};
   std::vector<FeedForward> experts_;
+  std::vector<const void*> kernel_addresses_;  // what kernel_weights_ holds
+  KernelWeights kernel_weights_;
 };
 TORCH_MODULE(MixtureOfExperts);
 

@@ -8,6 +8,7 @@
 #include "model/layers/mixture_of_experts.h"
 #include "model/layers/norms.h"
 #include "model/lm/row_groups.h"
+#include "model/mixers/gpu_experts.h"
 
 namespace attn {
 namespace {
@@ -58,7 +59,7 @@ class FeedForwardHalf {
   torch::Tensor operator()(const torch::Tensor& y) {
     const torch::Tensor normed = norm_->forward(y);
     torch::Tensor out = ff_->forward(normed);
-    if (!moe_.is_empty()) out.add_(moe_->forward(normed));
+    if (!moe_.is_empty()) out.add_(RunExperts(*moe_, normed));
     return out;
   }
 

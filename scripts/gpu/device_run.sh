@@ -189,8 +189,9 @@ bench_by_ops() { ATTN_CUDA_KERNELS=0 bench; }
 
 # compute-sanitizer's memcheck (out-of-bounds and misaligned accesses) and
 # racecheck (shared memory hazards) over the device tests that run the
-# kernels at short context: every kind's chunked prefill and steps, and
-# pool rows at different positions stepped together. (The 8,300-token
+# kernels at short context: every kind's chunked prefill and steps, pool
+# rows at different positions stepped together, graphed steps, and the
+# experts' kernel. (The 8,300-token
 # test would take minutes under the tools.) Where the machine has no
 # compute-sanitizer, the step says so and fails.
 sanitize() {
@@ -201,7 +202,8 @@ sanitize() {
     echo "== $tool"
     ATTN_TEST_DEVICE=cuda timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 3 \
       "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
-      --gtest_filter='*ChunkedPrefillThenSteps*:*PoolRowsAtDifferentPositions*:*GraphedSteps*' || return
+      --gtest_filter='*ChunkedPrefillThenSteps*:*PoolRowsAtDifferentPositions*:*GraphedSteps*:DeviceExperts*' ||
+      return
   done
 }
 
