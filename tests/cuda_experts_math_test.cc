@@ -12,9 +12,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/cuda/experts_math.h"
+#include "model/layers/dense.h"
 #include "model/layers/mixture_of_experts.h"
 #include "model/mixers/gpu_experts.h"
 #include "tests/test_util.h"
@@ -169,8 +172,47 @@ TEST(CudaExpertsMath, TheCpuGroupsRowsOnTheHost) {
   torch::NoGradGuard no_grad;
   const torch::Tensor x = torch::randn({3, 1, kD});
   EXPECT_FALSE(ExpertsKernelApplies(*moe, x));
-  EXPECT_FALSE(moe->KernelWeightsOnDevice().has_value());
   EXPECT_TRUE(torch::equal(RunExperts(*moe, x), moe->forward(x)));
+}
+
+// The address of every expert's `matrix` ("gate", "up" or "down") weight.
+std::vector<int64_t> Addresses(MixtureOfExperts& moe, const std::string& matrix) {
+  auto params = moe->named_parameters();
+  std::vector<int64_t> addresses;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const torch::Tensor& w = params["experts." + std::to_string(e) + "." + matrix + ".weight"];
+    addresses.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.data_ptr())));
+  }
+  return addresses;
+}
+
+// The kernel finds each expert's matrices by address: the table's row 0
+// holds the gates', 1 the ups', 2 the downs'; bf16 where every weight is;
+// none where a weight has a copy that Dense would multiply instead.
+TEST(CudaExpertsMath, TheWeightTableNamesEveryExpertsMatrices) {
+  MixtureOfExperts moe = Mixture(false);
+  moe->to(torch::kFloat);
+  for (const bool bf16 : {false, true}) {
+    if (bf16) moe->to(torch::kBFloat16);
+    std::optional<MixtureOfExpertsImpl::KernelWeights> table = moe->KernelWeightTable();
+    ASSERT_TRUE(table.has_value());
+    EXPECT_EQ(table->bf16, bf16);
+    ASSERT_EQ(table->pointers.sizes(), (std::vector<int64_t>{3, kExperts}));
+    const char* matrices[] = {"gate", "up", "down"};
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(testing::Int64s(table->pointers[i]), Addresses(moe, matrices[i])) << matrices[i];
+    }
+    EXPECT_TRUE(moe->KernelWeightTable()->pointers.is_same(table->pointers))
+        << "made again although the weights stayed";
+  }
+  moe->to(torch::kFloat);
+  ASSERT_TRUE(moe->KernelWeightTable().has_value());
+  QuantizeWeightInt8(moe->named_parameters()["experts.3.down.weight"]);
+  EXPECT_FALSE(moe->KernelWeightTable().has_value());
+  MixtureOfExperts other = Mixture(false);
+  other->to(torch::kFloat);
+  QuantizeWeightBf16(other->named_parameters()["experts.0.gate.weight"], Bf16Product::kLibTorch);
+  EXPECT_FALSE(other->KernelWeightTable().has_value());
 }
 
 }  // namespace

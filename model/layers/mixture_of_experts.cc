@@ -49,16 +49,17 @@ torch::Tensor MixtureOfExpertsImpl::forward(const torch::Tensor& x) {
   return out.view(x.sizes());
 }
 
-std::optional<MixtureOfExpertsImpl::KernelWeights> MixtureOfExpertsImpl::KernelWeightsOnDevice() {
+std::optional<MixtureOfExpertsImpl::KernelWeights> MixtureOfExpertsImpl::KernelWeightTable() {
   std::vector<const void*> addresses;
   const torch::Tensor& first = experts_.front()->up()->weight;
   const bool bf16 = first.scalar_type() == torch::kBFloat16;
   for (const auto& expert : experts_) {
     for (const torch::nn::Linear* layer : {&expert->gate(), &expert->up(), &expert->down()}) {
       const torch::Tensor& w = (*layer)->weight;
-      const bool usable = bf16 ? w.scalar_type() == torch::kBFloat16
-                               : w.scalar_type() == torch::kFloat && !HasBf16Copy(w);
-      if (!usable || !w.is_cuda() || !w.is_contiguous() || w.device() != first.device()) {
+      const bool usable =
+          bf16 ? w.scalar_type() == torch::kBFloat16
+               : w.scalar_type() == torch::kFloat && !HasBf16Copy(w) && !HasInt8Copy(w);
+      if (!usable || !w.is_contiguous() || w.device() != first.device()) {
         return std::nullopt;
       }
       addresses.push_back(w.data_ptr());

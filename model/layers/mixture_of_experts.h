@@ -11,8 +11,8 @@
 // the CPU and each chosen expert multiplies its rows at once, so a decode
 // step of B rows costs at most B * top_k experts' products, whatever E is.
 // On a GPU a step's few rows skip the host instead (model/mixers/
-// gpu_experts.h): a kernel runs the chosen experts, which KernelWeights()
-// names.
+// gpu_experts.h): a kernel runs the chosen experts, which
+// KernelWeightTable() names.
 // The experts are ordinary feed-forwards (children "experts.N.{gate, up,
 // down}", the router "router"), so int8 weights and packed products apply
 // to them as to any projection.
@@ -48,15 +48,15 @@ class MixtureOfExpertsImpl : public torch::nn::Module {
   // The experts' weights for a kernel on their device: `pointers`, int64
   // [3, experts] there, holds each expert's gate, up and down weights'
   // addresses; `bf16`, whether they are bf16 (else float32). Nullopt unless
-  // every weight is a contiguous float32 tensor on a GPU that Dense
-  // multiplies as it is (no bf16 copy), or every one is bf16 there. Made
-  // on the first call (a copy to the device) and kept while the weights
+  // every weight is a contiguous float32 tensor that Dense multiplies as it
+  // is (no bf16 or int8 copy), or every one is bf16, all on one device.
+  // Made on the first call (a copy to a GPU) and kept while the weights
   // stay where they are, so that a CUDA graph's capture finds it made.
   struct KernelWeights {
     torch::Tensor pointers;
     bool bf16 = false;
   };
-  std::optional<KernelWeights> KernelWeightsOnDevice();
+  std::optional<KernelWeights> KernelWeightTable();
 
   int64_t top_k() const { return top_k_; }
   int64_t experts() const { return static_cast<int64_t>(experts_.size()); }

@@ -18,7 +18,9 @@ std::optional<MixtureOfExpertsImpl::KernelWeights> KernelWeightsFor(MixtureOfExp
   if (!CudaStepApplies({&x})) return std::nullopt;
   const int64_t rows = x.numel() / x.size(-1);
   if (rows * moe.top_k() > cuda::kMaxExpertChoices) return std::nullopt;
-  return moe.KernelWeightsOnDevice();
+  std::optional<MixtureOfExpertsImpl::KernelWeights> weights = moe.KernelWeightTable();
+  if (weights.has_value() && weights->pointers.device() != x.device()) return std::nullopt;
+  return weights;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ namespace attn {
 // Whether RunExperts takes the kernel for `rows` rows: the kernels run
 // (CudaStepApplies), x is float32 on a GPU, rows * top_k is at most
 // cuda::kMaxExpertChoices, and the weights suit the kernel
-// (KernelWeightsOnDevice). Shapes and devices alone decide it, so a CUDA
+// (KernelWeightTable, on x's GPU). Shapes and devices alone decide it, so a CUDA
 // graph's capture takes the path its bucket's first, eager step took.
 bool ExpertsKernelApplies(MixtureOfExpertsImpl& moe, const torch::Tensor& x);
 
