@@ -243,6 +243,50 @@ TEST(StepGraphs, SinusoidalPositionsComeFromTheReplayedRows) {
   ExpectReplaysToFollowTheEagerSteps(model);
 }
 
+// A mixture of experts beside each feed-forward: its replays follow the
+// eager steps (on the CPU the rows are grouped on the host inside the
+// rerun; a GPU captures the experts' kernel).
+LmConfig WithExperts(int64_t experts, int64_t top_k) {
+  LmConfig config = testing::TinyConfig(MixerKind::kLinearDecay);
+  config.ff = FeedForwardKind::kSwiGlu;
+  config.moe = {experts, top_k, 6};
+  return config;
+}
+
+TEST(StepGraphs, AMixtureOfExpertsReplaysTheEagerSteps) {
+  torch::manual_seed(13);
+  CausalLm model(WithExperts(4, 2));
+  model->to(torch::kDouble);
+  ExpectReplaysToFollowTheEagerSteps(model);
+}
+
+// Past its largest bucket (2 rows at top 100 of 200 experts) a batch steps
+// eagerly, however often it comes; the buckets below replay.
+TEST(StepGraphs, AMixturesBatchPastItsLargestBucketStepsEagerly) {
+  torch::manual_seed(13);
+  CausalLm model(WithExperts(200, 100));
+  ASSERT_EQ(step_graphs_internal::LargestBucket(model->config()), 2);
+  model->to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  int captures = 0;
+  StepGraphs graphs(model, torch::kCPU, kRows, RerunCapturer(&captures));
+  LmState state = Float64Pool(model, kRows + StepGraphs::kSpareRows);
+  for (int64_t round = 0; round < 3; ++round) {
+    EXPECT_FALSE(graphs
+                     .Step(torch::tensor({int64_t{1}, int64_t{2}, int64_t{3}}),
+                           torch::tensor({int64_t{0}, int64_t{1}, int64_t{2}}), state)
+                     .has_value())
+        << "3 rows, round " << round;
+    EXPECT_EQ(graphs
+                  .Step(torch::tensor({int64_t{4}, int64_t{5}}),
+                        torch::tensor({int64_t{0}, int64_t{2}}), state)
+                  .has_value(),
+              round > 0)
+        << "2 rows, round " << round;
+  }
+  EXPECT_EQ(captures, 1);
+}
+
 // A model bounded by its context: Step() checks the engine's rows against
 // it before each replay, since a replay runs no layer's check, while the
 // spare row that pads every batch of 3 runs on past the context without
