@@ -208,10 +208,15 @@ sanitize() {
 }
 
 # The bundled models served from the GPU and from the CPU: the same greedy
-# tokens for the same prompts (scripts/gpu/served_greedy.sh).
+# tokens for the same prompts (scripts/gpu/served_greedy.sh); then a long
+# stream's logprobs against Score's on the GPU.
 serve() {
   ATTN_SERVER="$BUILD_DIR/server/attn-server" ATTNCTL="$BUILD_DIR/client/attnctl" \
-    bash scripts/gpu/served_greedy.sh
+    bash scripts/gpu/served_greedy.sh || return
+  # A stream of 4,096 tokens after a 4,096-token prompt on the GPU: its
+  # logprobs equal Score's of the whole sequence there.
+  DEVICE=cuda timeout 240 bash tests/server/long_stream_matches_score.sh \
+    "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl" models/rwkv7.pt
 }
 
 export PATH="$KIT_ROOT/usr/bin:$PATH"

@@ -5,18 +5,23 @@
 # the whole 8,192-token sequence within 1e-4. The stream runs the chunked
 # prefill and then 4,096 recurrent steps; Score runs the prefill over all of
 # it, so this holds only if the two forms agree far past the training length.
+# DEVICE (cpu) serves from another device: scripts/gpu/device_run.sh runs it
+# on a GPU, where the stream replays CUDA graphs and a capture that fails
+# fails the test.
 #   long_stream_matches_score.sh ATTN_SERVER ATTNCTL [MODEL]
+#   DEVICE (cpu)   PYTHON (/usr/bin/python3, else python3 on PATH)
 set -euo pipefail
 server_bin=$1 ctl_bin=$2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 model=${3:-$repo/models/rwkv7.pt}
-py=/usr/bin/python3
+device=${DEVICE:-cpu}
+py=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3)}
 work=$(mktemp -d)
 . "$repo/scripts/lib/local_server.sh"
 use_binaries "$server_bin" "$ctl_bin"
 trap 'kill_servers; rm -rf "$work"' EXIT
-start_server "$work/server.log" --models="$model" --metrics_port=-1 --max_prompt_tokens=8192 \
-  --max_tokens=8192
+start_server "$work/server.log" --models="$model" --device="$device" --metrics_port=-1 \
+  --max_prompt_tokens=8192 --max_tokens=8192
 ctl=("$ctl_bin" --server=127.0.0.1:$server_port --timeout_s=600)
 # A prompt of the model's own text: its tokenizer over the repository's README.
 # (a file: the text is longer than one command-line argument may be).
@@ -45,3 +50,4 @@ worst = max(abs(a - b) for a, b in zip(streamed, scored[4096:]))
 assert worst < 1e-4, f"max |stream - score| = {worst}"
 print(f"PASS: 4096 streamed tokens after a 4096-token prompt, max |stream - score| = {worst:.2e}")
 PY
+if grep -h "CUDA graphs off" "$work/server.log"; then exit 1; fi
