@@ -5,6 +5,8 @@
 #include <map>
 #include <queue>
 #include <random>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -13,6 +15,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "attn/v1/text_generation.grpc.pb.h"
+#include "client/event_stream.h"
+#include "client/sse.h"
+#include "nlohmann/json.hpp"
 
 namespace attn::client {
 namespace {
@@ -94,6 +99,34 @@ struct Results {
   std::vector<double> rejected ABSL_GUARDED_BY(mu);
 };
 
+// One stream's times: to its first message, and each token's share of the
+// gaps after.
+struct StreamTiming {
+  explicit StreamTiming(absl::Time started) : started(started), last(started) {}
+  // A message of `count` tokens arrived at `now`.
+  void Tokens(absl::Time now, int64_t count) {
+    if (first) {
+      ttft = absl::ToDoubleSeconds(now - started);
+      first = false;
+    } else if (count > 0) {
+      // The server merges tokens that queued during a write into one
+      // message; each of them gets an equal share of the gap, so the gaps
+      // still add up to the stream's duration.
+      const double share = absl::ToDoubleSeconds(now - last) / static_cast<double>(count);
+      gaps.insert(gaps.end(), count, share);
+    }
+    last = now;
+    tokens += count;
+  }
+  double seconds() const { return absl::ToDoubleSeconds(absl::Now() - started); }
+
+  absl::Time started, last;
+  bool first = true;
+  double ttft = 0;
+  std::vector<double> gaps;
+  int64_t tokens = 0;
+};
+
 class Bench;
 
 class BenchStream : public grpc::ClientReadReactor<GenerateResponse> {
@@ -101,18 +134,12 @@ class BenchStream : public grpc::ClientReadReactor<GenerateResponse> {
   BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub, const GenerateRequest& request);
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
-  double seconds() const { return absl::ToDoubleSeconds(absl::Now() - started_); }
 
  private:
   Bench* bench_;
   grpc::ClientContext context_;
   GenerateResponse response_;
-  absl::Time started_;
-  absl::Time last_;
-  bool first_ = true;
-  std::vector<double> gaps_;
-  double ttft_ = 0;
-  int64_t tokens_ = 0;
+  StreamTiming timing_;
 };
 
 class Bench {
@@ -120,10 +147,10 @@ class Bench {
   Bench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& options)
       : stub_(attn::v1::TextGeneration::NewStub(channel)), options_(options) {}
 
-  // `vocab`: the model's, for distinct prompts.
-  int Run(const std::vector<int64_t>& prompt, int64_t vocab);
-  void Finished(BenchStream* stream, const grpc::Status& status, double ttft,
-                const std::vector<double>& gaps, int64_t tokens);
+  // `model` and `vocab`: the served model's name and vocabulary size.
+  int Run(const std::vector<int64_t>& prompt, const std::string& model, int64_t vocab);
+  // A gRPC stream ended: records it, deletes it, starts the next.
+  void Finished(BenchStream* stream, const grpc::Status& status, const StreamTiming& timing);
   // A call that ended RESOURCE_EXHAUSTED `seconds` after it started.
   void Rejected(double seconds);
   Timer& timer() { return timer_; }
@@ -135,6 +162,14 @@ class Bench {
     return absl::Now() < end_;
   }
   void Launch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The request of the stream numbered `n`.
+  GenerateRequest RequestFor(int64_t n) const;
+  // `status` of a stream's call (its code and message) with its times.
+  void Record(const absl::Status& status, const StreamTiming& timing);
+  // Over HTTP: runs streams one after another while there are more to
+  // start; `concurrency` of these run at once.
+  void HttpWorker();
+  absl::Status HttpStream(const GenerateRequest& request, StreamTiming& timing) const;
   // Open loop: starts streams at Poisson arrivals of options_.rate per second.
   void Arrivals();
   void Report(absl::Duration elapsed);
@@ -143,6 +178,7 @@ class Bench {
   std::unique_ptr<attn::v1::TextGeneration::Stub> stub_;
   BenchOptions options_;
   GenerateRequest request_;
+  std::string model_;
   int64_t vocab_ = 0;
   Timer timer_;
   Results results_;
@@ -155,7 +191,7 @@ class Bench {
 
 BenchStream::BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub,
                          const GenerateRequest& request)
-    : bench_(bench), started_(absl::Now()), last_(started_) {
+    : bench_(bench), timing_(absl::Now()) {
   stub->async()->GenerateStream(&context_, &request, this);
   StartRead(&response_);
   StartCall();
@@ -164,19 +200,7 @@ BenchStream::BenchStream(Bench* bench, attn::v1::TextGeneration::Stub* stub,
 void BenchStream::OnReadDone(bool ok) {
   if (!ok) return;  // OnDone follows
   const absl::Time now = absl::Now();
-  const int tokens = response_.token_ids_size();
-  if (first_) {
-    ttft_ = absl::ToDoubleSeconds(now - started_);
-    first_ = false;
-  } else if (tokens > 0) {
-    // The server merges tokens that queued during a write into one message;
-    // each of them gets an equal share of the gap, so the gaps still add up
-    // to the stream's duration.
-    const double share = absl::ToDoubleSeconds(now - last_) / tokens;
-    gaps_.insert(gaps_.end(), tokens, share);
-  }
-  last_ = now;
-  tokens_ += tokens;
+  timing_.Tokens(now, response_.token_ids_size());
   if (bench_->read_delay() > absl::ZeroDuration()) {
     // A hold keeps the call (and this reactor) alive while no read is
     // pending; without it, the call could end and delete the reactor
@@ -191,40 +215,42 @@ void BenchStream::OnReadDone(bool ok) {
   }
 }
 
-void BenchStream::OnDone(const grpc::Status& status) {
-  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-    bench_->Rejected(seconds());
-  }
-  bench_->Finished(this, status, ttft_, gaps_, tokens_);
-}
+void BenchStream::OnDone(const grpc::Status& status) { bench_->Finished(this, status, timing_); }
 
-void Bench::Launch() {
-  ++started_;
-  ++in_flight_;
+GenerateRequest Bench::RequestFor(int64_t n) const {
   GenerateRequest request = request_;
   if (options_.distinct_prompts && request.prompt_token_ids_size() >= 2) {
     // The stream's number in its first two tokens: no two prompts share
     // more than a token, so no stream reuses another's state.
     const int64_t ids = vocab_ - 3;
-    request.set_prompt_token_ids(0, 3 + started_ % ids);
-    request.set_prompt_token_ids(1, 3 + (started_ / ids) % ids);
+    request.set_prompt_token_ids(0, 3 + n % ids);
+    request.set_prompt_token_ids(1, 3 + (n / ids) % ids);
   }
-  new BenchStream(this, stub_.get(), request);  // deletes itself via Finished
+  return request;
 }
 
-void Bench::Finished(BenchStream* stream, const grpc::Status& status, double ttft,
-                     const std::vector<double>& gaps, int64_t tokens) {
-  {
-    absl::MutexLock lock(&results_.mu);
-    results_.tokens += tokens;
-    if (status.ok()) {
-      ++results_.completed;
-      results_.ttft.push_back(ttft);
-      results_.inter_token.insert(results_.inter_token.end(), gaps.begin(), gaps.end());
-    } else {
-      ++results_.errors[absl::StrCat(status.error_code(), " ", status.error_message())];
-    }
+void Bench::Launch() {
+  ++started_;
+  ++in_flight_;
+  new BenchStream(this, stub_.get(), RequestFor(started_));  // deletes itself via Finished
+}
+
+void Bench::Record(const absl::Status& status, const StreamTiming& timing) {
+  if (status.code() == absl::StatusCode::kResourceExhausted) Rejected(timing.seconds());
+  absl::MutexLock lock(&results_.mu);
+  results_.tokens += timing.tokens;
+  if (status.ok()) {
+    ++results_.completed;
+    results_.ttft.push_back(timing.ttft);
+    results_.inter_token.insert(results_.inter_token.end(), timing.gaps.begin(), timing.gaps.end());
+  } else {
+    ++results_.errors[absl::StrCat(static_cast<int>(status.code()), " ", status.message())];
   }
+}
+
+void Bench::Finished(BenchStream* stream, const grpc::Status& status, const StreamTiming& timing) {
+  Record(absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
+         timing);
   delete stream;
   absl::MutexLock lock(&mu_);
   --in_flight_;
@@ -253,7 +279,47 @@ void Bench::Arrivals() {
   }
 }
 
-int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
+void Bench::HttpWorker() {
+  bool ran = false;
+  while (true) {
+    int64_t n = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      // One step under the lock, so that Run never sees none in flight
+      // between one stream and the next.
+      if (ran) --in_flight_;
+      if (!MoreToStart()) return;
+      n = ++started_;
+      ++in_flight_;
+    }
+    StreamTiming timing(absl::Now());
+    const absl::Status status = HttpStream(RequestFor(n), timing);
+    Record(status, timing);
+    ran = true;
+  }
+}
+
+absl::Status Bench::HttpStream(const GenerateRequest& request, StreamTiming& timing) const {
+  const nlohmann::json body = {
+      {"model", model_},
+      {"prompt",
+       std::vector<int64_t>(request.prompt_token_ids().begin(), request.prompt_token_ids().end())},
+      {"max_tokens", request.max_tokens()},
+      {"temperature", 0},
+      {"stream", true},
+      {"logprobs", 0},  // each chunk lists its tokens, which the text may not show
+      {"attn_ignore_eos", true}};
+  return PostEventStream(options_.http, "/v1/completions", body.dump(), options_.api_key,
+                         [&timing](std::string_view data) -> absl::Status {
+                           const absl::StatusOr<int64_t> tokens = CompletionChunkTokens(data);
+                           if (!tokens.ok()) return tokens.status();
+                           if (data != "[DONE]") timing.Tokens(absl::Now(), *tokens);
+                           return absl::OkStatus();
+                         });
+}
+
+int Bench::Run(const std::vector<int64_t>& prompt, const std::string& model, int64_t vocab) {
+  model_ = model;
   vocab_ = vocab;
   request_.set_model(options_.model);
   for (int64_t id : prompt) request_.add_prompt_token_ids(id);
@@ -263,7 +329,12 @@ int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
   begin_ = absl::Now();
   end_ = begin_ + options_.duration;
   std::thread arrivals;
-  if (options_.rate > 0) {
+  std::vector<std::thread> http_workers;
+  if (!options_.http.empty()) {
+    for (int i = 0; i < options_.concurrency; ++i) {
+      http_workers.emplace_back([this] { HttpWorker(); });
+    }
+  } else if (options_.rate > 0) {
     arrivals = std::thread([this] { Arrivals(); });
   } else {
     absl::MutexLock lock(&mu_);
@@ -280,6 +351,7 @@ int Bench::Run(const std::vector<int64_t>& prompt, int64_t vocab) {
     if (options_.progress) Progress(absl::Now() - begin_);
   }
   if (arrivals.joinable()) arrivals.join();
+  for (std::thread& worker : http_workers) worker.join();
   const absl::Duration elapsed = absl::Now() - begin_;
   if (options_.progress) std::fprintf(stderr, "\n");
   Report(elapsed);
@@ -360,9 +432,11 @@ int RunBench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& 
     return 1;
   }
   int64_t vocab = 0;
+  std::string name;
   for (const auto& model : models.models()) {
     if (model.name() == options.model || (options.model.empty() && model.is_default())) {
       vocab = model.vocab_size();
+      name = model.name();
     }
   }
   if (vocab == 0) {
@@ -372,7 +446,7 @@ int RunBench(const std::shared_ptr<grpc::Channel>& channel, const BenchOptions& 
   std::vector<int64_t> prompt(options.prompt_tokens);
   for (int64_t i = 0; i < options.prompt_tokens; ++i) prompt[i] = 3 + (i * 7919) % (vocab - 3);
   Bench bench(channel, options);
-  return bench.Run(prompt, vocab);
+  return bench.Run(prompt, name, vocab);
 }
 
 }  // namespace attn::client

@@ -3,7 +3,7 @@
 // starts them at a fixed mean `rate`, and reports time to first token and
 // inter-token latency percentiles, tokens/s, errors, and how fast rejected
 // calls were told. Streams can read slowly (`read_delay`) to hold many open
-// streams at once.
+// streams at once. Over gRPC by default, or over the OpenAI HTTP API.
 #pragma once
 #include <grpcpp/grpcpp.h>
 
@@ -34,6 +34,12 @@ struct BenchOptions {
   // different users' would: no stream starts from another's cached state.
   // False: every stream sends the same prompt.
   bool distinct_prompts = true;
+  // Not empty: host:port of the server's OpenAI HTTP API. The same load as
+  // streamed /v1/completions (Server-Sent Events, plain HTTP), a thread per
+  // open stream, at `concurrency` (no `rate` or `read_delay`); `api_key`
+  // goes with each request.
+  std::string http;
+  std::string api_key;
 };
 
 // Runs the benchmark and prints the report; returns the process exit code

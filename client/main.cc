@@ -8,6 +8,7 @@
 //   attnctl tokenize --text="hello"      attnctl detokenize --ids=1,2,3
 //   attnctl health   [--service=aft-decay]
 //   attnctl bench    --concurrency=64 --prompt_tokens=128 --max_tokens=64 --duration_s=20
+//                    [--http=127.0.0.1:8000: the same load over the OpenAI HTTP API]
 //   attnctl chat     [--servers=host:port,host:port] [--hold_state=false] < turns.txt
 //   attnctl generate --prompt="..." --state_out=s.bin, then --state_in=s.bin --prompt="more"
 //
@@ -82,6 +83,10 @@ ABSL_FLAG(double, duration_s, 10, "bench: how long to keep starting streams.");
 ABSL_FLAG(int64_t, streams, 0, "bench: stop after this many streams (overrides duration).");
 ABSL_FLAG(double, read_delay_ms, 0, "bench: pause between reads of one stream (slow readers).");
 ABSL_FLAG(bool, progress, true, "bench: show progress on stderr.");
+ABSL_FLAG(std::string, http, "",
+          "bench: host:port of the server's OpenAI HTTP API (its --http_port): the same load as "
+          "streamed /v1/completions over plain HTTP instead of gRPC (--server still names the "
+          "gRPC port, which lists the models).");
 ABSL_FLAG(bool, distinct_prompts, true,
           "bench: each stream's prompt starts with its own tokens, so none reuses another's "
           "cached state; false: every stream sends the same prompt.");
@@ -470,6 +475,15 @@ int Bench(const std::shared_ptr<grpc::Channel>& channel) {
   options.progress = absl::GetFlag(FLAGS_progress);
   options.json = absl::GetFlag(FLAGS_json);
   options.distinct_prompts = absl::GetFlag(FLAGS_distinct_prompts);
+  options.http = absl::GetFlag(FLAGS_http);
+  options.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("ATTN_API_KEY"); options.api_key.empty() && key != nullptr) {
+    options.api_key = key;
+  }
+  if (!options.http.empty() && (options.rate > 0 || options.read_delay > absl::ZeroDuration())) {
+    std::fprintf(stderr, "error: --http runs at --concurrency: no --rate or --read_delay_ms\n");
+    return 2;
+  }
   if (options.concurrency < 1 || options.prompt_tokens < 1 || options.max_tokens < 1) {
     std::fprintf(stderr, "error: --concurrency, --prompt_tokens and --max_tokens must be >= 1\n");
     return 2;

@@ -19,7 +19,8 @@ targets=("$@")
                                      fuzz_safetensors fuzz_torch_checkpoint fuzz_rwkv_vocabulary
                                      fuzz_stored_state fuzz_tokenizer_json fuzz_hf_config
                                      fuzz_chat_template fuzz_tool_calls fuzz_tokenizer_config
-                                     fuzz_responses_request fuzz_gbnf fuzz_json_schema fuzz_regex)
+                                     fuzz_responses_request fuzz_gbnf fuzz_json_schema fuzz_regex
+                                     fuzz_sse)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 
 echo "== configure ($build, clang-14)"

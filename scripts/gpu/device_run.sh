@@ -163,20 +163,25 @@ shapes() {
   done
 }
 
-# The real server on the GPU over gRPC: attnctl bench keeps 256 streams of
-# 128-token prompts and 128 generated tokens open for 20 s against
-# SERVER_MODEL, with float32 weights and then with --quantize=bf16.
+# The real server on the GPU over gRPC, then over the OpenAI HTTP API
+# (streamed completions): attnctl bench keeps 256 streams of 128-token
+# prompts and 128 generated tokens open for 20 s against SERVER_MODEL, with
+# float32 weights and then with --quantize=bf16.
 server_bench() (
   . scripts/lib/local_server.sh
   use_binaries "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl"
   trap kill_servers EXIT
   for quantize in none bf16; do
-    echo "server: $SERVER_MODEL on $SERVER_DEVICE, --quantize=$quantize, 256 streams over gRPC"
     start_server "$OUT/serverbench-$quantize.log" --models="$SERVER_MODEL" \
       --device="$SERVER_DEVICE" --quantize="$quantize" --max_active=256 --metrics_port=-1 || exit
-    "$BUILD_DIR/client/attnctl" --server="127.0.0.1:$server_port" bench --concurrency=256 \
-      --duration_s="$SERVER_SECONDS" --prompt_tokens=128 --max_tokens=128 --ignore_eos \
-      --progress=false || exit
+    for protocol in grpc http; do
+      echo "server: $SERVER_MODEL on $SERVER_DEVICE, --quantize=$quantize, 256 streams over $protocol"
+      local via=()
+      [ "$protocol" = http ] && via=(--http="127.0.0.1:$http_port")
+      "$BUILD_DIR/client/attnctl" --server="127.0.0.1:$server_port" bench "${via[@]}" \
+        --concurrency=256 --duration_s="$SERVER_SECONDS" --prompt_tokens=128 --max_tokens=128 \
+        --ignore_eos --progress=false || exit
+    done
     stop_server "$server_pid"
   done
 )
@@ -260,7 +265,7 @@ summarize ceilings.log '^ceiling'
 summarize bench.log "$timings"
 summarize bench_eager.log "$timings" "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
 summarize serverbench.log '^(server|streams|time to first|inter-token)' \
-  "the server on the GPU, 256 streams over gRPC (attnctl bench):"
+  "the server on the GPU, 256 streams over gRPC and HTTP (attnctl bench):"
 summarize shapes.log "$timings" "public shapes, random weights (--shape):"
 summarize bench_by_ops.log "$timings" "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"
 note ""

@@ -203,6 +203,20 @@ echo "== load and metrics"
   --progress=false > "$work/bench.json" || fail "bench"
 $py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["errors"]==0 and r["streams"]==24 and r["tokens"]==24*8, r' \
   "$work/bench.json" || fail "bench report: $(cat "$work/bench.json")"
+# The same load over the OpenAI HTTP API: streamed completions (Server-Sent
+# Events), each chunk's tokens counted.
+"${ctl[@]}" bench --http="127.0.0.1:$http_port" --concurrency=8 --streams=24 --prompt_tokens=16 \
+  --max_tokens=8 --json --progress=false > "$work/http_bench.json" || fail "bench --http"
+$py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["errors"]==0 and r["streams"]==24 and r["tokens"]==24*8 and r["itl_ms"]["max"]>0, r' \
+  "$work/http_bench.json" || fail "bench --http report: $(cat "$work/http_bench.json")"
+# No HTTP server at the address: each stream's error is counted, and the
+# bench exits 1 (no stream completed).
+if "${ctl[@]}" bench --http="127.0.0.1:$(free_port)" --concurrency=2 --streams=2 \
+  --prompt_tokens=4 --max_tokens=2 --json --progress=false > "$work/http_bad.json"; then
+  fail "bench --http to a closed port succeeded"
+fi
+$py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["errors"]==2 and r["streams"]==0, r' \
+  "$work/http_bad.json" || fail "bench --http to a closed port: $(cat "$work/http_bad.json")"
 # Slow readers: each waits between reads, so their streams fill and pause.
 "${ctl[@]}" bench --concurrency=16 --streams=16 --prompt_tokens=8 --max_tokens=40 \
   --read_delay_ms=15 --json --progress=false > "$work/slow.json" || fail "slow bench"
