@@ -135,6 +135,25 @@ std::vector<torch::Tensor> StepScatteredRows(
   return stacked;
 }
 
+// `model` on `device` streamed in chunks of 17, 1 and 20 tokens, and its
+// pool rows stepped together (StepScatteredRows), against `expected`
+// within `bound`.
+void ExpectStreamedAndSteppedWithin(CausalLm& model, const torch::Tensor& tokens,
+                                    const torch::Tensor& expected, torch::Device device,
+                                    double bound) {
+  const torch::Tensor streamed =
+      testing::StreamedLogits(model, tokens.to(device), device, {17, 1, 20});
+  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), bound) << "streamed on " << device;
+  LmState pool = model->initial_state(5, device);
+  const std::vector<torch::Tensor> stepped =
+      StepScatteredRows(tokens, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
+        return model->step(ids.to(device), slots, pool);
+      });
+  for (int64_t b = 0; b < kRows; ++b) {
+    EXPECT_LT(MaxAbsDiff(stepped[b], expected[b]), bound) << "stepped, sequence " << b;
+  }
+}
+
 // On a GPU, the step kernels' indexing of pool rows and the op-by-op
 // path's batch of rows.
 TEST_P(DeviceTest, PoolRowsAtDifferentPositionsStepTogether) {
@@ -204,17 +223,7 @@ TEST_P(DeviceTest, Bf16WeightsStayWithinTheirTolerance) {
   const double parallel = MaxAbsDiff(model_->forward(tokens_.to(device_)).cpu(), expected);
   EXPECT_LT(parallel, bound) << "parallel form on " << device_;
   EXPECT_GT(parallel, 1e-4) << "the products rounded nothing: the bf16 copies were not used";
-  const torch::Tensor streamed =
-      testing::StreamedLogits(model_, tokens_.to(device_), device_, {17, 1, 20});
-  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), bound) << "streamed on " << device_;
-  LmState pool = model_->initial_state(5, device_);
-  const std::vector<torch::Tensor> stepped =
-      StepScatteredRows(tokens_, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
-        return model_->step(ids.to(device_), slots, pool);
-      });
-  for (int64_t b = 0; b < kRows; ++b) {
-    EXPECT_LT(MaxAbsDiff(stepped[b], expected[b]), bound) << "stepped, sequence " << b;
-  }
+  ExpectStreamedAndSteppedWithin(model_, tokens_, expected, device_, bound);
   if (!StepGraphs::Unavailable(model_, device_).empty()) return;
   const std::vector<torch::Tensor> graphed = GraphedSteps(model_, tokens_);
   ASSERT_EQ(graphed.size(), static_cast<size_t>(kRows));
@@ -278,17 +287,7 @@ TEST(DeviceExperts, EveryPathEqualsFloat64) {
   const torch::Tensor tokens = torch::randint(0, kVocab, {kRows, kTime}, torch::kLong);
   const torch::Tensor expected = reference->forward(tokens);
   EXPECT_LT(MaxAbsDiff(model->forward(tokens.to(device)).cpu(), expected), kFloat32Tolerance);
-  const torch::Tensor streamed =
-      testing::StreamedLogits(model, tokens.to(device), device, {17, 1, 20});
-  EXPECT_LT(MaxAbsDiff(streamed.cpu(), expected), kFloat32Tolerance) << "streamed";
-  LmState pool = model->initial_state(5, device);
-  const std::vector<torch::Tensor> stepped =
-      StepScatteredRows(tokens, [&](const torch::Tensor& ids, const torch::Tensor& slots) {
-        return model->step(ids.to(device), slots, pool);
-      });
-  for (int64_t b = 0; b < kRows; ++b) {
-    EXPECT_LT(MaxAbsDiff(stepped[b], expected[b]), kFloat32Tolerance) << "stepped, sequence " << b;
-  }
+  ExpectStreamedAndSteppedWithin(model, tokens, expected, device, kFloat32Tolerance);
   const std::string unavailable = StepGraphs::Unavailable(model, device);
   if (!unavailable.empty()) GTEST_SKIP() << "no CUDA graphs: " << unavailable;
   const std::vector<torch::Tensor> graphed = GraphedSteps(model, tokens);

@@ -83,8 +83,8 @@ class StepGraphs {
   // CausalLm::step(tokens, rows, state) for host `tokens` and `rows` [B]
   // through the graph of B's bucket; nullopt where the caller should step
   // eagerly instead (the bucket's first batch, a batch past the model's
-  // LargestBucket, graphs given up). Throws c10::Error for tokens or rows the model's step
-  // would refuse, before anything runs.
+  // LargestBucket, graphs given up). Throws c10::Error for tokens or rows
+  // the model's step would refuse, before anything runs.
   std::optional<torch::Tensor> Step(const torch::Tensor& tokens, const torch::Tensor& rows,
                                     LmState& state);
   // Why capturing failed, after which every step runs eagerly; empty if not.

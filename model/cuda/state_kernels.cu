@@ -173,7 +173,7 @@ __device__ int ListExpertChoices(const ExpertsArgs& a, int64_t* choices, int* co
 
 // One stage of an expert's SwiGLU for every choice of it (experts_math.h):
 // a warp per row of the expert's matrices at a time, kExpertChoicesAtOnce
-// choices a pass. The hidden stage (`hidden`) writes act = silu(W_gate x)
+// choices a pass. The hidden stage (kHidden) writes act = silu(W_gate x)
 // * (W_up x), the output stage out = W_down act.
 template <bool kHidden>
 __global__ void ExpertsKernel(ExpertsArgs a) {
