@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -85,6 +86,25 @@ TEST(StepRows, TheModelsStepChecksTheRowsOnce) {
 
 // The pool's lengths are read once a call, by the first layer that asks,
 // and kept apart from the layers' own, which advance in place.
+// Only the rows of a step whose caller checked their room (a CUDA graph's
+// capture) spare the layers their check, on the thread that runs it.
+TEST(StepRows, OnlyACallerCheckedStepsRowsSkipTheRoomCheck) {
+  const torch::Tensor rows = torch::tensor({int64_t{2}, int64_t{0}});
+  const torch::Tensor others = torch::tensor({int64_t{2}, int64_t{0}});
+  EXPECT_FALSE(StepRows::RoomCheckedByCaller(rows)) << "no step";
+  {
+    const StepRows step(rows, rows);
+    EXPECT_FALSE(StepRows::RoomCheckedByCaller(rows)) << "the layers check";
+  }
+  const StepRows step(rows, rows, StepRows::Capacity::kCallerChecked);
+  EXPECT_TRUE(StepRows::RoomCheckedByCaller(rows));
+  EXPECT_FALSE(StepRows::RoomCheckedByCaller(others)) << "equal ids, another tensor";
+  EXPECT_FALSE(StepRows::RoomCheckedByCaller(torch::Tensor()));
+  bool elsewhere = true;
+  std::thread([&] { elsewhere = StepRows::RoomCheckedByCaller(rows); }).join();
+  EXPECT_FALSE(elsewhere) << "another thread";
+}
+
 TEST(StepRows, HostLengthsAreReadOnceAndKeptApart) {
   const torch::Tensor ids = torch::tensor({int64_t{1}});
   const StepRows rows(ids, ids);

@@ -63,7 +63,8 @@ void CausalLmImpl::CheckTokens(const torch::Tensor& tokens) const {
   }
 }
 
-torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tensor& positions) {
+torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                  bool checked) {
   auto h = embedding_->forward(tokens);
   // A table that dropped its float32 values (QuantizeBf16 on a GPU) gives
   // bf16 rows: the residual stream stays float32.
@@ -73,14 +74,9 @@ torch::Tensor CausalLmImpl::Embed(const torch::Tensor& tokens, const torch::Tens
       return h;
     case PositionKind::kSinusoidal:
       return h + sinusoidal_positions_->forward(positions).to(h.options());
-    case PositionKind::kLearned: {
-      // A graph's replay reads no host value; its caller checked the rows.
-      const StepRows* rows = StepRows::Current();
-      const bool checked =
-          rows != nullptr && rows->capacity() == StepRows::Capacity::kCallerChecked;
+    case PositionKind::kLearned:
       return h + (checked ? learned_positions_->Clamped(positions)
                           : learned_positions_->forward(positions));
-    }
   }
   return h;
 }
@@ -349,7 +345,7 @@ torch::Tensor CausalLmImpl::StepLayers(const torch::Tensor& tokens, const torch:
     positions =
         state.length().index_select(0, rows.to(state.length().device())).to(tokens.device());
   }
-  auto h = Embed(tokens, positions);
+  auto h = Embed(tokens, positions, StepRows::RoomCheckedByCaller(slots));
   LayerCarry carry;
   for (size_t l = 0; l < layers_.size(); ++l)
     h = layers_[l]->Step(h, state.layers[l], slots, carry);

@@ -200,7 +200,10 @@ class CausalLmImpl : public torch::nn::Module {
   // QuantizeBf16's last step with LibTorch's product.
   void DropDenseFloatValues();
   // Token embeddings plus positional embeddings: tokens [..], positions [..].
-  torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions);
+  // `checked`: the caller checked the positions against learned ones'
+  // table (a CUDA graph's replay), which then reads no host value.
+  torch::Tensor Embed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                      bool checked = false);
   torch::Tensor Head(const torch::Tensor& hidden);
   // Embedding and every layer's step for rows `slots`: the hidden state
   // before the head.

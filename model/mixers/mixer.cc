@@ -360,10 +360,9 @@ void SequenceMixer::CheckCapacity(const MixerState& state, const torch::Tensor& 
                                   int64_t tokens) const {
   // A recurrence holds any length: no reason to read the lengths, which on a
   // GPU would wait for it. Nor when the step's caller checked them.
-  if (max_context() < 0) return;
+  if (max_context() < 0 || StepRows::RoomCheckedByCaller(slots)) return;
   const StepRows* step = StepRows::Current();
   if (step != nullptr && !step->Names(slots)) step = nullptr;
-  if (step != nullptr && step->capacity() == StepRows::Capacity::kCallerChecked) return;
   const torch::Tensor lengths =
       step != nullptr ? step->HostLengths(state.length) : state.length.to(torch::kCPU).contiguous();
   CheckRowCapacity(options_, max_context(), lengths.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),

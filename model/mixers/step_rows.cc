@@ -34,6 +34,11 @@ const torch::Tensor& StepRows::HostLengths(const torch::Tensor& length) const {
   return host_lengths_;
 }
 
+bool StepRows::RoomCheckedByCaller(const torch::Tensor& slots) {
+  const StepRows* step = Current();
+  return step != nullptr && step->capacity_ == Capacity::kCallerChecked && step->Names(slots);
+}
+
 bool StepRows::Names(const torch::Tensor& slots) const {
   return slots.defined() && (slots.is_same(host_) || slots.is_same(device_));
 }

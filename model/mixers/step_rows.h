@@ -43,6 +43,10 @@ class StepRows {
   const torch::Tensor& host() const { return host_; }
   const torch::Tensor& device() const { return device_; }
   Capacity capacity() const { return capacity_; }
+  // Whether `slots` are the rows of the step running on this thread and its
+  // caller checked their room (Capacity::kCallerChecked): a bounded layer
+  // or lookup then neither checks nor reads the rows' lengths.
+  static bool RoomCheckedByCaller(const torch::Tensor& slots);
   // The pool's lengths on the host (int64, every row), as `length` (a
   // layer's) held them when a layer first asked during this call: read
   // once, one wait for a GPU instead of one a layer (a prefill's room and
