@@ -27,13 +27,18 @@ bool KernelsEnabled();
 // float32, on the device:
 //   x [batch, heads, P], b and c [batch, G, N], dt [batch, heads] (after
 //   softplus), a_log, d [heads], s_in [batch, heads, P, N]; writes
-//   s_out (the same shape, not s_in: a caller may hold the state before
-//   the step) and y [batch, heads, P].
+//   s_out (the same shape) and y [batch, heads, P].
 //   S = exp(dt A) S + dt x B^T,  y = S C + D x,  A = -exp(a_log)
+// With `slots` (int64 [batch] on the device, distinct), row b's S is row
+// slots[b] of s_in and s_out [rows, heads, P, N]: a state pool's, which
+// the step updates in place when s_out is s_in (each lane writes only what
+// it read), so a decode step neither gathers its rows' matrices nor
+// scatters them back. Null: row b's S is row b.
 struct Mamba2StepArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
   const float *x = nullptr, *b = nullptr, *c = nullptr, *dt = nullptr;
   const float *a_log = nullptr, *d = nullptr, *s_in = nullptr;
+  const int64_t* slots = nullptr;
   float *s_out = nullptr, *y = nullptr;
 };
 // Queues the step; returns the launch's error, empty when there is none.
@@ -45,10 +50,14 @@ std::string Mamba2Step(const Mamba2StepArgs& args, void* stream);
 // s_in [batch, heads, N, N] (rows: value channels, columns: key channels);
 // writes s_out (the same shape) and o [batch, C]. Per head:
 //   S = S (diag(w) - kk^T (iclr * kk)) + v^T k,  o = S r
+// `slots` as Mamba2StepArgs': null, or the state pool's rows, s_in and
+// s_out [rows, heads, N, N], in place when they are the same array (a
+// warp reads a row of S whole before it writes it).
 struct Rwkv7StepArgs {
   int64_t batch = 0, heads = 0, head_dim = 0;
   const float *r = nullptr, *w = nullptr, *k = nullptr, *v = nullptr;
   const float *kk = nullptr, *iclr = nullptr, *s_in = nullptr;
+  const int64_t* slots = nullptr;
   float *s_out = nullptr, *o = nullptr;
 };
 std::string Rwkv7Step(const Rwkv7StepArgs& args, void* stream);

@@ -22,6 +22,14 @@ namespace attn::cuda {
 
 inline constexpr int kWarp = 32;
 
+// Where `block`'s (row, head) matrix of `floats` floats starts in a step's
+// state: at the pool's row slots[row] where there are slots, else at row.
+ATTN_HOST_DEVICE inline int64_t StateMatrixAt(const int64_t* slots, int64_t block, int64_t heads,
+                                              int64_t floats) {
+  const int64_t row = block / heads, head = block % heads;
+  return ((slots != nullptr ? slots[row] : row) * heads + head) * floats;
+}
+
 // Mamba-2: updates lane's columns of S's row p and returns their part of
 // (S C)_p.
 ATTN_HOST_DEVICE inline float Mamba2LanePart(const Mamba2StepArgs& a, int64_t block, int64_t p,
@@ -34,8 +42,10 @@ ATTN_HOST_DEVICE inline float Mamba2LanePart(const Mamba2StepArgs& a, int64_t bl
   const float* c = a.c + (row * a.groups + group) * a.state_size;
   const int64_t channel = block * a.head_dim + p;
   const float dtx = dt * a.x[channel];
-  const float* s_in = a.s_in + channel * a.state_size;
-  float* s_out = a.s_out + channel * a.state_size;
+  const int64_t at =
+      StateMatrixAt(a.slots, block, a.heads, a.head_dim * a.state_size) + p * a.state_size;
+  const float* s_in = a.s_in + at;
+  float* s_out = a.s_out + at;
   float part = 0.f;
   for (int64_t n = lane; n < a.state_size; n += kWarp) {
     const float updated = s_in[n] * decay + dtx * b[n];
@@ -56,7 +66,7 @@ ATTN_HOST_DEVICE inline void Mamba2Output(const Mamba2StepArgs& a, int64_t block
 ATTN_HOST_DEVICE inline float Rwkv7RemovedPart(const Rwkv7StepArgs& a, int64_t block, int64_t i,
                                                int lane) {
   const int64_t n = a.head_dim, head0 = block * n;
-  const float* s_in = a.s_in + (head0 + i) * n;
+  const float* s_in = a.s_in + StateMatrixAt(a.slots, block, a.heads, n * n) + i * n;
   float part = 0.f;
   for (int64_t j = lane; j < n; j += kWarp) part += s_in[j] * a.kk[head0 + j];
   return part;
@@ -67,8 +77,9 @@ ATTN_HOST_DEVICE inline float Rwkv7RemovedPart(const Rwkv7StepArgs& a, int64_t b
 ATTN_HOST_DEVICE inline float Rwkv7UpdatePart(const Rwkv7StepArgs& a, int64_t block, int64_t i,
                                               int lane, float removed) {
   const int64_t n = a.head_dim, head0 = block * n;
-  const float* s_in = a.s_in + (head0 + i) * n;
-  float* s_out = a.s_out + (head0 + i) * n;
+  const int64_t row_i = StateMatrixAt(a.slots, block, a.heads, n * n) + i * n;
+  const float* s_in = a.s_in + row_i;
+  float* s_out = a.s_out + row_i;
   const float v = a.v[head0 + i];
   float part = 0.f;
   for (int64_t j = lane; j < n; j += kWarp) {

@@ -124,10 +124,26 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
 
 torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const {
   if (!CudaStepApplies({&scan.x, &scan.b, &scan.c, &scan.dt, &ssm, &a_log_, &skip_})) return {};
-  const auto x = scan.x.contiguous(), b = scan.b.contiguous(), c = scan.c.contiguous();
-  const auto dt = scan.dt.contiguous(), s_in = ssm.contiguous();
-  const auto a_log = a_log_.contiguous(), d = skip_.contiguous();
+  const auto s_in = ssm.contiguous();
   auto s_out = torch::empty_like(s_in);
+  torch::Tensor y = LaunchStep(scan, s_in, s_out, torch::Tensor());
+  ssm = s_out;
+  return y;
+}
+
+torch::Tensor Mamba2Impl::ScanPoolRowsOnGpu(const Scan& scan, BlockRows& rows) const {
+  TORCH_CHECK(CudaStepApplies({&scan.x, &scan.b, &scan.c, &scan.dt, &a_log_, &skip_}),
+              "mamba2: a step on the pool's rows needs the CUDA kernel's inputs, got ",
+              scan.x.scalar_type(), " on ", scan.x.device());
+  torch::Tensor& pool = rows.tensors[kSsm];
+  return LaunchStep(scan, pool, pool, rows.device_ids);
+}
+
+torch::Tensor Mamba2Impl::LaunchStep(const Scan& scan, const torch::Tensor& s_in,
+                                     const torch::Tensor& s_out, const torch::Tensor& slots) const {
+  const auto x = scan.x.contiguous(), b = scan.b.contiguous(), c = scan.c.contiguous();
+  const auto dt = scan.dt.contiguous();
+  const auto a_log = a_log_.contiguous(), d = skip_.contiguous();
   auto y = torch::empty({x.size(0), 1, inner()}, x.options());
   cuda::Mamba2StepArgs args;
   args.batch = x.size(0);
@@ -143,12 +159,12 @@ torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) co
   args.d = d.data_ptr<float>();
   args.s_in = s_in.data_ptr<float>();
   args.s_out = s_out.data_ptr<float>();
+  args.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
   args.y = y.data_ptr<float>();
   // The kernel runs on the calling thread's current GPU: the state's.
   const c10::DeviceGuard on_device(s_in.device());
   const std::string error = cuda::Mamba2Step(args, CurrentCudaStream());
   TORCH_CHECK(error.empty(), "mamba2: the CUDA step kernel: ", error);
-  ssm = s_out;
   return y;
 }
 
@@ -305,6 +321,7 @@ torch::Tensor Mamba2Impl::ConvolveAndScan(const torch::Tensor& projected, BlockR
   scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
   scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
   scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
+  if (rows.gpu_step) return ScanPoolRowsOnGpu(scan, rows);
   return time > 1 ? ScanChunked(scan, rows.tensors[kSsm], keep)
                   : ScanByOps(scan, rows.tensors[kSsm], keep);
 }
@@ -332,11 +349,16 @@ bool Mamba2Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerS
     return true;
   }
   const torch::Tensor prefix = projected.narrow(1, 0, count).contiguous();
-  ContinueRows(state, slots, prefix.size(0), count, CanFuse(prefix, state),
+  const RowAccess access = CanFuse(prefix, state) ? RowAccess::kFusedCpu : RowAccess::kGathered;
+  ContinueRows(state, slots, prefix.size(0), count, access,
                [&](BlockRows& rows) { ConvolveAndScan(prefix, rows, 0); });
   return true;
 }
 
 bool Mamba2Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kSsm; }
+
+bool Mamba2Impl::StepsPoolRowsOnGpu(const torch::Tensor& x, const MixerState& state) const {
+  return CudaPoolStepApplies(x, state) && CudaStepApplies({&a_log_, &skip_});
+}
 
 }  // namespace attn

@@ -92,8 +92,12 @@ class Mamba2Impl : public WholeBlockMixer {
   // outputs. No carry.
   torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                     LayerCarry& carry) override;
-  // The scan's matrices (a fused run updates the pool's rows in place).
+  // The scan's matrices (a fused run or a GPU step updates the pool's rows
+  // in place).
   bool InPlaceWhenFused(size_t tensor) const override;
+  // Where ScanStepOnGpu's conditions hold for x, the parameters it reads
+  // and every state tensor (each contiguous).
+  bool StepsPoolRowsOnGpu(const torch::Tensor& x, const MixerState& state) const override;
 
  private:
   struct Scan;  // the per-token inputs of the state update
@@ -108,6 +112,13 @@ class Mamba2Impl : public WholeBlockMixer {
   // replacing ssm, where the build has the kernels, every tensor is float32
   // on the GPU and no gradient is recorded; else an undefined tensor.
   torch::Tensor ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const;
+  // The same kernel on the pool's matrices in place, rows.device_ids
+  // (RowAccess::kGpuStep, where StepsPoolRowsOnGpu held): y [B, 1, I].
+  torch::Tensor ScanPoolRowsOnGpu(const Scan& scan, BlockRows& rows) const;
+  // Queues cuda::Mamba2Step from s_in to s_out (the same tensor: in place),
+  // on rows `slots` of them where defined (int64 on the device).
+  torch::Tensor LaunchStep(const Scan& scan, const torch::Tensor& s_in, const torch::Tensor& s_out,
+                           const torch::Tensor& slots) const;
   // The same by the chunked form (SSD), replacing ssm.
   torch::Tensor ScanChunked(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
   // The convolution and the scan in the CPU kernels, from the input

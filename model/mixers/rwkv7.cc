@@ -254,12 +254,27 @@ void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tenso
 
 torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
   if (!CudaStepApplies({&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr, &wkv})) return {};
+  const auto s_in = wkv.contiguous();
+  auto s_out = torch::empty_like(s_in);
+  torch::Tensor o = LaunchStep(m, s_in, s_out, torch::Tensor());
+  wkv = s_out;
+  return o;
+}
+
+torch::Tensor Rwkv7Impl::StepPoolRowsOnGpu(const Mixed& m, BlockRows& rows) const {
+  TORCH_CHECK(CudaStepApplies({&m.r, &m.w, &m.k, &m.v, &m.kk, &m.iclr}),
+              "rwkv7: a step on the pool's rows needs the CUDA kernel's inputs, got ",
+              m.k.scalar_type(), " on ", m.k.device());
+  torch::Tensor& pool = rows.tensors[kWkv];
+  return LaunchStep(m, pool, pool, rows.device_ids);
+}
+
+torch::Tensor Rwkv7Impl::LaunchStep(const Mixed& m, const torch::Tensor& s_in,
+                                    const torch::Tensor& s_out, const torch::Tensor& slots) const {
   const int64_t batch = m.k.size(0);
   const std::array<torch::Tensor, 6> inputs = {m.r.contiguous(),  m.w.contiguous(),
                                                m.k.contiguous(),  m.v.contiguous(),
                                                m.kk.contiguous(), m.iclr.contiguous()};
-  const auto s_in = wkv.contiguous();
-  auto s_out = torch::empty_like(s_in);
   auto o = torch::empty({batch, 1, options_.d_model}, m.k.options());
   cuda::Rwkv7StepArgs args;
   args.batch = batch;
@@ -268,12 +283,12 @@ torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
   PointAtInputs(args, inputs);
   args.s_in = s_in.data_ptr<float>();
   args.s_out = s_out.data_ptr<float>();
+  args.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
   args.o = o.data_ptr<float>();
   // The kernel runs on the calling thread's current GPU: the state's.
   const c10::DeviceGuard on_device(s_in.device());
   const std::string error = cuda::Rwkv7Step(args, CurrentCudaStream());
   TORCH_CHECK(error.empty(), "rwkv7: the CUDA step kernel: ", error);
-  wkv = s_out;
   return o;
 }
 
@@ -399,8 +414,13 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   const int64_t tail = OutputTail(time, keep);
   Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, rows.fused);
   rows.tensors[kAttShift] = a.select(1, time - 1).clone();
-  const torch::Tensor y =
-      rows.fused ? UpdateFused(m, rows, time) : OutputByOps(UpdateByOps(m, rows.tensors[kWkv]), m);
+  torch::Tensor y;
+  if (rows.fused) {
+    y = UpdateFused(m, rows, time);
+  } else {
+    y = OutputByOps(rows.gpu_step ? StepPoolRowsOnGpu(m, rows) : UpdateByOps(m, rows.tensors[kWkv]),
+                    m);
+  }
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   const torch::Tensor h = last(input) + Project(y * m.g, output_);
   if (keep == 0) {
@@ -436,7 +456,8 @@ bool Rwkv7Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerSt
   m.v = prefix(kKeptV);
   m.kk = prefix(kKeptKk);
   m.iclr = prefix(kKeptIclr);
-  ContinueRows(state, slots, batch, count, CanFuse(m.k, state), [&](BlockRows& rows) {
+  const RowAccess access = CanFuse(m.k, state) ? RowAccess::kFusedCpu : RowAccess::kGathered;
+  ContinueRows(state, slots, batch, count, access, [&](BlockRows& rows) {
     if (rows.fused) {
       kernels::Rwkv7UpdateArgs args;
       args.batch = batch;
@@ -462,5 +483,9 @@ bool Rwkv7Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerSt
 }
 
 bool Rwkv7Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kWkv; }
+
+bool Rwkv7Impl::StepsPoolRowsOnGpu(const torch::Tensor& x, const MixerState& state) const {
+  return CudaPoolStepApplies(x, state);
+}
 
 }  // namespace attn

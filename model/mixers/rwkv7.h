@@ -83,8 +83,12 @@ class Rwkv7Impl : public WholeBlockMixer {
   // tokens' outputs.
   torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                     LayerCarry& carry) override;
-  // The matrices (a fused run updates the pool's rows in place).
+  // The matrices (a fused run or a GPU step updates the pool's rows in
+  // place).
   bool InPlaceWhenFused(size_t tensor) const override;
+  // Where StepOnGpu's conditions hold for x and every state tensor (each
+  // contiguous).
+  bool StepsPoolRowsOnGpu(const torch::Tensor& x, const MixerState& state) const override;
 
  private:
   struct Mixed;  // the time mix's per-token vectors
@@ -109,6 +113,13 @@ class Rwkv7Impl : public WholeBlockMixer {
   // tensor is float32 on the GPU and no gradient is recorded; else an
   // undefined tensor.
   torch::Tensor StepOnGpu(const Mixed& m, torch::Tensor& wkv) const;
+  // The same kernel on the pool's matrices in place, rows.device_ids
+  // (RowAccess::kGpuStep, where StepsPoolRowsOnGpu held): o [B, 1, C].
+  torch::Tensor StepPoolRowsOnGpu(const Mixed& m, BlockRows& rows) const;
+  // Queues cuda::Rwkv7Step from s_in to s_out (the same tensor: in place),
+  // on rows `slots` of them where defined (int64 on the device): o [B, 1, C].
+  torch::Tensor LaunchStep(const Mixed& m, const torch::Tensor& s_in, const torch::Tensor& s_out,
+                           const torch::Tensor& slots) const;
   // Every token of a chunk on a GPU as one CUDA kernel (cuda::Rwkv7Scan),
   // replacing wkv and setting *o to [B, tail, C] (left undefined with tail
   // 0), where StepOnGpu's conditions hold; else false, with nothing done.

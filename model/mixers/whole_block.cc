@@ -41,24 +41,33 @@ torch::Tensor WholeBlockMixer::Continue(const torch::Tensor& x, MixerState& stat
                                         const torch::Tensor& slots, int64_t keep,
                                         LayerCarry& carry) {
   torch::Tensor out;
-  const bool fused = CanFuse(x, state);
-  ContinueRows(state, slots, x.size(0), x.size(1), fused,
-               [&](BlockRows& rows) { out = Run(fused ? x.contiguous() : x, rows, keep, carry); });
+  RowAccess access = RowAccess::kGathered;
+  if (CanFuse(x, state)) {
+    access = RowAccess::kFusedCpu;
+  } else if (x.size(1) == 1 && keep == 1 && StepsPoolRowsOnGpu(x, state)) {
+    access = RowAccess::kGpuStep;
+  }
+  const bool contiguous = access == RowAccess::kFusedCpu;
+  ContinueRows(state, slots, x.size(0), x.size(1), access, [&](BlockRows& rows) {
+    out = Run(contiguous ? x.contiguous() : x, rows, keep, carry);
+  });
   return out;
 }
 
 void WholeBlockMixer::ContinueRows(MixerState& state, const torch::Tensor& slots, int64_t batch,
-                                   int64_t tokens, bool fused,
+                                   int64_t tokens, RowAccess access,
                                    const std::function<void(BlockRows&)>& run) const {
   const torch::Tensor ids = ResolveSlots(state, slots, batch);  // CPU int64, alive below
   const auto index = RowsOn(ids, state.length.device());
   BlockRows rows;
-  rows.fused = fused;
-  auto in_place = [&](size_t i) { return rows.fused && InPlaceWhenFused(i); };
+  rows.fused = access == RowAccess::kFusedCpu;
+  rows.gpu_step = access == RowAccess::kGpuStep;
+  auto in_place = [&](size_t i) { return access != RowAccess::kGathered && InPlaceWhenFused(i); };
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     if (in_place(i)) {
       rows.tensors.push_back(state.tensors[i]);  // updated in place, row by row
       rows.ids = ids.data_ptr<int64_t>();
+      if (rows.gpu_step) rows.device_ids = index;
     } else {
       rows.tensors.push_back(state.tensors[i].index_select(0, index));
     }

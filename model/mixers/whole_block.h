@@ -8,9 +8,9 @@
 // continues rows `slots` of a state by gathering their tensors, running the
 // block's equations over them (Run), scattering them back and advancing the
 // rows' lengths; a step is a chunk of one token; forward runs from empty
-// rows. A tensor the fused CPU kernel updates in place (a matrix per head,
-// too large to copy out and back) is passed whole with the rows' ids
-// instead (InPlaceWhenFused). A new kind of whole block is its parameters,
+// rows. A tensor the fused CPU kernel or a GPU step kernel updates in place
+// (a matrix per head, too large to copy out and back) is passed whole with
+// the rows' ids instead (InPlaceWhenFused). A new kind of whole block is its parameters,
 // its state's tensors and Run: one file of equations.
 //
 // The layers of a stack may hand each other values besides h (RWKV-7's
@@ -41,15 +41,26 @@ struct LayerCarry {
   std::vector<torch::Tensor>* updates = nullptr;
 };
 
+// How a call reaches the state's tensors that InPlaceWhenFused names (every
+// other tensor's rows are gathered and scattered back).
+enum class RowAccess {
+  kGathered,  // gathered too: the operations' path
+  kFusedCpu,  // in place, by the rows' host ids: the CPU's fused kernels
+  kGpuStep,   // in place, by the rows' ids on the GPU: a one-token step's kernel
+};
+
 // The rows of a state one call continues, in the state's tensor order.
 struct BlockRows {
-  // Each tensor's rows [B, ...], gathered; or, where the fused kernel
-  // updates it in place, the pool's whole tensor.
+  // Each tensor's rows [B, ...], gathered; or, where a kernel updates it in
+  // place, the pool's whole tensor.
   std::vector<torch::Tensor> tensors;
   // With a pool's whole tensor: the rows' ids (B of them); null: rows
   // 0..B-1.
   const int64_t* ids = nullptr;
-  bool fused = false;  // CanFuse held: Run may take the fused CPU path
+  // With RowAccess::kGpuStep: the same ids on the state's device.
+  torch::Tensor device_ids;
+  bool fused = false;     // RowAccess::kFusedCpu: Run takes the fused CPU path
+  bool gpu_step = false;  // RowAccess::kGpuStep: Run steps with the GPU kernel
 };
 
 class WholeBlockMixer : public SequenceMixer {
@@ -75,16 +86,22 @@ class WholeBlockMixer : public SequenceMixer {
   // tokens' outputs [B, keep, d].
   virtual torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                             LayerCarry& carry) = 0;
-  // Whether a fused Run updates the state's tensor `tensor` in place in the
-  // pool (by BlockRows::ids) rather than in gathered rows. Default: none.
-  // Asked on every step: it must not allocate.
+  // Whether a fused Run, or a GPU step, updates the state's tensor `tensor`
+  // in place in the pool (by BlockRows::ids) rather than in gathered rows.
+  // Default: none. Asked on every step: it must not allocate.
   virtual bool InPlaceWhenFused(size_t /*tensor*/) const { return false; }
+  // Whether a one-token step of x [B, 1, d] on `state` runs this kind's GPU
+  // step kernel on the pool's rows in place (RowAccess::kGpuStep): Run must
+  // then take that kernel. Default: never.
+  virtual bool StepsPoolRowsOnGpu(const torch::Tensor& /*x*/, const MixerState& /*state*/) const {
+    return false;
+  }
   // The skeleton around Run, for the other calls that continue rows (a
-  // kind's ReplayUpdates): rows `slots` (`batch` of them) gathered as
-  // above, with `fused` as Run would see it, `run` on them, the gathered
-  // tensors written back and the rows advanced by `tokens`.
+  // kind's ReplayUpdates): rows `slots` (`batch` of them) reached as
+  // `access` says, `run` on them, the gathered tensors written back and the
+  // rows advanced by `tokens`.
   void ContinueRows(MixerState& state, const torch::Tensor& slots, int64_t batch, int64_t tokens,
-                    bool fused, const std::function<void(BlockRows&)>& run) const;
+                    RowAccess access, const std::function<void(BlockRows&)>& run) const;
 
  private:
   torch::Tensor Prefill(const torch::Tensor& x, MixerState& state, const torch::Tensor& slots,
