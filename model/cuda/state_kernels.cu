@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/cuda/experts_math.h"
+#include "model/cuda/rwkv7_math.h"
 #include "model/cuda/state_kernels.h"
 #include "model/cuda/step_math.h"
 
@@ -66,6 +67,39 @@ __global__ void Rwkv7ScanKernel(Rwkv7ScanArgs a) {
       if (lane == 0 && step.r != nullptr) a.o[Rwkv7ScanOutputAt(a, blockIdx.x, t, i)] = out;
     }
   }
+}
+
+// A thread per (token, channel): tokens across the grid's first dimension
+// (a prefill's may pass the second's 65,535), channels across its second.
+__global__ void Rwkv7MixKernel(kernels::TokenShiftMixArgs a, Rwkv7Mixes mu) {
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (i < a.channels) MixChannel(a, mu, blockIdx.x, i);
+}
+
+// A block per token, a warp per head at a time: the head's squared norm is
+// the warp's sum, and each lane normalises the channels it wrote.
+__global__ void Rwkv7ActivationsKernel(kernels::Rwkv7ActivationsArgs a) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t c = a.heads * a.head_dim;
+  for (int64_t h = warp; h < a.heads; h += kWarpsPerBlock) {
+    const int64_t head0 = static_cast<int64_t>(blockIdx.x) * c + h * a.head_dim;
+    float squares = 0.f;
+    for (int64_t j = lane; j < a.head_dim; j += kWarp) squares += ActivateChannel(a, head0 + j);
+    squares = WarpAllSum(squares);
+    for (int64_t j = lane; j < a.head_dim; j += kWarp) NormalizeKey(a, head0 + j, squares);
+  }
+}
+
+// A warp per (output token, head); a whole warp returns past the last.
+__global__ void Rwkv7HeadOutputKernel(Rwkv7HeadOutputArgs a) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (unit >= a.batch * a.tail * a.heads) return;
+  const HeadSums part = HeadOutputSums(a, unit, lane);
+  const float mean = WarpAllSum(part.o) / static_cast<float>(a.head_dim);
+  const float bonus = WarpAllSum(part.bonus);
+  const float squares = WarpAllSum(HeadOutputSquares(a, unit, lane, mean));
+  HeadOutputWrite(a, unit, lane, mean, squares, bonus);
 }
 
 // A block per (row, head), a thread per channel (step_math.h).
@@ -257,6 +291,33 @@ std::string Rwkv7Scan(const Rwkv7ScanArgs& args, void* stream) {
   const dim3 grid(static_cast<unsigned>(args.batch * args.heads),
                   static_cast<unsigned>((args.head_dim + kWarpsPerBlock - 1) / kWarpsPerBlock));
   Rwkv7ScanKernel<<<grid, kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
+  return LaunchError();
+}
+
+std::string Rwkv7Mix(const kernels::TokenShiftMixArgs& args, void* stream) {
+  const int64_t tokens = args.batch * args.time;
+  if (tokens == 0 || args.count == 0) return "";
+  if (args.count > kMaxRwkv7Mixes) return "over " + std::to_string(kMaxRwkv7Mixes) + " mixes";
+  Rwkv7Mixes mu;
+  for (int64_t m = 0; m < args.count; ++m) mu.mixes[m] = args.mixes[m];
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((args.channels + kChannelThreads - 1) / kChannelThreads));
+  Rwkv7MixKernel<<<grid, kChannelThreads, 0, AsStream(stream)>>>(args, mu);
+  return LaunchError();
+}
+
+std::string Rwkv7Activations(const kernels::Rwkv7ActivationsArgs& args, void* stream) {
+  if (args.tokens == 0) return "";
+  Rwkv7ActivationsKernel<<<static_cast<unsigned>(args.tokens), kWarp * kWarpsPerBlock, 0,
+                           AsStream(stream)>>>(args);
+  return LaunchError();
+}
+
+std::string Rwkv7HeadOutput(const Rwkv7HeadOutputArgs& args, void* stream) {
+  const int64_t units = args.batch * args.tail * args.heads;
+  if (units == 0) return "";
+  Rwkv7HeadOutputKernel<<<static_cast<unsigned>((units + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                          kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
   return LaunchError();
 }
 

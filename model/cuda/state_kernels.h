@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/kernels/kernels.h"
+
 namespace attn::cuda {
 
 // Whether this build holds the kernels and the environment allows them.
@@ -76,6 +78,34 @@ struct Rwkv7ScanArgs {
   float *s = nullptr, *o = nullptr;
 };
 std::string Rwkv7Scan(const Rwkv7ScanArgs& args, void* stream);
+
+// RWKV-7's elementwise stages around its projections and state update,
+// one kernel each where the torch operations take six to a dozen and a
+// half (rwkv7_math.h). The token shift's mixes and the activations take
+// the CPU kernels' arguments (model/kernels/kernels.h: TokenShiftMix, at
+// most kMaxRwkv7Mixes mixes, and Rwkv7Activations), pointed at the GPU's
+// memory: float32, contiguous, the parameters' too.
+inline constexpr int64_t kMaxRwkv7Mixes = 8;
+struct Rwkv7Mixes {  // the mixes' pointers, held by value for the kernel
+  const float* mixes[kMaxRwkv7Mixes] = {};
+};
+std::string Rwkv7Mix(const kernels::TokenShiftMixArgs& args, void* stream);
+std::string Rwkv7Activations(const kernels::Rwkv7ActivationsArgs& args, void* stream);
+
+// The block's output before its gate from the state update's o, for the
+// last `tail` of a chunk's `time` tokens of `batch` rows, C = heads * N:
+//   o and r [batch, tail, C]; k and v [batch, time, C] (the chunk's, whose
+//   last tail tokens are the outputs'); gain, bias and bonus [C]; writes
+//   out [batch, tail, C]. Per head, over its N channels:
+//   out = (o - mean) / sqrt(variance + eps) gain + bias + (sum_j r_j k_j bonus_j) v
+struct Rwkv7HeadOutputArgs {
+  int64_t batch = 0, time = 0, tail = 0, heads = 0, head_dim = 0;
+  float eps = 0.f;
+  const float *o = nullptr, *r = nullptr, *k = nullptr, *v = nullptr;
+  const float *gain = nullptr, *bias = nullptr, *bonus = nullptr;
+  float* out = nullptr;
+};
+std::string Rwkv7HeadOutput(const Rwkv7HeadOutputArgs& args, void* stream);
 
 // RWKV-4's WKV (model/mixers/rwkv4.h) over `time` tokens of `batch` rows of
 // C = channels channels, a step (time 1) or a prefill alike: k, v [batch,

@@ -13,6 +13,9 @@ const char kAbsent[] = "this build has no CUDA kernels (configure with -DATTN_CU
 std::string Mamba2Step(const Mamba2StepArgs&, void*) { return kAbsent; }
 std::string Rwkv7Step(const Rwkv7StepArgs&, void*) { return kAbsent; }
 std::string Rwkv7Scan(const Rwkv7ScanArgs&, void*) { return kAbsent; }
+std::string Rwkv7Mix(const kernels::TokenShiftMixArgs&, void*) { return kAbsent; }
+std::string Rwkv7Activations(const kernels::Rwkv7ActivationsArgs&, void*) { return kAbsent; }
+std::string Rwkv7HeadOutput(const Rwkv7HeadOutputArgs&, void*) { return kAbsent; }
 std::string Rwkv4Wkv(const Rwkv4WkvArgs&, void*) { return kAbsent; }
 std::string LinearStep(const LinearStepArgs&, void*) { return kAbsent; }
 std::string AftDecayStep(const AftDecayStepArgs&, void*) { return kAbsent; }

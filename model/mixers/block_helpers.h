@@ -56,6 +56,17 @@ bool CudaPoolStepApplies(const torch::Tensor& x, const MixerState& state);
 // the kernels of model/cuda queue on; null in a build without them.
 void* CurrentCudaStream();
 
+// Runs `launch(stream)` (a model/cuda kernel on `stream`, which returns its
+// launch error) on `device`, the GPU of the tensors it reads, and LibTorch's
+// current stream there; throws naming `what` if it failed.
+template <typename Launch>
+void RunOnGpu(torch::Device device, const char* what, Launch&& launch) {
+  // A kernel runs on the calling thread's current GPU.
+  const c10::DeviceGuard on_device(device);
+  const std::string error = launch(CurrentCudaStream());
+  TORCH_CHECK(error.empty(), what, ": the CUDA kernel: ", error);
+}
+
 // Runs `launch(stream)` (a model/cuda step on `stream`, which returns its
 // launch error) on the state's GPU and LibTorch's current stream there,
 // throws naming `what` if it failed, then advances rows `slots` (on the
@@ -63,12 +74,7 @@ void* CurrentCudaStream();
 // after.
 template <typename Launch>
 void RunPoolStep(MixerState& state, const torch::Tensor& slots, const char* what, Launch&& launch) {
-  {
-    // The kernel runs on the calling thread's current GPU: the state's.
-    const c10::DeviceGuard on_device(state.length.device());
-    const std::string error = launch(CurrentCudaStream());
-    TORCH_CHECK(error.empty(), what, ": the CUDA step kernel: ", error);
-  }
+  RunOnGpu(state.length.device(), what, launch);
   AdvanceRows(state, slots, 1);
 }
 

@@ -1,6 +1,5 @@
 #include "model/mixers/mamba2.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -161,10 +160,8 @@ torch::Tensor Mamba2Impl::LaunchStep(const Scan& scan, const torch::Tensor& s_in
   args.s_out = s_out.data_ptr<float>();
   args.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
   args.y = y.data_ptr<float>();
-  // The kernel runs on the calling thread's current GPU: the state's.
-  const c10::DeviceGuard on_device(s_in.device());
-  const std::string error = cuda::Mamba2Step(args, CurrentCudaStream());
-  TORCH_CHECK(error.empty(), "mamba2: the CUDA step kernel: ", error);
+  RunOnGpu(s_in.device(), "mamba2's step",
+           [&](void* stream) { return cuda::Mamba2Step(args, stream); });
   return y;
 }
 

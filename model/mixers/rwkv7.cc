@@ -1,6 +1,5 @@
 #include "model/mixers/rwkv7.h"
 
-#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -160,12 +159,18 @@ MixerState Rwkv7Impl::initial_state(int64_t rows, torch::Device device) const {
   return state;
 }
 
+Rwkv7Impl::Elementwise Rwkv7Impl::ElementwiseFor(const torch::Tensor& a, const torch::Tensor& shift,
+                                                 bool fused) {
+  if (fused) return Elementwise::kCpu;
+  return CudaStepApplies({&a, &shift}) ? Elementwise::kGpu : Elementwise::kOps;
+}
+
 std::array<torch::Tensor, 6> Rwkv7Impl::Mixes(const torch::Tensor& a, const torch::Tensor& shift,
-                                              bool fused) const {
+                                              Elementwise how) const {
   const std::array<const torch::Tensor*, 6> mus = {&mix_r_, &mix_w_, &mix_k_,
                                                    &mix_v_, &mix_i_, &mix_g_};
   std::array<torch::Tensor, 6> out;
-  if (!fused) {
+  if (how == Elementwise::kOps) {
     const auto delta = Shifted(a, shift) - a;
     for (size_t i = 0; i < mus.size(); ++i) out[i] = torch::addcmul(a, delta, *mus[i]);
     return out;
@@ -183,15 +188,20 @@ std::array<torch::Tensor, 6> Rwkv7Impl::Mixes(const torch::Tensor& a, const torc
   args.shift = previous.data_ptr<float>();
   args.mixes = mixes.data();
   args.out = all.data_ptr<float>();
-  kernels::TokenShiftMix(args);
+  if (how == Elementwise::kCpu) {
+    kernels::TokenShiftMix(args);
+  } else {
+    RunOnGpu(a.device(), "rwkv7's token shift",
+             [&](void* stream) { return cuda::Rwkv7Mix(args, stream); });
+  }
   for (size_t i = 0; i < out.size(); ++i) out[i] = all[static_cast<int64_t>(i)];
   return out;
 }
 
 Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift,
-                                          LayerCarry& carry, int64_t tail, bool fused) {
+                                          LayerCarry& carry, int64_t tail, Elementwise how) {
   const int64_t time = a.size(1);
-  const auto [xr, xw, xk, xv, xi, xg] = Mixes(a, shift, fused);
+  const auto [xr, xw, xk, xv, xi, xg] = Mixes(a, shift, how);
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   Mixed m;
   m.tail = tail;
@@ -208,13 +218,13 @@ Rwkv7Impl::Mixed Rwkv7Impl::TimeMixInputs(const torch::Tensor& a, const torch::T
   }
   m.iclr = Project(Project(xi, iclr_down_), iclr_up_);
   m.g = Project(torch::sigmoid(Project(last(xg), gate_down_)), gate_up_);
-  Activate(m, gate, first, fused);
+  Activate(m, gate, first, how);
   return m;
 }
 
 void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first,
-                         bool fused) const {
-  if (!fused) {
+                         Elementwise how) const {
+  if (how == Elementwise::kOps) {
     const int64_t batch = m.k.size(0), time = m.k.size(1), c = options_.d_model;
     m.w = torch::exp(torch::sigmoid(decay_bias_ + m.w) * -kDecayScale);
     if (first.defined()) m.v = torch::addcmul(m.v, first - m.v, torch::sigmoid(value_bias_ + gate));
@@ -249,7 +259,12 @@ void Rwkv7Impl::Activate(Mixed& m, const torch::Tensor& gate, const torch::Tenso
   args.key_norm_scale = ParameterFloats(key_norm_scale_);
   args.key_iclr_scale = ParameterFloats(key_iclr_scale_);
   args.decay_scale = static_cast<float>(kDecayScale);
-  kernels::Rwkv7Activations(args);
+  if (how == Elementwise::kCpu) {
+    kernels::Rwkv7Activations(args);
+  } else {
+    RunOnGpu(m.k.device(), "rwkv7's activations",
+             [&](void* stream) { return cuda::Rwkv7Activations(args, stream); });
+  }
 }
 
 torch::Tensor Rwkv7Impl::StepOnGpu(const Mixed& m, torch::Tensor& wkv) const {
@@ -285,10 +300,8 @@ torch::Tensor Rwkv7Impl::LaunchStep(const Mixed& m, const torch::Tensor& s_in,
   args.s_out = s_out.data_ptr<float>();
   args.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
   args.o = o.data_ptr<float>();
-  // The kernel runs on the calling thread's current GPU: the state's.
-  const c10::DeviceGuard on_device(s_in.device());
-  const std::string error = cuda::Rwkv7Step(args, CurrentCudaStream());
-  TORCH_CHECK(error.empty(), "rwkv7: the CUDA step kernel: ", error);
+  RunOnGpu(s_in.device(), "rwkv7's step",
+           [&](void* stream) { return cuda::Rwkv7Step(args, stream); });
   return o;
 }
 
@@ -315,9 +328,7 @@ bool Rwkv7Impl::ScanOnGpu(const Mixed& m, torch::Tensor& wkv, torch::Tensor* o) 
   PointAtInputs(args, inputs);
   args.s = s.data_ptr<float>();
   args.o = out.data_ptr<float>();
-  const c10::DeviceGuard on_device(s.device());
-  const std::string error = cuda::Rwkv7Scan(args, CurrentCudaStream());
-  TORCH_CHECK(error.empty(), "rwkv7: the CUDA scan kernel: ", error);
+  RunOnGpu(s.device(), "rwkv7's scan", [&](void* stream) { return cuda::Rwkv7Scan(args, stream); });
   wkv = s;
   if (m.tail > 0) *o = out;
   return true;
@@ -397,6 +408,30 @@ torch::Tensor Rwkv7Impl::OutputByOps(const torch::Tensor& o, const Mixed& m) con
   return y + (bonus * v_tail).view({batch, tail, c});
 }
 
+torch::Tensor Rwkv7Impl::OutputOnGpu(const torch::Tensor& o, const Mixed& m) const {
+  const auto o_in = o.contiguous(), r = m.r.contiguous(), k = m.k.contiguous(),
+             v = m.v.contiguous();
+  auto out = torch::empty_like(o_in);
+  cuda::Rwkv7HeadOutputArgs args;
+  args.batch = o.size(0);
+  args.time = m.k.size(1);
+  args.tail = m.tail;
+  args.heads = options_.heads;
+  args.head_dim = head_size();
+  args.eps = static_cast<float>(options_.group_norm_eps);
+  args.o = o_in.data_ptr<float>();
+  args.r = r.data_ptr<float>();
+  args.k = k.data_ptr<float>();
+  args.v = v.data_ptr<float>();
+  args.gain = ParameterFloats(out_norm_gain_);
+  args.bias = ParameterFloats(out_norm_bias_);
+  args.bonus = ParameterFloats(bonus_);
+  args.out = out.data_ptr<float>();
+  RunOnGpu(o.device(), "rwkv7's head output",
+           [&](void* stream) { return cuda::Rwkv7HeadOutput(args, stream); });
+  return out;
+}
+
 torch::Tensor Rwkv7Impl::ChannelMix(const torch::Tensor& h, torch::Tensor& shift,
                                     torch::Tensor* normed) {
   const torch::Tensor b = ln2_->forward(h);
@@ -412,14 +447,16 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
   const int64_t tail = OutputTail(time, keep);
-  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, rows.fused);
+  const Elementwise how = ElementwiseFor(a, rows.tensors[kAttShift], rows.fused);
+  Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, how);
   rows.tensors[kAttShift] = a.select(1, time - 1).clone();
   torch::Tensor y;
   if (rows.fused) {
     y = UpdateFused(m, rows, time);
   } else {
-    y = OutputByOps(rows.gpu_step ? StepPoolRowsOnGpu(m, rows) : UpdateByOps(m, rows.tensors[kWkv]),
-                    m);
+    const torch::Tensor o =
+        rows.gpu_step ? StepPoolRowsOnGpu(m, rows) : UpdateByOps(m, rows.tensors[kWkv]);
+    y = how == Elementwise::kGpu ? OutputOnGpu(o, m) : OutputByOps(o, m);
   }
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
   const torch::Tensor h = last(input) + Project(y * m.g, output_);

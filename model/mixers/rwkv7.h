@@ -41,9 +41,10 @@
 // one fused loop (model/kernels/rwkv7_kernel.cc, declared in model/kernels/kernels.h), and so
 // are the six token-shift mixes and the activations between the projections and the
 // update (w, the value residual, iclr, kk and k); elsewhere, or with fused_kernels off,
-// they are torch operations, the update token by token (the path a GPU runs;
-// a step's update is one CUDA kernel there where the build has them,
-// model/cuda/state_kernels.h).
+// they are torch operations, the update token by token. On a GPU, where the
+// build has the CUDA kernels (model/cuda/state_kernels.h), the mixes, the
+// activations, a step's or a chunk's update and each head's output norm
+// are one kernel each.
 #pragma once
 
 #include <torch/nn/modules/linear.h>
@@ -93,19 +94,27 @@ class Rwkv7Impl : public WholeBlockMixer {
  private:
   struct Mixed;  // the time mix's per-token vectors
 
+  // Where the elementwise work runs: torch operations, the CPU's fused
+  // kernels (model/kernels/kernels.h) or the GPU's (model/cuda/
+  // state_kernels.h: Rwkv7Mix, Rwkv7Activations, Rwkv7HeadOutput).
+  enum class Elementwise { kOps, kCpu, kGpu };
+  // kCpu for a fused run (`fused`), kGpu where CudaStepApplies to a = ln1(x)
+  // and the shift, else kOps.
+  static Elementwise ElementwiseFor(const torch::Tensor& a, const torch::Tensor& shift, bool fused);
+
   // The time mix's inputs to the state update, for a [B, T, C] a = ln1(x).
-  // r and g only for the last `tail` tokens. `fused`: the elementwise work
-  // in the CPU kernels (model/kernels/kernels.h), else in torch operations.
+  // r and g only for the last `tail` tokens.
   Mixed TimeMixInputs(const torch::Tensor& a, const torch::Tensor& shift, LayerCarry& carry,
-                      int64_t tail, bool fused);
+                      int64_t tail, Elementwise how);
   // The six mixes x^r, x^w, x^k, x^v, x^i, x^g of a, each [B, T, C].
   std::array<torch::Tensor, 6> Mixes(const torch::Tensor& a, const torch::Tensor& shift,
-                                     bool fused) const;
+                                     Elementwise how) const;
   // Turns m's projections (w: W_w2 tanh(W_w1 x^w), iclr: W_i2 W_i1 x^i, v
   // and k) into the update's inputs, and sets m.kk. `gate` (W_v2 W_v1 x^v)
   // and `first` (the first layer's v) mix the value residual, or are
   // undefined.
-  void Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first, bool fused) const;
+  void Activate(Mixed& m, const torch::Tensor& gate, const torch::Tensor& first,
+                Elementwise how) const;
   // The per-head update over T tokens in torch operations; o [B, tail, C]
   // (undefined with tail 0).
   // One token on a GPU as one CUDA kernel (model/cuda/state_kernels.h),
@@ -129,6 +138,8 @@ class Rwkv7Impl : public WholeBlockMixer {
   // o: each head normalised, plus the current token's bonus. In torch
   // operations; the fused kernel computes the same (UpdateFused).
   torch::Tensor OutputByOps(const torch::Tensor& o, const Mixed& m) const;
+  // The same in one CUDA kernel (cuda::Rwkv7HeadOutput).
+  torch::Tensor OutputOnGpu(const torch::Tensor& o, const Mixed& m) const;
   // The update and that output in one kernel over the rows' states.
   torch::Tensor UpdateFused(const Mixed& m, BlockRows& rows, int64_t time) const;
   // The channel mix of the last tokens h [B, T', C] of a chunk: with
