@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/cuda/experts_math.h"
+#include "model/cuda/mamba2_math.h"
 #include "model/cuda/rwkv7_math.h"
 #include "model/cuda/state_kernels.h"
 #include "model/cuda/step_math.h"
@@ -38,6 +39,33 @@ __global__ void Mamba2StepKernel(Mamba2StepArgs a) {
     const float sum = WarpSum(Mamba2LanePart(a, blockIdx.x, p, lane));
     if (lane == 0) Mamba2Output(a, blockIdx.x, p, sum);
   }
+}
+
+// A thread per (row and position, channel): the units (mamba2_math.h)
+// across the grid's first dimension, the channels across its second.
+__global__ void CausalConvSiluKernel(kernels::CausalConvArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (i < a.channels) ConvChannel(a, blockIdx.x, i);
+}
+
+// A block per (row, group): the threads' squares summed by warp, the warps'
+// through shared memory, then each thread writes the channels it summed.
+__global__ void GatedRmsNormKernel(GatedRmsNormArgs a) {
+  __shared__ float warp_sums[kWarpsPerBlock];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t row = blockIdx.x, size = a.d / a.groups;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * size, end = first + size;
+  float squares = 0.f;
+  for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) {
+    const float g = GatedValue(a, row, i);
+    squares += g * g;
+  }
+  squares = WarpSum(squares);
+  if (lane == 0) warp_sums[warp] = squares;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < kWarpsPerBlock; ++w) total += warp_sums[w];
+  for (int64_t i = first + threadIdx.x; i < end; i += blockDim.x) GatedNormWrite(a, row, i, total);
 }
 
 // The same layout, a warp per value channel i at a time; S kk is summed
@@ -276,6 +304,23 @@ std::string Mamba2Step(const Mamba2StepArgs& args, void* stream) {
   if (args.batch == 0) return "";
   Mamba2StepKernel<<<static_cast<unsigned>(args.batch * args.heads), kWarp * kWarpsPerBlock, 0,
                      AsStream(stream)>>>(args);
+  return LaunchError();
+}
+
+std::string CausalConvSilu(const kernels::CausalConvArgs& args, void* stream) {
+  const int64_t units = args.batch * (args.time + args.width - 1);
+  if (units == 0 || args.channels == 0) return "";
+  const dim3 grid(static_cast<unsigned>(units),
+                  static_cast<unsigned>((args.channels + kChannelThreads - 1) / kChannelThreads));
+  CausalConvSiluKernel<<<grid, kChannelThreads, 0, AsStream(stream)>>>(args);
+  return LaunchError();
+}
+
+std::string GatedRmsNorm(const GatedRmsNormArgs& args, void* stream) {
+  if (args.rows == 0) return "";
+  if (args.groups < 1 || args.d % args.groups != 0) return "groups that do not divide the width";
+  const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.groups));
+  GatedRmsNormKernel<<<grid, kWarp * kWarpsPerBlock, 0, AsStream(stream)>>>(args);
   return LaunchError();
 }
 

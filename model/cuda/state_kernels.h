@@ -64,6 +64,20 @@ struct Rwkv7StepArgs {
 };
 std::string Rwkv7Step(const Rwkv7StepArgs& args, void* stream);
 
+// Mamba-2's elementwise stages around its scan (mamba2_math.h), one kernel
+// each where the ops take about eight: the depthwise causal convolution and
+// its silu, with the rows' new windows (the CPU kernel's arguments,
+// kernels::CausalConvArgs, pointed at the GPU's memory), and the gated RMS
+// norm of the scan's output (kernels::GatedRmsNormRows's arguments).
+struct GatedRmsNormArgs {
+  int64_t rows = 0, d = 0, groups = 1, z_stride = 0;
+  const float *y = nullptr, *z = nullptr, *gain = nullptr;
+  float eps = 0.f;
+  float* out = nullptr;
+};
+std::string CausalConvSilu(const kernels::CausalConvArgs& args, void* stream);
+std::string GatedRmsNorm(const GatedRmsNormArgs& args, void* stream);
+
 // RWKV-7's delta rule over the `time` tokens of a prefill of `batch` rows,
 // Rwkv7Step's token after token in one launch, with S updated in place:
 // w, k, v, kk and iclr [time, batch, C] (time-major, so that token t's rows

@@ -11,6 +11,8 @@ const char kAbsent[] = "this build has no CUDA kernels (configure with -DATTN_CU
 }  // namespace
 
 std::string Mamba2Step(const Mamba2StepArgs&, void*) { return kAbsent; }
+std::string CausalConvSilu(const kernels::CausalConvArgs&, void*) { return kAbsent; }
+std::string GatedRmsNorm(const GatedRmsNormArgs&, void*) { return kAbsent; }
 std::string Rwkv7Step(const Rwkv7StepArgs&, void*) { return kAbsent; }
 std::string Rwkv7Scan(const Rwkv7ScanArgs&, void*) { return kAbsent; }
 std::string Rwkv7Mix(const kernels::TokenShiftMixArgs&, void*) { return kAbsent; }

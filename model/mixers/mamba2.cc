@@ -242,22 +242,8 @@ torch::Tensor Mamba2Impl::ScanFused(const torch::Tensor& projected, BlockRows& r
   const int64_t channels = conv_channels(), n = options_.mamba2.state_size;
   const int64_t stride = projected.size(2);
   const auto window = rows.tensors[kConv].contiguous();
-  const auto weight = conv_weight_.contiguous(), bias = conv_bias_.contiguous();
-  const auto xbc = torch::empty({batch, time, channels}, projected.options());
-  rows.tensors[kConv] = torch::empty_like(window);
-  kernels::CausalConvArgs conv;
-  conv.batch = batch;
-  conv.time = time;
-  conv.channels = channels;
-  conv.width = options_.mamba2.conv_kernel;
-  conv.in_stride = stride;
-  conv.in = projected.data_ptr<float>() + inner();
-  conv.window = window.data_ptr<float>();
-  conv.weight = weight.data_ptr<float>();
-  conv.bias = bias.data_ptr<float>();
-  conv.out = xbc.data_ptr<float>();
-  conv.window_out = rows.tensors[kConv].data_ptr<float>();
-  kernels::CausalConvSilu(conv);
+  torch::Tensor xbc;
+  kernels::CausalConvSilu(ConvArgs(projected, window, xbc, rows.tensors[kConv]));
 
   const auto y = torch::empty({batch, keep, inner()}, projected.options());
   const auto dt_bias = dt_bias_.contiguous(), a_log = a_log_.contiguous(), d = skip_.contiguous();
@@ -285,11 +271,52 @@ torch::Tensor Mamba2Impl::ScanFused(const torch::Tensor& projected, BlockRows& r
   return y;
 }
 
+kernels::CausalConvArgs Mamba2Impl::ConvArgs(const torch::Tensor& projected,
+                                             const torch::Tensor& window, torch::Tensor& xbc,
+                                             torch::Tensor& window_out) const {
+  TORCH_CHECK(conv_weight_.is_contiguous() && conv_bias_.is_contiguous(),
+              "mamba2: the convolution kernels need contiguous parameters");
+  const int64_t batch = projected.size(0), time = projected.size(1);
+  xbc = torch::empty({batch, time, conv_channels()}, projected.options());
+  window_out = torch::empty_like(window);
+  kernels::CausalConvArgs conv;
+  conv.batch = batch;
+  conv.time = time;
+  conv.channels = conv_channels();
+  conv.width = options_.mamba2.conv_kernel;
+  conv.in_stride = projected.size(2);
+  conv.in = projected.data_ptr<float>() + inner();
+  conv.window = window.data_ptr<float>();
+  conv.weight = conv_weight_.data_ptr<float>();
+  conv.bias = conv_bias_.data_ptr<float>();
+  conv.out = xbc.data_ptr<float>();
+  conv.window_out = window_out.data_ptr<float>();
+  return conv;
+}
+
+torch::Tensor Mamba2Impl::ConvolveOnGpu(const torch::Tensor& projected,
+                                        torch::Tensor& window) const {
+  const auto window_in = window.contiguous();
+  torch::Tensor xbc;
+  const kernels::CausalConvArgs args = ConvArgs(projected, window_in, xbc, window);
+  RunOnGpu(projected.device(), "mamba2's convolution",
+           [&](void* stream) { return cuda::CausalConvSilu(args, stream); });
+  return xbc;
+}
+
+Elementwise Mamba2Impl::ElementwiseFor(const torch::Tensor& projected,
+                                       const BlockRows& rows) const {
+  if (rows.fused) return Elementwise::kCpu;
+  const bool gpu = CudaStepApplies(
+      {&projected, &rows.tensors[kConv], &conv_weight_, &conv_bias_, &out_norm_weight_});
+  return gpu && projected.is_contiguous() ? Elementwise::kGpu : Elementwise::kOps;
+}
+
 torch::Tensor Mamba2Impl::GatedNorm(const torch::Tensor& y, const torch::Tensor& projected,
-                                    bool fused) const {
+                                    Elementwise how) const {
   const int64_t batch = y.size(0), keep = y.size(1), time = projected.size(1);
   const int64_t groups = options_.mamba2.groups;
-  if (!fused) {
+  if (how == Elementwise::kOps) {
     const auto z = projected.narrow(1, time - keep, keep).narrow(2, 0, inner());
     const auto gated = (y * torch::silu(z)).view({batch, keep, groups, inner() / groups});
     const auto normed = gated * torch::rsqrt(gated.square().mean(-1, true) + options_.norm_eps);
@@ -298,11 +325,24 @@ torch::Tensor Mamba2Impl::GatedNorm(const torch::Tensor& y, const torch::Tensor&
   // Rows of z: the projection's tokens time - keep .. time - 1 of each row,
   // which are evenly spaced only for one row or a whole chunk.
   const auto z = keep == time ? projected : projected.narrow(1, time - keep, keep).contiguous();
-  const auto gain = out_norm_weight_.contiguous();
-  auto out = torch::empty_like(y);
-  kernels::GatedRmsNormRows(batch * keep, inner(), groups, y.data_ptr<float>(), z.data_ptr<float>(),
-                            z.size(2), gain.data_ptr<float>(),
-                            static_cast<float>(options_.norm_eps), out.data_ptr<float>());
+  const auto y_in = y.contiguous(), gain = out_norm_weight_.contiguous();
+  auto out = torch::empty_like(y_in);
+  cuda::GatedRmsNormArgs a;
+  a.rows = batch * keep;
+  a.d = inner();
+  a.groups = groups;
+  a.z_stride = z.size(2);
+  a.y = y_in.data_ptr<float>();
+  a.z = z.data_ptr<float>();
+  a.gain = gain.data_ptr<float>();
+  a.eps = static_cast<float>(options_.norm_eps);
+  a.out = out.data_ptr<float>();
+  if (how == Elementwise::kCpu) {
+    kernels::GatedRmsNormRows(a.rows, a.d, a.groups, a.y, a.z, a.z_stride, a.gain, a.eps, a.out);
+  } else {
+    RunOnGpu(y.device(), "mamba2's gated norm",
+             [&](void* stream) { return cuda::GatedRmsNorm(a, stream); });
+  }
   return out;
 }
 
@@ -312,7 +352,9 @@ torch::Tensor Mamba2Impl::ConvolveAndScan(const torch::Tensor& projected, BlockR
   const int64_t batch = projected.size(0), time = projected.size(1), heads = options_.heads;
   const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size, p = head_dim();
   const int64_t channels = conv_channels();
-  const auto xbc = Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
+  const auto xbc = ElementwiseFor(projected, rows) == Elementwise::kGpu
+                       ? ConvolveOnGpu(projected, rows.tensors[kConv])
+                       : Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
   Scan scan;
   scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
   scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
@@ -331,7 +373,7 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t k
   // can keep any prefix of the chunk.
   if (carry.updates != nullptr) *carry.updates = {projected};
   const torch::Tensor y = ConvolveAndScan(projected, rows, keep);
-  const auto out = Project(GatedNorm(y, projected, rows.fused), out_proj_);
+  const auto out = Project(GatedNorm(y, projected, ElementwiseFor(projected, rows)), out_proj_);
   return x.narrow(1, time - keep, keep) + out;
 }
 

@@ -60,6 +60,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "model/kernels/kernels.h"
 #include "model/layers/norms.h"
 #include "model/mixers/whole_block.h"
 
@@ -124,9 +125,21 @@ class Mamba2Impl : public WholeBlockMixer {
   // The convolution and the scan in the CPU kernels, from the input
   // projection [B, T, I + channels + H] read in place: y [B, keep, I].
   torch::Tensor ScanFused(const torch::Tensor& projected, BlockRows& rows, int64_t keep) const;
+  // Where the convolution and the gated norm run (the GPU's kernels:
+  // CausalConvSilu, GatedRmsNorm): kCpu for a fused run, kGpu where
+  // CudaStepApplies to the projection, the window and the parameters they
+  // read, else kOps.
+  Elementwise ElementwiseFor(const torch::Tensor& projected, const BlockRows& rows) const;
+  // The convolution's arguments: the projection's xbc channels continuing
+  // `window` into xbc [B, T, channels], the new window into window_out.
+  kernels::CausalConvArgs ConvArgs(const torch::Tensor& projected, const torch::Tensor& window,
+                                   torch::Tensor& xbc, torch::Tensor& window_out) const;
+  // Convolve by the GPU's kernel, from the projection read in place.
+  torch::Tensor ConvolveOnGpu(const torch::Tensor& projected, torch::Tensor& window) const;
   // The gate z (the projection's first I channels) on y [B, keep, I], then
   // an RMS norm over each group's channels, times out_norm_weight.
-  torch::Tensor GatedNorm(const torch::Tensor& y, const torch::Tensor& projected, bool fused) const;
+  torch::Tensor GatedNorm(const torch::Tensor& y, const torch::Tensor& projected,
+                          Elementwise how) const;
   // The convolution and the scan from the input projection [B, T, I +
   // channels + H], continuing `rows`: y [B, keep, I] (ScanFused or the
   // torch operations).

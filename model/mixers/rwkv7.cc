@@ -159,8 +159,8 @@ MixerState Rwkv7Impl::initial_state(int64_t rows, torch::Device device) const {
   return state;
 }
 
-Rwkv7Impl::Elementwise Rwkv7Impl::ElementwiseFor(const torch::Tensor& a, const torch::Tensor& shift,
-                                                 bool fused) {
+Elementwise Rwkv7Impl::ElementwiseFor(const torch::Tensor& a, const torch::Tensor& shift,
+                                      bool fused) {
   if (fused) return Elementwise::kCpu;
   return CudaStepApplies({&a, &shift}) ? Elementwise::kGpu : Elementwise::kOps;
 }

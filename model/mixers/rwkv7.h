@@ -94,12 +94,9 @@ class Rwkv7Impl : public WholeBlockMixer {
  private:
   struct Mixed;  // the time mix's per-token vectors
 
-  // Where the elementwise work runs: torch operations, the CPU's fused
-  // kernels (model/kernels/kernels.h) or the GPU's (model/cuda/
-  // state_kernels.h: Rwkv7Mix, Rwkv7Activations, Rwkv7HeadOutput).
-  enum class Elementwise { kOps, kCpu, kGpu };
-  // kCpu for a fused run (`fused`), kGpu where CudaStepApplies to a = ln1(x)
-  // and the shift, else kOps.
+  // Where the elementwise work runs (the GPU's kernels: Rwkv7Mix,
+  // Rwkv7Activations, Rwkv7HeadOutput): kCpu for a fused run (`fused`),
+  // kGpu where CudaStepApplies to a = ln1(x) and the shift, else kOps.
   static Elementwise ElementwiseFor(const torch::Tensor& a, const torch::Tensor& shift, bool fused);
 
   // The time mix's inputs to the state update, for a [B, T, C] a = ln1(x).

@@ -49,6 +49,10 @@ enum class RowAccess {
   kGpuStep,   // in place, by the rows' ids on the GPU: a one-token step's kernel
 };
 
+// Where a block's elementwise work runs: torch operations, the CPU's fused
+// kernels (model/kernels/kernels.h) or the GPU's (model/cuda/state_kernels.h).
+enum class Elementwise { kOps, kCpu, kGpu };
+
 // The rows of a state one call continues, in the state's tensor order.
 struct BlockRows {
   // Each tensor's rows [B, ...], gathered; or, where a kernel updates it in
