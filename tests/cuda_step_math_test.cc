@@ -1,12 +1,12 @@
 // The step kernels' arithmetic (model/cuda/step_math.h) on the CPU: every
 // block, warp channel and lane as the kernels run them, the lanes' parts
 // summed in place of the warp's shuffles, against the recurrences of
-// model/mixers/mamba2.h, rwkv7.h, linear_attention.h, aft_decay.h and
-// aft.h, and softmax attention over a cache (kv_cache.h), written here in
-// float64. Sizes are not
-// multiples of the warp, and groups share B and C, so the indexing is what
-// is checked; the launch itself runs on a GPU (device_tests there, with and
-// without the kernels).
+// model/mixers/rwkv7.h (its scan), rwkv4.h, linear_attention.h,
+// aft_decay.h and aft.h, and softmax attention over a cache (kv_cache.h),
+// written here in float64 (Mamba-2's and RWKV-7's steps:
+// cuda_step_rows_math_test.cc). Sizes are not multiples of the warp, so the
+// indexing is what is checked; the launch itself runs on a GPU
+// (device_tests there, with and without the kernels).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,168 +17,15 @@
 #include <vector>
 
 #include "model/cuda/step_math.h"
+#include "tests/cuda_math_test_util.h"
 
 namespace attn {
 namespace {
 
 using cuda::kWarp;
-
-std::vector<float> Random(int64_t size, float low, float high, std::mt19937& gen) {
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(size);
-  for (float& v : values) v = uniform(gen);
-  return values;
-}
-
-// Written by the kernels: NaN until then, so a column no lane writes fails.
-std::vector<float> Unwritten(int64_t size) {
-  return std::vector<float>(size, std::numeric_limits<float>::quiet_NaN());
-}
-
-void ExpectClose(double got, double want, const char* what, int64_t at) {
-  EXPECT_NEAR(got, want, 1e-5 + 1e-5 * std::fabs(want)) << what << " at " << at;
-}
-
-// Where a step's state lives: its own [batch, ...] arrays (s_in read,
-// s_out written), or, with slots, rows of a pool updated in place.
-struct StepState {
-  std::vector<int64_t> slots;  // empty: rows 0..batch-1
-  std::vector<float> before;   // the state the step starts from
-  std::vector<float> after;    // written by the step (the pool itself when in place)
-  // Where row b's matrix of `floats` floats starts.
-  int64_t Matrix(int64_t row, int64_t floats) const {
-    return (slots.empty() ? row : slots[row]) * floats;
-  }
-};
-
-// Row b's state at rows 0..batch-1, or at slots {3, 0} of a pool of 4 rows
-// whose other rows the step must leave as they were.
-StepState MakeStepState(bool in_pool, int64_t batch, int64_t floats, std::mt19937& gen) {
-  StepState state;
-  if (in_pool) {
-    state.slots = {3, 0};
-    EXPECT_EQ(batch, 2);
-    state.before = Random(4 * floats, -1, 1, gen);
-    state.after = state.before;
-  } else {
-    state.before = Random(batch * floats, -1, 1, gen);
-    state.after = Unwritten(state.before.size());
-  }
-  return state;
-}
-
-// The pool's rows no slot names, untouched (without slots, every row is
-// the step's).
-void ExpectOtherRowsKept(const StepState& state, int64_t floats) {
-  if (state.slots.empty()) return;
-  for (size_t at = 0; at < state.after.size(); ++at) {
-    const int64_t row = static_cast<int64_t>(at) / floats;
-    if (std::count(state.slots.begin(), state.slots.end(), row) == 0) {
-      ASSERT_EQ(state.after[at], state.before[at]) << "pool row " << row << " changed at " << at;
-    }
-  }
-}
-
-class CudaStepMathRows : public ::testing::TestWithParam<bool> {};
-
-TEST_P(CudaStepMathRows, Mamba2LanesSumToTheRecurrence) {
-  const int64_t batch = 2, heads = 6, groups = 2, p = 5, n = 40, floats = heads * p * n;
-  std::mt19937 gen(11);
-  const auto x = Random(batch * heads * p, -1, 1, gen), b = Random(batch * groups * n, -1, 1, gen);
-  const auto c = Random(batch * groups * n, -1, 1, gen), dt = Random(batch * heads, 0.01f, 2, gen);
-  const auto a_log = Random(heads, -1, 2, gen), d = Random(heads, -1, 1, gen);
-  StepState state = MakeStepState(GetParam(), batch, floats, gen);
-  auto y = Unwritten(x.size());
-  cuda::Mamba2StepArgs a;
-  a.batch = batch, a.heads = heads, a.head_dim = p, a.state_size = n, a.groups = groups;
-  a.x = x.data(), a.b = b.data(), a.c = c.data(), a.dt = dt.data(), a.a_log = a_log.data();
-  a.d = d.data(), a.y = y.data();
-  a.slots = state.slots.empty() ? nullptr : state.slots.data();
-  a.s_in = GetParam() ? state.after.data() : state.before.data(), a.s_out = state.after.data();
-  for (int64_t block = 0; block < batch * heads; ++block) {
-    for (int64_t channel = 0; channel < p; ++channel) {
-      float sum = 0.f;
-      for (int lane = 0; lane < kWarp; ++lane) sum += cuda::Mamba2LanePart(a, block, channel, lane);
-      cuda::Mamba2Output(a, block, channel, sum);
-    }
-  }
-  // S = exp(dt A) S + dt x B^T, y = S C + D x, A = -exp(a_log), B and C
-  // those of the head's group.
-  for (int64_t row = 0; row < batch; ++row) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t g = h / (heads / groups);
-      const double step = dt[row * heads + h], decay = std::exp(-std::exp(a_log[h]) * step);
-      for (int64_t i = 0; i < p; ++i) {
-        const int64_t channel = (row * heads + h) * p + i;
-        double out = d[h] * static_cast<double>(x[channel]);
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t at = state.Matrix(row, floats) + (h * p + i) * n + j;
-          const int64_t bc = (row * groups + g) * n + j;
-          const double s = state.before[at] * decay + step * x[channel] * b[bc];
-          ExpectClose(state.after[at], s, "S", at);
-          out += s * c[bc];
-        }
-        ExpectClose(y[channel], out, "y", channel);
-      }
-    }
-  }
-  ExpectOtherRowsKept(state, floats);
-}
-
-TEST_P(CudaStepMathRows, Rwkv7LanesSumToTheDeltaRule) {
-  const int64_t batch = 2, heads = 3, n = 40, channels = heads * n, floats = heads * n * n;
-  std::mt19937 gen(13);
-  const auto r = Random(batch * channels, -1, 1, gen), w = Random(batch * channels, 0.55f, 1, gen);
-  const auto k = Random(batch * channels, -1, 1, gen), v = Random(batch * channels, -1, 1, gen);
-  const auto kk = Random(batch * channels, -0.3f, 0.3f, gen);
-  const auto iclr = Random(batch * channels, 0, 1, gen);
-  StepState state = MakeStepState(GetParam(), batch, floats, gen);
-  auto o = Unwritten(r.size());
-  cuda::Rwkv7StepArgs a;
-  a.batch = batch, a.heads = heads, a.head_dim = n;
-  a.r = r.data(), a.w = w.data(), a.k = k.data(), a.v = v.data(), a.kk = kk.data();
-  a.iclr = iclr.data(), a.o = o.data();
-  a.slots = state.slots.empty() ? nullptr : state.slots.data();
-  a.s_in = GetParam() ? state.after.data() : state.before.data(), a.s_out = state.after.data();
-  for (int64_t block = 0; block < batch * heads; ++block) {
-    for (int64_t i = 0; i < n; ++i) {
-      float removed = 0.f, out = 0.f;
-      for (int lane = 0; lane < kWarp; ++lane) removed += cuda::Rwkv7RemovedPart(a, block, i, lane);
-      for (int lane = 0; lane < kWarp; ++lane) {
-        out += cuda::Rwkv7UpdatePart(a, block, i, lane, removed);
-      }
-      o[block * n + i] = out;
-    }
-  }
-  // Per head, S = S (diag(w) - kk^T (iclr * kk)) + v^T k and o = S r, S's
-  // rows the value channels.
-  for (int64_t block = 0; block < batch * heads; ++block) {
-    const int64_t head0 = block * n;
-    const int64_t matrix = state.Matrix(block / heads, floats) + (block % heads) * n * n;
-    for (int64_t i = 0; i < n; ++i) {
-      double removed = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        removed += static_cast<double>(state.before[matrix + i * n + j]) * kk[head0 + j];
-      }
-      double out = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t at = matrix + i * n + j, c = head0 + j;
-        const double s = static_cast<double>(state.before[at]) * w[c] - removed * kk[c] * iclr[c] +
-                         static_cast<double>(v[head0 + i]) * k[c];
-        ExpectClose(state.after[at], s, "S", at);
-        out += s * r[c];
-      }
-      ExpectClose(o[head0 + i], out, "o", head0 + i);
-    }
-  }
-  ExpectOtherRowsKept(state, floats);
-}
-
-// false: the step's own arrays; true: rows of a pool, in place.
-INSTANTIATE_TEST_SUITE_P(OwnArraysAndPoolRows, CudaStepMathRows, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "PoolRowsInPlace" : "OwnArrays";
-                         });
+using cuda_test::ExpectClose;
+using cuda_test::Random;
+using cuda_test::Unwritten;
 
 // The scan (cuda::Rwkv7Scan): every token of a chunk with S in place, the
 // inputs time-major, outputs only from token first_output on, against the

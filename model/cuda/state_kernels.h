@@ -36,9 +36,14 @@ bool KernelsEnabled();
 // the step updates in place when s_out is s_in (each lane writes only what
 // it read), so a decode step neither gathers its rows' matrices nor
 // scatters them back. Null: row b's S is row b.
+// The inputs may be read in place from the block's projections: rows of x
+// are x_stride floats apart, of b and c bc_stride (0: packed), and with
+// dt_bias [heads] dt is the raw projection (rows dt_stride apart, 0:
+// heads), the step taking softplus(dt + dt_bias).
 struct Mamba2StepArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1;
-  const float *x = nullptr, *b = nullptr, *c = nullptr, *dt = nullptr;
+  int64_t x_stride = 0, bc_stride = 0, dt_stride = 0;
+  const float *x = nullptr, *b = nullptr, *c = nullptr, *dt = nullptr, *dt_bias = nullptr;
   const float *a_log = nullptr, *d = nullptr, *s_in = nullptr;
   const int64_t* slots = nullptr;
   float *s_out = nullptr, *y = nullptr;

@@ -30,18 +30,35 @@ ATTN_HOST_DEVICE inline int64_t StateMatrixAt(const int64_t* slots, int64_t bloc
   return ((slots != nullptr ? slots[row] : row) * heads + head) * floats;
 }
 
+// Mamba-2: `block`'s x_p, wherever its rows sit.
+ATTN_HOST_DEVICE inline float Mamba2X(const Mamba2StepArgs& a, int64_t block, int64_t p) {
+  const int64_t row = block / a.heads, head = block % a.heads;
+  const int64_t stride = a.x_stride > 0 ? a.x_stride : a.heads * a.head_dim;
+  return a.x[row * stride + head * a.head_dim + p];
+}
+
+// Mamba-2: `block`'s step size, softplus(dt + dt_bias) where the bias is
+// given (as torch's softplus, linear past 20), else dt as it is.
+ATTN_HOST_DEVICE inline float Mamba2Dt(const Mamba2StepArgs& a, int64_t block) {
+  const int64_t row = block / a.heads, head = block % a.heads;
+  const float dt = a.dt[row * (a.dt_stride > 0 ? a.dt_stride : a.heads) + head];
+  if (a.dt_bias == nullptr) return dt;
+  const float z = dt + a.dt_bias[head];
+  return z > 20.f ? z : log1pf(expf(z));
+}
+
 // Mamba-2: updates lane's columns of S's row p and returns their part of
 // (S C)_p.
 ATTN_HOST_DEVICE inline float Mamba2LanePart(const Mamba2StepArgs& a, int64_t block, int64_t p,
                                              int lane) {
   const int64_t row = block / a.heads, head = block % a.heads;
   const int64_t group = head / (a.heads / a.groups);
-  const float dt = a.dt[block];
+  const float dt = Mamba2Dt(a, block);
   const float decay = expf(-expf(a.a_log[head]) * dt);
-  const float* b = a.b + (row * a.groups + group) * a.state_size;
-  const float* c = a.c + (row * a.groups + group) * a.state_size;
-  const int64_t channel = block * a.head_dim + p;
-  const float dtx = dt * a.x[channel];
+  const int64_t bc_row = row * (a.bc_stride > 0 ? a.bc_stride : a.groups * a.state_size);
+  const float* b = a.b + bc_row + group * a.state_size;
+  const float* c = a.c + bc_row + group * a.state_size;
+  const float dtx = dt * Mamba2X(a, block, p);
   const int64_t at =
       StateMatrixAt(a.slots, block, a.heads, a.head_dim * a.state_size) + p * a.state_size;
   const float* s_in = a.s_in + at;
@@ -58,8 +75,7 @@ ATTN_HOST_DEVICE inline float Mamba2LanePart(const Mamba2StepArgs& a, int64_t bl
 // Mamba-2: y_p from the lanes' summed parts.
 ATTN_HOST_DEVICE inline void Mamba2Output(const Mamba2StepArgs& a, int64_t block, int64_t p,
                                           float sum) {
-  const int64_t channel = block * a.head_dim + p;
-  a.y[channel] = sum + a.d[block % a.heads] * a.x[channel];
+  a.y[block * a.head_dim + p] = sum + a.d[block % a.heads] * Mamba2X(a, block, p);
 }
 
 // RWKV-7: lane's part of (S kk)_i, which must be whole before S changes.

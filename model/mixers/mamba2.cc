@@ -123,39 +123,51 @@ torch::Tensor Mamba2Impl::ScanByOps(const Scan& scan, torch::Tensor& ssm, int64_
 
 torch::Tensor Mamba2Impl::ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const {
   if (!CudaStepApplies({&scan.x, &scan.b, &scan.c, &scan.dt, &ssm, &a_log_, &skip_})) return {};
-  const auto s_in = ssm.contiguous();
-  auto s_out = torch::empty_like(s_in);
-  torch::Tensor y = LaunchStep(scan, s_in, s_out, torch::Tensor());
-  ssm = s_out;
-  return y;
-}
-
-torch::Tensor Mamba2Impl::ScanPoolRowsOnGpu(const Scan& scan, BlockRows& rows) const {
-  TORCH_CHECK(CudaStepApplies({&scan.x, &scan.b, &scan.c, &scan.dt, &a_log_, &skip_}),
-              "mamba2: a step on the pool's rows needs the CUDA kernel's inputs, got ",
-              scan.x.scalar_type(), " on ", scan.x.device());
-  torch::Tensor& pool = rows.tensors[kSsm];
-  return LaunchStep(scan, pool, pool, rows.device_ids);
-}
-
-torch::Tensor Mamba2Impl::LaunchStep(const Scan& scan, const torch::Tensor& s_in,
-                                     const torch::Tensor& s_out, const torch::Tensor& slots) const {
   const auto x = scan.x.contiguous(), b = scan.b.contiguous(), c = scan.c.contiguous();
-  const auto dt = scan.dt.contiguous();
-  const auto a_log = a_log_.contiguous(), d = skip_.contiguous();
-  auto y = torch::empty({x.size(0), 1, inner()}, x.options());
-  cuda::Mamba2StepArgs args;
-  args.batch = x.size(0);
-  args.heads = options_.heads;
-  args.head_dim = head_dim();
-  args.state_size = options_.mamba2.state_size;
-  args.groups = options_.mamba2.groups;
+  const auto dt = scan.dt.contiguous(), s_in = ssm.contiguous();
+  auto s_out = torch::empty_like(s_in);
+  cuda::Mamba2StepArgs args;  // packed inputs, dt after softplus
   args.x = x.data_ptr<float>();
   args.b = b.data_ptr<float>();
   args.c = c.data_ptr<float>();
   args.dt = dt.data_ptr<float>();
-  args.a_log = a_log.data_ptr<float>();
-  args.d = d.data_ptr<float>();
+  torch::Tensor y = LaunchStep(args, x.size(0), s_in, s_out, torch::Tensor());
+  ssm = s_out;
+  return y;
+}
+
+torch::Tensor Mamba2Impl::StepPoolRowsOnGpu(const torch::Tensor& xbc,
+                                            const torch::Tensor& projected, BlockRows& rows) const {
+  TORCH_CHECK(
+      CudaStepApplies({&xbc, &projected}) && xbc.is_contiguous() && projected.is_contiguous(),
+      "mamba2: a step on the pool's rows needs the CUDA kernel's inputs, got ", xbc.scalar_type(),
+      " on ", xbc.device());
+  const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size;
+  cuda::Mamba2StepArgs args;  // read in place from the convolution's and the projection's rows
+  args.x = xbc.data_ptr<float>();
+  args.b = args.x + inner();
+  args.c = args.b + groups * n;
+  args.x_stride = args.bc_stride = xbc.size(2);
+  args.dt = projected.data_ptr<float>() + inner() + conv_channels();
+  args.dt_stride = projected.size(2);
+  args.dt_bias = dt_bias_.data_ptr<float>();
+  torch::Tensor& pool = rows.tensors[kSsm];
+  return LaunchStep(args, xbc.size(0), pool, pool, rows.device_ids);
+}
+
+torch::Tensor Mamba2Impl::LaunchStep(cuda::Mamba2StepArgs args, int64_t batch,
+                                     const torch::Tensor& s_in, const torch::Tensor& s_out,
+                                     const torch::Tensor& slots) const {
+  TORCH_CHECK(a_log_.is_contiguous() && skip_.is_contiguous() && dt_bias_.is_contiguous(),
+              "mamba2: the CUDA step needs contiguous parameters");
+  auto y = torch::empty({batch, 1, inner()}, s_in.options());
+  args.batch = batch;
+  args.heads = options_.heads;
+  args.head_dim = head_dim();
+  args.state_size = options_.mamba2.state_size;
+  args.groups = options_.mamba2.groups;
+  args.a_log = a_log_.data_ptr<float>();
+  args.d = skip_.data_ptr<float>();
   args.s_in = s_in.data_ptr<float>();
   args.s_out = s_out.data_ptr<float>();
   args.slots = slots.defined() ? slots.data_ptr<int64_t>() : nullptr;
@@ -355,12 +367,12 @@ torch::Tensor Mamba2Impl::ConvolveAndScan(const torch::Tensor& projected, BlockR
   const auto xbc = ElementwiseFor(projected, rows) == Elementwise::kGpu
                        ? ConvolveOnGpu(projected, rows.tensors[kConv])
                        : Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
+  if (rows.gpu_step) return StepPoolRowsOnGpu(xbc, projected, rows);
   Scan scan;
   scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
   scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
   scan.c = xbc.narrow(2, inner() + groups * n, groups * n).reshape({batch, time, groups, n});
   scan.dt = torch::softplus(projected.narrow(2, inner() + channels, heads) + dt_bias_);
-  if (rows.gpu_step) return ScanPoolRowsOnGpu(scan, rows);
   return time > 1 ? ScanChunked(scan, rows.tensors[kSsm], keep)
                   : ScanByOps(scan, rows.tensors[kSsm], keep);
 }
@@ -397,7 +409,7 @@ bool Mamba2Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerS
 bool Mamba2Impl::InPlaceWhenFused(size_t tensor) const { return tensor == kSsm; }
 
 bool Mamba2Impl::StepsPoolRowsOnGpu(const torch::Tensor& x, const MixerState& state) const {
-  return CudaPoolStepApplies(x, state) && CudaStepApplies({&a_log_, &skip_});
+  return CudaPoolStepApplies(x, state) && CudaStepApplies({&a_log_, &skip_, &dt_bias_});
 }
 
 }  // namespace attn

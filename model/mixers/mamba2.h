@@ -60,6 +60,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "model/cuda/state_kernels.h"
 #include "model/kernels/kernels.h"
 #include "model/layers/norms.h"
 #include "model/mixers/whole_block.h"
@@ -114,12 +115,16 @@ class Mamba2Impl : public WholeBlockMixer {
   // on the GPU and no gradient is recorded; else an undefined tensor.
   torch::Tensor ScanStepOnGpu(const Scan& scan, torch::Tensor& ssm) const;
   // The same kernel on the pool's matrices in place, rows.device_ids
-  // (RowAccess::kGpuStep, where StepsPoolRowsOnGpu held): y [B, 1, I].
-  torch::Tensor ScanPoolRowsOnGpu(const Scan& scan, BlockRows& rows) const;
-  // Queues cuda::Mamba2Step from s_in to s_out (the same tensor: in place),
-  // on rows `slots` of them where defined (int64 on the device).
-  torch::Tensor LaunchStep(const Scan& scan, const torch::Tensor& s_in, const torch::Tensor& s_out,
-                           const torch::Tensor& slots) const;
+  // (RowAccess::kGpuStep, where StepsPoolRowsOnGpu held), reading x, B and
+  // C from the convolution's output xbc [B, 1, channels] and dt raw from
+  // the projection, in place: y [B, 1, I].
+  torch::Tensor StepPoolRowsOnGpu(const torch::Tensor& xbc, const torch::Tensor& projected,
+                                  BlockRows& rows) const;
+  // Queues cuda::Mamba2Step, `args` holding its inputs, for `batch` rows
+  // from s_in to s_out (the same tensor: in place), on rows `slots` of them
+  // where defined (int64 on the device): y [B, 1, I].
+  torch::Tensor LaunchStep(cuda::Mamba2StepArgs args, int64_t batch, const torch::Tensor& s_in,
+                           const torch::Tensor& s_out, const torch::Tensor& slots) const;
   // The same by the chunked form (SSD), replacing ssm.
   torch::Tensor ScanChunked(const Scan& scan, torch::Tensor& ssm, int64_t keep) const;
   // The convolution and the scan in the CPU kernels, from the input
