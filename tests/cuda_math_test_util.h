@@ -1,6 +1,7 @@
 // What the CPU checks of the CUDA kernels' arithmetic share
-// (tests/cuda_*_math_test.cc): random inputs, outputs no kernel has
-// written yet, and their tolerance against float64.
+// (tests/cuda_step_math_test.cc and cuda_step_rows_math_test.cc): random
+// inputs, outputs no kernel has written yet, and their tolerance against
+// float64.
 #pragma once
 
 #include <gtest/gtest.h>
