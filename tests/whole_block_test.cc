@@ -49,8 +49,8 @@ class ProbeBlock : public WholeBlockMixer {
   torch::Tensor Run(const torch::Tensor& x, BlockRows& rows, int64_t keep,
                     LayerCarry& /*carry*/) override {
     Seen s;
-    s.fused = rows.fused;
-    s.gpu_step = rows.gpu_step;
+    s.fused = rows.fused();
+    s.gpu_step = rows.gpu_step();
     s.matrix_is_pool = rows.tensors[0].is_same(pool);
     if (rows.ids != nullptr) s.ids.assign(rows.ids, rows.ids + x.size(0));
     if (rows.device_ids.defined()) s.device_ids = Int64s(rows.device_ids);

@@ -55,11 +55,8 @@ torch::Tensor RunExperts(MixtureOfExpertsImpl& moe, const torch::Tensor& x) {
   const torch::Tensor out = torch::empty({n * k, d}, rows.options());
   args.act = act.data_ptr<float>();
   args.out = out.data_ptr<float>();
-  {
-    const c10::DeviceGuard on_device(x.device());
-    const std::string error = cuda::Experts(args, CurrentCudaStream());
-    TORCH_CHECK(error.empty(), "mixture of experts: the CUDA kernel: ", error);
-  }
+  RunOnGpu(x.device(), "mixture of experts",
+           [&](void* stream) { return cuda::Experts(args, stream); });
   return (out.view({n, k, d}) * routing.gates.unsqueeze(-1)).sum(1).view(x.sizes());
 }
 

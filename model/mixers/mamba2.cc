@@ -318,7 +318,7 @@ torch::Tensor Mamba2Impl::ConvolveOnGpu(const torch::Tensor& projected,
 
 Elementwise Mamba2Impl::ElementwiseFor(const torch::Tensor& projected,
                                        const BlockRows& rows) const {
-  if (rows.fused) return Elementwise::kCpu;
+  if (rows.fused()) return Elementwise::kCpu;
   const bool gpu = CudaStepApplies(
       {&projected, &rows.tensors[kConv], &conv_weight_, &conv_bias_, &out_norm_weight_});
   return gpu && projected.is_contiguous() ? Elementwise::kGpu : Elementwise::kOps;
@@ -359,15 +359,15 @@ torch::Tensor Mamba2Impl::GatedNorm(const torch::Tensor& y, const torch::Tensor&
 }
 
 torch::Tensor Mamba2Impl::ConvolveAndScan(const torch::Tensor& projected, BlockRows& rows,
-                                          int64_t keep) const {
-  if (rows.fused) return ScanFused(projected, rows, keep);
+                                          int64_t keep, Elementwise how) const {
+  if (rows.fused()) return ScanFused(projected, rows, keep);
   const int64_t batch = projected.size(0), time = projected.size(1), heads = options_.heads;
   const int64_t groups = options_.mamba2.groups, n = options_.mamba2.state_size, p = head_dim();
   const int64_t channels = conv_channels();
-  const auto xbc = ElementwiseFor(projected, rows) == Elementwise::kGpu
+  const auto xbc = how == Elementwise::kGpu
                        ? ConvolveOnGpu(projected, rows.tensors[kConv])
                        : Convolve(projected.narrow(2, inner(), channels), rows.tensors[kConv]);
-  if (rows.gpu_step) return StepPoolRowsOnGpu(xbc, projected, rows);
+  if (rows.gpu_step()) return StepPoolRowsOnGpu(xbc, projected, rows);
   Scan scan;
   scan.x = xbc.narrow(2, 0, inner()).reshape({batch, time, heads, p});
   scan.b = xbc.narrow(2, inner(), groups * n).reshape({batch, time, groups, n});
@@ -384,8 +384,9 @@ torch::Tensor Mamba2Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t k
   // The projection covers every position whatever `keep` is: a rollback
   // can keep any prefix of the chunk.
   if (carry.updates != nullptr) *carry.updates = {projected};
-  const torch::Tensor y = ConvolveAndScan(projected, rows, keep);
-  const auto out = Project(GatedNorm(y, projected, ElementwiseFor(projected, rows)), out_proj_);
+  const Elementwise how = ElementwiseFor(projected, rows);
+  const torch::Tensor y = ConvolveAndScan(projected, rows, keep, how);
+  const auto out = Project(GatedNorm(y, projected, how), out_proj_);
   return x.narrow(1, time - keep, keep) + out;
 }
 
@@ -401,8 +402,9 @@ bool Mamba2Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerS
   }
   const torch::Tensor prefix = projected.narrow(1, 0, count).contiguous();
   const RowAccess access = CanFuse(prefix, state) ? RowAccess::kFusedCpu : RowAccess::kGathered;
-  ContinueRows(state, slots, prefix.size(0), count, access,
-               [&](BlockRows& rows) { ConvolveAndScan(prefix, rows, 0); });
+  ContinueRows(state, slots, prefix.size(0), count, access, [&](BlockRows& rows) {
+    ConvolveAndScan(prefix, rows, 0, ElementwiseFor(prefix, rows));
+  });
   return true;
 }
 

@@ -146,10 +146,10 @@ class Mamba2Impl : public WholeBlockMixer {
   torch::Tensor GatedNorm(const torch::Tensor& y, const torch::Tensor& projected,
                           Elementwise how) const;
   // The convolution and the scan from the input projection [B, T, I +
-  // channels + H], continuing `rows`: y [B, keep, I] (ScanFused or the
-  // torch operations).
-  torch::Tensor ConvolveAndScan(const torch::Tensor& projected, BlockRows& rows,
-                                int64_t keep) const;
+  // channels + H], continuing `rows`: y [B, keep, I] (ScanFused, or the
+  // convolution as `how` says and the scan's kernel or operations).
+  torch::Tensor ConvolveAndScan(const torch::Tensor& projected, BlockRows& rows, int64_t keep,
+                                Elementwise how) const;
 
   torch::Tensor conv_weight_, conv_bias_;  // [channels, 1, W], [channels]
   torch::Tensor dt_bias_, a_log_, skip_;   // [H] each; skip is D

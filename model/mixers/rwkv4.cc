@@ -143,12 +143,12 @@ torch::Tensor Rwkv4Impl::WkvOnGpu(const torch::Tensor& k, const torch::Tensor& v
   for (const torch::Tensor* sum : {&num, &den, &max}) {
     updated.push_back(sum->clone(torch::MemoryFormat::Contiguous));
   }
-  std::string error;
-  const c10::DeviceGuard on_device(k.device());
   torch::Tensor out = RunWkv<cuda::Rwkv4WkvArgs>(
       k, v, -torch::exp(time_decay_), time_first_, updated.data(), tail,
-      [&](const cuda::Rwkv4WkvArgs& args) { error = cuda::Rwkv4Wkv(args, CurrentCudaStream()); });
-  TORCH_CHECK(error.empty(), "rwkv4: the CUDA WKV kernel: ", error);
+      [&](const cuda::Rwkv4WkvArgs& args) {
+        RunOnGpu(k.device(), "rwkv4's WKV",
+                 [&](void* stream) { return cuda::Rwkv4Wkv(args, stream); });
+      });
   num = updated[0], den = updated[1], max = updated[2];
   return out;
 }
@@ -156,7 +156,7 @@ torch::Tensor Rwkv4Impl::WkvOnGpu(const torch::Tensor& k, const torch::Tensor& v
 torch::Tensor Rwkv4Impl::Run(const torch::Tensor& x, BlockRows& block, int64_t keep,
                              LayerCarry& /*carry*/) {
   std::vector<torch::Tensor>& rows = block.tensors;
-  const bool fused = block.fused;
+  const bool fused = block.fused();
   const int64_t time = x.size(1);
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);

@@ -447,15 +447,15 @@ torch::Tensor Rwkv7Impl::Run(const torch::Tensor& x, BlockRows& rows, int64_t ke
   const torch::Tensor input = options_.layer == 0 ? ln0_->forward(x) : x;
   const torch::Tensor a = ln1_->forward(input);
   const int64_t tail = OutputTail(time, keep);
-  const Elementwise how = ElementwiseFor(a, rows.tensors[kAttShift], rows.fused);
+  const Elementwise how = ElementwiseFor(a, rows.tensors[kAttShift], rows.fused());
   Mixed m = TimeMixInputs(a, rows.tensors[kAttShift], carry, tail, how);
   rows.tensors[kAttShift] = a.select(1, time - 1).clone();
   torch::Tensor y;
-  if (rows.fused) {
+  if (rows.fused()) {
     y = UpdateFused(m, rows, time);
   } else {
     const torch::Tensor o =
-        rows.gpu_step ? StepPoolRowsOnGpu(m, rows) : UpdateByOps(m, rows.tensors[kWkv]);
+        rows.gpu_step() ? StepPoolRowsOnGpu(m, rows) : UpdateByOps(m, rows.tensors[kWkv]);
     y = how == Elementwise::kGpu ? OutputOnGpu(o, m) : OutputByOps(o, m);
   }
   auto last = [&](const torch::Tensor& t) { return t.narrow(1, time - tail, tail); };
@@ -495,7 +495,7 @@ bool Rwkv7Impl::ReplayUpdates(const std::vector<torch::Tensor>& updates, MixerSt
   m.iclr = prefix(kKeptIclr);
   const RowAccess access = CanFuse(m.k, state) ? RowAccess::kFusedCpu : RowAccess::kGathered;
   ContinueRows(state, slots, batch, count, access, [&](BlockRows& rows) {
-    if (rows.fused) {
+    if (rows.fused()) {
       kernels::Rwkv7UpdateArgs args;
       args.batch = batch;
       args.time = count;

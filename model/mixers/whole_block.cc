@@ -17,8 +17,8 @@ torch::Tensor WholeBlockMixer::ForwardWithCarry(const torch::Tensor& x, LayerCar
   for (auto& t : state.tensors) t = t.to(x.options());
   BlockRows rows;
   rows.tensors = state.tensors;
-  rows.fused = CanFuse(x, state);
-  return Run(rows.fused ? x.contiguous() : x, rows, x.size(1), carry);
+  rows.access = CanFuse(x, state) ? RowAccess::kFusedCpu : RowAccess::kGathered;
+  return Run(rows.fused() ? x.contiguous() : x, rows, x.size(1), carry);
 }
 
 torch::Tensor WholeBlockMixer::Prefill(const torch::Tensor& x, MixerState& state,
@@ -60,14 +60,13 @@ void WholeBlockMixer::ContinueRows(MixerState& state, const torch::Tensor& slots
   const torch::Tensor ids = ResolveSlots(state, slots, batch);  // CPU int64, alive below
   const auto index = RowsOn(ids, state.length.device());
   BlockRows rows;
-  rows.fused = access == RowAccess::kFusedCpu;
-  rows.gpu_step = access == RowAccess::kGpuStep;
+  rows.access = access;
   auto in_place = [&](size_t i) { return access != RowAccess::kGathered && InPlaceWhenFused(i); };
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     if (in_place(i)) {
       rows.tensors.push_back(state.tensors[i]);  // updated in place, row by row
       rows.ids = ids.data_ptr<int64_t>();
-      if (rows.gpu_step) rows.device_ids = index;
+      if (rows.gpu_step()) rows.device_ids = index;
     } else {
       rows.tensors.push_back(state.tensors[i].index_select(0, index));
     }

@@ -63,8 +63,9 @@ struct BlockRows {
   const int64_t* ids = nullptr;
   // With RowAccess::kGpuStep: the same ids on the state's device.
   torch::Tensor device_ids;
-  bool fused = false;     // RowAccess::kFusedCpu: Run takes the fused CPU path
-  bool gpu_step = false;  // RowAccess::kGpuStep: Run steps with the GPU kernel
+  RowAccess access = RowAccess::kGathered;
+  bool fused() const { return access == RowAccess::kFusedCpu; }    // Run takes the fused CPU path
+  bool gpu_step() const { return access == RowAccess::kGpuStep; }  // Run steps with the GPU kernel
 };
 
 class WholeBlockMixer : public SequenceMixer {
