@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -41,6 +42,7 @@
 #include "model/checkpoints/public_shapes.h"
 #include "model/lm/model_package.h"
 #include "util/cpus.h"
+#include "util/memory.h"
 
 ABSL_FLAG(std::string, model, "models/aft-conv.pt", "Model package.");
 ABSL_FLAG(std::string, shape, "",
@@ -113,6 +115,22 @@ void Check(const absl::Status& status) {
     std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
     std::exit(1);
   }
+}
+
+// Refuses, before any is filled, `rows` rows of `row_bytes` in each of
+// `backends` that the memory left cannot hold. A CPU's pools are mapped
+// lazily and the prefill below writes every row: rows that do not fit would
+// swap for minutes and then bring the out-of-memory killer. (A GPU
+// allocation that does not fit fails at once, with its size.)
+void CheckRowsFit(const torch::Device& device, int64_t rows, int64_t backends, int64_t row_bytes) {
+  const std::optional<int64_t> available = attn::AvailableMemoryBytes();
+  if (!device.is_cpu() || !available.has_value()) return;
+  const double need = static_cast<double>(rows) * static_cast<double>(backends * row_bytes);
+  if (need <= static_cast<double>(*available)) return;
+  Check(absl::ResourceExhaustedError(absl::StrFormat(
+      "%d rows of %.1f MB of state in each of %d backends need %.2f GB, more than the %.2f GB "
+      "of memory available: lower the largest --batch or time fewer --backends",
+      rows, row_bytes / 1e6, backends, need / 1e9, *available / 1e9)));
 }
 
 // A check of `length` random tokens in row 0 of `backend`, the copy of the
@@ -285,6 +303,8 @@ int main(int argc, char** argv) {
   if (native_int8 != nullptr) prefilled.push_back(native_int8.get());
   if (native_bf16 != nullptr) prefilled.push_back(native_bf16.get());
   if (scripted) prefilled.push_back(script->get());
+  CheckRowsFit(device, rows, static_cast<int64_t>(prefilled.size()),
+               loaded->state_bytes_per_sequence(context));
   for (attn::LmBackend* backend : prefilled) {
     Check(backend->AllocateRows(rows));
     for (int64_t r = 0; r < rows; ++r) Check(backend->ResetRow(r));

@@ -13,6 +13,9 @@
 #   scripts/gpu/device_run.sh OUT
 #
 #   KIT_DIR (.gpu-kit)  BUILD_DIR (/tmp/attn-gpu)
+#   DEVICE (cuda): cpu rehearses the whole run on a machine without a GPU,
+#   against a LibTorch without CUDA, building without the CUDA kernels (a
+#   GPU machine's first call then fails only on what needs the GPU)
 #   CXX_STANDARD (auto: 20 where PyTorch's headers require it, else 17)
 #   STEPS ("build test bench eagerbench serve sanitize serverbench shapes
 #   optest opbench"): the steps to run, in that order; eagerbench times
@@ -30,13 +33,14 @@ cd "$(dirname "$0")/../.." || exit 1
 
 OUT=${1:?usage: scripts/gpu/device_run.sh OUT}
 KIT_DIR=${KIT_DIR:-.gpu-kit}
+DEVICE=${DEVICE:-cuda}
 BUILD_DIR=${BUILD_DIR:-/tmp/attn-gpu}
 CXX_STANDARD=${CXX_STANDARD:-auto}
 STEPS=${STEPS:-build test bench eagerbench serve sanitize serverbench shapes optest opbench}
 BENCH_MODELS=${BENCH_MODELS:-models/rwkv7.pt models/aft-decay.pt}
 SHAPES=${SHAPES:-rwkv7-0.1b mamba2-130m rwkv7-1.5b rwkv7-7.2b mamba2-2.7b}
 SERVER_MODEL=${SERVER_MODEL:-models/rwkv7.pt}
-SERVER_DEVICE=${SERVER_DEVICE:-cuda}
+SERVER_DEVICE=${SERVER_DEVICE:-$DEVICE}
 SERVER_SECONDS=${SERVER_SECONDS:-20}
 BUDGET_S=${BUDGET_S:-480}
 KIT_ROOT=/tmp/attn-kit
@@ -109,7 +113,7 @@ configure() {
     -DPKG_CONFIG_EXECUTABLE="$KIT_ROOT/usr/bin/pkgconf"
     -DProtobuf_PROTOC_EXECUTABLE="$KIT_ROOT/usr/bin/protoc"
     -DGRPC_CPP_PLUGIN="$KIT_ROOT/usr/bin/grpc_cpp_plugin")
-  if command -v nvcc > /dev/null; then
+  if [ "$DEVICE" = cuda ] && command -v nvcc > /dev/null; then
     flags+=(-DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DATTN_CUDA_KERNELS=ON)
   fi
   mapfile -t -O "${#flags[@]}" flags < <(cudnn_flags)
@@ -126,7 +130,7 @@ build() {
 
 # run_tests [SUFFIX]: the device tests' results in OUT/device_tests[SUFFIX].xml.
 run_tests() {
-  ATTN_TEST_DEVICE=cuda "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
+  ATTN_TEST_DEVICE=$DEVICE "$BUILD_DIR/tests/device_tests" --gtest_brief=1 \
     --gtest_output="xml:$OUT/device_tests${1:-}.xml"
 }
 # The op-by-op path alone: where the kernels' run fails and this passes,
@@ -136,7 +140,7 @@ run_tests_by_ops() { ATTN_CUDA_KERNELS=0 run_tests _by_ops; }
 bench() {
   local model
   for model in $BENCH_MODELS; do
-    "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --model="$model" \
+    "$BUILD_DIR/bench/backend/attn-backend-bench" --device="$DEVICE" --model="$model" \
       --backends=native,bf16,torchscript --batch=1,64,256 --repeats=100 --prefill_tokens=512 ||
       return
   done
@@ -147,9 +151,10 @@ bench() {
 # 4,096 tokens, float32 against bf16 weights; the largest in bf16 alone,
 # RWKV-7 7.2B at up to 960 streams (34.6 MB of state each) and Mamba-2 2.7B
 # at up to 256 (172 MB each). Batch 1 also as a fraction of the bound the
-# copy rate of step ceilings sets.
+# copy rate of step ceilings sets. A shape that fails (one that does not
+# fit, say) fails the step but leaves the others timed.
 shapes() {
-  local shape flags copy_gbs
+  local shape flags copy_gbs rc=0
   copy_gbs=$(awk '/^ceiling copy/ {print $3}' "$OUT/ceilings.log" 2>/dev/null)
   for shape in $SHAPES; do
     case "$shape" in
@@ -157,10 +162,11 @@ shapes() {
       *-2.7b) flags=(--backends=bf16 --batch=1,64,256) ;;
       *) flags=(--backends=native,bf16 --batch=1,64,256,1024) ;;
     esac
-    "$BUILD_DIR/bench/backend/attn-backend-bench" --device=cuda --shape="$shape" "${flags[@]}" \
+    "$BUILD_DIR/bench/backend/attn-backend-bench" --device="$DEVICE" --shape="$shape" "${flags[@]}" \
       --repeats=50 --prefill_tokens=512,4096 --prefill_repeats=5 --bandwidth_gbs="${copy_gbs:-0}" ||
-      return
+      rc=1
   done
+  return "$rc"
 }
 
 # The real server on the GPU over gRPC, then over the OpenAI HTTP API
@@ -216,11 +222,11 @@ sanitize() {
 # tokens for the same prompts (scripts/gpu/served_greedy.sh); then a long
 # stream's logprobs against Score's on the GPU.
 serve() {
-  ATTN_SERVER="$BUILD_DIR/server/attn-server" ATTNCTL="$BUILD_DIR/client/attnctl" \
+  DEVICE=$DEVICE ATTN_SERVER="$BUILD_DIR/server/attn-server" ATTNCTL="$BUILD_DIR/client/attnctl" \
     bash scripts/gpu/served_greedy.sh || return
   # A stream of 4,096 tokens after a 4,096-token prompt on the GPU: its
   # logprobs equal Score's of the whole sequence there.
-  DEVICE=cuda timeout 240 bash tests/server/long_stream_matches_score.sh \
+  DEVICE=$DEVICE timeout 240 bash tests/server/long_stream_matches_score.sh \
     "$BUILD_DIR/server/attn-server" "$BUILD_DIR/client/attnctl" models/rwkv7.pt
 }
 
@@ -231,7 +237,7 @@ note ""
 note "| step | outcome |"
 note "| --- | --- |"
 step machine machine
-step ceilings python3 scripts/gpu/ceilings.py
+[ "$DEVICE" = cuda ] && step ceilings python3 scripts/gpu/ceilings.py
 step unpack unpack || exit 1
 torch_libs=$(torch_dir lib)
 export LD_LIBRARY_PATH="$KIT_ROOT/usr/lib/x86_64-linux-gnu:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -260,12 +266,13 @@ summarize() {
   fi
   grep -hE "$2" "$OUT/$1" | tee -a "$summary" || true
 }
-timings='^(batch|prefill|model)'
+# The timings' lines, not the progress lines ("batch 1: 100 steps each...").
+timings='^(batch +[0-9]+( against|: [a-z])|prefill [0-9]+ tokens|model )'
 summarize ceilings.log '^ceiling'
 summarize bench.log "$timings"
 summarize bench_eager.log "$timings" "without CUDA graphs (ATTN_CUDA_GRAPHS=0):"
 summarize serverbench.log '^(server|streams|time to first|inter-token)' \
-  "the server on the GPU, 256 streams over gRPC and HTTP (attnctl bench):"
+  "the server on $SERVER_DEVICE, 256 streams over gRPC and HTTP (attnctl bench):"
 summarize shapes.log "$timings" "public shapes, random weights (--shape):"
 summarize bench_by_ops.log "$timings" "without the CUDA kernels (ATTN_CUDA_KERNELS=0):"
 note ""
